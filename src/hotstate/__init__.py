@@ -1,0 +1,3 @@
+"""hotstate: highly available, queryable materialized tables for PySpark Structured Streaming."""
+
+__version__ = "0.1.0"
