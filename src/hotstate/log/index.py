@@ -46,8 +46,8 @@ class OffsetIndex:
             data = path.read_bytes()
         except FileNotFoundError:
             return None
-        # A torn last entry is harmless: an index only needs to be a correct subset.
-        data = data[: len(data) - len(data) % ENTRY_SIZE]
+        if len(data) % ENTRY_SIZE:
+            return None
         pairs = array("I")
         pairs.frombytes(data)
         if sys.byteorder == "little":
