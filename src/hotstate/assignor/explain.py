@@ -1,0 +1,153 @@
+"""Why each replica is where it is: structured reasons, and ``explain`` to print them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+from hotstate.assignor.actives import ActiveChoice, lag_of
+from hotstate.assignor.cost import CostModel, replica_cost
+from hotstate.assignor.model import Assignment, ReplicaReason
+from hotstate.assignor.problem import Problem
+from hotstate.assignor.standbys import StandbySlot
+from hotstate.assignor.tags import new_keys, spread_level
+
+REASONS: Final[dict[str, str]] = {
+    "caught_up": "active on its balanced target, which is caught up",
+    "no_state": "active on its balanced target; no replica had state yet",
+    "held_for_warmup": "active kept on a caught-up replica while the balanced target warms up",
+    "most_caught_up": "active on the most caught-up replica; none was within acceptable.recovery.lag",
+    "warmup": "warmup on the balanced target; promoted to active once caught up",
+    "spread_ideal": "standby whose every tag value differs from the active's and the other standbys'",
+    "spread_partial": "standby new on some tag keys; the other keys have no unused value left",
+    "least_loaded": "standby on the least loaded server; no tag key had an unused value",
+}
+
+
+def _lag_text(lag: float) -> str:
+    return "unknown" if lag == float("inf") else str(int(lag))
+
+
+def _cost(problem: Problem, model: CostModel, p: int, s: int) -> tuple[int, str]:
+    """The replica's cost and how it is made up."""
+    cross = model.cross_rack(problem.sources[p], problem.racks[s])
+    new = s not in problem.held[p]
+    cost = replica_cost(problem, model, p, s)
+    return cost, f"cost {cost} (cross-rack: {'yes' if cross else 'no'}, new: {'yes' if new else 'no'})"
+
+
+def active_reason(
+    problem: Problem, model: CostModel, p: int, choice: ActiveChoice, warmup_granted: bool
+) -> ReplicaReason:
+    ids = problem.server_ids
+    lags = problem.lags[p]
+    limit = problem.config.acceptable_recovery_lag
+    target = ids[choice.target]
+    if choice.reason == "caught_up":
+        why = f"balanced target, caught up (lag {_lag_text(lag_of(lags, choice.active))} <= {limit})"
+    elif choice.reason == "no_state":
+        why = "balanced target; no replica reported a lag (new partition)"
+    elif choice.reason == "held_for_warmup":
+        why = (
+            f"caught up (lag {_lag_text(lag_of(lags, choice.active))} <= {limit}); balanced target {target} "
+            f"has lag {_lag_text(lag_of(lags, choice.target))}"
+        )
+        why += (
+            " and warms up"
+            if warmup_granted
+            else f"; no warmup slot free (max_warmup_replicas={problem.config.max_warmup_replicas}) yet"
+        )
+    else:
+        why = f"nobody within {limit}; lowest lag {_lag_text(lag_of(lags, choice.active))}"
+        if choice.active != choice.target:
+            why += f"; balanced target {target} " + (
+                "warms up" if warmup_granted else "waits for a warmup slot"
+            )
+    cost, cost_text = _cost(problem, model, p, choice.active)
+    return ReplicaReason(
+        partition=problem.partitions[p],
+        server=ids[choice.active],
+        role="active",
+        reason=choice.reason,
+        detail=f"{why}; {cost_text}",
+        cost=cost,
+        target=target,
+    )
+
+
+def warmup_reason(problem: Problem, model: CostModel, p: int, s: int) -> ReplicaReason:
+    lag = _lag_text(lag_of(problem.lags[p], s))
+    cost, cost_text = _cost(problem, model, p, s)
+    return ReplicaReason(
+        partition=problem.partitions[p],
+        server=problem.server_ids[s],
+        role="warmup",
+        reason="warmup",
+        detail=(
+            f"balanced target with lag {lag} > {problem.config.acceptable_recovery_lag}; takes the active "
+            f"once caught up; {cost_text}"
+        ),
+        cost=cost,
+        target=problem.server_ids[s],
+    )
+
+
+def standby_reason(
+    problem: Problem, model: CostModel, p: int, slot: StandbySlot, server: int
+) -> ReplicaReason:
+    tag_keys = problem.config.rack_aware_assignment_tags
+    level = spread_level(slot.score, len(tag_keys))
+    code = "least_loaded" if level == "least_loaded" else f"spread_{level}"
+    keys = new_keys(slot.score, tag_keys)
+    where = f"new on {', '.join(keys)}" if keys else "no tag key had an unused value"
+    if server != slot.server:
+        how = f"moved within its tag group from {problem.server_ids[slot.server]} for a lower cost"
+    elif slot.kept:
+        how = "kept (was a standby and still spreads as well as any choice)"
+    else:
+        how = "least loaded server among the best-spread ones"
+    cost, cost_text = _cost(problem, model, p, server)
+    return ReplicaReason(
+        partition=problem.partitions[p],
+        server=problem.server_ids[server],
+        role="standby",
+        reason=code,
+        detail=f"{level} spread ({where}); {how}; {cost_text}",
+        cost=cost,
+        spread=level,
+    )
+
+
+def standby_shortfall_notes(problem: Problem, wanted: Sequence[int]) -> list[str]:
+    """One note per (table, asked, placed) for partitions that got fewer standbys than asked."""
+    short: dict[tuple[str, int, int], int] = {}
+    for p, w in enumerate(wanted):
+        asked = problem.standbys_asked[p]
+        if w < asked:
+            key = (problem.table_names[problem.table_of[p]], asked, w)
+            short[key] = short.get(key, 0) + 1
+    return [
+        f"table {table!r}: {n} partitions have {w} of {asked} standbys "
+        f"(not enough servers besides the active and warmups)"
+        for (table, asked, w), n in sorted(short.items())
+    ]
+
+
+def explain(assignment: Assignment) -> str:
+    """A readable account of the assignment: costs, warnings, notes, then every replica and why."""
+    ex = assignment.explanation
+    c = ex.cost
+    lines = [
+        f"strategy {ex.strategy}: active cost {c.active} (balanced target {c.active_target}, "
+        f"plain balanced {c.active_baseline}), standby cost {c.standby} (KIP-708 only {c.standby_baseline}), "
+        f"{c.cross_rack_actives} actives outside their source racks",
+    ]
+    lines += [f"warning: {w}" for w in ex.warnings]
+    lines += [f"note: {n}" for n in ex.notes]
+    current = None
+    for r in ex.replicas:
+        if r.partition != current:
+            current = r.partition
+            lines.append(f"{r.partition}:")
+        lines.append(f"  {r.role:<8}{r.server:<12}{r.reason}: {r.detail}")
+    return "\n".join(lines)

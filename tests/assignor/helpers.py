@@ -1,0 +1,148 @@
+"""Builders, a hypothesis strategy for random clusters, and rule checkers written independently of
+the assignor's code (they recompute costs, bounds and spread from the definitions in the issue)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from hypothesis import strategies as st
+
+from hotstate.assignor import (
+    Assignment,
+    AssignorConfig,
+    PartitionAssignment,
+    PartitionId,
+    Server,
+    Table,
+)
+
+RACKS = ("az-a", "az-b", "az-c")
+
+
+def servers_in_racks(n: int, racks: Sequence[str] = RACKS, prefix: str = "s") -> list[Server]:
+    return [Server(f"{prefix}{i:03d}", rack=racks[i % len(racks)]) for i in range(n)]
+
+
+def all_caught_up(
+    assignment: Assignment | Mapping[PartitionId, PartitionAssignment],
+) -> dict[PartitionId, dict[str, int]]:
+    """The lag model of the convergence tests: every assigned replica has caught up."""
+    parts = assignment.partitions if isinstance(assignment, Assignment) else assignment
+    return {pid: dict.fromkeys(pa.replicas(), 0) for pid, pa in parts.items()}
+
+
+def bounds(total: int, caps: Sequence[int]) -> list[tuple[int, int]]:
+    c = sum(caps)
+    return [(total * x // c, -(-total * x // c)) for x in caps]
+
+
+def edge_cost(config: AssignorConfig, sources: Sequence[str], rack: str | None, held: bool) -> int:
+    traffic = config.traffic_cost if sources and rack not in sources else 0
+    return traffic + (0 if held else config.non_overlap_cost)
+
+
+def effective_rack(server: Server) -> str | None:
+    return server.tags.get("rack", server.rack)
+
+
+def holders(previous: Mapping[PartitionId, PartitionAssignment] | None, pid: PartitionId) -> set[str]:
+    if not previous or pid not in previous:
+        return set()
+    return set(previous[pid].replicas())
+
+
+def placement_cost(
+    placement: Mapping[PartitionId, str],
+    servers: Sequence[Server],
+    tables: Sequence[Table],
+    previous: Mapping[PartitionId, PartitionAssignment] | None,
+    config: AssignorConfig,
+) -> int:
+    by_id = {s.id: s for s in servers}
+    table = {t.name: t for t in tables}
+    live = set(by_id)
+    total = 0
+    for pid, sid in placement.items():
+        sources = table[pid.table].source_racks(pid.partition)
+        total += edge_cost(config, sources, effective_rack(by_id[sid]), sid in holders(previous, pid) & live)
+    return total
+
+
+def targets_of(assignment: Assignment) -> dict[PartitionId, str]:
+    out = {}
+    for r in assignment.explanation.replicas:
+        if r.role == "active":
+            assert r.target is not None
+            out[r.partition] = r.target
+    return out
+
+
+def vector(server: Server, keys: Sequence[str]) -> tuple[str | None, ...]:
+    return tuple(effective_rack(server) if k == "rack" else server.tags.get(k) for k in keys)
+
+
+def spread_rank(vec: Sequence[str | None], used: Sequence[set[str | None]]) -> tuple[int, tuple[bool, ...]]:
+    """(number of keys with a new value, which keys, earlier keys first) — bigger is better."""
+    new = tuple(v not in u for v, u in zip(vec, used, strict=True))
+    return (sum(new), new)
+
+
+@dataclass(frozen=True)
+class Case:
+    servers: list[Server]
+    tables: list[Table]
+    previous: dict[PartitionId, PartitionAssignment]
+    lags: dict[PartitionId, dict[str, int]]
+    config: AssignorConfig
+
+
+@st.composite
+def cases(draw: st.DrawFn, max_servers: int = 7, max_partitions: int = 10) -> Case:
+    n = draw(st.integers(1, max_servers))
+    racks = draw(st.sampled_from([RACKS, RACKS[:2], RACKS[:1]]))
+    zones = ("z1", "z2", "z3")
+    servers = []
+    for i in range(n):
+        rack = draw(st.sampled_from([*racks, None]))
+        tags: dict[str, str] = {}
+        if draw(st.booleans()):
+            tags["zone"] = draw(st.sampled_from(zones))
+        if draw(st.booleans()):
+            tags["cluster"] = draw(st.sampled_from(("k1", "k2")))
+        if draw(st.integers(0, 9)) == 0:
+            tags["rack"] = draw(st.sampled_from(racks))  # sometimes disagrees with `rack`
+        servers.append(Server(f"s{i}", rack=rack, tags=tags, capacity=draw(st.integers(1, 3))))
+    tables = []
+    for t in range(draw(st.integers(1, 3))):
+        parts = draw(st.integers(1, max_partitions))
+        writer = tuple(draw(st.sets(st.sampled_from(racks), max_size=2)))
+        per_part = draw(
+            st.dictionaries(
+                st.integers(0, parts - 1), st.sets(st.sampled_from(racks), max_size=2).map(tuple), max_size=3
+            )
+        )
+        standbys = draw(st.one_of(st.none(), st.integers(0, 3)))
+        tables.append(Table(f"t{t}", parts, standbys, writer, per_part))
+    ids = [s.id for s in servers] + ["gone"]
+    pids = [PartitionId(t.name, i) for t in tables for i in range(t.partitions)]
+    previous: dict[PartitionId, PartitionAssignment] = {}
+    for pid in draw(st.lists(st.sampled_from(pids), unique=True)):
+        reps = draw(st.lists(st.sampled_from(ids), min_size=1, max_size=4, unique=True))
+        k = draw(st.integers(0, len(reps) - 1))
+        previous[pid] = PartitionAssignment(reps[0], tuple(reps[1 : 1 + k]), tuple(reps[1 + k :]))
+    acceptable = draw(st.integers(0, 50))
+    lags: dict[PartitionId, dict[str, int]] = {}
+    for pid in draw(st.lists(st.sampled_from(pids), unique=True)):
+        lags[pid] = draw(st.dictionaries(st.sampled_from(ids), st.integers(0, 100), max_size=4))
+    tag_keys = draw(st.lists(st.sampled_from(("rack", "zone", "cluster")), unique=True, max_size=3))
+    config = AssignorConfig(
+        acceptable_recovery_lag=acceptable,
+        max_warmup_replicas=draw(st.integers(1, 3)),
+        num_standby_replicas=draw(st.integers(0, 2)),
+        rack_aware_assignment_tags=tuple(tag_keys),
+        rack_aware_assignment_strategy=draw(st.sampled_from(("none", "min_traffic", "balance_subtopology"))),
+        traffic_cost=draw(st.integers(0, 10)),
+        non_overlap_cost=draw(st.integers(0, 10)),
+    )
+    return Case(servers, tables, previous, lags, config)
