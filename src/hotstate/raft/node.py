@@ -1,0 +1,840 @@
+"""The KRaft consensus core: a sans-IO state machine stepped with messages and ticks (etcd-io/raft style).
+
+Inputs: `step(message, now)`, `tick(now)`, `propose(data, now)`, `take_snapshot(...)`. Output: `ready()`,
+a `Ready` listing what to persist, what to send once persisted and what became committed; the shell does
+that work and calls `advance(ready)`. Nothing here reads a clock, opens a socket or starts a thread, and
+the only randomness comes from a generator seeded by the caller, so a run is a pure function of its inputs.
+
+Protocol (KIP-595, KIP-630): leader epochs; Vote with the candidate's last epoch and end offset; a new
+leader sends BeginQuorumEpoch and writes a leader-change record in its own epoch; followers and observers
+pull with Fetch(offset, last fetched epoch) and truncate on a diverging-epoch answer; a fetcher below the
+leader's log start gets the snapshot id and pulls it with FetchSnapshot in chunks; the HW is the end offset
+of a majority of voters, once a record of the leader's epoch is in it.
+
+The rules that keep it safe each sit in a small method of their own (`_candidate_log_ok`,
+`_majority_end_offset`, `_may_commit`, `_quorum_state_to_persist`) so that the simulator's tests can break
+one at a time and show that the invariant checks notice.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+from collections.abc import Iterable, Sequence
+
+from hotstate.raft.config import RaftConfig
+from hotstate.raft.memlog import RaftLog
+from hotstate.raft.messages import (
+    BeginQuorumEpoch,
+    BeginQuorumEpochResponse,
+    DivergingEpoch,
+    ErrorCode,
+    Fetch,
+    FetchResponse,
+    FetchSnapshot,
+    FetchSnapshotResponse,
+    Message,
+    Vote,
+    VoteResponse,
+)
+from hotstate.raft.quorum_state import QuorumState
+from hotstate.raft.ready import AppendEntries, LogOp, Ready, SaveSnapshot, TruncateTo
+from hotstate.raft.records import Entry, EntryKind, Snapshot, SnapshotId
+
+
+class Role(enum.Enum):
+    UNATTACHED = "unattached"
+    FOLLOWER = "follower"
+    CANDIDATE = "candidate"
+    LEADER = "leader"
+
+
+class NotLeaderError(Exception):
+    """A proposal reached a member that does not lead; `leader_id` is who does, when known."""
+
+    def __init__(self, node_id: int, epoch: int, leader_id: int | None) -> None:
+        hint = f"the leader is {leader_id}" if leader_id is not None else "no leader is known"
+        super().__init__(f"member {node_id} does not lead epoch {epoch}; {hint}")
+        self.epoch = epoch
+        self.leader_id = leader_id
+
+
+class ProposalRejectedError(Exception):
+    """The leader holds too many unflushed proposals (back-pressure)."""
+
+
+class RaftSafetyError(Exception):
+    """The core was asked for what only a broken protocol asks for (e.g. to drop a committed entry)."""
+
+
+def majority(count: int) -> int:
+    return count // 2 + 1
+
+
+class RaftNode:
+    def __init__(
+        self,
+        node_id: int,
+        voters: Iterable[int],
+        config: RaftConfig | None = None,
+        *,
+        seed: int,
+        now: int,
+        quorum_state: QuorumState | None = None,
+        snapshot: Snapshot | None = None,
+        entries: Sequence[Entry] = (),
+    ) -> None:
+        self.id = node_id
+        self.voters = frozenset(voters)
+        if not self.voters:
+            raise ValueError("controller.quorum.voters is empty: a quorum needs at least one voter")
+        self.is_voter = node_id in self.voters
+        self.config = config or RaftConfig()
+        self._rng = random.Random(seed)
+        self._now = now
+
+        state = quorum_state or QuorumState()
+        self._epoch = state.epoch
+        self._voted_id = state.voted_id
+        self._leader_id = state.leader_id
+
+        self._snapshot = snapshot
+        self._log = RaftLog(snapshot.id if snapshot else None, entries)
+        # Whatever a snapshot holds was committed; the shell loads it before the core replays the rest.
+        self._hw = self._log.start_offset
+        self._applied = self._log.start_offset
+        self._persisted_end = self._log.end_offset
+
+        # Outputs gathered until the shell asks for them.
+        self._out_messages: list[Message] = []
+        self._out_ops: list[LogOp] = []
+        self._out_state_dirty = False
+        self._out_snapshot_to_load: Snapshot | None = None
+
+        # Timers (absolute times on the caller's clock); None when not running.
+        self._election_deadline: int | None = None
+        self._backoff_deadline: int | None = None
+        self._fetch_deadline: int | None = None
+        self._request_deadline: int | None = None
+
+        # Candidate state.
+        self._votes_granted: set[int] = set()
+        self._votes_rejected: set[int] = set()
+        self._election_retries = 0
+
+        # Follower / observer state.
+        self._snapshot_fetch: tuple[SnapshotId, bytearray] | None = None
+        self._fetch_target: int | None = None
+
+        # Leader state.
+        self._epoch_start_offset = 0
+        self._progress: dict[int, int] = {}
+        self._last_fetch_at: dict[int, int] = {}
+        self._begin_epoch_acked: set[int] = set()
+        self._begin_epoch_resend_at = 0
+        self._parked_fetches: dict[int, tuple[Fetch, int]] = {}
+        self._pending: list[tuple[bytes, EntryKind]] = []
+        self._linger_deadline: int | None = None
+
+        self._role = Role.UNATTACHED
+        if self._leader_id == self.id:
+            # A restarted leader has lost its view of the followers; it resigns and lets the quorum move on.
+            self._leader_id = None
+            self._out_state_dirty = True
+            self._enter_unattached_timers()
+        elif self._leader_id is not None:
+            self._become_follower(self._epoch, self._leader_id)
+        else:
+            self._enter_unattached_timers()
+
+    # ------------------------------------------------------------------ observation
+    @property
+    def role(self) -> Role:
+        return self._role
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    @property
+    def leader_id(self) -> int | None:
+        return self._leader_id
+
+    @property
+    def voted_id(self) -> int | None:
+        return self._voted_id
+
+    @property
+    def high_watermark(self) -> int:
+        return self._hw
+
+    @property
+    def log(self) -> RaftLog:
+        return self._log
+
+    @property
+    def snapshot(self) -> Snapshot | None:
+        return self._snapshot
+
+    @property
+    def quorum_state(self) -> QuorumState:
+        return QuorumState(self._epoch, self._voted_id, self._leader_id)
+
+    def next_deadline(self) -> int | None:
+        """The earliest time at which `tick` has work to do (for shells that sleep instead of polling)."""
+        times = [
+            t
+            for t in (
+                self._election_deadline,
+                self._backoff_deadline,
+                self._fetch_deadline,
+                self._request_deadline,
+                self._linger_deadline,
+            )
+            if t is not None
+        ]
+        if self._role is Role.LEADER:
+            times.append(self._begin_epoch_resend_at)
+            times.append(self._check_quorum_deadline())
+            times.extend(deadline for _, deadline in self._parked_fetches.values())
+        return min(times) if times else None
+
+    # ------------------------------------------------------------------ inputs
+    def tick(self, now: int) -> None:
+        self._now = max(self._now, now)
+        now = self._now
+        if self._role is Role.LEADER:
+            self._tick_leader(now)
+        elif self._role is Role.CANDIDATE:
+            if self._backoff_deadline is not None and now >= self._backoff_deadline:
+                self._become_candidate()
+            elif self._election_deadline is not None and now >= self._election_deadline:
+                self._start_backoff()
+        elif self._role is Role.FOLLOWER:
+            if self._fetch_deadline is not None and now >= self._fetch_deadline:
+                if self.is_voter:
+                    self._become_candidate()
+                else:
+                    self._become_unattached(self._epoch)
+            elif self._request_deadline is not None and now >= self._request_deadline:
+                self._send_fetch()
+        else:
+            if self.is_voter:
+                if self._election_deadline is not None and now >= self._election_deadline:
+                    self._become_candidate()
+            elif self._request_deadline is None or now >= self._request_deadline:
+                self._send_fetch()
+
+    def propose(self, data: bytes, now: int) -> int:
+        """Queue `data` for the log; returns the offset it will have if this leader's epoch commits it.
+
+        The caller learns the outcome from the committed entries: the entry at that offset with this epoch
+        means success, a different epoch there means the proposal was lost with the leadership.
+        """
+        self._now = max(self._now, now)
+        if self._role is not Role.LEADER:
+            raise NotLeaderError(self.id, self._epoch, self._leader_id)
+        if len(self._pending) >= self.config.max_pending_proposals:
+            raise ProposalRejectedError(
+                f"{len(self._pending)} proposals wait for the log (limit {self.config.max_pending_proposals})"
+            )
+        offset = self._log.end_offset + len(self._pending)
+        self._pending.append((data, EntryKind.DATA))
+        if self.config.append_linger_ms == 0:
+            self._flush_pending()
+        elif self._linger_deadline is None:
+            self._linger_deadline = self._now + self.config.append_linger_ms
+        return offset
+
+    def take_snapshot(self, end_offset: int, data: bytes) -> SnapshotId:
+        """Record that the state machine's state after applying every entry below `end_offset` is `data`.
+
+        The snapshot is kept to serve FetchSnapshot and the log below it is dropped (a SaveSnapshot op).
+        """
+        if not self._log.start_offset < end_offset <= self._applied:
+            raise ValueError(
+                f"snapshot at {end_offset}: must be above the log start {self._log.start_offset} and at most "
+                f"the applied offset {self._applied}"
+            )
+        snapshot_id = SnapshotId(end_offset, self._log.epoch_at(end_offset - 1))
+        self._snapshot = Snapshot(snapshot_id, data)
+        self._log.compact(snapshot_id)
+        self._out_ops.append(SaveSnapshot(self._snapshot))
+        return snapshot_id
+
+    def step(self, message: Message, now: int) -> None:
+        self._now = max(self._now, now)
+        if message.dst != self.id:
+            return
+        match message:
+            case Vote():
+                self._on_vote(message)
+            case VoteResponse():
+                self._on_vote_response(message)
+            case BeginQuorumEpoch():
+                self._on_begin_quorum_epoch(message)
+            case BeginQuorumEpochResponse():
+                self._on_begin_quorum_epoch_response(message)
+            case Fetch():
+                self._on_fetch(message)
+            case FetchResponse():
+                self._on_fetch_response(message)
+            case FetchSnapshot():
+                self._on_fetch_snapshot(message)
+            case FetchSnapshotResponse():
+                self._on_fetch_snapshot_response(message)
+
+    # ------------------------------------------------------------------ outputs
+    def has_ready(self) -> bool:
+        return bool(
+            self._out_messages
+            or self._out_ops
+            or self._out_state_dirty
+            or self._out_snapshot_to_load is not None
+            or self._hw > self._applied
+        )
+
+    def ready(self) -> Ready:
+        """Hand out the work gathered since the last call (the core forgets it: do it, then `advance`)."""
+        committed: tuple[Entry, ...] = ()
+        if self._hw > self._applied:
+            committed = tuple(self._log.entries_between(self._applied, self._hw))
+            self._applied = self._hw
+        ready = Ready(
+            quorum_state=self._quorum_state_to_persist() if self._out_state_dirty else None,
+            log_ops=tuple(_merge_appends(self._out_ops)),
+            messages=tuple(self._out_messages),
+            committed=committed,
+            snapshot_to_load=self._out_snapshot_to_load,
+            high_watermark=self._hw,
+            log_end_offset=self._log.end_offset,
+        )
+        self._out_messages = []
+        self._out_ops = []
+        self._out_state_dirty = False
+        self._out_snapshot_to_load = None
+        return ready
+
+    def advance(self, ready: Ready) -> None:
+        """The shell has made `ready` durable and sent its messages."""
+        if ready.log_ops:
+            self._persisted_end = min(ready.log_end_offset, self._log.end_offset)
+        if self._role is Role.LEADER:
+            self._update_high_watermark()
+
+    # ------------------------------------------------------------------ the safety rules
+    def _candidate_log_ok(self, last_epoch: int, end_offset: int) -> bool:
+        """A vote goes only to a candidate whose log is at least as up to date as ours."""
+        return (last_epoch, end_offset) >= (self._log.last_epoch, self._log.end_offset)
+
+    def _majority_end_offset(self) -> int:
+        """The largest offset that a majority of voters (the leader's durable log included) hold."""
+        ends = sorted(
+            (
+                self._persisted_end if voter == self.id else self._progress.get(voter, 0)
+                for voter in self.voters
+            ),
+            reverse=True,
+        )
+        return ends[majority(len(ends)) - 1]
+
+    def _may_commit(self, high_watermark: int) -> bool:
+        """Only a record of the leader's own epoch commits what lies below it (Raft §5.4.2)."""
+        return high_watermark > self._epoch_start_offset
+
+    def _quorum_state_to_persist(self) -> QuorumState:
+        return QuorumState(self._epoch, self._voted_id, self._leader_id)
+
+    # ------------------------------------------------------------------ role changes
+    def _random_election_timeout(self) -> int:
+        timeout = self.config.election_timeout_ms
+        return timeout + self._rng.randrange(timeout)
+
+    def _enter_unattached_timers(self) -> None:
+        self._role = Role.UNATTACHED
+        self._clear_leader_state()
+        self._fetch_deadline = None
+        self._backoff_deadline = None
+        self._snapshot_fetch = None
+        self._fetch_target = None
+        if self.is_voter:
+            self._election_deadline = self._now + self._random_election_timeout()
+            self._request_deadline = None
+        else:
+            self._election_deadline = None
+            self._request_deadline = self._now
+
+    def _become_unattached(self, epoch: int) -> None:
+        if epoch != self._epoch:
+            self._voted_id = None
+        self._epoch = epoch
+        self._leader_id = None
+        self._out_state_dirty = True
+        self._enter_unattached_timers()
+
+    def _become_follower(self, epoch: int, leader_id: int) -> None:
+        if epoch != self._epoch:
+            self._voted_id = None
+        self._epoch = epoch
+        self._leader_id = leader_id
+        self._out_state_dirty = True
+        self._role = Role.FOLLOWER
+        self._clear_leader_state()
+        self._election_deadline = None
+        self._backoff_deadline = None
+        self._snapshot_fetch = None
+        self._election_retries = 0
+        self._fetch_target = leader_id
+        self._fetch_deadline = self._now + self.config.fetch_timeout_ms
+        self._send_fetch()
+
+    def _become_candidate(self) -> None:
+        if not self.is_voter:
+            return
+        self._epoch += 1
+        self._voted_id = self.id
+        self._leader_id = None
+        self._out_state_dirty = True
+        self._role = Role.CANDIDATE
+        self._clear_leader_state()
+        self._fetch_deadline = None
+        self._request_deadline = None
+        self._backoff_deadline = None
+        self._snapshot_fetch = None
+        self._votes_granted = {self.id}
+        self._votes_rejected = set()
+        self._election_deadline = self._now + self._random_election_timeout()
+        for voter in sorted(self.voters - {self.id}):
+            self._send(
+                Vote(
+                    src=self.id,
+                    dst=voter,
+                    epoch=self._epoch,
+                    last_epoch=self._log.last_epoch,
+                    last_epoch_end_offset=self._log.end_offset,
+                )
+            )
+        self._check_election()
+
+    def _start_backoff(self) -> None:
+        """A lost election waits a random, exponentially growing time so that rivals stop colliding."""
+        self._election_retries += 1
+        cap = min(self.config.election_backoff_max_ms, 50 * (1 << min(self._election_retries, 10)))
+        self._election_deadline = None
+        self._backoff_deadline = self._now + 1 + self._rng.randrange(cap)
+
+    def _check_election(self) -> None:
+        needed = majority(len(self.voters))
+        if len(self._votes_granted) >= needed:
+            self._become_leader()
+        elif len(self._votes_rejected) >= len(self.voters) - needed + 1 and self._backoff_deadline is None:
+            self._start_backoff()
+
+    def _become_leader(self) -> None:
+        self._role = Role.LEADER
+        self._leader_id = self.id
+        self._out_state_dirty = True
+        self._election_deadline = None
+        self._backoff_deadline = None
+        self._fetch_deadline = None
+        self._request_deadline = None
+        self._election_retries = 0
+        self._progress = {}
+        self._last_fetch_at = {voter: self._now for voter in self.voters}
+        self._begin_epoch_acked = set()
+        self._parked_fetches = {}
+        self._epoch_start_offset = self._log.end_offset
+        self._pending = [(b"", EntryKind.LEADER_CHANGE)]
+        self._flush_pending()
+        self._send_begin_quorum_epoch()
+        self._update_high_watermark()
+
+    def _clear_leader_state(self) -> None:
+        self._progress = {}
+        self._last_fetch_at = {}
+        self._parked_fetches = {}
+        self._pending = []
+        self._linger_deadline = None
+
+    def _observe_epoch(self, epoch: int, leader_id: int | None) -> None:
+        """Move to a newer epoch, or learn the leader of ours, from anything a member said."""
+        if epoch > self._epoch:
+            if leader_id is not None and leader_id != self.id:
+                self._become_follower(epoch, leader_id)
+            else:
+                self._become_unattached(epoch)
+        elif (
+            epoch == self._epoch
+            and leader_id is not None
+            and leader_id != self.id
+            and self._role is not Role.FOLLOWER
+        ):
+            if self._role is Role.LEADER:
+                raise RaftSafetyError(f"member {self.id} leads epoch {epoch} but {leader_id} claims it too")
+            self._become_follower(epoch, leader_id)
+
+    # ------------------------------------------------------------------ elections
+    def _on_vote(self, request: Vote) -> None:
+        if request.epoch > self._epoch:
+            # A candidate we may not vote for must not postpone our own candidacy, or a voter with a short
+            # log that keeps standing would stop the others from ever standing (a livelock).
+            pending = [
+                t
+                for t in (self._election_deadline, self._backoff_deadline, self._fetch_deadline)
+                if t is not None
+            ]
+            self._become_unattached(request.epoch)
+            if pending and self._election_deadline is not None:
+                self._election_deadline = min(self._election_deadline, min(pending))
+        granted = (
+            request.epoch == self._epoch
+            and self.is_voter
+            and self._role is Role.UNATTACHED
+            and self._leader_id is None
+            and self._voted_id in (None, request.src)
+            and self._candidate_log_ok(request.last_epoch, request.last_epoch_end_offset)
+        )
+        if granted:
+            self._voted_id = request.src
+            self._out_state_dirty = True
+            # Give the candidate its chance before we stand ourselves.
+            self._election_deadline = self._now + self._random_election_timeout()
+        self._send(VoteResponse(self.id, request.src, self._epoch, granted, self._leader_id))
+
+    def _on_vote_response(self, response: VoteResponse) -> None:
+        if response.epoch > self._epoch or (response.epoch == self._epoch and response.leader_id is not None):
+            self._observe_epoch(response.epoch, response.leader_id)
+            return
+        if self._role is not Role.CANDIDATE or response.epoch != self._epoch:
+            return
+        if response.granted:
+            self._votes_granted.add(response.src)
+        else:
+            self._votes_rejected.add(response.src)
+        self._check_election()
+
+    def _on_begin_quorum_epoch(self, request: BeginQuorumEpoch) -> None:
+        if request.epoch < self._epoch:
+            self._send(
+                BeginQuorumEpochResponse(self.id, request.src, self._epoch, ErrorCode.FENCED_LEADER_EPOCH)
+            )
+            return
+        self._observe_epoch(request.epoch, request.src)
+        self._send(BeginQuorumEpochResponse(self.id, request.src, self._epoch, ErrorCode.NONE))
+
+    def _on_begin_quorum_epoch_response(self, response: BeginQuorumEpochResponse) -> None:
+        if response.epoch > self._epoch:
+            self._observe_epoch(response.epoch, None)
+        elif self._role is Role.LEADER and response.epoch == self._epoch:
+            self._begin_epoch_acked.add(response.src)
+
+    # ------------------------------------------------------------------ leader
+    def _send_begin_quorum_epoch(self) -> None:
+        for voter in sorted(self.voters - {self.id} - self._begin_epoch_acked):
+            self._send(BeginQuorumEpoch(self.id, voter, self._epoch))
+        self._begin_epoch_resend_at = self._now + self.config.request_timeout_ms
+
+    def _check_quorum_deadline(self) -> int:
+        """When the leader must resign unless more voters fetch: 1.5x the fetch timeout after the majority-th
+        most recent fetch (the leader itself counts as fresh)."""
+        times = sorted(
+            (self._now if voter == self.id else self._last_fetch_at.get(voter, 0) for voter in self.voters),
+            reverse=True,
+        )
+        return times[majority(len(times)) - 1] + (3 * self.config.fetch_timeout_ms) // 2
+
+    def _tick_leader(self, now: int) -> None:
+        if now >= self._check_quorum_deadline():
+            # Partitioned from a majority: stop claiming leadership so clients go elsewhere.
+            self._voted_id = self.id
+            self._become_unattached(self._epoch)
+            return
+        if self._linger_deadline is not None and now >= self._linger_deadline:
+            self._flush_pending()
+        for replica_id, (request, deadline) in sorted(self._parked_fetches.items()):
+            if now >= deadline:
+                del self._parked_fetches[replica_id]
+                self._send(self._fetch_answer(request))
+        if now >= self._begin_epoch_resend_at:
+            self._send_begin_quorum_epoch()
+
+    def _flush_pending(self) -> None:
+        self._linger_deadline = None
+        if not self._pending:
+            return
+        start = self._log.end_offset
+        entries = tuple(
+            Entry(start + i, self._epoch, data, kind) for i, (data, kind) in enumerate(self._pending)
+        )
+        self._pending = []
+        self._log.append(entries)
+        self._out_ops.append(AppendEntries(entries))
+        self._answer_parked_fetches()
+
+    def _answer_parked_fetches(self) -> None:
+        for replica_id in sorted(self._parked_fetches):
+            request, _ = self._parked_fetches[replica_id]
+            self._send(self._fetch_answer(request))
+        self._parked_fetches = {}
+
+    def _update_high_watermark(self) -> None:
+        candidate = self._majority_end_offset()
+        if candidate > self._hw and self._may_commit(candidate):
+            self._hw = candidate
+            self._answer_parked_fetches()  # followers learn the new HW without waiting out the long poll
+
+    def _on_fetch(self, request: Fetch) -> None:
+        if request.epoch > self._epoch:
+            self._observe_epoch(request.epoch, None)
+        if self._role is not Role.LEADER or request.epoch != self._epoch:
+            error = ErrorCode.FENCED_LEADER_EPOCH if request.epoch < self._epoch else ErrorCode.NOT_LEADER
+            self._send(
+                FetchResponse(
+                    self.id,
+                    request.src,
+                    self._epoch,
+                    self._leader_id,
+                    error,
+                    request.fetch_offset,
+                    request.last_fetched_epoch,
+                )
+            )
+            return
+        answer = self._fetch_answer(request)
+        if answer.diverging is None and answer.snapshot_id is None:
+            if request.src in self.voters:
+                self._progress[request.src] = request.fetch_offset
+                self._last_fetch_at[request.src] = self._now
+                self._begin_epoch_acked.add(request.src)
+                self._update_high_watermark()
+            if not answer.entries:
+                # Nothing new: hold the request until there is, or until the long poll runs out.
+                self._parked_fetches[request.src] = (request, self._now + self.config.fetch_max_wait_ms)
+                return
+        elif request.src in self.voters:
+            self._last_fetch_at[request.src] = self._now
+            self._begin_epoch_acked.add(request.src)
+        self._parked_fetches.pop(request.src, None)
+        self._send(answer)
+
+    def _fetch_answer(self, request: Fetch) -> FetchResponse:
+        log = self._log
+        base = FetchResponse(
+            self.id,
+            request.src,
+            self._epoch,
+            self.id,
+            ErrorCode.NONE,
+            request.fetch_offset,
+            request.last_fetched_epoch,
+            high_watermark=self._hw,
+        )
+        snapshot_id = self._snapshot.id if self._snapshot is not None else None
+        if request.fetch_offset < log.start_offset:
+            return _replace_fetch(base, snapshot_id=snapshot_id)
+        if request.fetch_offset == log.start_offset:
+            if request.last_fetched_epoch != log.start_epoch:
+                if log.start_offset == 0:
+                    return _replace_fetch(base, diverging=DivergingEpoch(0, 0))
+                return _replace_fetch(base, snapshot_id=snapshot_id)
+        else:
+            epoch, end = log.end_offset_for_epoch(request.last_fetched_epoch)
+            if epoch != request.last_fetched_epoch or end < request.fetch_offset:
+                if epoch < 0 and log.start_offset == 0:
+                    # We know none of the fetcher's epochs: the only prefix we share is the empty one.
+                    return _replace_fetch(base, diverging=DivergingEpoch(0, 0))
+                if epoch < 0 or end < log.start_offset:
+                    return _replace_fetch(base, snapshot_id=snapshot_id)
+                return _replace_fetch(base, diverging=DivergingEpoch(epoch, min(end, request.fetch_offset)))
+        entries = tuple(
+            log.entries_from(request.fetch_offset, min(request.max_bytes, self.config.fetch_max_bytes))
+        )
+        return _replace_fetch(base, entries=entries)
+
+    def _on_fetch_snapshot(self, request: FetchSnapshot) -> None:
+        if request.epoch > self._epoch:
+            self._observe_epoch(request.epoch, None)
+        if self._role is not Role.LEADER or request.epoch != self._epoch:
+            error = ErrorCode.FENCED_LEADER_EPOCH if request.epoch < self._epoch else ErrorCode.NOT_LEADER
+            self._send(
+                FetchSnapshotResponse(
+                    self.id,
+                    request.src,
+                    self._epoch,
+                    self._leader_id,
+                    error,
+                    request.snapshot_id,
+                    request.position,
+                )
+            )
+            return
+        if request.src in self.voters:
+            self._last_fetch_at[request.src] = self._now
+        snapshot = self._snapshot
+        if snapshot is None or snapshot.id != request.snapshot_id or request.position > len(snapshot.data):
+            self._send(
+                FetchSnapshotResponse(
+                    self.id,
+                    request.src,
+                    self._epoch,
+                    self.id,
+                    ErrorCode.SNAPSHOT_NOT_FOUND,
+                    request.snapshot_id,
+                    request.position,
+                )
+            )
+            return
+        size = min(request.max_bytes, self.config.snapshot_chunk_bytes)
+        chunk = snapshot.data[request.position : request.position + size]
+        self._send(
+            FetchSnapshotResponse(
+                self.id,
+                request.src,
+                self._epoch,
+                self.id,
+                ErrorCode.NONE,
+                snapshot.id,
+                request.position,
+                chunk,
+                len(snapshot.data),
+            )
+        )
+
+    # ------------------------------------------------------------------ follower and observer
+    def _send_fetch(self) -> None:
+        target = self._fetch_target if self._role is Role.FOLLOWER else None
+        if target is None:
+            # An observer (or a voter with no leader) asks any voter; the answer names the leader.
+            others = sorted(self.voters - {self.id})
+            if not others:
+                return
+            target = others[self._rng.randrange(len(others))]
+        self._request_deadline = self._now + self.config.request_timeout_ms + self.config.fetch_max_wait_ms
+        if self._snapshot_fetch is not None and self._role is Role.FOLLOWER:
+            snapshot_id, buffer = self._snapshot_fetch
+            self._send(
+                FetchSnapshot(
+                    self.id, target, self._epoch, snapshot_id, len(buffer), self.config.snapshot_chunk_bytes
+                )
+            )
+            return
+        self._send(
+            Fetch(
+                src=self.id,
+                dst=target,
+                epoch=self._epoch,
+                fetch_offset=self._log.end_offset,
+                last_fetched_epoch=self._log.last_epoch,
+                max_bytes=self.config.fetch_max_bytes,
+            )
+        )
+
+    def _is_current_leader_answer(self, src: int, epoch: int) -> bool:
+        return self._role is Role.FOLLOWER and src == self._leader_id and epoch == self._epoch
+
+    def _on_fetch_response(self, response: FetchResponse) -> None:
+        if response.epoch < self._epoch:
+            return
+        self._observe_epoch(response.epoch, response.leader_id)
+        if response.error is not ErrorCode.NONE:
+            if self._role is not Role.FOLLOWER and not self.is_voter:
+                # Ask another voter soon rather than hammering this one.
+                self._request_deadline = self._now + self.config.request_timeout_ms // 4
+            return
+        if not self._is_current_leader_answer(response.src, response.epoch):
+            return
+        log = self._log
+        if (
+            self._snapshot_fetch is not None
+            or response.fetch_offset != log.end_offset
+            or response.last_fetched_epoch != log.last_epoch
+        ):
+            return  # a late or duplicated answer to a fetch we no longer have out
+        self._fetch_deadline = self._now + self.config.fetch_timeout_ms
+        if response.diverging is not None:
+            # Cut where the leader's copy of that epoch ends or where ours does, whichever is first: entries
+            # of later epochs that the leader never had diverge too, and must go in this same step.
+            own_epoch, own_end = log.end_offset_for_epoch(response.diverging.epoch)
+            own_end = log.start_offset if own_epoch < 0 else own_end
+            self._truncate(min(response.diverging.end_offset, own_end, log.end_offset))
+        elif response.snapshot_id is not None:
+            self._snapshot_fetch = (response.snapshot_id, bytearray())
+        else:
+            if response.entries:
+                log.append(response.entries)
+                self._out_ops.append(AppendEntries(response.entries))
+            self._hw = max(self._hw, min(response.high_watermark, log.end_offset))
+        self._send_fetch()
+
+    def _truncate(self, offset: int) -> None:
+        if offset < self._hw:
+            raise RaftSafetyError(
+                f"member {self.id} told to truncate to {offset}, below its high watermark {self._hw}"
+            )
+        self._log.truncate_to(offset)
+        self._out_ops.append(TruncateTo(offset))
+
+    def _on_fetch_snapshot_response(self, response: FetchSnapshotResponse) -> None:
+        if response.epoch < self._epoch:
+            return
+        self._observe_epoch(response.epoch, response.leader_id)
+        if not self._is_current_leader_answer(response.src, response.epoch) or self._snapshot_fetch is None:
+            return
+        snapshot_id, buffer = self._snapshot_fetch
+        if response.snapshot_id != snapshot_id:
+            return
+        if response.error is ErrorCode.SNAPSHOT_NOT_FOUND:
+            self._snapshot_fetch = None  # the leader has a newer one; a plain fetch will name it
+            self._send_fetch()
+            return
+        if response.error is not ErrorCode.NONE or response.position != len(buffer):
+            return
+        self._fetch_deadline = self._now + self.config.fetch_timeout_ms
+        buffer.extend(response.chunk)
+        if len(buffer) >= response.total_size:
+            snapshot = Snapshot(snapshot_id, bytes(buffer))
+            self._snapshot_fetch = None
+            self._snapshot = snapshot
+            self._log.reset(snapshot_id)
+            self._out_ops.append(SaveSnapshot(snapshot, reset_log=True))
+            self._out_snapshot_to_load = snapshot
+            self._hw = max(self._hw, snapshot_id.end_offset)
+            self._applied = max(self._applied, snapshot_id.end_offset)
+        self._send_fetch()
+
+    # ------------------------------------------------------------------ plumbing
+    def _send(self, message: Message) -> None:
+        self._out_messages.append(message)
+
+
+def _replace_fetch(
+    base: FetchResponse,
+    *,
+    entries: tuple[Entry, ...] = (),
+    diverging: DivergingEpoch | None = None,
+    snapshot_id: SnapshotId | None = None,
+) -> FetchResponse:
+    return FetchResponse(
+        base.src,
+        base.dst,
+        base.epoch,
+        base.leader_id,
+        base.error,
+        base.fetch_offset,
+        base.last_fetched_epoch,
+        base.high_watermark,
+        entries,
+        diverging,
+        snapshot_id,
+    )
+
+
+def _merge_appends(ops: list[LogOp]) -> list[LogOp]:
+    merged: list[LogOp] = []
+    for op in ops:
+        previous = merged[-1] if merged else None
+        if isinstance(op, AppendEntries) and isinstance(previous, AppendEntries):
+            merged[-1] = AppendEntries(previous.entries + op.entries)
+        else:
+            merged.append(op)
+    return merged

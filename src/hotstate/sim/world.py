@@ -1,0 +1,486 @@
+"""The deterministic simulator: Raft cores, a seeded network, disks that tear, and a simulated clock.
+
+Everything a run does is drawn from one seed, events are ordered by (time, sequence), and no wall clock,
+thread or socket is involved, so a seed replays exactly. After every event the invariant checker looks at
+the members the event touched; the first violation stops the run with the command that replays it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from hotstate.raft.messages import Message, VoteResponse
+from hotstate.raft.node import NotLeaderError, ProposalRejectedError, RaftNode, RaftSafetyError, Role
+from hotstate.raft.ready import Ready
+from hotstate.raft.records import EntryKind
+from hotstate.sim.disk import SimDisk
+from hotstate.sim.invariants import Checker, InvariantViolation
+from hotstate.sim.profile import FaultProfile
+from hotstate.sim.state_machine import HashChainStateMachine
+
+NodeFactory = Callable[..., RaftNode]
+
+# A member sleeps until its core's next deadline, but never longer than this (as a real shell would).
+MAX_SLEEP_MS = 100
+
+(
+    _DELIVER,
+    _TICK,
+    _DISK_DONE,
+    _CRASH,
+    _RESTART,
+    _PARTITION,
+    _HEAL,
+    _PROPOSE,
+    _CALM,
+    _CONVERGED,
+    _CRASH_MEMBER,
+) = range(11)
+
+# Proposals go on this long into the calm period, so that recovery is also tested under load.
+PROPOSALS_INTO_CALM_MS = 500
+
+
+class SimulationFailure(Exception):
+    """A run broke an invariant (or a core raised); carries what is needed to replay it."""
+
+    def __init__(self, seed: int, time: int, event: int, reason: str, replay: str) -> None:
+        super().__init__(f"seed {seed}: {reason} (at t={time} ms, event {event})\n  replay: {replay}")
+        self.seed = seed
+        self.time = time
+        self.event = event
+        self.reason = reason
+        self.replay = replay
+
+
+@dataclass
+class Member:
+    id: int
+    is_voter: bool
+    disk: SimDisk = field(default_factory=SimDisk)
+    core: RaftNode | None = None
+    machine: HashChainStateMachine = field(default_factory=HashChainStateMachine)
+    incarnation: int = 0
+    writing: Ready | None = None  # a Ready whose fsync is under way
+    backlog: deque[tuple[int, Any]] = field(default_factory=deque)
+    tick_at: int | None = None  # the time of the one live tick event
+    down_since: int | None = None
+
+    @property
+    def up(self) -> bool:
+        return self.core is not None
+
+
+@dataclass
+class RunStats:
+    seed: int
+    events: int = 0
+    messages: int = 0
+    elections_won: int = 0
+    max_epoch: int = 0
+    committed: int = 0
+    proposals: int = 0
+    leader_crashes: int = 0
+    # Simulated ms from a leader's crash to the next leader (of a higher epoch) being elected.
+    failover_ms: list[int] = field(default_factory=list)
+    log: list[str] = field(default_factory=list)
+
+
+class World:
+    def __init__(
+        self,
+        seed: int,
+        profile: FaultProfile,
+        *,
+        node_factory: NodeFactory = RaftNode,
+        replay: str | None = None,
+        trace: bool = False,
+        check_liveness: bool = True,
+    ) -> None:
+        self.seed = seed
+        self.profile = profile
+        self.node_factory = node_factory
+        self.replay = (
+            replay
+            or "python -m hotstate.sim"
+            + f" --seed {seed} --voters {profile.voters} --observers {profile.observers}"
+        )
+        self.trace = trace
+        self.check_liveness = check_liveness
+        self.rng = random.Random(f"world/{seed}")
+        self.now = 0
+        self._seq = 0
+        self._events: list[tuple[int, int, int, int, Any]] = []
+        voter_ids = list(range(1, profile.voters + 1))
+        observer_ids = list(range(profile.voters + 1, profile.voters + profile.observers + 1))
+        self.voters = frozenset(voter_ids)
+        self.members = {i: Member(i, i in self.voters) for i in voter_ids + observer_ids}
+        self.checker = Checker(self.voters)
+        self.stats = RunStats(seed)
+        self._partition: dict[int, int] | None = None  # member -> side; None when the network is whole
+        self._calm = False
+        self._crashed_leader_at: int | None = None
+        self._crashed_leader_epoch = 0
+        self._proposal_counter = 0
+        self._converged = False
+
+    # ------------------------------------------------------------------ running
+    def run(self) -> RunStats:
+        profile = self.profile
+        for member in self.members.values():
+            self._start(member)
+        end = profile.chaos_ms + profile.calm_ms
+        self._schedule(profile.chaos_ms, _CALM, 0, None)
+        self._schedule(self.rng.randrange(1, 20), _PROPOSE, 0, None)
+        if profile.crash_every_ms:
+            self._schedule(self._gap(profile.crash_every_ms), _CRASH, 0, None)
+        if profile.partition_every_ms:
+            self._schedule(self._gap(profile.partition_every_ms), _PARTITION, 0, None)
+        event_no = 0
+        try:
+            while self._events and self._events[0][0] <= end and not self._converged:
+                time, _, kind, target, payload = heapq.heappop(self._events)
+                self.now = time
+                event_no += 1
+                self._handle(kind, target, payload)
+            self.stats.events = event_no
+            if self.check_liveness and not self._converged:
+                self._check_recovered()
+        except (InvariantViolation, RaftSafetyError, AssertionError) as error:
+            raise SimulationFailure(
+                self.seed, self.now, event_no, f"{type(error).__name__}: {error}", self.replay
+            ) from error
+        self.stats.committed = len(self.checker.committed)
+        return self.stats
+
+    def _gap(self, mean_ms: int) -> int:
+        return 1 + int(self.rng.expovariate(1 / mean_ms))
+
+    def _schedule(self, time: int, kind: int, target: int, payload: Any) -> None:
+        self._seq += 1
+        heapq.heappush(self._events, (time, self._seq, kind, target, payload))
+
+    def _handle(self, kind: int, target: int, payload: Any) -> None:
+        if kind == _DELIVER:
+            self._deliver(payload)
+        elif kind == _TICK:
+            member = self.members[target]
+            if member.up and member.tick_at == self.now:
+                member.tick_at = None
+                self._input(member, _TICK, None)
+                self._arm_tick(member)
+        elif kind == _DISK_DONE:
+            member = self.members[target]
+            if member.up and member.incarnation == payload:
+                self._finish_write(member)
+        elif kind == _CRASH:
+            if self._calm:
+                return
+            self._crash_someone()
+            if not self._calm:
+                self._schedule(self.now + self._gap(self.profile.crash_every_ms), _CRASH, 0, None)
+        elif kind == _CRASH_MEMBER:
+            member = self.members[target]
+            incarnation, down_ms = payload
+            if not self._calm and member.up and member.incarnation == incarnation:
+                self._crash(member, down_ms)
+        elif kind == _RESTART:
+            member = self.members[target]
+            if not member.up:
+                self._start(member)
+        elif kind == _PARTITION:
+            if self._calm:
+                return
+            self._make_partition()
+            if not self._calm:
+                self._schedule(self.now + self._gap(self.profile.partition_every_ms), _PARTITION, 0, None)
+        elif kind == _HEAL:
+            if self._partition is not None and self._partition is payload:
+                self._log("network healed")
+                self._partition = None
+        elif kind == _PROPOSE:
+            self._propose()
+            if self.now < self.profile.chaos_ms + PROPOSALS_INTO_CALM_MS:
+                self._schedule(
+                    self.now + self.rng.randint(1, self.profile.propose_every_ms), _PROPOSE, 0, None
+                )
+        elif kind == _CALM:
+            self._calm = True
+            self._partition = None
+            for member in self.members.values():
+                if not member.up:
+                    self._start(member)
+            self._log("calm: network whole, everyone up")
+            self._schedule(self.now + PROPOSALS_INTO_CALM_MS + 100, _CONVERGED, 0, None)
+        elif kind == _CONVERGED:
+            try:
+                self._check_recovered()
+            except InvariantViolation:
+                self._schedule(self.now + 100, _CONVERGED, 0, None)
+                return
+            self._converged = True
+            self._log("converged: one leader, every member caught up")
+
+    # ------------------------------------------------------------------ members
+    def _start(self, member: Member) -> None:
+        disk = member.disk
+        member.incarnation += 1
+        member.core = self.node_factory(
+            member.id,
+            self.voters,
+            self.profile.raft,
+            seed=self.seed * 7919 + member.id * 104729 + member.incarnation,
+            now=self.now,
+            quorum_state=disk.quorum_state,
+            snapshot=disk.snapshot,
+            entries=list(disk.entries),
+        )
+        member.machine = HashChainStateMachine()
+        if disk.snapshot is not None:
+            member.machine.load(disk.snapshot)
+        member.writing = None
+        member.backlog.clear()
+        member.tick_at = None
+        member.down_since = None
+        self.checker.restarted(member.id, member.core)
+        if member.incarnation > 1:
+            self._log(
+                f"member {member.id} restarted (epoch {member.core.epoch}, end {member.core.log.end_offset})"
+            )
+        self._after_input(member)
+
+    def _input(self, member: Member, kind: int, payload: Any) -> None:
+        """Feed one input to a member's core; while its disk is busy the input waits, like a real shell's."""
+        if member.writing is not None:
+            member.backlog.append((kind, payload))
+            return
+        core = member.core
+        assert core is not None
+        if kind == _TICK:
+            core.tick(self.now)
+        elif kind == _DELIVER:
+            core.step(payload, self.now)
+        self._after_input(member)
+
+    def _after_input(self, member: Member) -> None:
+        core = member.core
+        assert core is not None
+        self.checker.check_core(member.id, core)
+        if core.role is Role.LEADER:
+            self._note_leader(member, core)
+        self._drain(member)
+        self._arm_tick(member)
+
+    def _note_leader(self, member: Member, core: RaftNode) -> None:
+        if core.epoch > self.stats.max_epoch:
+            self.stats.max_epoch = core.epoch
+            self.stats.elections_won += 1
+            end, hw = core.log.end_offset, core.high_watermark
+            self._log(f"member {member.id} leads epoch {core.epoch} (end {end}, HW {hw})")
+            if not self._calm and self.rng.random() < self.profile.crash_after_win:
+                self._schedule(
+                    self.now + self.rng.randint(0, 3 * self.profile.delay_max_ms + 5),
+                    _CRASH_MEMBER,
+                    member.id,
+                    (member.incarnation, self.rng.randint(1, self.profile.down_max_ms)),
+                )
+            if self._crashed_leader_at is not None and core.epoch > self._crashed_leader_epoch:
+                self.stats.failover_ms.append(self.now - self._crashed_leader_at)
+                self._crashed_leader_at = None
+
+    def _drain(self, member: Member) -> None:
+        core = member.core
+        while core is not None and member.writing is None and core.has_ready():
+            ready = core.ready()
+            if ready.must_sync:
+                member.writing = ready
+                self._schedule(
+                    self.now + self.rng.randint(0, self.profile.disk_max_ms),
+                    _DISK_DONE,
+                    member.id,
+                    member.incarnation,
+                )
+                return
+            self._complete(member, ready)
+
+    def _finish_write(self, member: Member) -> None:
+        ready = member.writing
+        assert ready is not None
+        changed = member.disk.write(ready)
+        self.checker.check_disk(member.id, member.disk, changed)
+        self.checker.check_durable_majority({m.id: m.disk for m in self.members.values()})
+        member.writing = None
+        self._complete(member, ready)
+        while member.writing is None and member.backlog and member.up:
+            kind, payload = member.backlog.popleft()
+            self._input(member, kind, payload)
+        if member.up and member.writing is None:
+            self._drain(member)
+            self._arm_tick(member)
+
+    def _complete(self, member: Member, ready: Ready) -> None:
+        core = member.core
+        assert core is not None
+        for message in ready.messages:
+            self._send(message)
+            if (
+                isinstance(message, VoteResponse)
+                and message.granted
+                and not self._calm
+                and self.rng.random() < self.profile.crash_after_vote
+            ):
+                self._schedule(
+                    self.now + self.rng.randint(0, 2),
+                    _CRASH_MEMBER,
+                    member.id,
+                    (member.incarnation, self.rng.randint(1, 5)),
+                )
+        machine = member.machine
+        if ready.snapshot_to_load is not None:
+            machine.load(ready.snapshot_to_load)
+        for entry in ready.committed:
+            machine.apply(entry)
+        if ready.committed or ready.snapshot_to_load is not None:
+            self.checker.check_applied(member.id, machine)
+        core.advance(ready)
+        every = self.profile.snapshot_every
+        if every and machine.applied - core.log.start_offset >= every:
+            core.take_snapshot(machine.applied, machine.snapshot_bytes())
+        self.checker.check_core(member.id, core)
+        if core.role is Role.LEADER:
+            self._note_leader(member, core)
+
+    def _arm_tick(self, member: Member) -> None:
+        core = member.core
+        if core is None:
+            return
+        deadline = core.next_deadline()
+        wake = (
+            self.now + MAX_SLEEP_MS
+            if deadline is None
+            else min(max(deadline, self.now + 1), self.now + MAX_SLEEP_MS)
+        )
+        if member.tick_at is None or wake < member.tick_at:
+            member.tick_at = wake
+            self._schedule(wake, _TICK, member.id, None)
+
+    # ------------------------------------------------------------------ faults
+    def _crash_someone(self) -> None:
+        up = [m for m in self.members.values() if m.up]
+        if not up:
+            return
+        leaders = [m for m in up if m.core is not None and m.core.role is Role.LEADER]
+        if leaders and self.rng.random() < self.profile.crash_leader_bias:
+            victim = max(leaders, key=lambda m: m.core.epoch if m.core else -1)
+        else:
+            victim = up[self.rng.randrange(len(up))]
+        self._crash(victim, self.rng.randint(1, self.profile.down_max_ms))
+
+    def _crash(self, victim: Member, down_ms: int) -> None:
+        core = victim.core
+        assert core is not None
+        if core.role is Role.LEADER:
+            self.stats.leader_crashes += 1
+            if self._crashed_leader_at is None:
+                self._crashed_leader_at = self.now
+                self._crashed_leader_epoch = core.epoch
+        if victim.writing is not None:
+            changed = victim.disk.write_torn(victim.writing, self.rng)
+            self.checker.check_disk(victim.id, victim.disk, changed)
+        self._log(f"member {victim.id} crashed ({core.role.value}, epoch {core.epoch})")
+        victim.core = None
+        victim.writing = None
+        victim.backlog.clear()
+        victim.down_since = self.now
+        self.checker.check_durable_majority({m.id: m.disk for m in self.members.values()})
+        self._schedule(self.now + down_ms, _RESTART, victim.id, None)
+
+    def _make_partition(self) -> None:
+        ids = sorted(self.members)
+        sides = {member: self.rng.randrange(2) for member in ids}
+        self._partition = sides
+        left = [m for m in ids if sides[m] == 0]
+        right = [m for m in ids if sides[m] == 1]
+        self._log(f"network split {left} | {right}")
+        self._schedule(self.now + self.rng.randint(1, self.profile.partition_max_ms), _HEAL, 0, sides)
+
+    def _cut(self, a: int, b: int) -> bool:
+        return self._partition is not None and self._partition[a] != self._partition[b]
+
+    def _send(self, message: Message) -> None:
+        self.stats.messages += 1
+        profile = self.profile
+        if self._cut(message.src, message.dst):
+            return
+        if not self._calm and self.rng.random() < profile.drop:
+            return
+        copies = 2 if not self._calm and self.rng.random() < profile.duplicate else 1
+        high = 2 if self._calm else profile.delay_max_ms  # calm: a fast LAN, so laggards can catch up
+        for _ in range(copies):
+            delay = self.rng.randint(min(profile.delay_min_ms, high), high)
+            self._schedule(self.now + delay, _DELIVER, message.dst, message)
+
+    def _deliver(self, message: Message) -> None:
+        member = self.members.get(message.dst)
+        if member is None or not member.up or self._cut(message.src, message.dst):
+            return
+        self._input(member, _DELIVER, message)
+
+    # ------------------------------------------------------------------ workload and liveness
+    def _propose(self) -> None:
+        leaders = [m for m in self.members.values() if m.core is not None and m.core.role is Role.LEADER]
+        if not leaders:
+            return
+        leader = max(leaders, key=lambda m: m.core.epoch if m.core else -1)
+        core = leader.core
+        assert core is not None
+        self._proposal_counter += 1
+        try:
+            core.propose(f"{self.seed}/{self._proposal_counter}".encode(), self.now)
+        except (NotLeaderError, ProposalRejectedError):
+            return
+        self.stats.proposals += 1
+        if leader.writing is None:
+            self._after_input(leader)
+
+    def _check_recovered(self) -> None:
+        """After the calm period the quorum must have a leader and every member must have caught up."""
+        leaders = [m for m in self.members.values() if m.core is not None and m.core.role is Role.LEADER]
+        if not leaders:
+            raise InvariantViolation(
+                f"no leader {self.now - self.profile.chaos_ms} ms after the faults stopped"
+            )
+        leader = max(leaders, key=lambda m: m.core.epoch if m.core else -1)
+        lcore = leader.core
+        assert lcore is not None
+        if lcore.high_watermark < lcore.log.end_offset:
+            raise InvariantViolation(
+                f"leader {leader.id} of epoch {lcore.epoch} has HW {lcore.high_watermark} below its end "
+                f"{lcore.log.end_offset} after the calm period"
+            )
+        for member in self.members.values():
+            core = member.core
+            assert core is not None
+            if core.high_watermark < lcore.high_watermark or core.epoch != lcore.epoch:
+                raise InvariantViolation(
+                    f"member {member.id} ({core.role.value}, epoch {core.epoch}, HW {core.high_watermark}) "
+                    "has "
+                    f"not caught up with leader {leader.id} (epoch {lcore.epoch}, HW {lcore.high_watermark}) "
+                    "after the calm period"
+                )
+
+    def _log(self, line: str) -> None:
+        text = f"{self.now:>7} ms  {line}"
+        self.stats.log.append(text)
+        if self.trace:
+            print(text)
+
+
+def committed_data(world: World) -> list[bytes]:
+    """The data entries the run committed, in log order (for tests and the demo)."""
+    return [entry.data for entry in world.checker.committed if entry.kind is EntryKind.DATA]
