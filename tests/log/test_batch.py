@@ -54,4 +54,4 @@ def test_field_checks() -> None:
     with pytest.raises(LogError):
         check_batch_fields(-1, 0, [b"x"])
     with pytest.raises(LogError):
-        check_batch_fields(0, 0, ["text"])  # type: ignore[list-item]
+        check_batch_fields(0, 0, ["text"])

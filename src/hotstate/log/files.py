@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 START_OFFSET_FILE = "log-start-offset"
+# Present only between close() and the next open(): the last shutdown flushed everything.
+CLEAN_SHUTDOWN_FILE = "clean-shutdown"
 _START_OFFSET_VERSION = 0
 
 

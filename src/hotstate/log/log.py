@@ -14,12 +14,12 @@ Semantics a caller relies on:
 - `read(from_offset, max_bytes)` returns whole batches, except that the first one is *trimmed* to start
   at `from_offset` (unlike Kafka, a follower can hand the result straight to `append_batch`). max_bytes
   counts encoded batch sizes; the first batch is returned even when larger, so a reader always advances.
-- Recovery on open validates the last segment batch by batch (CRC32C, offsets, framing) and cuts a torn
-  or corrupt tail off the file with a warning: it is never served. After an unclean shutdown of an
-  fsync="never" log every segment is validated (the page cache may have lost any unflushed part), and
-  the log ends at the first bad batch, as Kafka's recovery does. Damage followed by a valid batch is
-  not a torn write but corruption inside the log: open() raises CorruptLogError naming the file and
-  byte. Corruption in an older segment found later by read() raises CorruptLogError too.
+- Recovery on open (recovery.py) validates the last segment batch by batch (CRC32C, offsets, framing)
+  and cuts a torn or corrupt tail off the file with a warning: it is never served. After an unclean
+  stop of an fsync="never" log every segment is validated and the log ends at the first bad batch.
+  Damage followed by a valid batch is not a torn write but corruption inside the log: open() raises
+  CorruptLogError naming the file and byte. Corruption in an older segment found later by read()
+  raises CorruptLogError too.
 - Writes are ordered so that a crash leaves files that recovery makes consistent: records before the
   epoch entries that describe them (recovery re-derives a missing entry from the last segment), the
   start-offset file before deleting segments, and a cut inside a batch as one atomic rename.
@@ -47,42 +47,26 @@ from hotstate.log.batch import (
     decode_batch,
     encode_batch,
 )
-from hotstate.log.epochs import EPOCH_FILE, LeaderEpochCache, read_checkpoint, write_checkpoint
+from hotstate.log.epochs import EPOCH_FILE, LeaderEpochCache, write_checkpoint
 from hotstate.log.errors import CorruptLogError, LogError, OffsetOutOfRangeError
 from hotstate.log.files import (
+    CLEAN_SHUTDOWN_FILE,
     START_OFFSET_FILE,
     StartOffsetState,
     fsync_dir,
     fsync_file,
-    read_start_offset,
     write_start_offset,
 )
 from hotstate.log.index import MAX_RELATIVE_OFFSET
-from hotstate.log.segment import (
-    INDEX_SUFFIX,
-    LOG_SUFFIX,
-    MAX_SEGMENT_BYTES,
-    SWAP_SUFFIX,
-    ScanResult,
-    Segment,
-    parse_segment_name,
-)
+from hotstate.log.recovery import recover
+from hotstate.log.segment import MAX_SEGMENT_BYTES, Segment
 
 FsyncPolicy = Literal["always", "never"]
-CLEAN_SHUTDOWN_FILE = "clean-shutdown"
 LOCK_FILE = ".lock"
 _READ_CHUNK_MIN = 64 * 1024
 _READ_CHUNK_MAX = 8 * 1024 * 1024
 
 _logger = logging.getLogger(__name__)
-
-
-def _rising_epochs(starts: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
-    out: list[tuple[int, int]] = []
-    for epoch, offset in starts:
-        if not out or epoch > out[-1][0]:
-            out.append((epoch, offset))
-    return out
 
 
 class Log:
@@ -135,10 +119,15 @@ class Log:
             raise LogError(f"log directory {path} is open elsewhere") from None
         log = cls(path, fsync, segment_bytes, index_interval_bytes, lock_fd)
         try:
-            log._recover()
+            recovered = recover(path, always=fsync == "always", index_interval_bytes=index_interval_bytes)
         except BaseException:
-            log._release()
+            os.close(lock_fd)
             raise
+        log._segments = recovered.segments
+        log._bases = [segment.base_offset for segment in recovered.segments]
+        log._start = recovered.start_offset
+        log._end = recovered.end_offset
+        log._epochs = recovered.epochs
         return log
 
     # -- properties ---------------------------------------------------------------------------------
@@ -451,158 +440,3 @@ class Log:
         """Close without flushing or marking a clean shutdown: what a crash of the process leaves (tests)."""
         if not self._closed:
             self._release()
-
-    # -- recovery -----------------------------------------------------------------------------------
-
-    def _recover(self) -> None:
-        directory = self._dir
-        for path in directory.iterdir():
-            # An interrupted atomic write or batch split: its rename never happened, the old file stands.
-            if path.name.endswith((".tmp", SWAP_SUFFIX)):
-                path.unlink()
-        clean = (directory / CLEAN_SHUTDOWN_FILE).exists()
-        if clean:
-            # Always synced: a marker that reappears after a crash would skip validation of "never" logs.
-            (directory / CLEAN_SHUTDOWN_FILE).unlink()
-            fsync_dir(directory)
-        state = read_start_offset(directory)
-        if state is None and (directory / START_OFFSET_FILE).exists():
-            _logger.warning("%s: unreadable %s, using the first segment's base", directory, START_OFFSET_FILE)
-        bases = sorted(
-            base
-            for path in directory.iterdir()
-            if (base := parse_segment_name(path.name, LOG_SUFFIX)) is not None
-        )
-        for path in directory.iterdir():
-            base = parse_segment_name(path.name, INDEX_SUFFIX)
-            if base is not None and base not in bases:
-                path.unlink()
-        if state is not None and state.reset_pending:
-            _logger.warning(
-                "%s: finishing a reset to %d interrupted by a crash", directory, state.start_offset
-            )
-            for base in reversed(bases):
-                Segment.open(directory, base).delete()
-            bases = []
-        if not bases:
-            self._start_empty(state.start_offset if state else 0)
-            return
-
-        self._segments = [Segment.open(directory, base) for base in bases]
-        self._bases = list(bases)
-        scanned = self._scan_all() if not clean and not self._always else self._scan_last()
-        self._end = scanned[-1][1].next_offset
-        start = state.start_offset if state else self._bases[0]
-        if start < self._bases[0]:
-            _logger.warning(
-                "%s: log start %d is below the first segment %d", directory, start, self._bases[0]
-            )
-            start = self._bases[0]
-        if start > self._end:
-            _logger.warning(
-                "%s: recovered end %d is below the log start %d: emptying", directory, self._end, start
-            )
-            self._delete_segments_after(-1)
-            self._start_empty(start)
-            return
-        self._start = start
-        while len(self._segments) > 1 and self._bases[1] <= start:
-            self._bases.pop(0)
-            self._segments.pop(0).delete()
-        self._recover_epochs(scanned)
-        if state != StartOffsetState(start, False):
-            write_start_offset(directory, StartOffsetState(start, False), fsync=self._always)
-
-    def _start_empty(self, start: int) -> None:
-        self._segments = [Segment.create(self._dir, start)]
-        self._bases = [start]
-        self._start = self._end = start
-        self._epochs = LeaderEpochCache()
-        write_checkpoint(self._dir, [], fsync=self._always)
-        write_start_offset(self._dir, StartOffsetState(start, False), fsync=self._always)
-        if self._always:
-            fsync_dir(self._dir)
-
-    def _scan_last(self) -> list[tuple[Segment, ScanResult]]:
-        """Validate the last segment; older ones were durable before it was created (or shut down cleanly)."""
-        for segment, next_base in zip(self._segments, self._bases[1:], strict=False):
-            if segment.index_loaded:
-                continue
-            result = segment.scan(self._index_interval)
-            if result.damage is not None or result.next_offset != next_base:
-                raise CorruptLogError(
-                    segment.path,
-                    result.valid_bytes,
-                    result.damage or f"ends at {result.next_offset}, not {next_base}",
-                )
-        last = self._segments[-1]
-        result = last.scan(self._index_interval)
-        self._cut_tail(last, result)
-        return [(last, result)]
-
-    def _scan_all(self) -> list[tuple[Segment, ScanResult]]:
-        """Validate every segment: an unclean stop of an fsync="never" log may have lost any unsynced part."""
-        scanned: list[tuple[Segment, ScanResult]] = []
-        for i, segment in enumerate(self._segments):
-            if scanned and segment.base_offset != scanned[-1][1].next_offset:
-                self._drop_from(
-                    i, f"segment {segment.path.name} does not follow offset {scanned[-1][1].next_offset}"
-                )
-                break
-            result = segment.scan(self._index_interval)
-            scanned.append((segment, result))
-            if result.damage is not None:
-                self._cut_tail(segment, result)
-                if i + 1 < len(self._segments):
-                    self._drop_from(i + 1, f"{segment.path.name} has a damaged tail")
-                break
-        return scanned
-
-    def _cut_tail(self, segment: Segment, result: ScanResult) -> None:
-        if result.damage is None:
-            return
-        _logger.warning(
-            "%s: cutting a damaged tail of %d bytes (%s)",
-            segment.path,
-            segment.size - result.valid_bytes,
-            result.damage,
-        )
-        segment.truncate(result.valid_bytes)
-        if self._always:
-            segment.sync_data()
-
-    def _drop_from(self, first: int, why: str) -> None:
-        _logger.warning(
-            "%s: dropping %d segments after an unclean shutdown: %s",
-            self._dir,
-            len(self._segments) - first,
-            why,
-        )
-        self._delete_segments_after(first - 1)
-
-    def _recover_epochs(self, scanned: list[tuple[Segment, ScanResult]]) -> None:
-        """Make the epoch file agree with the recovered records (see the write ordering in the module doc)."""
-        entries = read_checkpoint(self._dir)
-        scanned_starts = _rising_epochs([start for _, result in scanned for start in result.epoch_starts])
-        if entries is None:
-            _logger.warning(
-                "%s: missing or unreadable %s: rebuilding it from the batches", self._dir, EPOCH_FILE
-            )
-            first_scanned = scanned[0][0].base_offset
-            starts = [
-                start
-                for segment in self._segments
-                if segment.base_offset < first_scanned
-                for start in segment.scan_epochs()
-            ]
-            cache = LeaderEpochCache(_rising_epochs(starts + scanned_starts))
-        else:
-            cache = LeaderEpochCache(entries)
-            cache.truncate_from_end(self._end)
-            for epoch, offset in scanned_starts:
-                cache.assign(epoch, offset)
-        cache.truncate_from_start(self._start)
-        cache.truncate_from_end(self._end)
-        self._epochs = cache
-        if cache.entries() != entries:
-            self._write_epochs()
