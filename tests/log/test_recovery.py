@@ -258,3 +258,22 @@ def test_bad_index_is_rebuilt(tmp_path: Path, damage: str) -> None:
         for batch in batches:
             assert log.read(batch.base_offset + 1, 1)[0].base_offset == batch.base_offset + 1
     assert all(p.stat().st_size % 8 == 0 for p in tmp_path.glob("*.index"))
+
+
+@pytest.mark.parametrize("how", ["clean", "crash", "no epoch file"])
+def test_an_emptied_log_may_restart_at_a_lower_epoch(tmp_path: Path, how: str) -> None:
+    """Records below the start may carry higher epochs than the ones after it; recovery ignores them."""
+    with open_log(tmp_path) as log:
+        fill(log, 2, epoch_every=1)  # epochs 0 and 1 at offsets 0..5, one segment
+        log.advance_start_offset(4)
+        log.truncate_to(4)  # empty at 4: any epoch goes
+        assert (log.latest_epoch, log.epoch_entries()) == (-1, [])
+        log.append(0, [b"low"])
+        log.append(0, [b"low again"])
+        if how == "crash":
+            log._abandon()
+    if how == "no epoch file":
+        (tmp_path / EPOCH_FILE).unlink()
+    with open_log(tmp_path) as log:
+        assert (log.start_offset, log.end_offset, log.epoch_entries()) == (4, 6, [(0, 4)])
+        assert flat(log) == [(4, 0, b"low"), (5, 0, b"low again")]

@@ -63,10 +63,16 @@ def recover(directory: Path, *, always: bool, index_interval_bytes: int) -> Reco
         raise
 
 
-def rising_epochs(starts: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+def epochs_from(changes: Sequence[tuple[int, int]], start: int) -> list[tuple[int, int]]:
+    """Epoch changes (ascending offsets) as epoch entries for a log starting at `start`.
+
+    Below the start anything goes (an emptied log takes any epoch); from the start on, epochs only rise.
+    """
     out: list[tuple[int, int]] = []
-    for epoch, offset in starts:
-        if not out or epoch > out[-1][0]:
+    for epoch, offset in changes:
+        if offset <= start:
+            out = [(epoch, start)]
+        elif not out or epoch > out[-1][0]:
             out.append((epoch, offset))
     return out
 
@@ -190,19 +196,18 @@ class _Recovery:
         self, scanned: list[tuple[Segment, ScanResult]], start: int, end: int
     ) -> LeaderEpochCache:
         entries = read_checkpoint(self.directory)
-        scanned_starts = rising_epochs([item for _, result in scanned for item in result.epoch_starts])
+        scanned_changes = [change for _, result in scanned for change in result.epoch_changes]
         if entries is None:
             _logger.warning("%s: missing or unreadable %s: rebuilding it", self.directory, EPOCH_FILE)
             first_scanned = scanned[0][0].base_offset
             unscanned = [s for s in self.segments if s.base_offset < first_scanned]
-            cache = LeaderEpochCache(
-                rising_epochs([x for s in unscanned for x in s.scan_epochs()] + scanned_starts)
-            )
+            changes = [change for s in unscanned for change in s.scan_epochs()] + scanned_changes
+            cache = LeaderEpochCache(epochs_from(changes, start))
         else:
             cache = LeaderEpochCache(entries)
             # Before adding: an entry past the end would hide a lower epoch the records start later.
             cache.truncate_from_end(end)
-            for epoch, offset in scanned_starts:
+            for epoch, offset in epochs_from(scanned_changes, start):
                 cache.assign(epoch, offset)
         cache.truncate_from_start(start)
         cache.truncate_from_end(end)

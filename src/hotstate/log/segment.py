@@ -90,8 +90,9 @@ class ScanResult:
 
     next_offset: int
     valid_bytes: int
-    # (epoch, base offset) of each batch that starts a higher epoch than the batch before it.
-    epoch_starts: list[tuple[int, int]] = field(default_factory=list)
+    # (epoch, base offset) of each batch whose epoch differs from the batch before it. Epochs may fall
+    # below the log start (an emptied log takes any epoch), so this is not always ascending.
+    epoch_changes: list[tuple[int, int]] = field(default_factory=list)
     # Why the scan stopped before the end of the file (a damaged tail), None if the file was clean.
     damage: str | None = None
 
@@ -241,9 +242,9 @@ class Segment:
                 entries.append((header.base_offset, position))
                 since_index = 0
             since_index += header.size
-            if header.leader_epoch > last_epoch:
-                result.epoch_starts.append((header.leader_epoch, header.base_offset))
-            last_epoch = max(last_epoch, header.leader_epoch)
+            if header.leader_epoch != last_epoch:
+                result.epoch_changes.append((header.leader_epoch, header.base_offset))
+                last_epoch = header.leader_epoch
             result.next_offset = header.next_offset
             result.valid_bytes = reader.position
         self.index.replace(entries)
@@ -266,9 +267,9 @@ class Segment:
         return True
 
     def scan_epochs(self) -> list[tuple[int, int]]:
-        """(epoch, base offset) where the epoch rises, from headers alone: rebuilds a lost epoch file."""
+        """(epoch, base offset) where the epoch changes, from headers alone: rebuilds a lost epoch file."""
         reader = self.reader(0)
-        starts: list[tuple[int, int]] = []
+        changes: list[tuple[int, int]] = []
         while True:
             position = reader.position
             try:
@@ -276,10 +277,10 @@ class Segment:
             except InvalidBatchError as exc:
                 raise CorruptLogError(self.path, position, str(exc)) from exc
             if item is None:
-                return starts
+                return changes
             header = item[0]
-            if not starts or header.leader_epoch > starts[-1][0]:
-                starts.append((header.leader_epoch, header.base_offset))
+            if not changes or header.leader_epoch != changes[-1][0]:
+                changes.append((header.leader_epoch, header.base_offset))
 
     def sync_data(self) -> None:
         """fsync the records only: the index is derived and rebuilt when found stale."""
