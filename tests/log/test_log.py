@@ -342,3 +342,27 @@ def test_fsync_policy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy: s
     log.close()
     with open_log(tmp_path, fsync=policy) as log:
         assert flat(log) == [(0, 0, b"a")]
+
+
+def test_flush_syncs_every_segment_written_since_the_last_flush(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced: list[int] = []
+    real_fdatasync = os.fdatasync
+
+    def recording_fdatasync(fd: int) -> None:
+        synced.append(fd)
+        real_fdatasync(fd)
+
+    with open_log(tmp_path, segment_bytes=200) as log:
+        fill(log, 3)
+        log.flush()
+        monkeypatch.setattr(os, "fdatasync", recording_fdatasync)
+        first_unflushed = len(segment_files(tmp_path)) - 1
+        fill(log, 12)
+        assert synced == []  # fsync="never": rolls do not sync
+        log.flush()
+        assert len(synced) == len(segment_files(tmp_path)) - first_unflushed
+        synced.clear()
+        log.flush()
+        assert synced == []

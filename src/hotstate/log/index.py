@@ -105,10 +105,13 @@ class OffsetIndex:
         os.pwrite(fd, _big_endian(pairs), 0)
         self._dirty = True
 
-    def flush(self, *, fsync: bool) -> None:
-        if self._fd is not None and self._dirty and fsync:
-            os.fsync(self._fd)
-        self._dirty = False
+    def flush(self) -> None:
+        """fsync what was written since the last flush, then let go of the file until the next write."""
+        if self._fd is not None:
+            if self._dirty:
+                os.fsync(self._fd)
+                self._dirty = False
+            self.close()
 
     def close(self) -> None:
         if self._fd is not None:

@@ -272,7 +272,7 @@ class Log:
         """fsync every record, index and metadata file written since the last flush."""
         self._check_open()
         for segment in self._segments:
-            segment.flush(fsync=True)
+            segment.flush()
         if self._metadata_unsynced:
             fsync_file(self._dir / EPOCH_FILE)
             fsync_file(self._dir / START_OFFSET_FILE)
@@ -388,7 +388,8 @@ class Log:
             self._write_epochs()
 
     def _roll(self, base_offset: int) -> Segment:
-        self._segments[-1].flush(fsync=self._always)
+        if self._always:
+            self._segments[-1].flush()
         segment = Segment.create(self._dir, base_offset)
         self._segments.append(segment)
         self._bases.append(base_offset)

@@ -148,6 +148,7 @@ class _Recovery:
             if result.damage is not None or result.next_offset != following.base_offset:
                 why = result.damage or f"ends at {result.next_offset}, not {following.base_offset}"
                 raise CorruptLogError(segment.path, result.valid_bytes, why)
+            segment.index.flush()  # a rebuilt index is trusted on the next open: make it durable
         last = self.segments[-1]
         result = last.scan(self.index_interval)
         self.cut_tail(last, result)
@@ -165,6 +166,8 @@ class _Recovery:
                 self.cut_tail(segment, result)
                 self.drop_from(i + 1, f"{segment.path.name} has a damaged tail")
                 break
+            if i + 1 < len(self.segments):
+                segment.index.flush()  # as in scan_last; also bounds the open files to the last index
         return scanned
 
     def cut_tail(self, segment: Segment, result: ScanResult) -> None:

@@ -288,11 +288,10 @@ class Segment:
             _fdatasync(self._fd)
             self._dirty = False
 
-    def flush(self, *, fsync: bool) -> None:
-        if self._dirty and fsync:
-            _fdatasync(self._fd)
-        self._dirty = False
-        self.index.flush(fsync=fsync)
+    def flush(self) -> None:
+        """fsync the records and the index written since the last flush."""
+        self.sync_data()
+        self.index.flush()
 
     def close(self) -> None:
         os.close(self._fd)
