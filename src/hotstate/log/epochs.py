@@ -68,11 +68,6 @@ class LeaderEpochCache:
             return (self._entries[i][0], self._entries[i + 1][1])
         return (self._entries[i][0], end_offset)
 
-    def epoch_at(self, offset: int) -> int:
-        """Epoch of the record at `offset` (which the caller knows is in the log); -1 if unknown."""
-        i = bisect.bisect_right(self._entries, offset, key=lambda entry: entry[1]) - 1
-        return self._entries[i][0] if i >= 0 else -1
-
 
 def read_checkpoint(directory: Path) -> list[tuple[int, int]] | None:
     """The entries of the checkpoint file; None when it is missing or not a valid checkpoint."""

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import bisect
 import fcntl
-import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -65,8 +64,6 @@ FsyncPolicy = Literal["always", "never"]
 LOCK_FILE = ".lock"
 _READ_CHUNK_MIN = 64 * 1024
 _READ_CHUNK_MAX = 8 * 1024 * 1024
-
-_logger = logging.getLogger(__name__)
 
 
 class Log:

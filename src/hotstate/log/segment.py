@@ -130,10 +130,6 @@ class Segment:
         segment.index_loaded = index is not None
         return segment
 
-    @property
-    def fd(self) -> int:
-        return self._fd
-
     def reader(self, position: int, chunk_bytes: int = SCAN_CHUNK_BYTES) -> BatchReader:
         return BatchReader(self._fd, position, self.size, chunk_bytes)
 
