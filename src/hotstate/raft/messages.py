@@ -65,6 +65,8 @@ class Fetch:
     fetch_offset: int
     last_fetched_epoch: int
     max_bytes: int
+    # The fetcher's HW: a leader whose HW is ahead answers at once instead of holding the request.
+    high_watermark: int = 0
 
 
 @dataclass(frozen=True, slots=True)

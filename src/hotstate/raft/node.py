@@ -607,7 +607,7 @@ class RaftNode:
                 self._last_fetch_at[request.src] = self._now
                 self._begin_epoch_acked.add(request.src)
                 self._update_high_watermark()
-            if not answer.entries:
+            if not answer.entries and request.high_watermark >= self._hw:
                 # Nothing new: hold the request until there is, or until the long poll runs out.
                 self._parked_fetches[request.src] = (request, self._now + self.config.fetch_max_wait_ms)
                 return
@@ -726,6 +726,7 @@ class RaftNode:
                 fetch_offset=self._log.end_offset,
                 last_fetched_epoch=self._log.last_epoch,
                 max_bytes=self.config.fetch_max_bytes,
+                high_watermark=self._hw,
             )
         )
 
