@@ -40,7 +40,8 @@ MAX_SLEEP_MS = 100
     _CALM,
     _CONVERGED,
     _CRASH_MEMBER,
-) = range(11)
+    _CRASH_LEADER,
+) = range(12)
 
 # Proposals go on this long into the calm period, so that recovery is also tested under load.
 PROPOSALS_INTO_CALM_MS = 500
@@ -158,6 +159,10 @@ class World:
         self.stats.committed = len(self.checker.committed)
         return self.stats
 
+    def crash_leader_at(self, time_ms: int, down_ms: int) -> None:
+        """Script a crash of whoever leads at `time_ms` (for the demo and the failover benchmark)."""
+        self._schedule(time_ms, _CRASH_LEADER, 0, down_ms)
+
     def _gap(self, mean_ms: int) -> int:
         return 1 + int(self.rng.expovariate(1 / mean_ms))
 
@@ -189,6 +194,10 @@ class World:
             incarnation, down_ms = payload
             if not self._calm and member.up and member.incarnation == incarnation:
                 self._crash(member, down_ms)
+        elif kind == _CRASH_LEADER:
+            leaders = [m for m in self.members.values() if m.core is not None and m.core.role is Role.LEADER]
+            if leaders:
+                self._crash(max(leaders, key=lambda m: m.core.epoch if m.core else -1), payload)
         elif kind == _RESTART:
             member = self.members[target]
             if not member.up:
