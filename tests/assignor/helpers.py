@@ -46,10 +46,13 @@ def effective_rack(server: Server) -> str | None:
     return server.tags.get("rack", server.rack)
 
 
-def holders(previous: Mapping[PartitionId, PartitionAssignment] | None, pid: PartitionId) -> set[str]:
+def holders(
+    previous: Mapping[PartitionId, PartitionAssignment] | None, pid: PartitionId, role: str
+) -> set[str]:
+    """Servers that "held" the partition: its active for an active, any replica for a standby."""
     if not previous or pid not in previous:
         return set()
-    return set(previous[pid].replicas())
+    return {previous[pid].active} if role == "active" else set(previous[pid].replicas())
 
 
 def placement_cost(
@@ -58,14 +61,14 @@ def placement_cost(
     tables: Sequence[Table],
     previous: Mapping[PartitionId, PartitionAssignment] | None,
     config: AssignorConfig,
+    role: str = "active",
 ) -> int:
     by_id = {s.id: s for s in servers}
     table = {t.name: t for t in tables}
-    live = set(by_id)
     total = 0
     for pid, sid in placement.items():
         sources = table[pid.table].source_racks(pid.partition)
-        total += edge_cost(config, sources, effective_rack(by_id[sid]), sid in holders(previous, pid) & live)
+        total += edge_cost(config, sources, effective_rack(by_id[sid]), sid in holders(previous, pid, role))
     return total
 
 

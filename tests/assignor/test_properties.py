@@ -128,7 +128,7 @@ def test_flow_never_costs_more_than_plain_balanced(case: Case) -> None:
     assert a.explanation.cost.active_target <= a.explanation.cost.active_baseline
     assert a.explanation.cost.standby <= a.explanation.cost.standby_baseline
     standby_cost = sum(
-        placement_cost({pid: s}, case.servers, case.tables, case.previous, cfg)
+        placement_cost({pid: s}, case.servers, case.tables, case.previous, cfg, role="standby")
         for pid, pa in a.partitions.items()
         for s in pa.standbys
     )

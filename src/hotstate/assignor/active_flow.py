@@ -1,25 +1,26 @@
 """KIP-925 min-cost flow for actives, on a compressed graph.
 
 A graph with an arc per (partition, server) has P x N arcs (10 million for 10,000 x 1,000). But the
-cost of an arc depends only on the server's rack and on whether the server held the partition
-before, so:
+cost of an arc depends only on the server's rack and on whether the server was the partition's
+active, so:
 
 - servers with the same (rack, capacity) form a *class*, and partitions reach a class through one
-  arc priced as "new to this server" (the class node then feeds its servers, each bounded by its
-  own balance bounds);
-- partitions with the same source racks and the same previous holders form a *group* (one node with
-  supply = group size);
-- previous holders are specific servers, so each group also gets one arc per holder, priced as
-  "held" (no non-overlap cost).
+  arc priced as "moved here" (the class node then feeds its servers, each bounded by its own balance
+  bounds);
+- partitions with the same source racks and the same *candidates* form a *group* (one node with
+  supply = group size); a partition's candidates are its previous active and the servers that hold
+  its data (caught-up replicas, other standbys and warmups);
+- candidates are specific servers, so each group also gets one arc per candidate.
 
-Arcs: groups x (classes + holders) + 2 x servers. For 10,000 partitions with one standby on 1,000
+Arcs: groups x (classes + candidates) + 2 x servers. For 10,000 partitions with one standby on 1,000
 servers in 3 racks that is about 50,000 arcs instead of 10 million.
 
 Ties in KIP-925 cost are broken inside the solver by a second, lower-order cost: staying on the
-previous active (0) beats moving to a caught-up replica (1) beats anything else (2). The KIP-925 cost
-is scaled above the sum of all tie-breaks, so the tie-break never buys a worse KIP-925 cost; it only
-stops needless moves between equally cheap servers and steers new owners to caught-up replicas, which
-is what makes repeated assignments converge.
+previous active (0) beats a caught-up replica (1) beats a replica still restoring, such as a running
+warmup (2), beats a server without the data (3). The KIP-925 cost is scaled above the sum of all
+tie-breaks, so the tie-break never buys a worse KIP-925 cost; it stops needless moves between equally
+cheap servers, sends a moved active where no warmup is needed, and keeps a warmup's target stable
+until it has caught up, which is what makes repeated assignments converge.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from hotstate.assignor.errors import AssignorInternalError
 from hotstate.assignor.flow import FlowNetwork
 from hotstate.assignor.problem import Problem
 
-GENERIC_TIEBREAK = 2
+GENERIC_TIEBREAK = 3
 
 
 def active_tiebreak(problem: Problem, p: int, s: int) -> int:
@@ -40,7 +41,15 @@ def active_tiebreak(problem: Problem, p: int, s: int) -> int:
         return 0
     if problem.caught_up(p, s):
         return 1
+    if s in problem.held[p]:
+        return 2
     return GENERIC_TIEBREAK
+
+
+def candidates(problem: Problem, p: int) -> list[int]:
+    """Servers with their own arc for ``p``: the previous active and every server with its data."""
+    lags = problem.lags[p]
+    return sorted(problem.held[p] | {s for s in lags if lags[s] <= problem.config.acceptable_recovery_lag})
 
 
 def rack_sort_key(rack: str | None) -> tuple[bool, str]:
@@ -103,10 +112,12 @@ def flow_active_targets(
             class_fanout[k_node] = [(net.add_arc(k_node, row[s], 0, n_parts), s) for s in members]
         class_node.append(nodes)
 
-    groups: dict[tuple[int, tuple[str, ...], tuple[tuple[int, int], ...]], list[int]] = {}
+    groups: dict[tuple[int, tuple[str, ...], tuple[tuple[int, int, bool], ...]], list[int]] = {}
     for p in range(n_parts):
         scope = problem.table_of[p] if per_table else 0
-        holders = tuple((s, active_tiebreak(problem, p, s)) for s in sorted(problem.held[p]))
+        holders = tuple(
+            (s, active_tiebreak(problem, p, s), s == problem.prev_active[p]) for s in candidates(problem, p)
+        )
         groups.setdefault((scope, tuple(sorted(problem.sources[p])), holders), []).append(p)
 
     group_arcs: list[tuple[list[int], list[tuple[int, int | None, int | None]]]] = []
@@ -114,8 +125,8 @@ def flow_active_targets(
         sources = frozenset(sources_t)
         g = net.add_node(len(members))
         arcs: list[tuple[int, int | None, int | None]] = []  # (arc, specific server, class node)
-        for s, tb in holders:
-            cost = model.edge(sources, problem.racks[s], True) * scale + tb
+        for s, tb, was_active in holders:
+            cost = model.edge(sources, problem.racks[s], was_active) * scale + tb
             arcs.append((net.add_arc(g, entry[scope][s], cost, len(members)), s, None))
         for k, (rack, _cap) in enumerate(class_keys):
             cost = model.edge(sources, rack, False) * scale + GENERIC_TIEBREAK
@@ -159,10 +170,10 @@ def _expand(
         if sum(demand.values()) != len(parts):
             raise AssignorInternalError("class node flow in and out differ")
         rest = []
-        # A partition sent to the class as "new" may still land on a server of the class that held
-        # it; that only lowers the real cost, so do it where the server has room.
+        # A partition sent to the class as "moved" may still land on one of its candidates in the
+        # class; that never raises the real cost, so do it where the server has room.
         for p in parts:
-            ranked = sorted((active_tiebreak(problem, p, s), s) for s in problem.held[p])
+            ranked = sorted((active_tiebreak(problem, p, s), s) for s in candidates(problem, p))
             for _, s in ranked:
                 if demand.get(s, 0) > 0:
                     targets[p] = s

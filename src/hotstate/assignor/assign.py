@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 
 from hotstate.assignor.active_flow import flow_active_targets
 from hotstate.assignor.actives import allocate_warmups, choose_actives, warmups_by_partition
-from hotstate.assignor.balance import Bounds, balanced_bounds, sticky_balanced_targets
+from hotstate.assignor.balance import Bounds, balanced_bounds, plain_preferences, sticky_balanced_targets
 from hotstate.assignor.config import AssignorConfig
 from hotstate.assignor.cost import CostModel, actives_cost, cross_rack_count, model_of, standbys_cost
 from hotstate.assignor.errors import AssignorInternalError
@@ -77,7 +77,8 @@ def balanced_targets(problem: Problem, model: CostModel) -> tuple[dict[int, int]
                 {p: s for p, s in targets.items() if problem.table_of[p] == t}, tb, "per table"
             )
     else:
-        plain = sticky_balanced_targets(range(n), problem.prev_active, problem.capacities, bounds)
+        preferences = [plain_preferences(problem, p) for p in range(n)]
+        plain = sticky_balanced_targets(range(n), preferences, problem.capacities, bounds)
         targets = plain if strategy == "none" else flow_active_targets(problem, model, bounds, None)
     check_within_bounds(targets, bounds, "targets")
     return targets, plain

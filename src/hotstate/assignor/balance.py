@@ -10,7 +10,7 @@ import heapq
 import math
 from collections.abc import Sequence
 
-from hotstate.assignor.problem import NO_SERVER
+from hotstate.assignor.problem import NO_SERVER, Problem
 
 Bounds = tuple[tuple[int, ...], tuple[int, ...]]  # (lo per server, hi per server)
 
@@ -38,31 +38,58 @@ class LoadScale:
         return ((count + 1) * self._unit[server], server)
 
 
-def sticky_balanced_targets(
-    partitions: Sequence[int], prev_active: Sequence[int], capacities: Sequence[int], bounds: Bounds
-) -> dict[int, int]:
-    """Place ``partitions`` within ``bounds``, keeping previous actives where balance allows.
+def plain_preferences(problem: Problem, p: int) -> list[int]:
+    """Servers the plain placement tries for ``p``, best first.
 
-    Kept first up to each server's lower bound, then (while spare room lasts) up to its upper bound;
-    the rest go to the least loaded server that still needs replicas. Deficits are filled before any
-    server goes above its lower bound, so the spare room ``sum(hi) - total`` is never over-spent and
-    every server ends within its bounds.
+    A caught-up warmup comes before the previous active: it was built to take over, and preferring it
+    is what lets repeated assignments converge. Then the previous active, then other caught-up
+    replicas (lowest lag first), which take over without a warmup when the owner is gone; last a
+    warmup still restoring, so that its target does not change under it.
+    """
+    prev = problem.prev_active[p]
+    warm = [w for w in problem.prev_warmups[p] if problem.caught_up(p, w)]
+    lags = problem.lags[p]
+    others = sorted(
+        (s for s in problem.held[p] if s != prev and s not in warm and problem.caught_up(p, s)),
+        key=lambda s: (lags[s], s),
+    )
+    head = [*warm, prev] if prev != NO_SERVER else warm
+    restoring = [w for w in problem.prev_warmups[p] if w not in warm]
+    return [*head, *others, *restoring]
+
+
+def sticky_balanced_targets(
+    partitions: Sequence[int],
+    preferences: Sequence[Sequence[int]],
+    capacities: Sequence[int],
+    bounds: Bounds,
+) -> dict[int, int]:
+    """Place ``partitions`` within ``bounds``, on their preferred servers where balance allows.
+
+    First preferences are kept up to each server's lower bound; then each partition takes its first
+    preference that is below its lower bound or, while spare room lasts, below its upper bound; the
+    rest go to the least loaded server, servers below their lower bound first. The spare room
+    ``total - sum(lo)`` is spent only by servers at or above their lower bound, so partitions left
+    always equal the deficits plus the spare room, and every server ends within its bounds.
     """
     lo, hi = bounds
     counts = [0] * len(capacities)
     out: dict[int, int] = {}
-    extras = len(partitions) - sum(lo)
+    spare = len(partitions) - sum(lo)
     for p in partitions:
-        s = prev_active[p]
-        if s != NO_SERVER and counts[s] < lo[s]:
-            out[p] = s
-            counts[s] += 1
+        prefs = preferences[p]
+        if prefs and counts[prefs[0]] < lo[prefs[0]]:
+            out[p] = prefs[0]
+            counts[prefs[0]] += 1
     for p in partitions:
-        s = prev_active[p]
-        if p not in out and s != NO_SERVER and counts[s] < hi[s] and extras > 0:
-            out[p] = s
-            counts[s] += 1
-            extras -= 1
+        if p in out:
+            continue
+        for s in preferences[p]:
+            if counts[s] < lo[s] or (counts[s] < hi[s] and spare > 0):
+                spare -= 0 if counts[s] < lo[s] else 1
+                out[p] = s
+                counts[s] += 1
+                break
     # Each server sits in the heap at most once, re-pushed with its new load after every pick, so no
     # entry is ever stale. Tier 0 (below the lower bound) comes first: deficits before spare room.
     scale = LoadScale(capacities)

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from typing import Final
 
 from hotstate.assignor.actives import ActiveChoice, lag_of
-from hotstate.assignor.cost import CostModel, replica_cost
-from hotstate.assignor.model import Assignment, ReplicaReason
+from hotstate.assignor.cost import CostModel, held_as, replica_cost
+from hotstate.assignor.model import Assignment, ReplicaReason, Role
 from hotstate.assignor.problem import Problem
 from hotstate.assignor.standbys import StandbySlot
 from hotstate.assignor.tags import new_keys, spread_level
@@ -28,12 +28,13 @@ def _lag_text(lag: float) -> str:
     return "unknown" if lag == float("inf") else str(int(lag))
 
 
-def _cost(problem: Problem, model: CostModel, p: int, s: int) -> tuple[int, str]:
+def _cost(problem: Problem, model: CostModel, role: Role, p: int, s: int) -> tuple[int, str]:
     """The replica's cost and how it is made up."""
     cross = model.cross_rack(problem.sources[p], problem.racks[s])
-    new = s not in problem.held[p]
-    cost = replica_cost(problem, model, p, s)
-    return cost, f"cost {cost} (cross-rack: {'yes' if cross else 'no'}, new: {'yes' if new else 'no'})"
+    moved = not held_as(problem, role, p, s)
+    cost = replica_cost(problem, model, role, p, s)
+    what = "moved" if role == "active" else "new copy"
+    return cost, f"cost {cost} (cross-rack: {'yes' if cross else 'no'}, {what}: {'yes' if moved else 'no'})"
 
 
 def active_reason(
@@ -63,7 +64,7 @@ def active_reason(
             why += f"; balanced target {target} " + (
                 "warms up" if warmup_granted else "waits for a warmup slot"
             )
-    cost, cost_text = _cost(problem, model, p, choice.active)
+    cost, cost_text = _cost(problem, model, "active", p, choice.active)
     return ReplicaReason(
         partition=problem.partitions[p],
         server=ids[choice.active],
@@ -77,7 +78,7 @@ def active_reason(
 
 def warmup_reason(problem: Problem, model: CostModel, p: int, s: int) -> ReplicaReason:
     lag = _lag_text(lag_of(problem.lags[p], s))
-    cost, cost_text = _cost(problem, model, p, s)
+    cost, cost_text = _cost(problem, model, "warmup", p, s)
     return ReplicaReason(
         partition=problem.partitions[p],
         server=problem.server_ids[s],
@@ -106,7 +107,7 @@ def standby_reason(
         how = "kept (was a standby and still spreads as well as any choice)"
     else:
         how = "least loaded server among the best-spread ones"
-    cost, cost_text = _cost(problem, model, p, server)
+    cost, cost_text = _cost(problem, model, "standby", p, server)
     return ReplicaReason(
         partition=problem.partitions[p],
         server=problem.server_ids[server],

@@ -9,9 +9,10 @@ is free to re-pick servers for the lowest KIP-925 cost:
   slots in the class -> rack pools of the class (priced as "new") and -> each holder (priced "held");
 - pools -> servers; every server must take exactly its KIP-708 count.
 
-The flow does not see "not on the active's server" (that would need an arc per server); the
-expansion step enforces it and, if it ever cannot, the class keeps its KIP-708 placement. As the
-KIP-708 placement is itself a feasible flow, the result never costs more than it.
+In a large class the pools do not see "not on the active's server" (that would need an arc per
+server); the expansion step enforces it and, if it ever cannot, the class keeps its KIP-708
+placement. Small classes (servers x slots <= EXACT_ARC_BUDGET) get an arc per allowed server instead,
+which is exact. As the KIP-708 placement is itself a feasible flow, the result never costs more.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from hotstate.assignor.problem import Problem
 from hotstate.assignor.standbys import StandbySlot, TagClasses
 
 GENERIC_TIEBREAK = 2
+EXACT_ARC_BUDGET = 20_000
 
 
 def standby_tiebreak(problem: Problem, p: int, s: int, kip708_servers: Sequence[int]) -> int:
@@ -61,8 +63,11 @@ def optimize_standbys(
         placed = _optimize_class(problem, model, classes.members[c], by_class[c], result, actives, warmups)
         if placed is None or all(result[p][j] == s for (p, j), s in zip(by_class[c], placed, strict=True)):
             continue
-        old = sum(replica_cost(problem, model, p, result[p][j]) for p, j in by_class[c])
-        new = sum(replica_cost(problem, model, p, s) for (p, _), s in zip(by_class[c], placed, strict=True))
+        old = sum(replica_cost(problem, model, "standby", p, result[p][j]) for p, j in by_class[c])
+        new = sum(
+            replica_cost(problem, model, "standby", p, s)
+            for (p, _), s in zip(by_class[c], placed, strict=True)
+        )
         if new > old:
             raise AssignorInternalError(f"standby flow for tag class {classes.vectors[c]} cost {new} > {old}")
         for (p, j), s in zip(by_class[c], placed, strict=True):
@@ -87,9 +92,12 @@ def _optimize_class(
         slots_of[p].append(j)
     scale = GENERIC_TIEBREAK * len(class_slots) + 1
 
+    # Small classes get an arc to every allowed server, so "not on the active" is in the flow itself
+    # and expansion cannot fail; large ones go through rack pools to keep the graph small.
+    exact = len(members) * len(class_slots) <= EXACT_ARC_BUDGET
     net = FlowNetwork()
     server_node = {s: net.add_node(-count[s]) for s in members}
-    racks = sorted({problem.racks[s] for s in members}, key=rack_sort_key)
+    racks = [] if exact else sorted({problem.racks[s] for s in members}, key=rack_sort_key)
     pool_node = {}
     for rack in racks:
         pool_node[rack] = net.add_node()
@@ -106,7 +114,7 @@ def _optimize_class(
     for p in sorted(slots_of):
         bad = forbidden(p)
         mine = [current[p][j] for j in slots_of[p]]
-        specific = (problem.held[p] & member_set) | set(mine)
+        specific = member_set if exact else (problem.held[p] & member_set) | set(mine)
         holders = tuple(
             (s, standby_tiebreak(problem, p, s, mine), s in problem.held[p])
             for s in sorted(specific)
@@ -159,7 +167,8 @@ def _optimize_class(
     demand_of_pool = {rack: {s: count[s] for s in members if problem.racks[s] == rack} for rack in racks}
     for s_list in chosen.values():
         for s in s_list:
-            demand_of_pool[problem.racks[s]][s] -= 1
+            if not exact:
+                demand_of_pool[problem.racks[s]][s] -= 1
     for rack in racks:
         if not _fill_pool(problem, sorted(pool_units[rack]), demand_of_pool[rack], chosen, forbidden):
             return None

@@ -8,10 +8,13 @@ Rules, each in its own function below:
    and earlier standbys do not use yet. The best score wins: every key new is KIP-708's *ideal*,
    some keys new (the others have no unused value left) is *partial*, none is *least loaded*.
 3. ``keep_previous``: a previous standby stays if it is still eligible and spreads as well as the
-   best choice would; then ``trim_to_bounds`` hands back standbys from servers above their balanced
-   share (and from the fullest servers while others are short), so that a new server gets its share.
+   best choice would.
 4. ``fill_rounds``: every partition's first standby before any partition's second, and so on, each
    on the least loaded server of the best-spread classes (a previous holder wins a load tie).
+5. ``rebalance_last_standbys``: last standbys move off servers above their share and onto servers
+   below it (a server that just joined), where that spreads them just as well. Only such moves:
+   when spread forces a server above its share (a rack with few servers), nothing moves, so a
+   stable input gives a stable output.
 
 Loads are standby counts per unit of capacity, so standbys balance over servers by capacity.
 """
@@ -109,40 +112,113 @@ def keep_previous(
     return kept
 
 
-def trim_to_bounds(slots: list[list[StandbySlot]], capacities: Sequence[int], total: int) -> None:
-    """Drop kept standbys so no server is above its share and servers below it can be filled.
+def _respread_last(
+    problem: Problem, classes: TagClasses, row: list[StandbySlot], active: int, warmups: Sequence[int]
+) -> tuple[list[int], list[int]] | None:
+    """For a partition's last standby: (tag classes spreading it as well, servers it must avoid)."""
+    current = [slot.server for slot in row[:-1]]
+    excluded = [active, *warmups, *current, row[-1].server]
+    used = used_values(
+        [problem.vectors[x] for x in (active, *current)], len(problem.config.rack_aware_assignment_tags)
+    )
+    score, winners = best_classes(classes, used, excluded)
+    return (winners, excluded) if score == row[-1].score else None
 
-    A dropped standby takes the partition's later standbys with it: they were judged for spread
-    next to it, and are re-placed in order by ``fill_rounds``.
+
+def rebalance_last_standbys(
+    problem: Problem,
+    classes: TagClasses,
+    slots: list[list[StandbySlot]],
+    actives: Sequence[int],
+    warmups: Sequence[Sequence[int]],
+    total: int,
+) -> None:
+    """Move last standbys off servers above their share, and onto servers below it, until no move helps.
+
+    The placement rounds are greedy, so a server can end above its upper bound, or (a server that
+    just joined) below its lower bound. Only a partition's last standby moves (no later standby was
+    judged next to it), and only to a server that spreads it exactly as well, so KIP-708's choice
+    stands. Every move lowers the total excess plus deficit, so this ends; running it to the end here,
+    not in the next assignment, is what makes a stable input give a stable output.
     """
-    lo, hi = balanced_bounds(total, capacities)
-    count = [0] * len(capacities)
-    on_server: dict[int, set[int]] = defaultdict(set)
-    for p, row in enumerate(slots):
+    lo, hi = balanced_bounds(total, problem.capacities)
+    count = [0] * problem.num_servers
+    for row in slots:
         for slot in row:
             count[slot.server] += 1
-            on_server[slot.server].add(p)
+    while _move_excess(problem, classes, slots, actives, warmups, count, hi) + _fill_deficits(
+        problem, classes, slots, actives, warmups, count, lo
+    ):
+        pass
 
-    def drop_one(s: int) -> None:
-        def position(p: int) -> int:
-            return next(j for j, slot in enumerate(slots[p]) if slot.server == s)
 
-        p = max(on_server[s], key=lambda q: (position(q), q))
-        j = position(p)
-        for slot in slots[p][j:]:
-            count[slot.server] -= 1
-            on_server[slot.server].discard(p)
-        del slots[p][j:]
+def _move_excess(
+    problem: Problem,
+    classes: TagClasses,
+    slots: list[list[StandbySlot]],
+    actives: Sequence[int],
+    warmups: Sequence[Sequence[int]],
+    count: list[int],
+    hi: Sequence[int],
+) -> int:
+    if all(count[s] <= hi[s] for s in range(problem.num_servers)):
+        return 0
+    moves = 0
+    heaps = _LoadHeaps(classes, problem.capacities, count)
+    for p, row in enumerate(slots):
+        if not row or count[row[-1].server] <= hi[row[-1].server]:
+            continue
+        options = _respread_last(problem, classes, row, actives[p], warmups[p])
+        if options is None:
+            continue
+        winners, excluded = options
+        found = [e for e in (heaps.least_loaded(c, excluded) for c in winners) if e is not None]
+        if not found or count[min(found)[1]] >= hi[min(found)[1]]:
+            continue
+        heaps.give_back(row[-1].server)
+        heaps.take(min(found)[1])
+        row[-1] = StandbySlot(min(found)[1], row[-1].score, False)
+        moves += 1
+    return moves
 
-    for s in range(len(capacities)):
-        while count[s] > hi[s]:
-            drop_one(s)
-    while True:
-        deficit = sum(max(0, lo[s] - count[s]) for s in range(len(capacities)))
-        if deficit <= total - sum(count):
+
+def _fill_deficits(
+    problem: Problem,
+    classes: TagClasses,
+    slots: list[list[StandbySlot]],
+    actives: Sequence[int],
+    warmups: Sequence[Sequence[int]],
+    count: list[int],
+    lo: Sequence[int],
+) -> int:
+    short: dict[int, list[int]] = defaultdict(list)  # tag class -> servers below their lower bound
+    for d in range(problem.num_servers):
+        if count[d] < lo[d]:
+            short[classes.class_of[d]].append(d)
+    moves = 0
+    for p, row in enumerate(slots):
+        if not short:
             break
-        surplus = max(range(len(capacities)), key=lambda s: (count[s] - lo[s], -s))
-        drop_one(surplus)
+        if not row or count[row[-1].server] <= lo[row[-1].server]:
+            continue
+        options = _respread_last(problem, classes, row, actives[p], warmups[p])
+        if options is None:
+            continue
+        winners, excluded = options
+        for c in winners:
+            target = next((d for d in short.get(c, ()) if d not in excluded), None)
+            if target is None:
+                continue
+            count[row[-1].server] -= 1
+            count[target] += 1
+            row[-1] = StandbySlot(target, row[-1].score, False)
+            moves += 1
+            if count[target] >= lo[target]:
+                short[c].remove(target)
+                if not short[c]:
+                    del short[c]
+            break
+    return moves
 
 
 class _LoadHeaps:
@@ -181,6 +257,11 @@ class _LoadHeaps:
 
     def take(self, s: int) -> None:
         self.counts[s] += 1
+        heapq.heappush(self._heaps[self._class_of[s]], self.key(s))
+
+    def give_back(self, s: int) -> None:
+        # The server's old, higher entry no longer matches its key, so it is skipped as stale.
+        self.counts[s] -= 1
         heapq.heappush(self._heaps[self._class_of[s]], self.key(s))
 
 
@@ -236,6 +317,6 @@ def place_standbys(
     slots = [
         keep_previous(problem, classes, p, actives[p], warmups[p], wanted[p]) for p in range(len(wanted))
     ]
-    trim_to_bounds(slots, problem.capacities, sum(wanted))
     fill_rounds(problem, classes, slots, actives, warmups, wanted)
+    rebalance_last_standbys(problem, classes, slots, actives, warmups, sum(wanted))
     return slots, wanted
