@@ -1,0 +1,275 @@
+"""The quorum controller: the logic that runs on the Raft leader and decides what records to write.
+
+Sans-IO like the Raft core. The shell creates a `QuorumController` once its Raft leader has committed
+the leader-change record of its epoch (so the committed image holds everything earlier leaders wrote),
+feeds it requests and ticks, proposes the batches it returns, and releases each reply once everything
+proposed up to that reply is committed. The controller keeps a *view*: the committed image plus its own
+batches not yet committed, so that back-to-back requests see each other.
+
+Every reply waits for a commit: a request that writes nothing proposes a NoOp. A deposed leader that
+does not know it yet can then never answer from a stale view (linearizable reads and errors), at the
+cost of one metadata commit per request — fine for metadata, and heartbeats are the exception.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from hotstate.controller.image import ImageBuilder, MetadataImage, PartitionInfo, TableInfo
+from hotstate.controller.placement import place_table
+from hotstate.controller.records import (
+    CreateTable,
+    DeleteTable,
+    FenceServer,
+    MetadataBatch,
+    MetadataRecord,
+    NoOp,
+    PartitionChange,
+    RegisterServer,
+    UnfenceServer,
+)
+from hotstate.controller.requests import (
+    ControllerError,
+    ControllerRequest,
+    ControllerResponse,
+    CreateTableRequest,
+    CreateTableResponse,
+    DeleteTableRequest,
+    DeleteTableResponse,
+    ListTablesRequest,
+    ListTablesResponse,
+    RegisterServerRequest,
+    RegisterServerResponse,
+    ServerHeartbeatRequest,
+    ServerHeartbeatResponse,
+)
+
+TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+MAX_PARTITIONS = 10_000
+MAX_STANDBYS = 10
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerConfig:
+    session_timeout_ms: int = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """Batches to propose, in order, and the reply to send once they (and all before them) commit.
+
+    `wait` False: reply at once (heartbeats, which need no linearizability)."""
+
+    batches: tuple[MetadataBatch, ...]
+    reply: ControllerResponse
+    wait: bool = True
+
+
+class QuorumController:
+    def __init__(self, image: MetadataImage, config: ControllerConfig, *, now: int, next_offset: int) -> None:
+        self.config = config
+        self._view = image
+        self._builder = ImageBuilder(image)
+        # A new active controller gives every server a fresh session before fencing anyone.
+        self._sessions: dict[int, int] = {node_id: now for node_id in image.servers}
+        self._shutting_down: set[int] = set()
+        self._next_offset = next_offset
+
+    @property
+    def view(self) -> MetadataImage:
+        return self._view
+
+    # ------------------------------------------------------------------ inputs
+    def handle(self, request: ControllerRequest, now: int, next_offset: int) -> Decision:
+        """Decide on one request. `next_offset` is the offset the next proposal will get."""
+        self._next_offset = next_offset
+        match request:
+            case RegisterServerRequest():
+                return self._register(request, now)
+            case ServerHeartbeatRequest():
+                return self._heartbeat(request, now)
+            case CreateTableRequest():
+                return self._create_table(request)
+            case DeleteTableRequest():
+                return self._delete_table(request)
+            case ListTablesRequest():
+                batch = self._propose((NoOp(),))
+                return Decision(
+                    (batch,), ListTablesResponse(ControllerError.NONE, "", tuple(sorted(self._view.tables)))
+                )
+
+    def tick(self, now: int, next_offset: int) -> list[MetadataBatch]:
+        """Fence every server whose session expired, moving its actives away, one batch per server."""
+        self._next_offset = next_offset
+        batches = []
+        for node_id, server in sorted(self._view.servers.items()):
+            if server.fenced:
+                continue
+            last = self._sessions.setdefault(node_id, now)
+            if now - last > self.config.session_timeout_ms:
+                batches.append(self._propose(self._fence_records(node_id, "session expired")))
+        return batches
+
+    # ------------------------------------------------------------------ servers
+    def _register(self, request: RegisterServerRequest, now: int) -> Decision:
+        record = RegisterServer(
+            request.node_id,
+            request.incarnation_id,
+            request.rpc,
+            request.http,
+            request.rack,
+            request.tags,
+            request.roles,
+        )
+        offset = self._next_offset
+        existing = self._view.servers.get(request.node_id)
+        records: list[MetadataRecord] = [record]
+        if existing is not None and not existing.fenced:
+            # A restarted server must not keep serving as its old self: fence, move its actives.
+            records = [*self._fence_records(request.node_id, "re-registered"), record]
+        batch = self._propose(tuple(records))
+        self._sessions[request.node_id] = now
+        self._shutting_down.discard(request.node_id)
+        return Decision((batch,), RegisterServerResponse(ControllerError.NONE, "", offset))
+
+    def _heartbeat(self, request: ServerHeartbeatRequest, now: int) -> Decision:
+        server = self._view.servers.get(request.node_id)
+        if server is None:
+            reply = ServerHeartbeatResponse(ControllerError.UNKNOWN_SERVER, "register first", True, False)
+            return Decision((), reply, wait=False)
+        if server.incarnation_id != request.incarnation_id:
+            reply = ServerHeartbeatResponse(
+                ControllerError.STALE_INCARNATION,
+                f"current incarnation is {server.incarnation_id}",
+                True,
+                False,
+            )
+            return Decision((), reply, wait=False)
+        self._sessions[request.node_id] = now
+        if request.want_shutdown:
+            if request.node_id in self._shutting_down or server.fenced:
+                self._shutting_down.add(request.node_id)
+                # Ready once the records moving its actives away are committed: the shell waits for that.
+                return Decision((), ServerHeartbeatResponse(ControllerError.NONE, "", True, True), wait=True)
+            self._shutting_down.add(request.node_id)
+            batch = self._propose(self._fence_records(request.node_id, "controlled shutdown"))
+            return Decision((batch,), ServerHeartbeatResponse(ControllerError.NONE, "", True, True))
+        if server.fenced and request.metadata_offset > server.changed_at:
+            batch = self._propose(self._unfence_records(request.node_id))
+            return Decision((batch,), ServerHeartbeatResponse(ControllerError.NONE, "", False, False))
+        return Decision(
+            (), ServerHeartbeatResponse(ControllerError.NONE, "", server.fenced, False), wait=False
+        )
+
+    def _fence_records(self, node_id: int, reason: str) -> tuple[MetadataRecord, ...]:
+        records: list[MetadataRecord] = [FenceServer(node_id, reason)]
+        fenced = {n for n, s in self._view.servers.items() if s.fenced} | {node_id}
+        for parts in self._view.partitions.values():
+            for part in parts:
+                if node_id in part.replicas or node_id in part.isr:
+                    change = _without(part, node_id, fenced)
+                    if change is not None:
+                        records.append(change)
+        return tuple(records)
+
+    def _unfence_records(self, node_id: int) -> tuple[MetadataRecord, ...]:
+        records: list[MetadataRecord] = [UnfenceServer(node_id)]
+        for parts in self._view.partitions.values():
+            for part in parts:
+                if part.active is None and node_id in part.isr:
+                    # An offline partition comes back with the first of its in-sync replicas to return.
+                    records.append(
+                        PartitionChange(
+                            part.table_id, part.partition, node_id, part.leader_epoch + 1, part.isr
+                        )
+                    )
+        return tuple(records)
+
+    # ------------------------------------------------------------------ tables
+    def _create_table(self, request: CreateTableRequest) -> Decision:
+        problem = _invalid_table(request)
+        if problem is not None:
+            return self._error(CreateTableResponse(ControllerError.INVALID_REQUEST, problem, -1))
+        if request.name in self._view.tables:
+            existing = self._view.tables[request.name]
+            return self._error(
+                CreateTableResponse(
+                    ControllerError.TABLE_EXISTS, f"table {request.name!r} exists", existing.table_id
+                )
+            )
+        if not self._view.live_brokers():
+            return self._error(
+                CreateTableResponse(ControllerError.NO_LIVE_BROKERS, "no live broker can host partitions", -1)
+            )
+        table_id = self._view.next_table_id
+        create = CreateTable(
+            request.name,
+            table_id,
+            request.partitions,
+            request.standby_replicas,
+            request.key_columns,
+            request.acceptable_lag,
+        )
+        info = TableInfo(
+            request.name,
+            table_id,
+            request.partitions,
+            request.standby_replicas,
+            request.key_columns,
+            request.acceptable_lag,
+        )
+        batch = self._propose((create, *place_table(self._view, info)))
+        return Decision((batch,), CreateTableResponse(ControllerError.NONE, "", table_id))
+
+    def _delete_table(self, request: DeleteTableRequest) -> Decision:
+        table = self._view.tables.get(request.name)
+        if table is None:
+            return self._error(
+                DeleteTableResponse(ControllerError.UNKNOWN_TABLE, f"no table {request.name!r}")
+            )
+        batch = self._propose((DeleteTable(table.name, table.table_id),))
+        return Decision((batch,), DeleteTableResponse(ControllerError.NONE, ""))
+
+    # ------------------------------------------------------------------ plumbing
+    def _error(self, reply: ControllerResponse) -> Decision:
+        # Errors read the view too: a NoOp commit proves the view was current when it was read.
+        return Decision((self._propose((NoOp(),)),), reply)
+
+    def _propose(self, records: tuple[MetadataRecord, ...]) -> MetadataBatch:
+        offset = self._next_offset
+        self._next_offset += 1
+        self._builder.apply_all(records, offset)
+        self._view = self._builder.build(self._next_offset)
+        return MetadataBatch(records)
+
+
+def _without(part: PartitionInfo, node_id: int, fenced: set[int]) -> PartitionChange | None:
+    """The change that takes `node_id` out of a partition's active seat and ISR (never empties the ISR)."""
+    isr = tuple(r for r in part.isr if r != node_id) or part.isr
+    active = part.active
+    epoch = part.leader_epoch
+    if active == node_id:
+        candidates = [r for r in isr if r not in fenced]
+        active = candidates[0] if candidates else None
+        epoch += 1
+    if active == part.active and isr == part.isr:
+        return None
+    return PartitionChange(part.table_id, part.partition, active, epoch, isr)
+
+
+def _invalid_table(request: CreateTableRequest) -> str | None:
+    if not TABLE_NAME.fullmatch(request.name):
+        return f"table name {request.name!r}: must match {TABLE_NAME.pattern}"
+    if not 1 <= request.partitions <= MAX_PARTITIONS:
+        return f"partitions={request.partitions}: must be 1..{MAX_PARTITIONS}"
+    if not 0 <= request.standby_replicas <= MAX_STANDBYS:
+        return f"standby_replicas={request.standby_replicas}: must be 0..{MAX_STANDBYS}"
+    if not request.key_columns:
+        return "key_columns: at least one key column is needed"
+    names = [c.name for c in request.key_columns]
+    if len(set(names)) != len(names):
+        return f"key_columns {names}: names must be distinct"
+    if request.acceptable_lag is not None and request.acceptable_lag < 0:
+        return f"acceptable_lag={request.acceptable_lag}: must be >= 0 or unset"
+    return None

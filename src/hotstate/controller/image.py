@@ -1,0 +1,311 @@
+"""The metadata image: the cluster as the committed metadata log describes it at one offset.
+
+Immutable, so any reader (router, replicas, the HTTP API) can hold one without locks while the next is
+built. `ImageBuilder` applies records copy-on-write per part (servers, tables, one table's partitions),
+so a heartbeat-driven change does not copy a million partitions.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from types import MappingProxyType
+
+from hotstate.controller.records import (
+    CreateTable,
+    DeleteTable,
+    Endpoint,
+    FenceServer,
+    KeyColumn,
+    MetadataRecord,
+    NoOp,
+    PartitionAssignment,
+    PartitionChange,
+    RegisterServer,
+    UnfenceServer,
+    UnregisterServer,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerInfo:
+    node_id: int
+    incarnation_id: str
+    rpc: Endpoint
+    http: Endpoint | None
+    rack: str | None
+    tags: tuple[tuple[str, str], ...]
+    roles: tuple[str, ...]
+    fenced: bool
+    # Offset of the last record that changed this server's registration or fencing: a server is caught
+    # up enough to be unfenced once its own image is past it.
+    changed_at: int
+
+    @property
+    def is_broker(self) -> bool:
+        return "broker" in self.roles
+
+
+@dataclass(frozen=True, slots=True)
+class TableInfo:
+    name: str
+    table_id: int
+    partitions: int
+    standby_replicas: int
+    key_columns: tuple[KeyColumn, ...]
+    acceptable_lag: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    table_id: int
+    partition: int
+    active: int | None
+    standbys: tuple[int, ...]
+    warmups: tuple[int, ...]
+    leader_epoch: int
+    isr: tuple[int, ...]
+
+    @property
+    def replicas(self) -> tuple[int, ...]:
+        head = () if self.active is None else (self.active,)
+        return head + self.standbys + self.warmups
+
+
+_EMPTY_SERVERS: Mapping[int, ServerInfo] = MappingProxyType({})
+_EMPTY_TABLES: Mapping[str, TableInfo] = MappingProxyType({})
+_EMPTY_PARTITIONS: Mapping[int, tuple[PartitionInfo, ...]] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataImage:
+    offset: int  # every committed entry below this offset is reflected
+    servers: Mapping[int, ServerInfo]
+    tables: Mapping[str, TableInfo]
+    partitions: Mapping[int, tuple[PartitionInfo, ...]]  # by table id; index = partition number
+    next_table_id: int = 1
+
+    @staticmethod
+    def empty() -> MetadataImage:
+        return MetadataImage(0, _EMPTY_SERVERS, _EMPTY_TABLES, _EMPTY_PARTITIONS)
+
+    def table_by_id(self, table_id: int) -> TableInfo | None:
+        for table in self.tables.values():
+            if table.table_id == table_id:
+                return table
+        return None
+
+    def partitions_of(self, table: str) -> tuple[PartitionInfo, ...]:
+        info = self.tables.get(table)
+        return () if info is None else self.partitions.get(info.table_id, ())
+
+    def live_brokers(self) -> list[ServerInfo]:
+        return [s for _, s in sorted(self.servers.items()) if s.is_broker and not s.fenced]
+
+    def partition_count(self) -> int:
+        return sum(len(parts) for parts in self.partitions.values())
+
+
+class ImageBuilder:
+    """Applies records on top of an image; `build` hands out a new immutable image."""
+
+    def __init__(self, image: MetadataImage) -> None:
+        self._reset(image)
+
+    def _reset(self, image: MetadataImage) -> None:
+        self._base = image
+        self._servers: dict[int, ServerInfo] | None = None
+        self._tables: dict[str, TableInfo] | None = None
+        self._partitions: dict[int, tuple[PartitionInfo, ...]] | None = None
+        self._changed_parts: dict[int, list[PartitionInfo]] = {}
+        self._next_table_id = image.next_table_id
+
+    # Copy each part only the first time a record touches it.
+    def _servers_w(self) -> dict[int, ServerInfo]:
+        if self._servers is None:
+            self._servers = dict(self._base.servers)
+        return self._servers
+
+    def _tables_w(self) -> dict[str, TableInfo]:
+        if self._tables is None:
+            self._tables = dict(self._base.tables)
+        return self._tables
+
+    def _partitions_w(self) -> dict[int, tuple[PartitionInfo, ...]]:
+        if self._partitions is None:
+            self._partitions = dict(self._base.partitions)
+        return self._partitions
+
+    def _table_parts_w(self, table_id: int) -> list[PartitionInfo] | None:
+        parts = self._changed_parts.get(table_id)
+        if parts is None:
+            current = (self._partitions if self._partitions is not None else self._base.partitions).get(
+                table_id
+            )
+            if current is None:
+                return None
+            parts = list(current)
+            self._changed_parts[table_id] = parts
+        return parts
+
+    def servers(self) -> Mapping[int, ServerInfo]:
+        return self._servers if self._servers is not None else self._base.servers
+
+    def tables(self) -> Mapping[str, TableInfo]:
+        return self._tables if self._tables is not None else self._base.tables
+
+    def apply_all(self, records: Iterable[MetadataRecord], offset: int) -> None:
+        for record in records:
+            self.apply(record, offset)
+
+    def apply(self, record: MetadataRecord, offset: int) -> None:
+        """Apply one committed record found at `offset` of the metadata log."""
+        match record:
+            case RegisterServer():
+                self._servers_w()[record.node_id] = ServerInfo(
+                    record.node_id,
+                    record.incarnation_id,
+                    record.rpc,
+                    record.http,
+                    record.rack,
+                    record.tags,
+                    record.roles,
+                    fenced=True,  # a (re)registered server serves only once it has caught up
+                    changed_at=offset,
+                )
+            case UnregisterServer(node_id):
+                self._servers_w().pop(node_id, None)
+            case FenceServer(node_id, _):
+                self._set_fenced(node_id, True, offset)
+            case UnfenceServer(node_id):
+                self._set_fenced(node_id, False, offset)
+            case CreateTable():
+                tables = self._tables_w()
+                if record.name in tables:
+                    log.warning(
+                        "metadata offset %d: table %r already exists; record skipped", offset, record.name
+                    )
+                    return
+                tables[record.name] = TableInfo(
+                    record.name,
+                    record.table_id,
+                    record.partitions,
+                    record.standby_replicas,
+                    record.key_columns,
+                    record.acceptable_lag,
+                )
+                self._next_table_id = max(self._next_table_id, record.table_id + 1)
+                self._partitions_w()[record.table_id] = ()
+                self._changed_parts[record.table_id] = []
+            case DeleteTable(name, table_id):
+                tables = self._tables_w()
+                if name in tables and tables[name].table_id == table_id:
+                    del tables[name]
+                    self._partitions_w().pop(table_id, None)
+                    self._changed_parts.pop(table_id, None)
+            case PartitionAssignment():
+                parts = self._table_parts_w(record.table_id)
+                if parts is None:
+                    log.warning(
+                        "metadata offset %d: assignment for unknown table %d", offset, record.table_id
+                    )
+                    return
+                info = PartitionInfo(
+                    record.table_id,
+                    record.partition,
+                    record.active,
+                    record.standbys,
+                    record.warmups,
+                    record.leader_epoch,
+                    record.isr,
+                )
+                if record.partition == len(parts):
+                    parts.append(info)
+                elif record.partition < len(parts):
+                    parts[record.partition] = info
+                else:
+                    log.warning("metadata offset %d: partition %d out of order", offset, record.partition)
+            case PartitionChange():
+                parts = self._table_parts_w(record.table_id)
+                if parts is None or record.partition >= len(parts):
+                    log.warning(
+                        "metadata offset %d: change for unknown partition %d", offset, record.partition
+                    )
+                    return
+                old = parts[record.partition]
+                parts[record.partition] = replace(
+                    old, active=record.active, leader_epoch=record.leader_epoch, isr=record.isr
+                )
+            case NoOp():
+                pass
+
+    def _set_fenced(self, node_id: int, fenced: bool, offset: int) -> None:
+        servers = self._servers_w()
+        server = servers.get(node_id)
+        if server is not None:
+            servers[node_id] = replace(server, fenced=fenced, changed_at=offset)
+
+    def build(self, offset: int) -> MetadataImage:
+        partitions = self._partitions
+        if self._changed_parts:
+            partitions = self._partitions_w()
+            for table_id, parts in self._changed_parts.items():
+                partitions[table_id] = tuple(parts)
+        image = MetadataImage(
+            offset,
+            MappingProxyType(self._servers) if self._servers is not None else self._base.servers,
+            MappingProxyType(self._tables) if self._tables is not None else self._base.tables,
+            MappingProxyType(partitions) if partitions is not None else self._base.partitions,
+            self._next_table_id,
+        )
+        self._reset(image)  # the next round starts from the new image
+        return image
+
+    def set_next_table_id(self, next_table_id: int) -> None:
+        self._next_table_id = max(self._next_table_id, next_table_id)
+
+
+def image_records(image: MetadataImage) -> list[MetadataRecord]:
+    """Records that rebuild `image` from empty: what a metadata snapshot holds."""
+    records: list[MetadataRecord] = []
+    for node_id, server in sorted(image.servers.items()):
+        records.append(
+            RegisterServer(
+                node_id,
+                server.incarnation_id,
+                server.rpc,
+                server.http,
+                server.rack,
+                server.tags,
+                server.roles,
+            )
+        )
+        if not server.fenced:
+            records.append(UnfenceServer(node_id))
+    for table in sorted(image.tables.values(), key=lambda t: t.table_id):
+        records.append(
+            CreateTable(
+                table.name,
+                table.table_id,
+                table.partitions,
+                table.standby_replicas,
+                table.key_columns,
+                table.acceptable_lag,
+            )
+        )
+        for part in image.partitions.get(table.table_id, ()):
+            records.append(
+                PartitionAssignment(
+                    part.table_id,
+                    part.partition,
+                    part.active,
+                    part.standbys,
+                    part.warmups,
+                    part.leader_epoch,
+                    part.isr,
+                )
+            )
+    return records

@@ -1,0 +1,122 @@
+"""The records of the metadata log: everything the cluster knows is the replay of these, in order.
+
+One Raft entry holds one `RecordBatch` of them, so a change that needs several records (a table with its
+partitions, a controlled shutdown moving every active off a server) commits or vanishes as a whole.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+
+class KeyType(IntEnum):
+    STRING = 1
+    INT = 2
+    FLOAT = 3
+    BOOL = 4
+    BYTES = 5
+    TIMESTAMP = 6
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    host: str
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterServer:
+    node_id: int
+    # A new one every process start: tells a restarted server from a stale message of its previous life.
+    incarnation_id: str
+    rpc: Endpoint
+    http: Endpoint | None
+    rack: str | None
+    tags: tuple[tuple[str, str], ...]
+    roles: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class UnregisterServer:
+    node_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class FenceServer:
+    node_id: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class UnfenceServer:
+    node_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class KeyColumn:
+    name: str
+    type: KeyType
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTable:
+    name: str
+    table_id: int
+    partitions: int
+    standby_replicas: int
+    key_columns: tuple[KeyColumn, ...]
+    acceptable_lag: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTable:
+    name: str
+    table_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionAssignment:
+    """The whole replica set of a partition (written when a table is created or reassigned)."""
+
+    table_id: int
+    partition: int
+    active: int | None  # None: no replica can take it (all fenced)
+    standbys: tuple[int, ...]
+    warmups: tuple[int, ...]
+    leader_epoch: int
+    isr: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionChange:
+    """A new active and/or ISR; the leader epoch goes up whenever the active changes (fencing)."""
+
+    table_id: int
+    partition: int
+    active: int | None
+    leader_epoch: int
+    isr: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NoOp:
+    pass
+
+
+MetadataRecord = (
+    RegisterServer
+    | UnregisterServer
+    | FenceServer
+    | UnfenceServer
+    | CreateTable
+    | DeleteTable
+    | PartitionAssignment
+    | PartitionChange
+    | NoOp
+)
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataBatch:
+    records: tuple[MetadataRecord, ...]

@@ -1,0 +1,219 @@
+"""The quorum controller's decisions, one rule at a time, with the committed image built by replay."""
+
+from __future__ import annotations
+
+from hotstate.controller.controller import ControllerConfig, Decision, QuorumController
+from hotstate.controller.image import ImageBuilder, MetadataImage
+from hotstate.controller.records import Endpoint, FenceServer, KeyColumn, KeyType, NoOp, UnfenceServer
+from hotstate.controller.requests import (
+    ControllerError,
+    CreateTableRequest,
+    DeleteTableRequest,
+    ListTablesRequest,
+    RegisterServerRequest,
+    ServerHeartbeatRequest,
+)
+
+SESSION = 2000
+
+
+class Harness:
+    """Commits every proposed batch at once and replays it into the committed image."""
+
+    def __init__(self) -> None:
+        self.now = 0
+        self.next_offset = 1
+        self.image = MetadataImage.empty()
+        self.controller = QuorumController(self.image, ControllerConfig(SESSION), now=0, next_offset=1)
+
+    def commit(self, decision_or_batches: Decision | list) -> None:
+        batches = (
+            decision_or_batches.batches if isinstance(decision_or_batches, Decision) else decision_or_batches
+        )
+        builder = ImageBuilder(self.image)
+        for batch in batches:
+            builder.apply_all(batch.records, self.next_offset)
+            self.next_offset += 1
+        self.image = builder.build(self.next_offset)
+
+    def handle(self, request: object) -> Decision:
+        decision = self.controller.handle(request, self.now, self.next_offset)  # type: ignore[arg-type]
+        self.commit(decision)
+        return decision
+
+    def register(self, node_id: int, rack: str, incarnation: str = "a") -> None:
+        self.handle(
+            RegisterServerRequest(
+                node_id,
+                f"{incarnation}{node_id}",
+                Endpoint("127.0.0.1", 9000 + node_id),
+                None,
+                rack,
+                (),
+                ("broker",),
+            )
+        )
+        self.heartbeat(node_id, incarnation=incarnation)
+
+    def heartbeat(
+        self, node_id: int, *, incarnation: str = "a", shutdown: bool = False, offset: int | None = None
+    ):
+        request = ServerHeartbeatRequest(
+            node_id, f"{incarnation}{node_id}", self.next_offset if offset is None else offset, shutdown
+        )
+        return self.handle(request).reply
+
+
+def three_brokers() -> Harness:
+    harness = Harness()
+    for node_id, rack in ((1, "az-a"), (2, "az-b"), (3, "az-c")):
+        harness.register(node_id, rack)
+    return harness
+
+
+def create(harness: Harness, name: str = "clicks", partitions: int = 6, standbys: int = 1) -> Decision:
+    return harness.handle(
+        CreateTableRequest(
+            name, partitions, standbys, (KeyColumn("user", KeyType.STRING),), acceptable_lag=None
+        )
+    )
+
+
+def test_a_registered_server_is_fenced_until_its_heartbeat_shows_it_caught_up() -> None:
+    harness = Harness()
+    harness.handle(RegisterServerRequest(1, "a1", Endpoint("h", 1), None, "az-a", (), ("broker",)))
+    assert harness.image.servers[1].fenced
+    registered_at = harness.image.servers[1].changed_at
+    reply = harness.heartbeat(1, offset=registered_at)  # not past its own registration yet
+    assert reply.fenced and harness.image.servers[1].fenced
+    reply = harness.heartbeat(1, offset=registered_at + 1)
+    assert not reply.fenced and not harness.image.servers[1].fenced
+
+
+def test_create_table_places_balanced_actives_and_rack_spread_standbys() -> None:
+    harness = three_brokers()
+    decision = create(harness, partitions=6, standbys=1)
+    assert decision.reply.error is ControllerError.NONE
+    parts = harness.image.partitions_of("clicks")
+    assert len(parts) == 6
+    actives = [p.active for p in parts]
+    assert sorted(actives.count(n) for n in (1, 2, 3)) == [2, 2, 2]
+    racks = {1: "az-a", 2: "az-b", 3: "az-c"}
+    for part in parts:
+        assert len(part.standbys) == 1 and part.active not in part.standbys
+        assert racks[part.standbys[0]] != racks[part.active]
+        assert set(part.isr) == {part.active, *part.standbys}
+
+
+def test_create_existing_table_answers_exists_after_a_commit() -> None:
+    harness = three_brokers()
+    create(harness)
+    decision = create(harness)
+    assert decision.reply.error is ControllerError.TABLE_EXISTS
+    assert decision.wait and decision.batches[0].records == (NoOp(),)
+
+
+def test_invalid_tables_are_refused_with_the_field_named() -> None:
+    harness = three_brokers()
+    for request, fragment in [
+        (CreateTableRequest("bad name", 1, 0, (KeyColumn("k", KeyType.INT),), None), "table name 'bad name'"),
+        (CreateTableRequest("t", 0, 0, (KeyColumn("k", KeyType.INT),), None), "partitions=0"),
+        (CreateTableRequest("t", 1, 11, (KeyColumn("k", KeyType.INT),), None), "standby_replicas=11"),
+        (CreateTableRequest("t", 1, 0, (), None), "key_columns"),
+        (CreateTableRequest("t", 1, 0, (KeyColumn("k", KeyType.INT),) * 2, None), "distinct"),
+        (CreateTableRequest("t", 1, 0, (KeyColumn("k", KeyType.INT),), -1), "acceptable_lag=-1"),
+    ]:
+        reply = harness.handle(request).reply
+        assert reply.error is ControllerError.INVALID_REQUEST and fragment in reply.message
+    assert "t" not in harness.image.tables
+
+
+def test_no_live_brokers_is_a_clear_error() -> None:
+    harness = Harness()
+    assert create(harness).reply.error is ControllerError.NO_LIVE_BROKERS
+
+
+def test_delete_and_list_tables() -> None:
+    harness = three_brokers()
+    create(harness, "a")
+    create(harness, "b")
+    assert harness.handle(ListTablesRequest()).reply.tables == ("a", "b")
+    assert harness.handle(DeleteTableRequest("a")).reply.error is ControllerError.NONE
+    assert harness.handle(DeleteTableRequest("a")).reply.error is ControllerError.UNKNOWN_TABLE
+    assert harness.handle(ListTablesRequest()).reply.tables == ("b",)
+    assert harness.image.partitions_of("a") == ()
+
+
+def test_expired_session_fences_the_server_and_moves_its_actives() -> None:
+    harness = three_brokers()
+    create(harness, partitions=6, standbys=1)
+    harness.now = SESSION // 2
+    harness.heartbeat(1)
+    harness.heartbeat(2)
+    harness.now = SESSION + 100  # 3 last heartbeat at 0
+    harness.commit(harness.controller.tick(harness.now, harness.next_offset))
+    assert harness.image.servers[3].fenced and not harness.image.servers[1].fenced
+    for part in harness.image.partitions_of("clicks"):
+        assert part.active != 3 and part.active is not None
+        assert 3 not in part.isr
+    moved = [p for p in harness.image.partitions_of("clicks") if p.leader_epoch == 1]
+    assert len(moved) == 2  # the two actives 3 held, each with a bumped leader epoch
+
+
+def test_a_new_controller_gives_every_server_a_fresh_session() -> None:
+    harness = three_brokers()
+    later = 10 * SESSION
+    controller = QuorumController(
+        harness.image, ControllerConfig(SESSION), now=later, next_offset=harness.next_offset
+    )
+    assert controller.tick(later + SESSION - 1, harness.next_offset) == []
+    assert len(controller.tick(later + SESSION + 1, harness.next_offset)) == 3
+
+
+def test_fenced_server_is_unfenced_after_catching_up_and_offline_partitions_return() -> None:
+    harness = three_brokers()
+    create(harness, partitions=3, standbys=0)
+    harness.now = SESSION + 1
+    harness.heartbeat(1)
+    harness.heartbeat(2)
+    harness.commit(harness.controller.tick(harness.now, harness.next_offset))
+    offline = [p for p in harness.image.partitions_of("clicks") if p.active is None]
+    assert len(offline) == 1  # no standby could take over 3's partition
+    fenced_at = harness.image.servers[3].changed_at
+    assert harness.heartbeat(3, offset=fenced_at).fenced  # still behind its own fencing
+    assert not harness.heartbeat(3, offset=fenced_at + 1).fenced
+    assert all(p.active is not None for p in harness.image.partitions_of("clicks"))
+
+
+def test_controlled_shutdown_moves_every_active_in_one_batch() -> None:
+    harness = three_brokers()
+    create(harness, partitions=6, standbys=1)
+    decision = harness.controller.handle(
+        ServerHeartbeatRequest(2, "a2", harness.next_offset, True), 0, harness.next_offset
+    )
+    assert decision.reply.shutdown_ready and len(decision.batches) == 1
+    records = decision.batches[0].records
+    assert isinstance(records[0], FenceServer) and records[0].reason == "controlled shutdown"
+    harness.commit(decision)
+    assert all(p.active != 2 for p in harness.image.partitions_of("clicks"))
+    again = harness.controller.handle(
+        ServerHeartbeatRequest(2, "a2", harness.next_offset, True), 0, harness.next_offset
+    )
+    assert again.reply.shutdown_ready and again.batches == () and again.wait
+
+
+def test_heartbeat_from_a_previous_incarnation_is_told_to_register_again() -> None:
+    harness = three_brokers()
+    harness.register(1, "az-a", incarnation="b")  # restarted
+    reply = harness.heartbeat(1, incarnation="a")
+    assert reply.error is ControllerError.STALE_INCARNATION
+
+
+def test_re_registration_of_a_live_server_fences_it_first() -> None:
+    harness = three_brokers()
+    create(harness, partitions=3, standbys=1)
+    decision = harness.handle(RegisterServerRequest(1, "b1", Endpoint("h", 1), None, "az-a", (), ("broker",)))
+    kinds = [type(r).__name__ for r in decision.batches[0].records]
+    assert kinds[0] == "FenceServer" and kinds[-1] == "RegisterServer"
+    assert all(p.active != 1 for p in harness.image.partitions_of("clicks"))
+    assert not any(isinstance(r, UnfenceServer) for r in decision.batches[0].records)
