@@ -18,7 +18,7 @@ from hotstate.assignor import (
     Server,
     Table,
 )
-from hotstate.assignor.active_flow import flow_active_targets
+from hotstate.assignor.active_flow import active_tiebreak, candidates, flow_active_targets
 from hotstate.assignor.assign import check_not_worse, table_bounds_of
 from hotstate.assignor.balance import balanced_bounds
 from hotstate.assignor.cost import actives_cost, model_of
@@ -116,3 +116,14 @@ def test_compressed_flow_matches_brute_force_optimum(
     )
     assert got == best
     assert feasible(tuple(targets[p] for p in range(n_parts)))
+
+
+def test_active_tiebreak_prefers_previous_active_then_caught_up_then_any_data() -> None:
+    servers = [Server(x) for x in "abcde"]
+    pid = PartitionId("t", 0)
+    prev = {pid: PartitionAssignment("a", ("b",), ("c",))}
+    lags = {pid: {"b": 0, "c": 10_000_000, "e": 3}}
+    problem = build_problem(servers, [Table("t", 1)], prev, lags, AssignorConfig())
+    assert [active_tiebreak(problem, 0, s) for s in range(5)] == [0, 1, 2, 3, 1]
+    # Candidates get their own arcs: previous replicas, and servers caught up from leftover state.
+    assert candidates(problem, 0) == [0, 1, 2, 4]
