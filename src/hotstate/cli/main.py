@@ -1,12 +1,28 @@
-"""The `hotstate` command. Sub-commands are added by the parts of the system that own them."""
+"""The `hotstate` command."""
 
 from __future__ import annotations
 
+import asyncio
+import sys
+from pathlib import Path
+from typing import Annotated
+
 import typer
+from rich.console import Console
+from rich.table import Table
 
 from hotstate import __version__
 
-app = typer.Typer(help="hotstate: highly available, queryable materialized tables for PySpark.", no_args_is_help=True)
+app = typer.Typer(
+    help="hotstate: highly available, queryable materialized tables for PySpark.", no_args_is_help=True
+)
+cluster_app = typer.Typer(
+    help="A local cluster of combined-mode servers in one directory.", no_args_is_help=True
+)
+app.add_typer(cluster_app, name="cluster")
+console = Console()
+DEFAULT_DIR = Path(".hotstate/cluster")
+DirOption = Annotated[Path, typer.Option("--dir", help="where the cluster lives")]
 
 
 @app.callback()
@@ -20,8 +36,154 @@ def version() -> None:
     typer.echo(__version__)
 
 
+@app.command(
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    help="Run one server. Settings come from --config FILE, HOTSTATE_* variables and --KEY=VALUE flags "
+    "(flags win). SIGTERM shuts down in a controlled way.",
+)
+def server(
+    ctx: typer.Context,
+    config: Annotated[Path | None, typer.Option("--config", help="TOML configuration")] = None,
+) -> None:
+    from hotstate.server.app import run_server
+    from hotstate.server.config import ConfigError, load_config, parse_flag_overrides
+
+    try:
+        loaded = load_config(config, flags=parse_flag_overrides(ctx.args))
+    except (ConfigError, OSError) as error:
+        typer.echo(f"hotstate server: {error}", err=True)
+        raise typer.Exit(2) from error
+    run_server(loaded)
+
+
+@cluster_app.command("up")
+def cluster_up(
+    servers: Annotated[int, typer.Option("--servers", "-n", help="how many combined-mode servers")] = 3,
+    directory: DirOption = DEFAULT_DIR,
+    base_port: Annotated[
+        int, typer.Option("--base-port", help="first port (rpc, http alternate); 0: any")
+    ] = 0,
+    timeout: Annotated[float, typer.Option("--timeout", help="seconds to wait for the cluster")] = 30.0,
+) -> None:
+    """Start N local servers (racks az-a, az-b, ...) and wait until every one is registered and unfenced."""
+    from hotstate.cli.local_cluster import LocalCluster
+
+    try:
+        cluster = LocalCluster.load(directory)
+        if len(cluster.servers) != servers:
+            typer.echo(
+                f"{directory} holds a cluster of {len(cluster.servers)} servers: "
+                "use that number, or another --dir",
+                err=True,
+            )
+            raise typer.Exit(2)
+    except FileNotFoundError:
+        cluster = LocalCluster.create(directory, servers, base_port=base_port)
+        cluster.write_configs()
+        cluster.save()
+    cluster.start_all()
+    try:
+        asyncio.run(cluster.wait_ready(timeout))
+    except TimeoutError as error:
+        typer.echo(f"hotstate cluster up: {error}; see {directory}/server-*/server.log", err=True)
+        raise typer.Exit(1) from error
+    _print_status(cluster)
+
+
+@cluster_app.command("down")
+def cluster_down(
+    directory: DirOption = DEFAULT_DIR,
+) -> None:
+    """Stop every server of the local cluster (SIGTERM: controlled shutdown)."""
+    from hotstate.cli.local_cluster import LocalCluster
+
+    try:
+        cluster = LocalCluster.load(directory)
+    except FileNotFoundError as error:
+        typer.echo(str(error), err=True)
+        raise typer.Exit(1) from error
+    # The last voters must stay up while the others shut down, or no controller is left to move actives.
+    for server in reversed(cluster.servers):
+        clean = cluster.stop(server)
+        console.print(f"server {server.node_id}: {'stopped' if clean else 'killed after timeout'}")
+        server.pid = None
+    cluster.save()
+
+
+@cluster_app.command("status")
+def cluster_status(
+    directory: DirOption = DEFAULT_DIR,
+) -> None:
+    """Ask any live server of the local cluster for the cluster's state."""
+    from hotstate.cli.local_cluster import LocalCluster
+
+    try:
+        cluster = LocalCluster.load(directory)
+    except FileNotFoundError as error:
+        typer.echo(str(error), err=True)
+        raise typer.Exit(1) from error
+
+    try:
+        _print_status(cluster)
+    except Exception as error:
+        typer.echo(f"hotstate cluster status: {error}", err=True)
+        raise typer.Exit(1) from error
+
+
+def _print_status(cluster: object) -> None:
+    """One row per server: the cluster as the first live server sees it, plus each server's own offset."""
+    from hotstate.cli.local_cluster import LocalCluster
+    from hotstate.server.status import DescribeClusterResponse
+
+    assert isinstance(cluster, LocalCluster)
+
+    async def ask() -> list[DescribeClusterResponse | Exception]:
+        async with cluster.admin(request_timeout_s=2.0) as admin:
+            return await admin.describe_each()
+
+    views = asyncio.run(ask())
+    answered = [v for v in views if isinstance(v, DescribeClusterResponse)]
+    if not answered:
+        raise RuntimeError(f"no server of the cluster in {cluster.root} answered: {views}")
+    status = answered[0]
+    offsets = {v.node_id: v.metadata_offset for v in answered}
+    pids = {s.node_id: s.pid for s in cluster.servers}
+    table = Table(title=f"hotstate cluster {cluster.cluster_id} (as server {status.node_id} sees it)")
+    for column in (
+        "id",
+        "rack",
+        "roles",
+        "leader",
+        "fenced",
+        "metadata offset",
+        "actives",
+        "standbys",
+        "rpc",
+        "pid",
+    ):
+        table.add_column(column)
+    for server in status.servers:
+        table.add_row(
+            str(server.node_id),
+            server.rack or "",
+            ",".join(server.roles),
+            "yes" if server.node_id == status.leader_id else "",
+            "FENCED" if server.fenced else "no",
+            str(offsets[server.node_id]) if server.node_id in offsets else "down",
+            str(server.actives),
+            str(server.standbys),
+            f"{server.rpc_host}:{server.rpc_port}",
+            str(pids.get(server.node_id) or ""),
+        )
+    console.print(table)
+    console.print(
+        f"metadata: leader {status.leader_id}, epoch {status.epoch}, offset {status.metadata_offset}, "
+        f"tables {len(status.tables)}"
+    )
+
+
 def main() -> None:
-    app()
+    app(args=sys.argv[1:])
 
 
 if __name__ == "__main__":

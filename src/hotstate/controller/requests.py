@@ -17,6 +17,8 @@ class ControllerError(IntEnum):
     STALE_INCARNATION = 5  # a heartbeat from a previous life of the server: register again
     UNKNOWN_SERVER = 6
     NO_LIVE_BROKERS = 7
+    # The change was proposed but not seen committed: it may or may not take effect. Not safe to retry
+    # blindly (unlike NOT_CONTROLLER, which means it was never applied).
     TIMEOUT = 8
 
 

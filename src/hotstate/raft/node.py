@@ -177,6 +177,16 @@ class RaftNode:
         return self._snapshot
 
     @property
+    def pending_proposals(self) -> int:
+        """Proposals accepted but not yet in the log (lingering): the next one gets end_offset + this."""
+        return len(self._pending)
+
+    @property
+    def epoch_start_offset(self) -> int:
+        """Where this leader's epoch begins (its leader-change record); meaningful only while leading."""
+        return self._epoch_start_offset
+
+    @property
     def quorum_state(self) -> QuorumState:
         return QuorumState(self._epoch, self._voted_id, self._leader_id)
 

@@ -1,0 +1,212 @@
+"""A cluster of local combined-mode servers in one directory: what `hotstate cluster up|down|status` run.
+
+Layout of the directory:
+    cluster.json            cluster id, secret, and per server: id, rack, ports, pid
+    server-<id>/server.toml the server's configuration (written with render_toml)
+    server-<id>/server.log  its output
+    server-<id>/data/       its data directory
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from hotstate.client.admin import AdminClient
+from hotstate.server.config import Listener, ServerConfig, Voter, render_toml
+from hotstate.server.status import DescribeClusterResponse
+
+RACKS = ("az-a", "az-b", "az-c", "az-d", "az-e")
+STATE_FILE = "cluster.json"
+
+
+@dataclass
+class LocalServer:
+    node_id: int
+    rack: str
+    rpc_port: int
+    http_port: int
+    pid: int | None = None
+
+    def directory(self, root: Path) -> Path:
+        return root / f"server-{self.node_id}"
+
+
+@dataclass
+class LocalCluster:
+    root: Path
+    cluster_id: str
+    secret: str
+    servers: list[LocalServer]
+
+    # ------------------------------------------------------------------ persistence
+    def save(self) -> None:
+        state = {
+            "cluster_id": self.cluster_id,
+            "secret": self.secret,
+            "servers": [asdict(server) for server in self.servers],
+        }
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = self.root / (STATE_FILE + ".tmp")
+        tmp.write_text(json.dumps(state, indent=2) + "\n")
+        tmp.replace(self.root / STATE_FILE)
+
+    @staticmethod
+    def load(root: Path) -> LocalCluster:
+        path = root / STATE_FILE
+        if not path.exists():
+            raise FileNotFoundError(
+                f"no local cluster in {root} (no {STATE_FILE}); start one with `hotstate cluster up`"
+            )
+        state = json.loads(path.read_text())
+        return LocalCluster(
+            root, state["cluster_id"], state["secret"], [LocalServer(**server) for server in state["servers"]]
+        )
+
+    @staticmethod
+    def create(root: Path, count: int, *, base_port: int = 0) -> LocalCluster:
+        if count < 1:
+            raise ValueError(f"--servers {count}: a cluster needs at least one server")
+        ports = _free_ports(2 * count) if base_port == 0 else list(range(base_port, base_port + 2 * count))
+        servers = [
+            LocalServer(i + 1, RACKS[i % len(RACKS)], rpc_port=ports[2 * i], http_port=ports[2 * i + 1])
+            for i in range(count)
+        ]
+        return LocalCluster(root, f"local-{secrets.token_hex(4)}", secrets.token_hex(24), servers)
+
+    # ------------------------------------------------------------------ configuration
+    def config_for(self, server: LocalServer, **overrides: object) -> ServerConfig:
+        voters = tuple(Voter(s.node_id, "127.0.0.1", s.rpc_port) for s in self.servers)
+        fields: dict[str, object] = {
+            "node_id": server.node_id,
+            "process_roles": frozenset({"controller", "broker"}),
+            "rpc": Listener("rpc", "127.0.0.1", server.rpc_port),
+            "http": Listener("http", "127.0.0.1", server.http_port),
+            "voters": voters,
+            "data_dir": server.directory(self.root).resolve() / "data",
+            "rack": server.rack,
+            "cluster_id": self.cluster_id,
+            "cluster_secret": self.secret,
+        }
+        fields.update(overrides)
+        return ServerConfig(**fields)  # type: ignore[arg-type]
+
+    def write_configs(self, **overrides: object) -> None:
+        for server in self.servers:
+            directory = server.directory(self.root)
+            directory.mkdir(parents=True, exist_ok=True)
+            (directory / "server.toml").write_text(render_toml(self.config_for(server, **overrides)))
+
+    # ------------------------------------------------------------------ processes
+    def start(self, server: LocalServer) -> None:
+        directory = server.directory(self.root)
+        with open(directory / "server.log", "ab") as out:
+            process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "hotstate.cli.main",
+                    "server",
+                    "--config",
+                    str(directory / "server.toml"),
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # Ctrl-C in the terminal that ran `cluster up` does not reach them
+            )
+        server.pid = process.pid
+        self.save()
+
+    def start_all(self) -> None:
+        for server in self.servers:
+            if not self.alive(server):
+                self.start(server)
+
+    def alive(self, server: LocalServer) -> bool:
+        if server.pid is None:
+            return False
+        try:
+            pid, _ = os.waitpid(server.pid, os.WNOHANG)
+            if pid == server.pid:
+                return False
+        except ChildProcessError:
+            pass  # not our child (started by another `hotstate` process): ask the kernel
+        try:
+            os.kill(server.pid, 0)
+        except ProcessLookupError:
+            return False
+        return _not_zombie(server.pid)
+
+    def signal(self, server: LocalServer, signum: int) -> None:
+        if server.pid is not None and self.alive(server):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(server.pid, signum)
+
+    def stop(self, server: LocalServer, *, timeout_s: float = 20.0) -> bool:
+        """SIGTERM (controlled shutdown), then SIGKILL after `timeout_s`. True when it stopped by itself."""
+        self.signal(server, signal.SIGTERM)
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            if not self.alive(server):
+                return True
+            time.sleep(0.05)
+        self.signal(server, signal.SIGKILL)
+        return False
+
+    def addresses(self) -> list[tuple[str, int]]:
+        return [("127.0.0.1", server.rpc_port) for server in self.servers]
+
+    def admin(self, **kwargs: float) -> AdminClient:
+        return AdminClient(self.addresses(), cluster_id=self.cluster_id, secret=self.secret, **kwargs)
+
+    async def wait_ready(
+        self, timeout_s: float = 30.0, *, expect: int | None = None
+    ) -> DescribeClusterResponse:
+        """Until a leader is elected and `expect` servers (default: all) are registered and unfenced."""
+        expect = len(self.servers) if expect is None else expect
+        end = time.monotonic() + timeout_s
+        last: object = None
+        async with self.admin(request_timeout_s=1.0) as admin:
+            while time.monotonic() < end:
+                try:
+                    status = await admin.describe(deadline_s=1.0)
+                    last = status
+                    unfenced = [s for s in status.servers if not s.fenced]
+                    if status.leader_id is not None and len(unfenced) >= expect:
+                        return status
+                except Exception as error:
+                    last = error
+                await asyncio.sleep(0.1)
+        raise TimeoutError(f"cluster in {self.root} not ready after {timeout_s:.0f} s (last status: {last})")
+
+
+def _free_ports(count: int) -> list[int]:
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def _not_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True

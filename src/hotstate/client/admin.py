@@ -1,0 +1,142 @@
+"""Administrative client: cluster status and table management, over the servers' RPC port.
+
+Any server answers: it forwards controller requests to the active controller. On a connection error or
+NOT_CONTROLLER the client moves on to the next server, with backoff, until its deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Sequence
+from typing import cast
+
+from hotstate.controller.records import KeyColumn
+from hotstate.controller.requests import (
+    ControllerError,
+    ControllerRequest,
+    ControllerResponse,
+    CreateTableRequest,
+    CreateTableResponse,
+    DeleteTableRequest,
+    DeleteTableResponse,
+    ListTablesRequest,
+    ListTablesResponse,
+)
+from hotstate.rpc import PeerPool
+from hotstate.server.status import DescribeClusterRequest, DescribeClusterResponse
+from hotstate.server.wire import MESSAGES
+
+# Clients are not cluster members; they identify as node 0 in the RPC handshake.
+CLIENT_NODE_ID = 0
+# Only errors that mean "not applied" are retried; TIMEOUT (outcome unknown) goes back to the caller.
+RETRYABLE = (ControllerError.NOT_CONTROLLER,)
+
+
+class ClusterUnavailableError(Exception):
+    pass
+
+
+class AdminClient:
+    def __init__(
+        self,
+        servers: Sequence[tuple[str, int]],
+        *,
+        cluster_id: str,
+        secret: str,
+        request_timeout_s: float = 5.0,
+    ) -> None:
+        if not servers:
+            raise ValueError("no servers to talk to")
+        self._servers = list(servers)
+        self._pool = PeerPool(CLIENT_NODE_ID, cluster_id, secret, MESSAGES)
+        # The pool is keyed by node id; the client numbers its servers 1..N by list position.
+        self._pool.update({i + 1: address for i, address in enumerate(self._servers)})
+        self._request_timeout_s = request_timeout_s
+        self._preferred = 0
+
+    async def close(self) -> None:
+        await self._pool.close()
+
+    async def __aenter__(self) -> AdminClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def describe(self, *, deadline_s: float = 5.0) -> DescribeClusterResponse:
+        reply = await self._call(DescribeClusterRequest(), deadline_s)
+        assert isinstance(reply, DescribeClusterResponse)
+        return reply
+
+    async def describe_each(self) -> list[DescribeClusterResponse | Exception]:
+        """Every server's own view (or the error reaching it)."""
+
+        async def one(index: int) -> DescribeClusterResponse | Exception:
+            try:
+                reply = await self._pool.request(index + 1, DescribeClusterRequest(), self._request_timeout_s)
+            except Exception as error:
+                return error
+            assert isinstance(reply, DescribeClusterResponse)
+            return reply
+
+        return list(await asyncio.gather(*(one(i) for i in range(len(self._servers)))))
+
+    async def create_table(
+        self,
+        name: str,
+        *,
+        partitions: int,
+        standby_replicas: int,
+        key_columns: tuple[KeyColumn, ...],
+        acceptable_lag: int | None = None,
+        deadline_s: float = 10.0,
+    ) -> CreateTableResponse:
+        request = CreateTableRequest(name, partitions, standby_replicas, key_columns, acceptable_lag)
+        reply = await self._controller_call(request, deadline_s)
+        assert isinstance(reply, CreateTableResponse)
+        return reply
+
+    async def delete_table(self, name: str, *, deadline_s: float = 10.0) -> DeleteTableResponse:
+        reply = await self._controller_call(DeleteTableRequest(name), deadline_s)
+        assert isinstance(reply, DeleteTableResponse)
+        return reply
+
+    async def list_tables(self, *, deadline_s: float = 10.0) -> ListTablesResponse:
+        reply = await self._controller_call(ListTablesRequest(), deadline_s)
+        assert isinstance(reply, ListTablesResponse)
+        return reply
+
+    async def _controller_call(self, request: ControllerRequest, deadline_s: float) -> ControllerResponse:
+        end = time.monotonic() + deadline_s
+        backoff = 0.05
+        while True:
+            reply = await self._call(request, max(0.1, end - time.monotonic()))
+            error = getattr(reply, "error", None)
+            if error not in RETRYABLE or time.monotonic() >= end:
+                return cast(ControllerResponse, reply)
+            self._preferred = (self._preferred + 1) % len(self._servers)
+            await asyncio.sleep(backoff * (0.5 + random.random()))
+            backoff = min(backoff * 2, 0.5)
+
+    async def _call(self, request: object, deadline_s: float) -> object:
+        end = time.monotonic() + deadline_s
+        last_error: Exception | None = None
+        attempt = 0
+        while time.monotonic() < end:
+            index = (self._preferred + attempt) % len(self._servers)
+            timeout = min(self._request_timeout_s, max(0.05, end - time.monotonic()))
+            try:
+                reply = await self._pool.request(index + 1, request, timeout)
+                self._preferred = index
+                return reply
+            except Exception as error:  # unreachable, timed out, refused: try the next server
+                last_error = error
+                attempt += 1
+                if attempt % len(self._servers) == 0:
+                    await asyncio.sleep(0.1)
+        raise ClusterUnavailableError(
+            f"no server of {self._servers} answered {type(request).__name__} within {deadline_s:.1f} s"
+            f" (last error: {last_error})"
+        )

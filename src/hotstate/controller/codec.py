@@ -1,0 +1,50 @@
+"""The one codec for metadata records: msgpack through a type registry, never pickle.
+
+Type ids are part of the on-disk format: never reuse or renumber one; add new records with new ids.
+"""
+
+from __future__ import annotations
+
+from hotstate.controller.records import (
+    CreateTable,
+    DeleteTable,
+    Endpoint,
+    FenceServer,
+    KeyColumn,
+    MetadataBatch,
+    NoOp,
+    PartitionAssignment,
+    PartitionChange,
+    RegisterServer,
+    UnfenceServer,
+    UnregisterServer,
+)
+from hotstate.rpc.schema import DecodeError, TypeRegistry
+
+RECORDS = TypeRegistry()
+for type_id, cls in (
+    (1, Endpoint),
+    (2, KeyColumn),
+    (10, RegisterServer),
+    (11, UnregisterServer),
+    (12, FenceServer),
+    (13, UnfenceServer),
+    (20, CreateTable),
+    (21, DeleteTable),
+    (30, PartitionAssignment),
+    (31, PartitionChange),
+    (40, NoOp),
+    (100, MetadataBatch),
+):
+    RECORDS.register(type_id, cls)
+
+
+def encode_batch(batch: MetadataBatch) -> bytes:
+    return RECORDS.encode(batch)
+
+
+def decode_batch(data: bytes) -> MetadataBatch:
+    batch = RECORDS.decode(data)
+    if not isinstance(batch, MetadataBatch):
+        raise DecodeError(f"expected a metadata batch, found {type(batch).__name__}")
+    return batch

@@ -1,0 +1,238 @@
+"""One hotstate server process: wiring of the quorum member, the controller host and the server lifecycle.
+
+SIGTERM runs a controlled shutdown (the controller moves this server's actives away, committed, before
+the process exits); SIGKILL loses nothing committed, since every Ready is fsynced before it is answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import cast
+
+from hotstate.controller.controller import ControllerConfig
+from hotstate.controller.image import MetadataImage
+from hotstate.controller.records import Endpoint
+from hotstate.controller.requests import (
+    ControllerError,
+    ControllerRequest,
+    ControllerResponse,
+    error_response,
+)
+from hotstate.raft.messages import Message
+from hotstate.raft.records import Entry, Snapshot
+from hotstate.raft.storage import RaftStorage
+from hotstate.rpc import PeerInfo, PeerPool, RpcServer
+from hotstate.server.config import ServerConfig
+from hotstate.server.controller_host import ControllerHost
+from hotstate.server.lifecycle import ServerLifecycle
+from hotstate.server.metadata import MetadataPublisher
+from hotstate.server.raft_driver import RaftDriver, monotonic_ms
+from hotstate.server.status import DescribeClusterRequest, describe
+from hotstate.server.wire import MESSAGES, ForwardedControllerRequest
+
+log = logging.getLogger(__name__)
+
+RAFT_MESSAGES = (
+    "Vote",
+    "VoteResponse",
+    "BeginQuorumEpoch",
+    "BeginQuorumEpochResponse",
+    "Fetch",
+    "FetchResponse",
+    "FetchSnapshot",
+    "FetchSnapshotResponse",
+)
+FORWARD_TIMEOUT_S = 5.0
+SHUTDOWN_TIMEOUT_S = 10.0
+
+
+class Server:
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.incarnation_id = uuid.uuid4().hex
+        self._stopped = asyncio.Event()
+        self.driver: RaftDriver | None = None
+        self.rpc: RpcServer | None = None
+        self.pool: PeerPool | None = None
+        self.metadata: MetadataPublisher | None = None
+        self.controller: ControllerHost | None = None
+        self.lifecycle: ServerLifecycle | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._voter_addresses = {v.node_id: (v.host, v.port) for v in config.voters}
+
+    # ------------------------------------------------------------------ start and stop
+    async def start(self) -> None:
+        config = self.config
+        data_dir = Path(config.data_dir)
+        data_dir.mkdir(parents=True, exist_ok=True)
+        storage = RaftStorage(data_dir / "metadata")
+        self.pool = PeerPool(
+            config.node_id,
+            config.cluster_id,
+            config.cluster_secret,
+            MESSAGES,
+            max_frame_bytes=config.max_frame_bytes,
+        )
+        self.pool.update(self._voter_addresses)
+        self.driver = RaftDriver(
+            config.node_id,
+            [v.node_id for v in config.voters],
+            config.raft,
+            storage,
+            send=self._send_raft,
+            on_committed=self._on_committed,
+            on_role_change=self._on_role_change,
+        )
+        self.metadata = MetadataPublisher(
+            snapshot=self.driver.initial_snapshot,
+            snapshot_max_records=config.snapshot_max_records,
+            snapshot_interval_ms=config.snapshot_interval_ms,
+            clock=monotonic_ms,
+        )
+        self.metadata.add_listener(self._on_image)
+        self.controller = ControllerHost(
+            self.driver,
+            self.metadata,
+            ControllerConfig(session_timeout_ms=config.session_timeout_ms),
+            forward=self._forward,
+            clock=monotonic_ms,
+        )
+        self.rpc = RpcServer(
+            config.rpc.host,
+            config.rpc.port,
+            cluster_id=config.cluster_id,
+            secret=config.cluster_secret,
+            node_id=config.node_id,
+            registry=MESSAGES,
+            handler=self._handle_request,
+            on_oneway=self._handle_oneway,
+            max_frame_bytes=config.max_frame_bytes,
+        )
+        await self.rpc.start()
+        rpc_endpoint = Endpoint(config.rpc.host, self.rpc.port)
+        http_endpoint = Endpoint(config.http.host, config.http.port) if config.http else None
+        self.lifecycle = ServerLifecycle(
+            node_id=config.node_id,
+            incarnation_id=self.incarnation_id,
+            rpc=rpc_endpoint,
+            http=http_endpoint,
+            rack=config.rack,
+            tags=config.tags,
+            roles=tuple(sorted(config.process_roles)),
+            metadata=self.metadata,
+            send=self._to_controller,
+            heartbeat_interval_ms=config.heartbeat_interval_ms,
+        )
+        self.driver.start()
+        self.controller.start()
+        self._tasks.append(asyncio.create_task(self.lifecycle.run(), name="lifecycle"))
+        log.info(
+            "server %d up: rpc %s:%d, roles %s, rack %s, incarnation %s",
+            config.node_id,
+            rpc_endpoint.host,
+            rpc_endpoint.port,
+            ",".join(sorted(config.process_roles)),
+            config.rack,
+            self.incarnation_id,
+        )
+
+    async def stop(self, *, controlled: bool) -> None:
+        if controlled and self.lifecycle is not None:
+            log.info("controlled shutdown: asking the controller to move this server's actives away")
+            await self.lifecycle.controlled_shutdown(SHUTDOWN_TIMEOUT_S)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self.controller is not None:
+            await self.controller.stop()
+        if self.driver is not None:
+            await self.driver.stop()
+        if self.rpc is not None:
+            await self.rpc.close()
+        if self.pool is not None:
+            await self.pool.close()
+        self._stopped.set()
+
+    async def run_until_signalled(self) -> None:
+        await self.start()
+        loop = asyncio.get_running_loop()
+        stop_requested = asyncio.Event()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop_requested.set)
+        await stop_requested.wait()
+        await self.stop(controlled=True)
+        log.info("server %d stopped", self.config.node_id)
+
+    # ------------------------------------------------------------------ quorum plumbing
+    def _send_raft(self, message: Message) -> None:
+        assert self.pool is not None
+        self.pool.send_oneway(message.dst, message)
+
+    def _on_committed(self, entries: Sequence[Entry], snapshot: Snapshot | None) -> None:
+        assert self.metadata is not None and self.driver is not None
+        self.metadata.on_committed(entries, snapshot)
+        if self.metadata.snapshot_due():
+            end, data = self.metadata.snapshot_bytes()
+            if end > self.driver.node.log.start_offset:
+                self.driver.take_snapshot(end, data)
+
+    def _on_role_change(self, node: object) -> None:
+        if self.controller is not None:
+            self.controller.on_role_change(node)  # type: ignore[arg-type]
+
+    def _on_image(self, image: MetadataImage, entries: object) -> None:
+        # Observers (broker-only servers) are reached at the endpoint they registered with.
+        assert self.pool is not None
+        peers = dict(self._voter_addresses)
+        for node_id, server in image.servers.items():
+            peers.setdefault(node_id, (server.rpc.host, server.rpc.port))
+        self.pool.update(peers)
+
+    # ------------------------------------------------------------------ requests
+    async def _handle_request(self, peer: PeerInfo, message: object) -> object:
+        assert self.controller is not None and self.driver is not None and self.metadata is not None
+        if isinstance(message, ForwardedControllerRequest):
+            return await self.controller.handle(message.request, forwarded=True)
+        if isinstance(message, DescribeClusterRequest):
+            return describe(self.driver.node, self.metadata.image)
+        if type(message).__name__.endswith("Request"):
+            return await self.controller.handle(message)  # type: ignore[arg-type]
+        raise ValueError(f"unexpected request {type(message).__name__}")
+
+    def _handle_oneway(self, peer: PeerInfo, message: object) -> None:
+        if type(message).__name__ in RAFT_MESSAGES and self.driver is not None:
+            self.driver.deliver(message)  # type: ignore[arg-type]
+
+    async def _forward(self, leader_id: int, request: ControllerRequest) -> ControllerResponse:
+        assert self.pool is not None
+        try:
+            reply = await self.pool.request(leader_id, ForwardedControllerRequest(request), FORWARD_TIMEOUT_S)
+        except Exception as error:  # the leader is unreachable: the caller retries (maybe elsewhere)
+            return error_response(
+                request, ControllerError.NOT_CONTROLLER, f"leader {leader_id} unreachable: {error}"
+            )
+        return cast(ControllerResponse, reply)
+
+    async def _to_controller(self, request: ControllerRequest) -> ControllerResponse:
+        assert self.controller is not None
+        return await self.controller.handle(request)
+
+
+def run_server(config: ServerConfig) -> None:
+    logging.basicConfig(
+        level=config.log_level,
+        format=f"%(asctime)s server-{config.node_id} %(levelname)s %(name)s: %(message)s",
+    )
+
+    async def main() -> None:
+        await Server(config).run_until_signalled()
+
+    asyncio.run(main())

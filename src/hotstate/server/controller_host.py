@@ -1,0 +1,195 @@
+"""Hosts the quorum controller while this server leads the metadata quorum, and routes requests to it.
+
+The controller becomes active once the leader-change record of this leader's own epoch is committed:
+from then on the committed image holds everything earlier leaders wrote. A reply goes out only once the
+proposals it depends on are committed in this leader's epoch; if another leader's entry lands at one of
+those offsets, the proposals were lost and the caller hears NOT_CONTROLLER (and retries elsewhere).
+A server that does not lead forwards the request to the leader once (a forwarded request is never
+forwarded again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+
+from hotstate.controller.codec import encode_batch
+from hotstate.controller.controller import ControllerConfig, QuorumController
+from hotstate.controller.image import MetadataImage
+from hotstate.controller.records import MetadataBatch
+from hotstate.controller.requests import (
+    ControllerError,
+    ControllerRequest,
+    ControllerResponse,
+    error_response,
+)
+from hotstate.raft.node import NotLeaderError, ProposalRejectedError, RaftNode, Role
+from hotstate.raft.records import Entry, EntryKind
+from hotstate.server.metadata import MetadataPublisher
+from hotstate.server.raft_driver import RaftDriver
+
+log = logging.getLogger(__name__)
+
+Forward = Callable[[int, ControllerRequest], Awaitable[ControllerResponse]]
+
+
+class ControllerHost:
+    def __init__(
+        self,
+        driver: RaftDriver,
+        metadata: MetadataPublisher,
+        config: ControllerConfig,
+        *,
+        forward: Forward,
+        clock: Callable[[], int],
+        request_timeout_s: float = 5.0,
+        tick_interval_s: float = 0.05,
+    ) -> None:
+        self._driver = driver
+        self._metadata = metadata
+        self._config = config
+        self._forward = forward
+        self._clock = clock
+        self._request_timeout_s = request_timeout_s
+        self._tick_interval_s = tick_interval_s
+        self._controller: QuorumController | None = None
+        self._epoch = -1
+        self._last_proposed = -1  # offset of this controller's latest proposal
+        self._proposed_epochs: dict[int, int] = {}
+        self._lost_from: int | None = None
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._tick_task: asyncio.Task[None] | None = None
+        metadata.add_listener(self._on_image)
+
+    @property
+    def active(self) -> bool:
+        return self._controller is not None
+
+    def start(self) -> None:
+        self._tick_task = asyncio.create_task(self._tick_loop(), name="controller-tick")
+
+    async def stop(self) -> None:
+        if self._tick_task is not None:
+            self._tick_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._tick_task
+        self._deactivate("server stopping")
+
+    # ------------------------------------------------------------------ events from the quorum
+    def on_role_change(self, node: RaftNode) -> None:
+        if self._controller is not None and (node.role is not Role.LEADER or node.epoch != self._epoch):
+            self._deactivate(f"no longer the metadata leader (now {node.role.value} in epoch {node.epoch})")
+
+    def _on_image(self, image: MetadataImage, entries: Sequence[Entry]) -> None:
+        node = self._driver.node
+        for entry in entries:
+            expected = self._proposed_epochs.pop(entry.offset, None)
+            if expected is not None and expected != entry.epoch and self._lost_from is None:
+                self._lost_from = entry.offset
+            if (
+                entry.kind is EntryKind.LEADER_CHANGE
+                and node.role is Role.LEADER
+                and entry.epoch == node.epoch
+                and self._controller is None
+            ):
+                self._activate(image, node)
+        self._release(image)
+
+    def _activate(self, image: MetadataImage, node: RaftNode) -> None:
+        self._epoch = node.epoch
+        self._lost_from = None
+        self._proposed_epochs = {}
+        self._last_proposed = image.offset - 1
+        self._controller = QuorumController(
+            image, self._config, now=self._clock(), next_offset=self._driver.next_proposal_offset()
+        )
+        log.info("active controller for epoch %d at metadata offset %d", node.epoch, image.offset)
+
+    def _deactivate(self, why: str) -> None:
+        if self._controller is not None:
+            log.info("controller for epoch %d stops: %s", self._epoch, why)
+        self._controller = None
+        self._proposed_epochs = {}
+        for _, future in self._waiters:
+            if not future.done():
+                # The proposal may still commit under the next leader: the outcome is unknown, not refused.
+                future.set_exception(_OutcomeUnknown(why))
+        self._waiters = []
+
+    def _release(self, image: MetadataImage) -> None:
+        still = []
+        for offset, future in self._waiters:
+            if future.done():
+                continue
+            if self._lost_from is not None and offset >= self._lost_from:
+                future.set_exception(_NotController("the proposal was lost to a new metadata leader"))
+            elif image.offset > offset:
+                future.set_result(None)
+            else:
+                still.append((offset, future))
+        self._waiters = still
+
+    # ------------------------------------------------------------------ requests
+    async def handle(self, request: ControllerRequest, *, forwarded: bool = False) -> ControllerResponse:
+        controller = self._controller
+        if controller is None:
+            leader = self._driver.node.leader_id
+            if forwarded or leader is None or leader == self._driver.node.id:
+                hint = f"; the metadata leader is {leader}" if leader is not None else ""
+                return error_response(
+                    request, ControllerError.NOT_CONTROLLER, f"not the active controller{hint}"
+                )
+            return await self._forward(leader, request)
+        try:
+            decision = controller.handle(request, self._clock(), self._driver.next_proposal_offset())
+            self._propose(decision.batches)
+            if decision.wait:
+                await asyncio.wait_for(self._committed(self._last_proposed), self._request_timeout_s)
+        except _NotController as error:
+            return error_response(request, ControllerError.NOT_CONTROLLER, str(error))
+        except _OutcomeUnknown as error:
+            return error_response(
+                request, ControllerError.TIMEOUT, f"{error}; the change may or may not have been applied"
+            )
+        except (NotLeaderError, ProposalRejectedError) as error:
+            self._deactivate(str(error))
+            return error_response(request, ControllerError.NOT_CONTROLLER, str(error))
+        except TimeoutError:
+            return error_response(
+                request, ControllerError.TIMEOUT, "the metadata change did not commit in time"
+            )
+        return decision.reply
+
+    def _propose(self, batches: Sequence[MetadataBatch]) -> None:
+        for batch in batches:
+            offset, epoch = self._driver.propose(encode_batch(batch))
+            self._proposed_epochs[offset] = epoch
+            self._last_proposed = offset
+
+    async def _committed(self, offset: int) -> None:
+        if self._metadata.image.offset > offset:
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((offset, future))
+        await future
+
+    async def _tick_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._tick_interval_s)
+            controller = self._controller
+            if controller is None:
+                continue
+            try:
+                self._propose(controller.tick(self._clock(), self._driver.next_proposal_offset()))
+            except (NotLeaderError, ProposalRejectedError) as error:
+                self._deactivate(str(error))
+
+
+class _NotController(Exception):
+    """The request was definitely not applied (safe to retry elsewhere)."""
+
+
+class _OutcomeUnknown(Exception):
+    """The request was proposed but leadership moved before it committed."""

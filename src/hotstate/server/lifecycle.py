@@ -1,0 +1,121 @@
+"""A server's life as seen by the controller: register, heartbeat, and shut down in a controlled way."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable
+
+from hotstate.controller.records import Endpoint
+from hotstate.controller.requests import (
+    ControllerError,
+    ControllerRequest,
+    ControllerResponse,
+    RegisterServerRequest,
+    RegisterServerResponse,
+    ServerHeartbeatRequest,
+    ServerHeartbeatResponse,
+)
+from hotstate.server.metadata import MetadataPublisher
+
+log = logging.getLogger(__name__)
+
+SendToController = Callable[[ControllerRequest], Awaitable[ControllerResponse]]
+
+
+class ServerLifecycle:
+    def __init__(
+        self,
+        *,
+        node_id: int,
+        incarnation_id: str,
+        rpc: Endpoint,
+        http: Endpoint | None,
+        rack: str | None,
+        tags: tuple[tuple[str, str], ...],
+        roles: tuple[str, ...],
+        metadata: MetadataPublisher,
+        send: SendToController,
+        heartbeat_interval_ms: int,
+    ) -> None:
+        self._registration = RegisterServerRequest(node_id, incarnation_id, rpc, http, rack, tags, roles)
+        self._metadata = metadata
+        self._send = send
+        self._interval_s = heartbeat_interval_ms / 1000
+        self.registered = asyncio.Event()
+        self.fenced = True
+        self._shutting_down = False
+        self.shutdown_ready = asyncio.Event()
+
+    async def run(self) -> None:
+        """Register, then heartbeat until cancelled; re-register whenever the controller forgot us."""
+        backoff = self._interval_s
+        while True:
+            if not self.registered.is_set():
+                if await self._register():
+                    backoff = self._interval_s
+                else:
+                    await asyncio.sleep(backoff * (0.5 + random.random()))
+                    backoff = min(backoff * 2, 2.0)
+                    continue
+            await self._heartbeat()
+            await asyncio.sleep(self._interval_s)
+
+    async def _register(self) -> bool:
+        try:
+            reply = await self._send(self._registration)
+        except (OSError, TimeoutError, ConnectionError) as error:
+            log.debug("registration failed: %s", error)
+            return False
+        assert isinstance(reply, RegisterServerResponse)
+        if reply.error is not ControllerError.NONE:
+            log.debug("registration refused: %s %s", reply.error.name, reply.message)
+            return False
+        log.info("registered with the controller (record at metadata offset %d)", reply.registered_at)
+        self.registered.set()
+        return True
+
+    async def _heartbeat(self) -> None:
+        request = ServerHeartbeatRequest(
+            self._registration.node_id,
+            self._registration.incarnation_id,
+            self._metadata.image.offset,
+            self._shutting_down,
+        )
+        try:
+            reply = await self._send(request)
+        except (OSError, TimeoutError, ConnectionError) as error:
+            log.debug("heartbeat failed: %s", error)
+            return
+        assert isinstance(reply, ServerHeartbeatResponse)
+        if reply.error in (ControllerError.STALE_INCARNATION, ControllerError.UNKNOWN_SERVER):
+            log.warning(
+                "the controller does not know this incarnation (%s): registering again", reply.message
+            )
+            self.registered.clear()
+            return
+        if reply.error is not ControllerError.NONE:
+            return
+        if reply.fenced != self.fenced:
+            log.info("this server is now %s", "fenced" if reply.fenced else "unfenced")
+        self.fenced = reply.fenced
+        if self._shutting_down and reply.shutdown_ready:
+            self.shutdown_ready.set()
+
+    async def controlled_shutdown(self, timeout_s: float) -> bool:
+        """Ask the controller to move every active off this server and wait until that is committed."""
+        self._shutting_down = True
+        try:
+            await asyncio.wait_for(self._shutdown_loop(), timeout_s)
+        except TimeoutError:
+            log.warning("controlled shutdown not confirmed within %.1f s; stopping anyway", timeout_s)
+            return False
+        return True
+
+    async def _shutdown_loop(self) -> None:
+        while not self.shutdown_ready.is_set():
+            if self.registered.is_set():
+                await self._heartbeat()
+            if not self.shutdown_ready.is_set():
+                await asyncio.sleep(self._interval_s / 2)

@@ -1,0 +1,147 @@
+"""The asyncio shell around the Raft core: clock, disk and network for one quorum member.
+
+It owns the `RaftNode` and its `RaftStorage`. Inputs (messages from peers, proposals) are handled one at
+a time between Readies; each Ready is written to disk (in a worker thread, fsync included) before its
+messages leave, then its committed entries go to `on_committed`, exactly in the order `Ready` documents.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+
+from hotstate.raft.config import RaftConfig
+from hotstate.raft.messages import Message
+from hotstate.raft.node import RaftNode, Role
+from hotstate.raft.records import Entry, Snapshot
+from hotstate.raft.storage import RaftStorage
+
+log = logging.getLogger(__name__)
+
+# Sleep at most this long between ticks even when the core expects nothing sooner.
+MAX_SLEEP_S = 0.1
+
+
+def monotonic_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+CommitCallback = Callable[[Sequence[Entry], Snapshot | None], None]
+
+
+class RaftDriver:
+    def __init__(
+        self,
+        node_id: int,
+        voters: Sequence[int],
+        config: RaftConfig,
+        storage: RaftStorage,
+        *,
+        send: Callable[[Message], None],
+        on_committed: CommitCallback,
+        on_role_change: Callable[[RaftNode], None] | None = None,
+        clock: Callable[[], int] = monotonic_ms,
+        seed: int | None = None,
+    ) -> None:
+        self._storage = storage
+        self._send = send
+        self._on_committed = on_committed
+        self._on_role_change = on_role_change
+        self._clock = clock
+        loaded = storage.load()
+        self.initial_snapshot = loaded.snapshot
+        self.node = RaftNode(
+            node_id,
+            voters,
+            config,
+            seed=seed if seed is not None else time.monotonic_ns(),
+            now=clock(),
+            quorum_state=loaded.quorum_state,
+            snapshot=loaded.snapshot,
+            entries=loaded.entries,
+        )
+        self._inbox: asyncio.Queue[Message] = asyncio.Queue()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._last_role: tuple[Role, int, int | None] = (self.node.role, self.node.epoch, self.node.leader_id)
+        self._stopping = False
+
+    # ------------------------------------------------------------------ inputs from the rest of the server
+    def deliver(self, message: Message) -> None:
+        self._inbox.put_nowait(message)
+        self._wake.set()
+
+    def propose(self, data: bytes) -> tuple[int, int]:
+        """Queue `data`: the (offset, epoch) it commits at if this leadership lasts. Raises NotLeaderError."""
+        offset = self.node.propose(data, self._clock())
+        self._wake.set()
+        return offset, self.node.epoch
+
+    def next_proposal_offset(self) -> int:
+        return self.node.log.end_offset + self.node.pending_proposals
+
+    def take_snapshot(self, end_offset: int, data: bytes) -> None:
+        self.node.take_snapshot(end_offset, data)
+        self._wake.set()
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"raft-{self.node.id}")
+
+    async def stop(self) -> None:
+        self._stopping = True
+        self._wake.set()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        self._storage.close()
+
+    async def _run(self) -> None:
+        node = self.node
+        while not self._stopping:
+            now = self._clock()
+            while not self._inbox.empty():
+                node.step(self._inbox.get_nowait(), now)
+            node.tick(now)
+            await self._drain()
+            self._notice_role()
+            deadline = node.next_deadline()
+            sleep = (
+                MAX_SLEEP_S
+                if deadline is None
+                else max(0.0, min(MAX_SLEEP_S, (deadline - self._clock()) / 1000))
+            )
+            self._wake.clear()
+            if self._inbox.empty() and not node.has_ready():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout=sleep)
+
+    async def _drain(self) -> None:
+        node = self.node
+        while node.has_ready():
+            ready = node.ready()
+            if ready.must_sync:
+                # fsync off the event loop; inputs arriving meanwhile wait in the inbox, as the core expects.
+                await asyncio.to_thread(self._storage.write, ready)
+            for message in ready.messages:
+                self._send(message)
+            if ready.committed or ready.snapshot_to_load is not None:
+                self._on_committed(ready.committed, ready.snapshot_to_load)
+            node.advance(ready)
+
+    def _notice_role(self) -> None:
+        current = (self.node.role, self.node.epoch, self.node.leader_id)
+        if current != self._last_role:
+            self._last_role = current
+            log.info(
+                "metadata quorum: %s in epoch %d (leader %s)",
+                self.node.role.value,
+                self.node.epoch,
+                self.node.leader_id,
+            )
+            if self._on_role_change is not None:
+                self._on_role_change(self.node)

@@ -1,0 +1,75 @@
+"""What any server says about the cluster: its own view, answered locally without the controller."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from hotstate.controller.image import MetadataImage
+from hotstate.raft.node import RaftNode
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeClusterRequest:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class ServerStatus:
+    node_id: int
+    rack: str | None
+    roles: tuple[str, ...]
+    fenced: bool
+    rpc_host: str
+    rpc_port: int
+    http_host: str | None
+    http_port: int | None
+    actives: int  # partitions whose active replica is on this server
+    standbys: int
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeClusterResponse:
+    node_id: int  # the server that answered
+    quorum_role: str
+    epoch: int
+    leader_id: int | None
+    high_watermark: int
+    metadata_offset: int
+    servers: tuple[ServerStatus, ...]
+    tables: tuple[str, ...]
+
+
+def describe(node: RaftNode, image: MetadataImage) -> DescribeClusterResponse:
+    actives: Counter[int] = Counter()
+    standbys: Counter[int] = Counter()
+    for parts in image.partitions.values():
+        for part in parts:
+            if part.active is not None:
+                actives[part.active] += 1
+            standbys.update(part.standbys)
+    servers = tuple(
+        ServerStatus(
+            s.node_id,
+            s.rack,
+            s.roles,
+            s.fenced,
+            s.rpc.host,
+            s.rpc.port,
+            s.http.host if s.http else None,
+            s.http.port if s.http else None,
+            actives[s.node_id],
+            standbys[s.node_id],
+        )
+        for _, s in sorted(image.servers.items())
+    )
+    return DescribeClusterResponse(
+        node.id,
+        node.role.value,
+        node.epoch,
+        node.leader_id,
+        node.high_watermark,
+        image.offset,
+        servers,
+        tuple(sorted(image.tables)),
+    )

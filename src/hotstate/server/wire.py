@@ -1,0 +1,81 @@
+"""The one codec for server-to-server messages: every type that travels over hotstate.rpc, with its id.
+
+Type ids are part of the wire protocol: never reuse or renumber one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hotstate.controller.records import Endpoint, KeyColumn
+from hotstate.controller.requests import (
+    ControllerRequest,
+    CreateTableRequest,
+    CreateTableResponse,
+    DeleteTableRequest,
+    DeleteTableResponse,
+    ListTablesRequest,
+    ListTablesResponse,
+    RegisterServerRequest,
+    RegisterServerResponse,
+    ServerHeartbeatRequest,
+    ServerHeartbeatResponse,
+)
+from hotstate.raft.messages import (
+    BeginQuorumEpoch,
+    BeginQuorumEpochResponse,
+    DivergingEpoch,
+    Fetch,
+    FetchResponse,
+    FetchSnapshot,
+    FetchSnapshotResponse,
+    Vote,
+    VoteResponse,
+)
+from hotstate.raft.records import Entry, SnapshotId
+from hotstate.rpc.schema import TypeRegistry
+from hotstate.server.status import DescribeClusterRequest, DescribeClusterResponse, ServerStatus
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardedControllerRequest:
+    """A controller request one server passes to the leader; the leader answers it or refuses, never
+    forwards it again (no loops while leadership moves)."""
+
+    request: ControllerRequest
+
+
+MESSAGES = TypeRegistry()
+for type_id, cls in (
+    # Raft (1-49)
+    (1, Entry),
+    (2, SnapshotId),
+    (3, DivergingEpoch),
+    (10, Vote),
+    (11, VoteResponse),
+    (12, BeginQuorumEpoch),
+    (13, BeginQuorumEpochResponse),
+    (14, Fetch),
+    (15, FetchResponse),
+    (16, FetchSnapshot),
+    (17, FetchSnapshotResponse),
+    # Controller (50-99)
+    (50, Endpoint),
+    (51, KeyColumn),
+    (60, RegisterServerRequest),
+    (61, RegisterServerResponse),
+    (62, ServerHeartbeatRequest),
+    (63, ServerHeartbeatResponse),
+    (64, CreateTableRequest),
+    (65, CreateTableResponse),
+    (66, DeleteTableRequest),
+    (67, DeleteTableResponse),
+    (68, ListTablesRequest),
+    (69, ListTablesResponse),
+    (70, ForwardedControllerRequest),
+    # Cluster status (100-)
+    (100, DescribeClusterRequest),
+    (101, ServerStatus),
+    (102, DescribeClusterResponse),
+):
+    MESSAGES.register(type_id, cls)

@@ -1,0 +1,90 @@
+"""Real server processes on loopback, one local cluster per test, torn down however the test ends."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from hotstate.cli.local_cluster import LocalCluster
+
+
+class RunningCluster:
+    def __init__(self, cluster: LocalCluster) -> None:
+        self.cluster = cluster
+
+    def run(self, coroutine: object) -> object:
+        return asyncio.run(coroutine)  # type: ignore[arg-type]
+
+    def status(self, timeout_s: float = 10.0) -> object:
+        return self.run(self.cluster.wait_ready(timeout_s))
+
+    def leader(self) -> int:
+        async def ask() -> int:
+            async with self.cluster.admin(request_timeout_s=1.0) as admin:
+                for _ in range(100):
+                    status = await admin.describe(deadline_s=2.0)
+                    if status.leader_id is not None:
+                        return status.leader_id
+                    await asyncio.sleep(0.05)
+            raise AssertionError("no leader")
+
+        return self.run(ask())  # type: ignore[return-value]
+
+    def server(self, node_id: int):
+        return next(s for s in self.cluster.servers if s.node_id == node_id)
+
+    def kill(self, node_id: int, signum: int = signal.SIGKILL) -> None:
+        self.cluster.signal(self.server(node_id), signum)
+
+    def restart(self, node_id: int) -> None:
+        server = self.server(node_id)
+        for _ in range(100):
+            if not self.cluster.alive(server):
+                break
+            import time
+
+            time.sleep(0.02)
+        self.cluster.start(server)
+
+    def logs(self) -> str:
+        out = []
+        for server in self.cluster.servers:
+            path = server.directory(self.cluster.root) / "server.log"
+            if path.exists():
+                lines = path.read_text(errors="replace").splitlines()[-40:]
+                out.append(f"--- server {server.node_id} (last {len(lines)} lines)\n" + "\n".join(lines))
+        return "\n".join(out)
+
+
+@pytest.fixture
+def start_cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[..., RunningCluster]]:
+    started: list[RunningCluster] = []
+
+    def start(count: int = 3, **overrides: object) -> RunningCluster:
+        cluster = LocalCluster.create(tmp_path / f"cluster-{len(started)}", count)
+        cluster.write_configs(**overrides)
+        cluster.save()
+        cluster.start_all()
+        running = RunningCluster(cluster)
+        started.append(running)
+        running.status(30.0)
+        return running
+
+    yield start
+    failed = getattr(request.node, "rep_call", None)
+    for running in started:
+        if failed is not None and failed.failed:
+            print(running.logs())
+        for server in running.cluster.servers:
+            running.cluster.signal(server, signal.SIGKILL)
+
+
+@pytest.hookimpl(tryfirst=True, hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, "rep_" + report.when, report)
