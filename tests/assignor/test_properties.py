@@ -119,6 +119,37 @@ def test_standby_spread_is_the_best_available_at_each_step(case: Case) -> None:
 
 @SETTINGS
 @given(cases())
+def test_standbys_are_balanced_as_far_as_spread_allows(case: Case) -> None:
+    # Checked on the KIP-708 placement itself (strategy none; the flows keep per-server counts).
+    cfg = AssignorConfig(**{**_fields(case.config), "rack_aware_assignment_strategy": "none"})
+    a = run(case, cfg)
+    keys = cfg.rack_aware_assignment_tags
+    by_id = {s.id: s for s in case.servers}
+    counts = Counter(s for pa in a.partitions.values() for s in pa.standbys)
+    total = sum(counts.values())
+    share = dict(zip(by_id, bounds(total, [s.capacity for s in case.servers]), strict=True))
+    for pid, pa in a.partitions.items():
+        if not pa.standbys:
+            continue
+        last = pa.standbys[-1]
+        placed = [pa.active, *pa.standbys[:-1]]
+        used = [{vector(by_id[x], keys)[i] for x in placed} for i in range(len(keys))]
+        rank = spread_rank(vector(by_id[last], keys), used)
+        others = [
+            b
+            for b in by_id
+            if b not in (*placed, last, *pa.warmups) and spread_rank(vector(by_id[b], keys), used) == rank
+        ]
+        # No server above its share keeps a last standby that a server below its share could take
+        # just as well, and no server below its lower bound is left out while this one has spare.
+        if counts[last] > share[last][1]:
+            assert all(counts[b] >= share[b][1] for b in others), f"{pid}: {last} over its share"
+        if counts[last] > share[last][0]:
+            assert all(counts[b] >= share[b][0] for b in others), f"{pid}: a server is short"
+
+
+@SETTINGS
+@given(cases())
 def test_flow_never_costs_more_than_plain_balanced(case: Case) -> None:
     a = run(case)
     cfg = case.config

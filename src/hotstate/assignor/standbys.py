@@ -6,7 +6,7 @@ Rules, each in its own function below:
 2. ``best_classes``: spread first. Servers with the same tag vector are interchangeable for spread
    (a *tag class*); each class scores by how many tag keys would get a value the partition's active
    and earlier standbys do not use yet. The best score wins: every key new is KIP-708's *ideal*,
-   some keys new (the others have no unused value left) is *partial*, none is *least loaded*.
+   some keys new (no eligible server is new on all of them) is *partial*, none is *least loaded*.
 3. ``keep_previous``: a previous standby stays if it is still eligible and spreads as well as the
    best choice would.
 4. ``fill_rounds``: every partition's first standby before any partition's second, and so on, each
