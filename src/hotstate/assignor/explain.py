@@ -85,8 +85,8 @@ def warmup_reason(problem: Problem, model: CostModel, p: int, s: int) -> Replica
         role="warmup",
         reason="warmup",
         detail=(
-            f"balanced target with lag {lag} > {problem.config.acceptable_recovery_lag}; takes the active "
-            f"once caught up; {cost_text}"
+            f"balanced target, not caught up yet (lag {lag}, acceptable "
+            f"{problem.config.acceptable_recovery_lag}); takes the active once caught up; {cost_text}"
         ),
         cost=cost,
         target=problem.server_ids[s],
