@@ -306,6 +306,19 @@ def _is_unspecified(host: str) -> bool:
         return False
 
 
+def _is_utf8(text: str) -> bool:
+    # Undecodable bytes in an environment variable arrive as lone surrogates, which TOML cannot hold.
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _is_path_text(text: str) -> bool:
+    return bool(text.strip()) and "\0" not in text and _is_utf8(text)
+
+
 def _is_port(port: object, minimum: int) -> bool:
     return isinstance(port, int) and not isinstance(port, bool) and minimum <= port <= 65535
 
@@ -354,8 +367,13 @@ def _problems(c: ServerConfig) -> list[ConfigError]:
     if listeners_ok and voters_ok and not errors:
         _check_membership(c, errors)
 
-    if not isinstance(c.data_dir, Path) or "\0" in str(c.data_dir):
-        errors.append(ConfigError("data.dir", c.data_dir, "must be a directory path (it need not exist yet)"))
+    data_dir: object = c.data_dir
+    if not isinstance(data_dir, Path) or not _is_path_text(str(data_dir)):
+        errors.append(
+            ConfigError(
+                "data.dir", data_dir, "must be a directory path in UTF-8 without NUL (it need not exist yet)"
+            )
+        )
     if c.rack is not None and (problem := _label_problem(c.rack)):
         errors.append(ConfigError("rack", c.rack, problem))
     _check_tags(c.tags, errors)
@@ -365,7 +383,9 @@ def _problems(c: ServerConfig) -> list[ConfigError]:
                 "cluster.id", c.cluster_id, "must be 1-64 letters, digits, '-' or '_' (e.g. a base64 UUID)"
             )
         )
-    if not isinstance(c.cluster_secret, str) or len(c.cluster_secret) < MIN_SECRET_CHARS:
+    if not isinstance(c.cluster_secret, str) or not _is_utf8(c.cluster_secret):
+        errors.append(ConfigError("cluster.secret", c.cluster_secret, "must be a string in UTF-8"))
+    elif len(c.cluster_secret) < MIN_SECRET_CHARS:
         errors.append(
             ConfigError(
                 "cluster.secret",
@@ -447,7 +467,8 @@ def _check_voters(c: ServerConfig, errors: list[ConfigError]) -> bool:
     allowed = "must be a comma-separated list of ID@HOST:PORT, e.g. 1@10.0.0.1:9092,2@10.0.0.2:9092"
     voters: object = c.voters
     if not isinstance(voters, tuple) or not voters:
-        errors.append(ConfigError("controller.quorum.voters", voters, allowed))
+        shown = "" if voters == () else voters  # as it was written when loaded
+        errors.append(ConfigError("controller.quorum.voters", shown, allowed))
         return False
     seen_ids: set[int] = set()
     seen_addresses: set[tuple[str, int]] = set()
@@ -574,11 +595,8 @@ def _to_int(key: str, raw: object) -> int:
 def _to_str(key: str, raw: object, allowed: str) -> str:
     if not isinstance(raw, str):
         raise ConfigError(key, raw, allowed)
-    try:
-        raw.encode("utf-8")
-    except UnicodeEncodeError:
-        # Undecodable bytes in an environment variable arrive as lone surrogates.
-        raise ConfigError(key, raw, f"{allowed} (valid UTF-8)") from None
+    if not _is_utf8(raw):
+        raise ConfigError(key, raw, f"{allowed} in UTF-8")
     return raw
 
 
@@ -694,7 +712,10 @@ def _parse_log_level(raw: object) -> str:
     allowed = f"must be one of {', '.join(LOG_LEVELS)}"
     level = _to_str("log.level", raw, allowed).strip().upper()
     # Kafka's log4j and many operators say WARN.
-    return "WARNING" if level == "WARN" else level
+    level = "WARNING" if level == "WARN" else level
+    if level not in LOG_LEVELS:
+        raise ConfigError("log.level", raw, allowed)
+    return level
 
 
 def _parse_raft(raw: Mapping[str, object], errors: list[ConfigError]) -> RaftConfig:
@@ -714,17 +735,17 @@ def _parse_raft(raw: Mapping[str, object], errors: list[ConfigError]) -> RaftCon
     try:
         return RaftConfig(**values)
     except ValueError as error:
-        errors.append(_raft_error(error, raw))
+        errors.append(_raft_error(error, values))
         return _RAFT_DEFAULTS
 
 
-def _raft_error(error: ValueError, raw: Mapping[str, object]) -> ConfigError:
+def _raft_error(error: ValueError, values: Mapping[str, int]) -> ConfigError:
     # RaftConfig words its errors as "controller.quorum.KEY=VALUE: RULE"; keep its rule text.
     match = re.fullmatch(r"(controller\.quorum\.[a-z.]+)=(.*?): (.*)", str(error), re.DOTALL)
-    if match is None:
-        return ConfigError("controller.quorum", {k: v for k, v in raw.items() if k in RAFT_KEYS}, str(error))
+    if match is None or match[1] not in RAFT_KEYS:
+        return ConfigError("controller.quorum", dict(values), str(error))
     key = match[1]
-    return ConfigError(key, raw.get(key, match[2]), match[3])
+    return ConfigError(key, values.get(RAFT_KEYS[key], match[2]), match[3])
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -1,0 +1,73 @@
+"""A valid base configuration and checks shared by the config tests."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+
+from hotstate.server.config import ConfigError, ServerConfig, load_config
+
+# Node 1 of a 3-node combined cluster on one machine.
+BASE: Mapping[str, str] = {
+    "node.id": "1",
+    "process.roles": "controller,broker",
+    "listeners": "rpc://127.0.0.1:9092,http://127.0.0.1:8080",
+    "controller.quorum.voters": "1@127.0.0.1:9092,2@127.0.0.1:9093,3@127.0.0.1:9094",
+    "data.dir": "/var/lib/hotstate/1",
+    "cluster.id": "hs-test",
+    "cluster.secret": "0123456789abcdef",
+}
+
+BASE_TOML = """\
+"node.id" = 1
+"process.roles" = "controller,broker"
+listeners = "rpc://127.0.0.1:9092,http://127.0.0.1:8080"
+"controller.quorum.voters" = "1@127.0.0.1:9092,2@127.0.0.1:9093,3@127.0.0.1:9094"
+"data.dir" = "/var/lib/hotstate/1"
+"cluster.id" = "hs-test"
+"cluster.secret" = "0123456789abcdef"
+"""
+
+
+def load(overrides: Mapping[str, str] | None = None, *, drop: tuple[str, ...] = ()) -> ServerConfig:
+    """Load BASE with `overrides` given as flags and the keys in `drop` left out; no environment."""
+    flags = {key: value for key, value in {**BASE, **(overrides or {})}.items() if key not in drop}
+    return load_config(env={}, flags=flags)
+
+
+def load_toml(
+    tmp_path: Path,
+    text: str,
+    *,
+    env: Mapping[str, str] | None = None,
+    flags: Mapping[str, str] | None = None,
+) -> ServerConfig:
+    path = tmp_path / "server.toml"
+    path.write_text(text, encoding="utf-8")
+    return load_config(path, env=env or {}, flags=flags)
+
+
+def error_for(error: ConfigError, key: str) -> ConfigError:
+    """The one of `error`'s reports about `key`."""
+    matching = [single for single in error.errors if single.key == key]
+    assert matching, f"no error about {key!r} in:\n{error}"
+    return matching[0]
+
+
+def assert_reports(
+    excinfo: pytest.ExceptionInfo[ConfigError], key: str, allowed_fragment: str, value: object = None
+) -> ConfigError:
+    """The error names the key, the value and what is allowed, in its message as well as its fields."""
+    single = error_for(excinfo.value, key)
+    line = single.line()
+    assert line.startswith(key)
+    assert allowed_fragment in single.allowed
+    assert single.allowed in line
+    if value is not None:
+        assert single.value == value
+    if single.value is not None and not line.startswith(f"{key} is not set"):
+        assert repr(single.value) in line
+    assert line in str(excinfo.value)
+    return single

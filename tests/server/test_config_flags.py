@@ -1,0 +1,71 @@
+"""parse_flag_overrides: the three spellings of a flag, and malformed arguments."""
+
+from __future__ import annotations
+
+import pytest
+
+from hotstate.server.config import ConfigError, parse_flag_overrides
+
+from .helpers import assert_reports, load
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        ([], {}),
+        (["--node.id=1"], {"node.id": "1"}),
+        (["--node.id", "1"], {"node.id": "1"}),
+        (["--set", "node.id=1"], {"node.id": "1"}),
+        (["--set=node.id=1"], {"node.id": "1"}),
+        (["--set", "tags=zone=eu1,cluster=k8s-1"], {"tags": "zone=eu1,cluster=k8s-1"}),
+        (["--listeners=rpc://[::1]:9092"], {"listeners": "rpc://[::1]:9092"}),
+        (["--rack="], {"rack": ""}),
+        (["--node.id", "-1"], {"node.id": "-1"}),  # a value may start with one dash
+        (["--node.id=1", "--node.id", "2"], {"node.id": "2"}),  # the last one wins
+        (
+            ["--rack", "az-a", "--set", "log.level=DEBUG", "--broker.session.timeout.ms=3000"],
+            {"rack": "az-a", "log.level": "DEBUG", "broker.session.timeout.ms": "3000"},
+        ),
+    ],
+)
+def test_flag_spellings(args: list[str], expected: dict[str, str]) -> None:
+    assert parse_flag_overrides(args) == expected
+
+
+@pytest.mark.parametrize(
+    ("args", "key", "allowed"),
+    [
+        (["node.id=1"], "flags", "must be --KEY=VALUE, --KEY VALUE or --set KEY=VALUE"),
+        (["-n", "1"], "flags", "must be --KEY=VALUE"),
+        (["--"], "flags", "must be --KEY=VALUE"),
+        (["--node.id"], "node.id", "--node.id needs a value"),
+        (["--node.id", "--rack", "x"], "node.id", "--node.id needs a value"),
+        (["--set"], "--set", "must be followed by KEY=VALUE"),
+        (["--set", "node.id"], "--set", "must be followed by KEY=VALUE"),
+        (["--set", "=1"], "--set", "must be followed by KEY=VALUE"),
+        (["--node.idd=1"], "node.idd", "did you mean 'node.id'"),
+        (
+            ["--set", "controller.quorum.voter=1@h:1"],
+            "controller.quorum.voter",
+            "did you mean 'controller.quorum.voters'",
+        ),
+        (["--node_id", "1"], "node_id", "did you mean 'node.id'"),
+        (["--config", "x.toml"], "config", "is not a known key"),
+    ],
+)
+def test_bad_flags(args: list[str], key: str, allowed: str) -> None:
+    with pytest.raises(ConfigError) as excinfo:
+        parse_flag_overrides(args)
+    assert_reports(excinfo, key, allowed)
+
+
+def test_every_bad_flag_is_reported() -> None:
+    with pytest.raises(ConfigError) as excinfo:
+        parse_flag_overrides(["--nod.id=1", "stray", "--rack=az-a", "--set", "oops"])
+    assert [single.key for single in excinfo.value.errors] == ["nod.id", "flags", "--set"]
+
+
+def test_parsed_flags_feed_load_config() -> None:
+    flags = parse_flag_overrides(["--rack", "az-c", "--set", "tags=zone=eu1"])
+    config = load(flags)
+    assert config.rack == "az-c" and config.tags == (("zone", "eu1"),)

@@ -1,0 +1,374 @@
+"""Loading: TOML styles, sources and their precedence, unknown keys, defaults."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from hotstate.raft.config import RaftConfig
+from hotstate.server.config import (
+    DEFAULTS,
+    KNOWN_KEYS,
+    RAFT_KEYS,
+    ConfigError,
+    Listener,
+    ServerConfig,
+    Voter,
+    env_var_name,
+    load_config,
+)
+
+from .helpers import BASE, BASE_TOML, assert_reports, load, load_toml
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
+
+
+def test_base_file_loads_with_defaults(tmp_path: Path) -> None:
+    config = load_toml(tmp_path, BASE_TOML)
+    assert config.node_id == 1
+    assert config.process_roles == frozenset({"controller", "broker"})
+    assert config.is_controller and config.is_broker
+    assert config.rpc == Listener("rpc", "127.0.0.1", 9092)
+    assert config.http == Listener("http", "127.0.0.1", 8080)
+    assert config.voters == (
+        Voter(1, "127.0.0.1", 9092),
+        Voter(2, "127.0.0.1", 9093),
+        Voter(3, "127.0.0.1", 9094),
+    )
+    assert config.data_dir == Path("/var/lib/hotstate/1")
+    assert config.rack is None and config.tags == ()
+    assert (config.cluster_id, config.cluster_secret) == ("hs-test", "0123456789abcdef")
+    assert config.raft == RaftConfig()
+    assert config.heartbeat_interval_ms == 250
+    assert config.session_timeout_ms == 2000
+    assert config.snapshot_max_records == 10_000
+    assert config.snapshot_interval_ms == 60_000
+    assert config.max_frame_bytes == 16 * 1024 * 1024
+    assert config.log_level == "INFO"
+
+
+def test_nested_tables_equal_flat_dotted_keys(tmp_path: Path) -> None:
+    nested = """\
+listeners = "rpc://127.0.0.1:9092,http://127.0.0.1:8080"
+rack = "az-a"
+
+[node]
+id = 1
+
+[process]
+roles = "controller,broker"
+
+[controller.quorum]
+voters = "1@127.0.0.1:9092,2@127.0.0.1:9093,3@127.0.0.1:9094"
+election.timeout.ms = 300
+fetch = { timeout.ms = 900 }
+
+[data]
+dir = "/var/lib/hotstate/1"
+
+[cluster]
+id = "hs-test"
+secret = "0123456789abcdef"
+
+[tags]
+zone = "eu1"
+cluster = "k8s-1"
+
+[broker.heartbeat]
+interval.ms = 100
+"""
+    flat = BASE_TOML + (
+        '"rack" = "az-a"\n'
+        '"controller.quorum.election.timeout.ms" = 300\n'
+        '"controller.quorum.fetch.timeout.ms" = 900\n'
+        '"tags" = "zone=eu1,cluster=k8s-1"\n'
+        '"broker.heartbeat.interval.ms" = 100\n'
+    )
+    from_nested = load_toml(tmp_path, nested)
+    assert from_nested == load_toml(tmp_path, flat)
+    assert from_nested.raft.election_timeout_ms == 300
+    assert from_nested.raft.fetch_timeout_ms == 900
+    assert from_nested.tags == (("cluster", "k8s-1"), ("zone", "eu1"))
+    assert from_nested.heartbeat_interval_ms == 100
+
+
+def test_toml_arrays_for_lists(tmp_path: Path) -> None:
+    text = BASE_TOML.replace(
+        '"process.roles" = "controller,broker"', '"process.roles" = ["broker", "controller"]'
+    ).replace(
+        '"controller.quorum.voters" = "1@127.0.0.1:9092,2@127.0.0.1:9093,3@127.0.0.1:9094"',
+        '"controller.quorum.voters" = ["1@127.0.0.1:9092", "2@127.0.0.1:9093", "3@127.0.0.1:9094"]',
+    )
+    text = text.replace(
+        'listeners = "rpc://127.0.0.1:9092,http://127.0.0.1:8080"',
+        'listeners = ["http://127.0.0.1:8080", "rpc://127.0.0.1:9092"]',
+    )
+    assert load_toml(tmp_path, text) == load_toml(tmp_path, BASE_TOML)
+
+
+def test_key_given_both_flat_and_nested_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as excinfo:
+        load_toml(tmp_path, BASE_TOML + "[node]\nid = 2\n")
+    single = assert_reports(excinfo, "node.id", "must be set once", 2)
+    assert single.source == str(tmp_path / "server.toml")
+
+
+@pytest.mark.parametrize(
+    ("toml_line", "key", "suggestion"),
+    [
+        ('"node.idd" = 1', "node.idd", "node.id"),
+        ("[node]\nidd = 1", "node.idd", "node.id"),
+        ('"controller.quorum.voter" = "x"', "controller.quorum.voter", "controller.quorum.voters"),
+        (
+            "[controller.quorum]\nelection.timeout = 1",
+            "controller.quorum.election.timeout",
+            "election.timeout.ms",
+        ),
+        ('"data_dir" = "/x"', "data_dir", "data.dir"),
+        ('"log.lvl" = "INFO"', "log.lvl", "log.level"),
+    ],
+)
+def test_unknown_file_key_is_an_error_naming_the_nearest(
+    tmp_path: Path, toml_line: str, key: str, suggestion: str
+) -> None:
+    with pytest.raises(ConfigError) as excinfo:
+        load_toml(tmp_path, toml_line + "\n" + BASE_TOML)
+    single = assert_reports(excinfo, key, "is not a known key")
+    assert f"did you mean '{suggestion}" in single.allowed or suggestion in single.allowed
+
+
+def test_unknown_key_without_a_near_one_points_at_the_docs(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as excinfo:
+        load_toml(tmp_path, BASE_TOML + "zzzzzz = 1\n")
+    assert_reports(excinfo, "zzzzzz", "docs/configuration.md")
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [(None, "No such file"), (b"node.id = = 1\n", "readable TOML"), (b"\xff\xfe = 1\n", "readable TOML")],
+)
+def test_unreadable_file_is_an_error(tmp_path: Path, content: bytes | None, fragment: str) -> None:
+    path = tmp_path / "server.toml"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(ConfigError) as excinfo:
+        load_config(path, env={})
+    assert_reports(excinfo, "--config", fragment, str(path))
+
+
+# --- precedence: file < env < flags ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("key", "file_value", "env_value", "flag_value", "read", "expected"),
+    [
+        ("rack", '"az-file"', "az-env", "az-flag", lambda c: c.rack, ["az-file", "az-env", "az-flag"]),
+        ("log.level", '"DEBUG"', "WARNING", "ERROR", lambda c: c.log_level, ["DEBUG", "WARNING", "ERROR"]),
+        (
+            "broker.session.timeout.ms",
+            "3000",
+            "4000",
+            "5000",
+            lambda c: c.session_timeout_ms,
+            [3000, 4000, 5000],
+        ),
+        (
+            "controller.quorum.fetch.timeout.ms",
+            "3000",
+            "4000",
+            "5000",
+            lambda c: c.raft.fetch_timeout_ms,
+            [3000, 4000, 5000],
+        ),
+        (
+            "tags",
+            '"a=file"',
+            "a=env",
+            "a=flag",
+            lambda c: c.tags,
+            [(("a", x),) for x in ("file", "env", "flag")],
+        ),
+        (
+            "data.dir",
+            '"/file"',
+            "/env",
+            "/flag",
+            lambda c: c.data_dir,
+            [Path("/file"), Path("/env"), Path("/flag")],
+        ),
+        ("node.id", "2", "3", "4", lambda c: c.node_id, [2, 3, 4]),
+    ],
+)
+def test_flags_beat_env_beat_file(
+    tmp_path: Path,
+    key: str,
+    file_value: str,
+    env_value: str,
+    flag_value: str,
+    read: Callable[[ServerConfig], object],
+    expected: list[object],
+) -> None:
+    lines = [line for line in BASE_TOML.splitlines() if not line.startswith(f'"{key}"')]
+    text = "\n".join([*lines, f'"{key}" = {file_value}', ""])
+    # Any node id works if every node is broker-only and none is a voter.
+    overrides = {"process.roles": "broker"} if key == "node.id" else {}
+    if key == "node.id":
+        text = text.replace('"process.roles" = "controller,broker"', '"process.roles" = "broker"').replace(
+            "1@127.0.0.1:9092,2@127.0.0.1:9093,3@127.0.0.1:9094", "9@127.0.0.1:9099"
+        )
+    env = {env_var_name(key): env_value}
+    from_file = load_toml(tmp_path, text, flags=overrides)
+    from_env = load_toml(tmp_path, text, env=env, flags=overrides)
+    from_flag = load_toml(tmp_path, text, env=env, flags={**overrides, key: flag_value})
+    assert [read(from_file), read(from_env), read(from_flag)] == expected
+
+
+def test_every_required_key_can_come_from_env_alone() -> None:
+    env = {env_var_name(key): value for key, value in BASE.items()}
+    assert load_config(env=env) == load()
+
+
+def test_env_defaults_to_the_process_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key, value in BASE.items():
+        monkeypatch.setenv(env_var_name(key), value)
+    monkeypatch.setenv("HOTSTATE_RACK", "az-b")
+    assert load_config().rack == "az-b"
+
+
+def test_empty_env_var_counts_as_unset(tmp_path: Path) -> None:
+    config = load_toml(tmp_path, BASE_TOML + '"rack" = "az-a"\n', env={"HOTSTATE_RACK": ""})
+    assert config.rack == "az-a"
+
+
+@pytest.mark.parametrize(("key", "read"), [("rack", lambda c: c.rack), ("tags", lambda c: c.tags)])
+def test_empty_flag_clears_an_optional_value(
+    tmp_path: Path, key: str, read: Callable[[ServerConfig], object]
+) -> None:
+    config = load_toml(tmp_path, BASE_TOML + '"rack" = "az-a"\ntags = { zone = "eu1" }\n', flags={key: ""})
+    assert read(config) in (None, ())
+
+
+def test_unknown_env_var_warns_and_is_ignored(caplog: pytest.LogCaptureFixture) -> None:
+    env = {env_var_name(key): value for key, value in BASE.items()}
+    env |= {"HOTSTATE_NODEID": "7", "HOTSTATE_SINK_BATCH": "x", "OTHER_NODE_ID": "9"}
+    with caplog.at_level(logging.WARNING, logger="hotstate.server.config"):
+        config = load_config(env=env)
+    assert config.node_id == 1
+    messages = [record.getMessage() for record in caplog.records]
+    assert any("HOTSTATE_NODEID" in m and "did you mean HOTSTATE_NODE_ID" in m for m in messages)
+    assert any("HOTSTATE_SINK_BATCH" in m for m in messages)
+    assert not any("OTHER_NODE_ID" in m for m in messages)
+
+
+def test_unknown_flag_is_an_error_naming_the_nearest() -> None:
+    with pytest.raises(ConfigError) as excinfo:
+        load({"node.idd": "1"})
+    single = assert_reports(excinfo, "node.idd", "did you mean 'node.id'")
+    assert single.source == "flag --node.idd"
+
+
+@pytest.mark.parametrize(
+    ("env", "flags", "source"),
+    [
+        ({"HOTSTATE_NODE_ID": "abc"}, {}, "env HOTSTATE_NODE_ID"),
+        ({}, {"node.id": "abc"}, "flag --node.id"),
+        ({"HOTSTATE_NODE_ID": "2"}, {"node.id": "abc"}, "flag --node.id"),
+    ],
+)
+def test_errors_say_where_the_value_came_from(
+    tmp_path: Path, env: dict[str, str], flags: dict[str, str], source: str
+) -> None:
+    with pytest.raises(ConfigError) as excinfo:
+        load_toml(tmp_path, BASE_TOML, env=env, flags=flags)
+    assert str(excinfo.value) == f"node.id='abc': must be a positive integer (from {source})"
+    assert excinfo.value.source == source
+
+
+def test_file_source_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as excinfo:
+        load_toml(tmp_path, BASE_TOML.replace('"node.id" = 1', '"node.id" = 0'))
+    assert excinfo.value.source == str(tmp_path / "server.toml")
+    assert str(excinfo.value).endswith(f"(from {tmp_path / 'server.toml'})")
+
+
+def test_every_bad_key_is_reported_at_once() -> None:
+    with pytest.raises(ConfigError) as excinfo:
+        load(
+            {
+                "node.id": "abc",
+                "log.level": "LOUD",
+                "cluster.id": "no spaces",
+                "controller.quorum.fetch.max.wait.ms": "5000",
+                "broker.session.timeout.ms": "100",
+            },
+            drop=("data.dir",),
+        )
+    keys = {single.key for single in excinfo.value.errors}
+    assert keys == {
+        "node.id",
+        "log.level",
+        "cluster.id",
+        "controller.quorum.fetch.max.wait.ms",
+        "broker.heartbeat.interval.ms",
+        "data.dir",
+    }
+    assert len(str(excinfo.value).splitlines()) == len(excinfo.value.errors) == 6
+
+
+# --- mapping and defaults ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("key", "field_name"), sorted(RAFT_KEYS.items()))
+def test_each_quorum_key_sets_its_raft_field(key: str, field_name: str) -> None:
+    # Above the default fetch.max.wait.ms (200) for fetch.timeout.ms; harmless for every other field.
+    value = 1500 if field_name == "fetch_timeout_ms" else 150
+    config = load({key: str(value)})
+    assert getattr(config.raft, field_name) == value
+    others = {name for name in RAFT_KEYS.values() if name != field_name}
+    assert all(getattr(config.raft, name) == getattr(RaftConfig(), name) for name in others)
+
+
+def test_documented_defaults() -> None:
+    assert DEFAULTS["broker.heartbeat.interval.ms"] == 250
+    assert DEFAULTS["broker.session.timeout.ms"] == 2000
+    assert DEFAULTS["metadata.snapshot.max.records"] == 10_000
+    assert DEFAULTS["metadata.snapshot.interval.ms"] == 60_000
+    assert DEFAULTS["rpc.max.frame.bytes"] == 16 * 1024 * 1024
+    assert DEFAULTS["log.level"] == "INFO"
+    assert all(DEFAULTS[key] == getattr(RaftConfig(), name) for key, name in RAFT_KEYS.items())
+
+
+def test_loading_does_not_create_the_data_dir(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data" / "node-1"
+    assert load({"data.dir": str(data_dir)}).data_dir == data_dir
+    assert not (tmp_path / "data").exists()
+
+
+def test_env_var_names() -> None:
+    assert env_var_name("controller.quorum.voters") == "HOTSTATE_CONTROLLER_QUORUM_VOTERS"
+    assert len({env_var_name(key) for key in KNOWN_KEYS}) == len(KNOWN_KEYS)
+
+
+def test_every_key_is_documented() -> None:
+    text = DOCS.read_text(encoding="utf-8")
+    documented = set(re.findall(r"^\| `([a-z.]+)` \|", text, re.MULTILINE))
+    assert documented == set(KNOWN_KEYS)
+
+
+def test_docs_examples_load(tmp_path: Path) -> None:
+    blocks = re.findall(r"```toml\n(.*?)```", DOCS.read_text(encoding="utf-8"), re.DOTALL)
+    assert len(blocks) == 3
+    env = {"HOTSTATE_CLUSTER_SECRET": "a-secret-from-the-environment"}
+    configs = [load_toml(tmp_path, block, env=env) for block in blocks]
+    combined_1, combined_2, broker = configs
+    assert combined_1.is_controller and combined_1.is_broker and combined_2.node_id == 2
+    assert combined_1.voters == combined_2.voters
+    assert broker.process_roles == frozenset({"broker"}) and broker.tags == (
+        ("cluster", "k8s-1"),
+        ("zone", "eu1"),
+    )
+    assert broker.raft.fetch_timeout_ms == 800 and broker.session_timeout_ms == 1500

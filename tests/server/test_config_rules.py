@@ -1,0 +1,348 @@
+"""One test per rule: accepted values, and an error naming key, value and what is allowed for each bad one."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from hotstate.raft.config import RaftConfig
+from hotstate.server.config import (
+    MAX_INT32,
+    RAFT_KEYS,
+    REQUIRED_KEYS,
+    ConfigError,
+    Listener,
+    ServerConfig,
+    Voter,
+    env_var_name,
+)
+
+from .helpers import BASE, BASE_TOML, assert_reports, load, load_toml
+
+# --- accepted values ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("listeners", "rpc", "http"),
+    [
+        ("rpc://127.0.0.1:9092", Listener("rpc", "127.0.0.1", 9092), None),
+        ("rpc://[::1]:9092,http://[::1]:8080", Listener("rpc", "::1", 9092), Listener("http", "::1", 8080)),
+        (
+            "http://0.0.0.0:0, rpc://0.0.0.0:9092",
+            Listener("rpc", "0.0.0.0", 9092),
+            Listener("http", "0.0.0.0", 0),
+        ),
+        ("RPC://Node-1.example.com:9092", Listener("rpc", "Node-1.example.com", 9092), None),
+        ("rpc://hotstate_1:9092,", Listener("rpc", "hotstate_1", 9092), None),
+        ("rpc://[fe80::1%eth0]:9092", Listener("rpc", "fe80::1%eth0", 9092), None),
+    ],
+)
+def test_listeners_accepted(listeners: str, rpc: Listener, http: Listener | None) -> None:
+    config = load({"listeners": listeners})
+    assert (config.rpc, config.http) == (rpc, http)
+
+
+def test_listener_port_zero_is_allowed_for_a_broker() -> None:
+    config = load(
+        {"process.roles": "broker", "node.id": "4", "listeners": "rpc://127.0.0.1:0,http://127.0.0.1:0"}
+    )
+    assert config.rpc.port == 0 and config.http is not None and config.http.port == 0
+
+
+@pytest.mark.parametrize(
+    ("voters", "expected"),
+    [
+        ("1@127.0.0.1:9092", (Voter(1, "127.0.0.1", 9092),)),
+        (" 1@[::1]:9092 , 2@[::1]:9093 ", (Voter(1, "::1", 9092), Voter(2, "::1", 9093))),
+        ("1@a.example:9092,2@b.example:9092", (Voter(1, "a.example", 9092), Voter(2, "b.example", 9092))),
+    ],
+)
+def test_voters_accepted(voters: str, expected: tuple[Voter, ...]) -> None:
+    assert load({"controller.quorum.voters": voters}).voters == expected
+
+
+def test_controller_only_and_broker_only_roles() -> None:
+    controller = load({"process.roles": "controller"})
+    assert controller.is_controller and not controller.is_broker
+    broker = load({"process.roles": "broker", "node.id": "4"})
+    assert broker.is_broker and not broker.is_controller
+    assert broker.find_voter(4) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "level"), [("debug", "DEBUG"), ("Info", "INFO"), ("WARN", "WARNING"), ("error", "ERROR")]
+)
+def test_log_level_is_case_insensitive(text: str, level: str) -> None:
+    assert load({"log.level": text}).log_level == level
+
+
+@pytest.mark.parametrize(("text", "value"), [("500", 500), (" 500 ", 500), ("1_000", 1000), ("+300", 300)])
+def test_integers_from_text(text: str, value: int) -> None:
+    assert load({"broker.heartbeat.interval.ms": text}).heartbeat_interval_ms == value
+
+
+def test_integers_from_toml_strings(tmp_path: Path) -> None:
+    config = load_toml(tmp_path, BASE_TOML.replace('"node.id" = 1', '"node.id" = "1"'))
+    assert config.node_id == 1
+
+
+@pytest.mark.parametrize(
+    ("tags", "expected"),
+    [
+        ("", ()),
+        ("zone=eu1,cluster=k8s-1", (("cluster", "k8s-1"), ("zone", "eu1"))),
+        (" zone = eu 1 ,", (("zone", "eu 1"),)),
+        ("topology.kubernetes.io/zone=x", None),
+    ],
+)
+def test_tags(tags: str, expected: tuple[tuple[str, str], ...] | None) -> None:
+    if expected is None:  # '/' is not allowed in a tag key
+        with pytest.raises(ConfigError):
+            load({"tags": tags})
+    else:
+        assert load({"tags": tags}).tags == expected
+
+
+def test_cluster_id_accepts_a_kafka_style_base64_uuid() -> None:
+    assert load({"cluster.id": "MkU3OEVBNTcwNTJENDM2Qk"}).cluster_id == "MkU3OEVBNTcwNTJENDM2Qk"
+
+
+def test_small_frames_are_fine_with_small_quorum_messages() -> None:
+    config = load(
+        {
+            "controller.quorum.fetch.max.bytes": "4096",
+            "controller.quorum.snapshot.chunk.bytes": "4096",
+            "rpc.max.frame.bytes": str(4096 + 64 * 1024),
+        }
+    )
+    assert config.max_frame_bytes == 4096 + 64 * 1024
+
+
+# --- bad values ------------------------------------------------------------------------------------------
+
+_INT_KEYS_POSITIVE = [
+    "node.id",
+    "broker.heartbeat.interval.ms",
+    "broker.session.timeout.ms",
+    "metadata.snapshot.max.records",
+    "metadata.snapshot.interval.ms",
+    *[key for key in RAFT_KEYS if key != "controller.quorum.append.linger.ms"],
+]
+
+BAD_VALUES = [
+    # (key, value, fragment of what is allowed, other overrides)
+    *[(key, "0", "must be a positive integer", {}) for key in _INT_KEYS_POSITIVE],
+    *[(key, "abc", "must be a positive integer", {}) for key in _INT_KEYS_POSITIVE],
+    ("node.id", "-1", "must be a positive integer", {}),
+    ("node.id", "1.5", "must be a positive integer", {}),
+    ("node.id", "", "must be a positive integer", {}),
+    ("node.id", "1__0", "must be a positive integer", {}),
+    ("node.id", str(MAX_INT32 + 1), f"at most {MAX_INT32}", {}),
+    ("controller.quorum.append.linger.ms", "-1", "must be an integer >= 0", {}),
+    (
+        "controller.quorum.fetch.max.wait.ms",
+        "1000",
+        "must be below controller.quorum.fetch.timeout.ms=1000",
+        {},
+    ),
+    ("rpc.max.frame.bytes", "1023", "must be an integer >= 1024", {}),
+    ("rpc.max.frame.bytes", str(1024 * 1024), "must be at least 1114112", {}),
+    ("broker.heartbeat.interval.ms", "2000", "must be below broker.session.timeout.ms=2000", {}),
+    (
+        "broker.heartbeat.interval.ms",
+        "250",
+        "must be below broker.session.timeout.ms=100",
+        {"broker.session.timeout.ms": "100"},
+    ),
+    ("process.roles", "", "controller, broker or controller,broker", {}),
+    ("process.roles", "worker", "'worker' is not a role", {}),
+    ("process.roles", "broker,broker", "given twice", {}),
+    ("process.roles", "controller;broker", "is not a role", {}),
+    ("listeners", "", "rpc://HOST:PORT", {}),
+    ("listeners", "http://127.0.0.1:8080", "the rpc listener is missing", {}),
+    ("listeners", "rpc://127.0.0.1", "the port is missing", {}),
+    ("listeners", "rpc://127.0.0.1:http", "is not a port number", {}),
+    ("listeners", "rpc://127.0.0.1:65536", "a port from 0 to 65535", {}),
+    ("listeners", "tcp://127.0.0.1:9092", "the name must be rpc or http", {}),
+    ("listeners", "127.0.0.1:9092", "the name must be rpc or http", {}),
+    ("listeners", "rpc://127.0.0.1:9092,rpc://127.0.0.1:9093", "rpc is given twice", {}),
+    ("listeners", "rpc://::1:9092", "put an IPv6 address in brackets", {}),
+    ("listeners", "rpc://[localhost]:9092", "brackets are only for IPv6", {}),
+    ("listeners", "rpc://[::1:9092", "rpc://HOST:PORT", {}),
+    ("listeners", "rpc://[::g]:9092", "is not an IPv6 address", {}),
+    ("listeners", "rpc://999.1.1.1:9092", "is not an IPv4 address", {}),
+    ("listeners", "rpc://bad!host:9092", "is not a valid host name", {}),
+    ("listeners", "rpc://-bad:9092", "is not a valid host name", {}),
+    ("listeners", "rpc://:9092", "must name a host name", {}),
+    ("listeners", "rpc://127.0.0.1:9092,http://127.0.0.1:9092", "different ports", {}),
+    ("listeners", "rpc://127.0.0.1:9092,http://0.0.0.0:9092", "different ports", {}),
+    ("controller.quorum.voters", "", "ID@HOST:PORT", {}),
+    ("controller.quorum.voters", "x@127.0.0.1:9092", "ID@HOST:PORT", {}),
+    ("controller.quorum.voters", "127.0.0.1:9092", "ID@HOST:PORT", {}),
+    ("controller.quorum.voters", "1@127.0.0.1", "the port is missing", {}),
+    ("controller.quorum.voters", "1@127.0.0.1:9092,1@127.0.0.1:9093", "must list node 1 only once", {}),
+    ("controller.quorum.voters", "1@127.0.0.1:9092,2@127.0.0.1:9092", "is listed twice", {}),
+    ("controller.quorum.voters", "1@127.0.0.1:9092,0@127.0.0.1:9093", "positive integer id", {}),
+    ("controller.quorum.voters", "1@0.0.0.0:9092", "not a wildcard", {}),
+    ("controller.quorum.voters", "1@[::]:9092", "not a wildcard", {}),
+    ("controller.quorum.voters", "1@127.0.0.1:9092,2@127.0.0.1:0", "a port from 1 to 65535", {}),
+    ("controller.quorum.voters", "1@bad!host:9092", "is not a valid host name", {}),
+    # Membership: a controller is a voter at its rpc port; a broker-only node is not a voter.
+    (
+        "controller.quorum.voters",
+        "2@127.0.0.1:9093,3@127.0.0.1:9094",
+        "must include this node (node.id=1)",
+        {},
+    ),
+    ("controller.quorum.voters", "1@127.0.0.1:9095", "the port of its rpc listener", {}),
+    (
+        "controller.quorum.voters",
+        "1@127.0.0.1:9092",
+        "a controller cannot use port 0",
+        {"listeners": "rpc://127.0.0.1:0"},
+    ),
+    (
+        "controller.quorum.voters",
+        BASE["controller.quorum.voters"],
+        "must not include this node",
+        {"process.roles": "broker"},
+    ),
+    ("data.dir", "", "must be a directory path", {}),
+    ("data.dir", "   ", "must be a directory path", {}),
+    ("data.dir", "a\0b", "without NUL", {}),
+    ("rack", "a,b", "without ','", {}),
+    ("rack", " az-a", "without leading or trailing spaces", {}),
+    ("rack", "az\n", "printable", {}),
+    ("rack", "x" * 256, "at most 255 characters", {}),
+    ("tags", "zone", "key=value pairs", {}),
+    ("tags", "zone=a,zone=b", "'zone' is repeated", {}),
+    ("tags", "rack=az-a", "set the server's rack with the rack key", {}),
+    ("tags", "bad key=x", "a tag key must be", {}),
+    ("tags", "=x", "a tag key must be", {}),
+    ("tags", "zone=", "the value must be a non-empty string", {}),
+    ("tags", "zone=a=b", "the value must be printable, without ',' or '='", {}),
+    ("cluster.id", "", "1-64 letters, digits", {}),
+    ("cluster.id", "has space", "1-64 letters, digits", {}),
+    ("cluster.id", "x" * 65, "1-64 letters, digits", {}),
+    ("log.level", "verbose", "one of DEBUG, INFO, WARNING, ERROR", {}),
+    ("log.level", "CRITICAL", "one of DEBUG, INFO, WARNING, ERROR", {}),
+]
+
+
+@pytest.mark.parametrize(("key", "value", "allowed", "others"), BAD_VALUES)
+def test_bad_value_names_key_value_and_what_is_allowed(
+    key: str, value: str, allowed: str, others: dict[str, str]
+) -> None:
+    with pytest.raises(ConfigError) as excinfo:
+        load({key: value, **others})
+    single = assert_reports(excinfo, key, allowed)
+    # Integers are reported parsed; list keys may report just the bad item, a part of what was given.
+    assert str(single.value) in value or value in str(single.value)
+
+
+@pytest.mark.parametrize(
+    ("toml_value", "key", "allowed"),
+    [
+        ('"node.id" = true', "node.id", "must be a positive integer"),
+        ('"node.id" = 1.0', "node.id", "must be a positive integer"),
+        ('"node.id" = [1]', "node.id", "must be a positive integer"),
+        ('"process.roles" = 1', "process.roles", "controller, broker"),
+        ('"process.roles" = ["broker", 1]', "process.roles", "controller, broker"),
+        ("listeners = { rpc = '127.0.0.1:9092' }", "listeners", "rpc://HOST:PORT"),
+        ('"controller.quorum.voters" = 1', "controller.quorum.voters", "ID@HOST:PORT"),
+        ('"data.dir" = 1', "data.dir", "must be a directory path"),
+        ("rack = 1", "rack", "must be a string"),
+        ("tags = { zone = 1 }", "tags", "tag values are strings"),
+        ("tags = 3", "tags", "key=value pairs"),
+        ("tags = ['zone=a', 3]", "tags", "key=value pairs"),
+        ('"cluster.id" = 1', "cluster.id", "must be a string"),
+        ('"log.level" = 10', "log.level", "one of DEBUG"),
+        ('"broker.session.timeout.ms" = 2000.5', "broker.session.timeout.ms", "must be a positive integer"),
+        (
+            '"controller.quorum.fetch.max.bytes" = false',
+            "controller.quorum.fetch.max.bytes",
+            "positive integer",
+        ),
+    ],
+)
+def test_wrong_toml_type_names_key_value_and_what_is_allowed(
+    tmp_path: Path, toml_value: str, key: str, allowed: str
+) -> None:
+    lines = [line for line in BASE_TOML.splitlines() if line.split("=")[0].strip().strip('"') != key]
+    with pytest.raises(ConfigError) as excinfo:
+        load_toml(tmp_path, "\n".join([toml_value, *lines, ""]))
+    assert_reports(excinfo, key, allowed)
+
+
+@pytest.mark.parametrize("key", REQUIRED_KEYS)
+def test_required_key_missing(key: str) -> None:
+    with pytest.raises(ConfigError) as excinfo:
+        load(drop=(key,))
+    single = assert_reports(excinfo, key, "is required")
+    assert str(single).startswith(f"{key} is not set: is required (")
+    assert env_var_name(key) in single.allowed and f"--{key}" in single.allowed
+
+
+def test_short_secret_says_why_and_never_shows_the_secret() -> None:
+    with pytest.raises(ConfigError) as excinfo:
+        load({"cluster.secret": "hunter2-hunter2"})  # 15 characters
+    single = assert_reports(excinfo, "cluster.secret", "at least 16 characters")
+    assert "can be guessed" in single.allowed
+    assert "hunter2" not in str(excinfo.value)
+    assert "<redacted: 15 characters>" in str(excinfo.value)
+
+
+def test_secret_is_left_out_of_the_repr() -> None:
+    config = load()
+    assert BASE["cluster.secret"] not in repr(config)
+
+
+def test_first_error_reads_as_in_the_issue() -> None:
+    with pytest.raises(ConfigError) as excinfo:
+        load({"node.id": "abc"})
+    error = excinfo.value
+    assert (error.key, error.value, error.allowed) == ("node.id", "abc", "must be a positive integer")
+    assert error.line() == "node.id='abc': must be a positive integer (from flag --node.id)"
+
+
+def test_undecodable_env_bytes_are_rejected() -> None:
+    env = {env_var_name(key): value for key, value in BASE.items()}
+    env["HOTSTATE_DATA_DIR"] = "/data/\udcff"
+    with pytest.raises(ConfigError) as excinfo:
+        from hotstate.server.config import load_config
+
+        load_config(env=env)
+    assert_reports(excinfo, "data.dir", "UTF-8")
+
+
+# --- rules apply to configs built in code too --------------------------------------------------------------
+
+
+def test_built_config_is_checked() -> None:
+    good = load()
+    with pytest.raises(ConfigError) as excinfo:
+        dataclasses.replace(good, node_id=0)
+    assert_reports(excinfo, "node.id", "must be a positive integer", 0)
+    with pytest.raises(ConfigError) as excinfo:
+        dataclasses.replace(good, rpc=Listener("rpc", "127.0.0.1", 70000))
+    assert_reports(excinfo, "listeners", "a port from 0 to 65535", "rpc://127.0.0.1:70000")
+    with pytest.raises(ConfigError) as excinfo:
+        dataclasses.replace(good, raft=RaftConfig(fetch_max_bytes=32 * 1024 * 1024))
+    assert_reports(excinfo, "rpc.max.frame.bytes", "must be at least")
+
+
+def test_built_config_sorts_tags_and_freezes_roles() -> None:
+    config = ServerConfig(
+        node_id=4,
+        process_roles=frozenset({"broker"}),
+        rpc=Listener("rpc", "localhost", 9095),
+        voters=(Voter(1, "localhost", 9092),),
+        data_dir=Path("data"),
+        tags=(("zone", "a"), ("cluster", "b")),
+        cluster_id="c",
+        cluster_secret="s" * 16,
+    )
+    assert config.tags == (("cluster", "b"), ("zone", "a"))
+    assert config.http is None and config.raft == RaftConfig()
