@@ -340,6 +340,19 @@ def test_documented_defaults() -> None:
     assert DEFAULTS["rpc.max.frame.bytes"] == 16 * 1024 * 1024
     assert DEFAULTS["log.level"] == "INFO"
     assert all(DEFAULTS[key] == getattr(RaftConfig(), name) for key, name in RAFT_KEYS.items())
+    # ServerConfig built in code falls back to the same defaults as a loaded one.
+    loaded = load()
+    built = ServerConfig(
+        node_id=loaded.node_id,
+        process_roles=loaded.process_roles,
+        rpc=loaded.rpc,
+        http=loaded.http,
+        voters=loaded.voters,
+        data_dir=loaded.data_dir,
+        cluster_id=loaded.cluster_id,
+        cluster_secret=loaded.cluster_secret,
+    )
+    assert built == loaded
 
 
 def test_loading_does_not_create_the_data_dir(tmp_path: Path) -> None:
