@@ -1,0 +1,67 @@
+"""hotstate.rpc: the one codec and the one asyncio transport for server-to-server messages.
+
+- `TypeRegistry` (schema.py): registered frozen dataclasses <-> msgpack, strict on decode.
+- Frames (frames.py): 4-byte length + msgpack `[protocol_version, kind, correlation_id, payload]`.
+- Handshake (handshake.py): cluster id check and mutual HMAC proof of `cluster.secret`.
+- `RpcServer`, `Connection`, `PeerPool` (transport.py): authenticated, pipelined, reconnecting.
+"""
+
+from hotstate.rpc.errors import (
+    ConnectionLost,
+    FrameError,
+    HandshakeError,
+    RemoteError,
+    RpcError,
+    RpcTimeout,
+    UnknownPeer,
+)
+from hotstate.rpc.frames import (
+    DEFAULT_MAX_FRAME_BYTES,
+    PROTOCOL_VERSION,
+    Frame,
+    FrameDecoder,
+    FrameKind,
+    encode_frame,
+)
+from hotstate.rpc.schema import CodecError, DecodeError, EncodeError, SchemaError, TypeRegistry
+from hotstate.rpc.transport import (
+    ERROR_BAD_MESSAGE,
+    ERROR_BAD_RESPONSE,
+    ERROR_INTERNAL,
+    Connection,
+    Handler,
+    OnewayHandler,
+    PeerInfo,
+    PeerPool,
+    RpcServer,
+)
+
+__all__ = [
+    "DEFAULT_MAX_FRAME_BYTES",
+    "ERROR_BAD_MESSAGE",
+    "ERROR_BAD_RESPONSE",
+    "ERROR_INTERNAL",
+    "PROTOCOL_VERSION",
+    "CodecError",
+    "Connection",
+    "ConnectionLost",
+    "DecodeError",
+    "EncodeError",
+    "Frame",
+    "FrameDecoder",
+    "FrameError",
+    "FrameKind",
+    "Handler",
+    "HandshakeError",
+    "OnewayHandler",
+    "PeerInfo",
+    "PeerPool",
+    "RemoteError",
+    "RpcError",
+    "RpcServer",
+    "RpcTimeout",
+    "SchemaError",
+    "TypeRegistry",
+    "UnknownPeer",
+    "encode_frame",
+]

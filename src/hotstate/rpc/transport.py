@@ -1,0 +1,967 @@
+"""The one server-to-server transport: persistent, authenticated, pipelined connections over asyncio.
+
+Server side, `RpcServer` accepts connections; each one must pass the handshake (handshake.py) within
+`handshake_timeout`, then may send REQUEST frames (answered by `handler` with RESPONSE or ERROR under the
+same correlation id, in whatever order they finish) and ONEWAY frames (given to `on_oneway`). Client side,
+`Connection` keeps one connection to one peer address, reconnecting with exponential backoff and jitter,
+and `PeerPool` keeps one `Connection` per peer node id.
+
+Anything a peer sends that is not a valid frame, or not the frame the protocol expects at that point,
+closes that one connection with one WARNING line naming the peer and the reason; the server goes on
+serving everyone else. A request whose payload does not decode is answered with an ERROR (code
+"bad_message") rather than a closed connection: the framing is intact, and closing would only turn a
+version skew into a reconnect loop.
+
+Built on `asyncio.Protocol` rather than streams: frames are parsed straight out of `data_received` and
+responses are matched to waiting futures without a reader task, which keeps a round trip cheap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import inspect
+import logging
+import random
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from hotstate.rpc.errors import (
+    ConnectionLost,
+    FrameError,
+    HandshakeError,
+    RemoteError,
+    RpcTimeout,
+    UnknownPeer,
+)
+from hotstate.rpc.frames import DEFAULT_MAX_FRAME_BYTES, Frame, FrameDecoder, FrameKind, encode_frame
+from hotstate.rpc.handshake import ClientHandshake, HandshakeRefused, ServerHandshake, normalize_secret
+from hotstate.rpc.schema import DecodeError, EncodeError, TypeRegistry
+
+__all__ = [
+    "ERROR_BAD_MESSAGE",
+    "ERROR_BAD_RESPONSE",
+    "ERROR_INTERNAL",
+    "Connection",
+    "Handler",
+    "OnewayHandler",
+    "PeerInfo",
+    "PeerPool",
+    "RpcServer",
+]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_HANDSHAKE_TIMEOUT = 5.0
+DEFAULT_CONNECT_TIMEOUT = 5.0
+DEFAULT_MAX_CONCURRENT_REQUESTS = 64
+DEFAULT_BACKOFF_INITIAL = 0.05
+DEFAULT_BACKOFF_MAX = 5.0
+# Before the handshake a peer is a stranger: it gets to make us buffer a few KiB, not 16 MiB.
+HANDSHAKE_MAX_FRAME_BYTES = 4096
+
+# Codes of ERROR frames the transport itself produces (handlers choose their own with RemoteError).
+ERROR_INTERNAL = "internal"
+ERROR_BAD_MESSAGE = "bad_message"
+ERROR_BAD_RESPONSE = "bad_response"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PeerInfo:
+    """Who sent a request: the node id it proved in the handshake and the address it connects from."""
+
+    node_id: int
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"node {self.node_id} at {_format_address(self.host, self.port)}"
+
+
+Handler = Callable[[PeerInfo, object], Awaitable[object | None]]
+OnewayHandler = Callable[[PeerInfo, object], Awaitable[None] | None]
+
+
+def _format_address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class _Channel(asyncio.Protocol):
+    """What both ends of a connection share: framing, the handshake gate, write backpressure, closing."""
+
+    def __init__(self, max_frame_bytes: int) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._max_frame_bytes = max_frame_bytes
+        self._decoder = FrameDecoder(min(max_frame_bytes, HANDSHAKE_MAX_FRAME_BYTES))
+        self._transport: asyncio.Transport | None = None
+        self._authenticated = False
+        self._closing = False
+        self._write_paused = False
+        self._drain_waiters: list[asyncio.Future[None]] = []
+        self.closed: asyncio.Future[None] = self._loop.create_future()
+        self.close_reason: str | None = None
+        self.remote_host = "?"
+        self.remote_port = 0
+
+    @property
+    def remote(self) -> str:
+        return _format_address(self.remote_host, self.remote_port)
+
+    @property
+    def is_closing(self) -> bool:
+        return self._closing
+
+    @property
+    def usable(self) -> bool:
+        return self._authenticated and not self._closing
+
+    # -- asyncio.Protocol ---------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple) and len(peer) >= 2:
+            self.remote_host, self.remote_port = str(peer[0]), int(peer[1])
+
+    def data_received(self, data: bytes) -> None:
+        if self._closing:
+            return
+        try:
+            frames = self._decoder.feed(data)
+        except FrameError as e:
+            hint = "" if self._authenticated else " (not a hotstate peer?)"
+            self._abort(f"bad frame: {e}{hint}")
+            return
+        for frame in frames:
+            if self.is_closing:  # an earlier frame of this chunk may have closed the connection
+                return
+            if self._authenticated:
+                self._on_frame(frame)
+            else:
+                self._on_handshake_frame(frame)
+
+    def eof_received(self) -> bool | None:
+        return None  # let the transport close: a half-closed peer cannot answer anyway
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closing = True
+        if self.close_reason is None:
+            self.close_reason = "closed by the peer" if exc is None else f"connection lost: {exc}"
+        for waiter in self._drain_waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._drain_waiters.clear()
+        self._lost()
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        for waiter in self._drain_waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._drain_waiters.clear()
+
+    # -- helpers for subclasses ---------------------------------------------------------------------
+
+    async def drain(self) -> None:
+        """Wait until the transport's write buffer is below its high-water mark (or the connection ends)."""
+        if not self._write_paused or self._closing:
+            return
+        waiter: asyncio.Future[None] = self._loop.create_future()
+        self._drain_waiters.append(waiter)
+        await waiter
+
+    def _send(self, data: bytes) -> bool:
+        transport = self._transport
+        if self._closing or transport is None or transport.is_closing():
+            return False
+        transport.write(data)
+        return True
+
+    def _abort(self, reason: str) -> None:
+        """Close at once because of something the peer did; logged at WARNING, once per connection."""
+        if self._closing:
+            return
+        self._closing = True
+        self.close_reason = reason
+        logger.warning("%s: %s", self._describe_closing(), reason)
+        if self._transport is not None:
+            self._transport.abort()
+
+    def shutdown(self, reason: str) -> None:
+        """Close because this side wants to (nothing to log at WARNING)."""
+        if self._closing:
+            return
+        self._closing = True
+        self.close_reason = reason
+        if self._transport is not None:
+            self._transport.close()
+            # A peer that stops reading must not keep the socket open: abort if the flush stalls.
+            self._loop.call_later(1.0, self._transport.abort)
+
+    def abort_quietly(self, reason: str) -> None:
+        """Drop the connection at once because this side is going away."""
+        if self._closing:
+            return
+        self._closing = True
+        self.close_reason = reason
+        if self._transport is not None:
+            self._transport.abort()
+
+    def _describe_closing(self) -> str:
+        raise NotImplementedError
+
+    def _on_handshake_frame(self, frame: Frame) -> None:
+        raise NotImplementedError
+
+    def _on_frame(self, frame: Frame) -> None:
+        raise NotImplementedError
+
+    def _lost(self) -> None:
+        raise NotImplementedError
+
+
+# -- server -------------------------------------------------------------------------------------------
+
+
+class _ServerChannel(_Channel):
+    def __init__(self, server: RpcServer) -> None:
+        super().__init__(server.max_frame_bytes)
+        self._server = server
+        self._handshake = ServerHandshake(server.cluster_id, server._secret, server.node_id)
+        self._timer: asyncio.TimerHandle | None = None
+        self.peer: PeerInfo | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._backlog: collections.deque[Frame] = collections.deque()
+        self._in_flight = 0
+        self._reading_paused = False
+        self._bad_message_logged = False
+
+    def _who(self) -> str:
+        if self.peer is not None:
+            return f"from {self.peer}"
+        claimed = self._handshake.peer_node_id
+        claim = f" (claims node {claimed})" if claimed is not None else ""
+        return f"from {self.remote}{claim}"
+
+    def _describe_closing(self) -> str:
+        return f"{'closed' if self._authenticated else 'refused'} connection {self._who()}"
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self._server._channels.add(self)
+        self._timer = self._loop.call_later(self._server.handshake_timeout, self._handshake_timed_out)
+
+    def _handshake_timed_out(self) -> None:
+        if not self._authenticated:
+            self._refuse(HandshakeRefused(f"handshake timed out after {self._server.handshake_timeout:g} s"))
+
+    def _refuse(self, refusal: HandshakeRefused) -> None:
+        if self._closing:
+            return
+        if refusal.peer_message:
+            # Tell the peer why, so its operator sees the reason too; tiny, so the close flushes it.
+            self._send(encode_frame(FrameKind.ERROR, 0, [refusal.code, refusal.peer_message]))
+        logger.warning("refused connection %s: %s", self._who(), refusal.reason)
+        self.shutdown(refusal.reason)
+
+    def _on_handshake_frame(self, frame: Frame) -> None:
+        try:
+            kind, payload = self._handshake.step(frame.kind, frame.payload)
+        except HandshakeRefused as refusal:
+            self._refuse(refusal)
+            return
+        self._send(encode_frame(kind, 0, payload))
+        if self._handshake.done:
+            assert self._handshake.peer_node_id is not None
+            self._authenticated = True
+            if self._timer is not None:
+                self._timer.cancel()
+            self._decoder.max_frame_bytes = self._max_frame_bytes
+            self.peer = PeerInfo(self._handshake.peer_node_id, self.remote_host, self.remote_port)
+            logger.info("accepted connection from %s", self.peer)
+
+    def _on_frame(self, frame: Frame) -> None:
+        if frame.kind is FrameKind.REQUEST or frame.kind is FrameKind.ONEWAY:
+            if self._in_flight < self._server.max_concurrent_requests:
+                self._start(frame)
+            else:
+                # At the concurrency limit: hold what was already read and stop reading more, so a
+                # flooding client is slowed by TCP instead of growing our memory.
+                self._backlog.append(frame)
+                if not self._reading_paused and self._transport is not None:
+                    self._reading_paused = True
+                    self._transport.pause_reading()
+            return
+        self._abort(f"unexpected {frame.kind.name} frame from a client")
+
+    def _start(self, frame: Frame) -> None:
+        self._in_flight += 1
+        task = self._loop.create_task(self._serve(frame))
+        self._tasks.add(task)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self._in_flight -= 1
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("request task %s failed", self._who(), exc_info=task.exception())
+        if self._closing:
+            return
+        limit = self._server.max_concurrent_requests
+        while self._backlog and self._in_flight < limit:
+            self._start(self._backlog.popleft())
+        if not self._backlog and self._reading_paused and self._transport is not None:
+            self._reading_paused = False
+            self._transport.resume_reading()
+
+    async def _serve(self, frame: Frame) -> None:
+        server = self._server
+        peer = self.peer
+        assert peer is not None
+        try:
+            message = server.registry.from_wire(frame.payload)
+        except DecodeError as e:
+            self._bad_message(frame, e)
+            return
+        if frame.kind is FrameKind.ONEWAY:
+            await self._deliver_oneway(peer, message)
+            return
+        cid = frame.correlation_id
+        try:
+            result = await server.handler(peer, message)
+        except RemoteError as e:
+            self._reply_error(cid, e.code, e.message)
+            return
+        except Exception as e:
+            logger.exception("handler failed on %s %s", type(message).__name__, self._who())
+            self._reply_error(cid, ERROR_INTERNAL, f"{type(e).__name__}: {e}")
+            return
+        try:
+            wire = None if result is None else server.registry.to_wire(result)
+            data = encode_frame(FrameKind.RESPONSE, cid, wire, self._max_frame_bytes)
+        except (EncodeError, FrameError) as e:
+            logger.error("cannot send the response to %s %s: %s", type(message).__name__, self._who(), e)
+            self._reply_error(cid, ERROR_BAD_RESPONSE, str(e))
+            return
+        if self._send(data) and self._write_paused:
+            # Hold the concurrency slot until the client reads: a client that does not read stops
+            # getting its requests served instead of making us buffer every response.
+            await self.drain()
+
+    async def _deliver_oneway(self, peer: PeerInfo, message: object) -> None:
+        on_oneway = self._server.on_oneway
+        if on_oneway is None:
+            logger.debug(
+                "dropped one-way %s %s: the server has no one-way handler", type(message).__name__, peer
+            )
+            return
+        try:
+            result = on_oneway(peer, message)
+            if inspect.isawaitable(result):
+                await result
+        except Exception:
+            logger.exception("one-way handler failed on %s %s", type(message).__name__, self._who())
+
+    def _bad_message(self, frame: Frame, error: DecodeError) -> None:
+        # Logged at WARNING once per connection: a peer of another version may send many of these.
+        level = logging.DEBUG if self._bad_message_logged else logging.WARNING
+        self._bad_message_logged = True
+        logger.log(level, "undecodable %s %s: %s", frame.kind.name, self._who(), error)
+        if frame.kind is FrameKind.REQUEST:
+            self._reply_error(frame.correlation_id, ERROR_BAD_MESSAGE, str(error))
+
+    def _reply_error(self, cid: int, code: str, message: str) -> None:
+        # Error texts come from exceptions and may be long; the cap keeps the frame far below any limit.
+        self._send(encode_frame(FrameKind.ERROR, cid, [code, message[:4000]]))
+
+    def _lost(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._server._channels.discard(self)
+        self._backlog.clear()
+        for task in self._tasks:
+            task.cancel()
+        if not self._authenticated and self.close_reason == "closed by the peer":
+            logger.info("connection %s closed during the handshake", self._who())
+        elif self.peer is not None:
+            logger.debug("connection from %s ended: %s", self.peer, self.close_reason)
+
+    async def cancel_tasks(self) -> None:
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class RpcServer:
+    """Accepts authenticated peer connections and serves their requests.
+
+    `handler(peer, message)` answers REQUEST frames: its return value (a registered object, or None) is
+    the response; a `RemoteError` it raises reaches the caller with its code; any other exception is
+    logged here and reaches the caller as code "internal". Each request runs as its own task, at most
+    `max_concurrent_requests` per connection, so answers may come back in any order.
+    `on_oneway(peer, message)` receives ONEWAY frames (it may be a plain function or a coroutine function).
+    """
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        cluster_id: str,
+        secret: bytes | str,
+        node_id: int,
+        handler: Handler,
+        registry: TypeRegistry,
+        *,
+        on_oneway: OnewayHandler | None = None,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
+        max_concurrent_requests: int = DEFAULT_MAX_CONCURRENT_REQUESTS,
+    ) -> None:
+        if not cluster_id:
+            raise ValueError("cluster_id must not be empty")
+        if max_frame_bytes < HANDSHAKE_MAX_FRAME_BYTES:
+            raise ValueError(f"max_frame_bytes must be at least {HANDSHAKE_MAX_FRAME_BYTES}")
+        if handshake_timeout <= 0 or max_concurrent_requests < 1:
+            raise ValueError("handshake_timeout and max_concurrent_requests must be positive")
+        self.host = host
+        self._requested_port = port
+        self.cluster_id = cluster_id
+        self._secret = normalize_secret(secret)
+        self.node_id = node_id
+        self.handler = handler
+        self.on_oneway = on_oneway
+        self.registry = registry
+        self.max_frame_bytes = max_frame_bytes
+        self.handshake_timeout = handshake_timeout
+        self.max_concurrent_requests = max_concurrent_requests
+        self._server: asyncio.Server | None = None
+        self._channels: set[_ServerChannel] = set()
+
+    async def start(self) -> None:
+        if self._server is not None:
+            raise RuntimeError("RpcServer already started")
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: _ServerChannel(self), self.host, self._requested_port, reuse_address=True
+        )
+        logger.info("node %d serving RPC on %s", self.node_id, _format_address(self.host, self.port))
+
+    @property
+    def port(self) -> int:
+        """The bound port (the real one when constructed with port 0)."""
+        if self._server is None or not self._server.sockets:
+            return self._requested_port
+        return int(self._server.sockets[0].getsockname()[1])
+
+    @property
+    def connections(self) -> int:
+        """Open connections, including those still in the handshake."""
+        return len(self._channels)
+
+    async def close(self) -> None:
+        """Stop listening, drop every connection and wait for running handlers to be cancelled."""
+        server = self._server
+        if server is None:
+            return
+        self._server = None
+        server.close()
+        channels = list(self._channels)
+        for channel in channels:
+            channel.abort_quietly("server closing")
+        await asyncio.gather(*(channel.cancel_tasks() for channel in channels), return_exceptions=True)
+        await server.wait_closed()
+
+    async def __aenter__(self) -> RpcServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+# -- client -------------------------------------------------------------------------------------------
+
+
+class _ClientChannel(_Channel):
+    def __init__(self, connection: Connection) -> None:
+        super().__init__(connection.max_frame_bytes)
+        self._connection = connection
+        self._handshake = ClientHandshake(
+            connection.cluster_id, connection._secret, connection.node_id, connection.peer_node_id
+        )
+        # Resolved when the handshake ends: None on success, else the error (a result, not an exception,
+        # so a handshake nobody waits for any more cannot leave an unretrieved exception behind).
+        self.ready: asyncio.Future[ConnectionLost | None] = self._loop.create_future()
+        self._pending: dict[int, asyncio.Future[Any]] = {}
+        self._next_id = 1
+
+    @property
+    def peer_node_id(self) -> int | None:
+        return self._handshake.peer_node_id
+
+    def _describe_closing(self) -> str:
+        return f"closed connection to {self._connection}"
+
+    def _resolve_ready(self, error: ConnectionLost | None) -> None:
+        if not self.ready.done():
+            self.ready.set_result(error)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        kind, payload = self._handshake.start()
+        self._send(encode_frame(kind, 0, payload))
+
+    def _on_handshake_frame(self, frame: Frame) -> None:
+        try:
+            reply = self._handshake.step(frame.kind, frame.payload)
+        except HandshakeRefused as refusal:
+            # Logged by the Connection (once per distinct reason), not here on every attempt.
+            self._resolve_ready(HandshakeError(refusal.reason))
+            self.shutdown(refusal.reason)
+            return
+        if reply is not None:
+            self._send(encode_frame(reply[0], 0, reply[1]))
+            return
+        self._authenticated = True
+        self._decoder.max_frame_bytes = self._max_frame_bytes
+        self._resolve_ready(None)
+
+    def _on_frame(self, frame: Frame) -> None:
+        kind = frame.kind
+        if kind is FrameKind.RESPONSE:
+            future = self._pending.pop(frame.correlation_id, None)
+            if future is None:
+                logger.debug(
+                    "late response %d from %s (timed out or cancelled)",
+                    frame.correlation_id,
+                    self._connection,
+                )
+            elif not future.done():
+                future.set_result(frame.payload)
+        elif kind is FrameKind.ERROR:
+            payload = frame.payload
+            if type(payload) is not list or len(payload) != 2 or not all(type(p) is str for p in payload):
+                self._abort("malformed ERROR frame payload")
+                return
+            future = self._pending.pop(frame.correlation_id, None)
+            if future is not None and not future.done():
+                future.set_exception(RemoteError(payload[0], payload[1]))
+        else:
+            self._abort(f"unexpected {kind.name} frame from a server")
+
+    def _lost(self) -> None:
+        reason = self.close_reason or "connection closed"
+        self._resolve_ready(ConnectionLost(f"connection closed during the handshake: {reason}"))
+        pending, self._pending = self._pending, {}
+        for future in pending.values():
+            if not future.done():
+                future.set_exception(ConnectionLost(f"connection to {self._connection} lost: {reason}"))
+
+    async def call(self, payload: object, deadline: float, what: str, timeout: float) -> Any:
+        cid = self._next_id
+        self._next_id += 1
+        data = encode_frame(FrameKind.REQUEST, cid, payload, self._max_frame_bytes)
+        if self._closing or self._transport is None:
+            raise ConnectionLost(f"connection to {self._connection} lost: {self.close_reason}")
+        future: asyncio.Future[Any] = self._loop.create_future()
+        self._pending[cid] = future
+        # A timer per request instead of asyncio.wait_for: no extra task on the hot path.
+        timer = self._loop.call_at(deadline, self._expire, cid, what, timeout)
+        try:
+            self._transport.write(data)
+            if self._write_paused:
+                await self.drain()
+            return await future
+        finally:
+            timer.cancel()
+            self._pending.pop(cid, None)
+
+    def _expire(self, cid: int, what: str, timeout: float) -> None:
+        future = self._pending.pop(cid, None)
+        if future is not None and not future.done():
+            future.set_exception(RpcTimeout(f"{what} to {self._connection} timed out after {timeout:g} s"))
+
+    def oneway(self, payload: object, what: str) -> bool:
+        data = encode_frame(FrameKind.ONEWAY, 0, payload, self._max_frame_bytes)
+        transport = self._transport
+        if self._closing or transport is None or transport.is_closing():
+            return False
+        if transport.get_write_buffer_size() > self._max_frame_bytes:
+            # The peer is not reading; one-way messages are droppable (Raft retries), memory is not.
+            logger.debug("dropped one-way %s to %s: write buffer full", what, self._connection)
+            return False
+        transport.write(data)
+        return True
+
+
+class Connection:
+    """A persistent, lazily opened connection to one peer address.
+
+    The first `request`, `send_oneway` or `connect` starts a background task that connects, runs the
+    handshake and, whenever the connection is lost or refused, tries again after an exponential backoff
+    (`backoff_initial` doubling up to `backoff_max`, each delay jittered down by up to half) until `close`.
+    While it is between attempts, requests fail at once with `ConnectionLost` rather than waiting: the
+    callers (Raft, query routing) have their own retry and failover logic and want to know now.
+    """
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        cluster_id: str,
+        secret: bytes | str,
+        node_id: int,
+        registry: TypeRegistry,
+        peer_node_id: int | None = None,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
+        backoff_initial: float = DEFAULT_BACKOFF_INITIAL,
+        backoff_max: float = DEFAULT_BACKOFF_MAX,
+    ) -> None:
+        if not cluster_id:
+            raise ValueError("cluster_id must not be empty")
+        if not 0 < backoff_initial <= backoff_max:
+            raise ValueError("need 0 < backoff_initial <= backoff_max")
+        if connect_timeout <= 0 or handshake_timeout <= 0:
+            raise ValueError("timeouts must be positive")
+        if max_frame_bytes < HANDSHAKE_MAX_FRAME_BYTES:
+            raise ValueError(f"max_frame_bytes must be at least {HANDSHAKE_MAX_FRAME_BYTES}")
+        self.host = host
+        self.port = port
+        self.cluster_id = cluster_id
+        self._secret = normalize_secret(secret)
+        self.node_id = node_id
+        self.registry = registry
+        self.peer_node_id = peer_node_id
+        self.max_frame_bytes = max_frame_bytes
+        self.connect_timeout = connect_timeout
+        self.handshake_timeout = handshake_timeout
+        self.backoff_initial = backoff_initial
+        self.backoff_max = backoff_max
+        self._channel: _ClientChannel | None = None
+        self._task: asyncio.Task[None] | None = None
+        # The connection attempt in progress (None or done: between attempts).
+        self._attempt: asyncio.Future[None] | None = None
+        self._connected = asyncio.Event()
+        self._closed = False
+        self._last_error = "not connected yet"
+        # Requests failing for want of a connection raise this class, so a refusal reads as HandshakeError.
+        self._last_error_class: type[ConnectionLost] = ConnectionLost
+        self._logged_refusal: str | None = None
+        self._retry_at = 0.0
+
+    def __str__(self) -> str:
+        address = _format_address(self.host, self.port)
+        return f"node {self.peer_node_id} at {address}" if self.peer_node_id is not None else address
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return (self.host, self.port)
+
+    @property
+    def connected(self) -> bool:
+        channel = self._channel
+        return channel is not None and channel.usable
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def last_error(self) -> str:
+        """Why the last attempt failed or the last connection ended."""
+        return self._last_error
+
+    async def connect(self, timeout: float) -> None:
+        """Wait until connected (retrying with backoff). Raises `ConnectionLost` after `timeout` s."""
+        if self._closed:
+            raise ConnectionLost(f"connection to {self} is closed")
+        self._ensure_started()
+        try:
+            async with asyncio.timeout(timeout):
+                await self._connected.wait()
+        except TimeoutError:
+            raise ConnectionLost(
+                f"could not connect to {self} within {timeout:g} s: {self._last_error}"
+            ) from None
+
+    async def request(self, message: object, timeout: float) -> object:
+        """Send `message` and return the decoded response (None if the handler returned None).
+
+        Raises `RpcTimeout`, `RemoteError`, `ConnectionLost` (`HandshakeError` when refused),
+        `EncodeError` / `FrameError` for a message that cannot be sent, `DecodeError` for a response
+        that does not decode.
+        """
+        if self._closed:
+            raise ConnectionLost(f"connection to {self} is closed")
+        if not timeout > 0:
+            raise ValueError(f"timeout must be positive, got {timeout!r}")
+        payload = self.registry.to_wire(message)
+        what = type(message).__name__
+        deadline = asyncio.get_running_loop().time() + timeout
+        channel = self._channel
+        if channel is None or not channel.usable:
+            channel = await self._wait_for_channel(deadline, what, timeout)
+        result = await channel.call(payload, deadline, what, timeout)
+        return None if result is None else self.registry.from_wire(result)
+
+    def send_oneway(self, message: object) -> bool:
+        """Send without waiting for an answer. Returns False (and logs at DEBUG) if the message was dropped
+        because there is no connection right now; Raft and heartbeats tolerate loss."""
+        payload = self.registry.to_wire(message)
+        channel = self._channel
+        if channel is None or not channel.usable:
+            if not self._closed:
+                self._ensure_started()
+            logger.debug("dropped one-way %s to %s: not connected", type(message).__name__, self)
+            return False
+        return channel.oneway(payload, type(message).__name__)
+
+    async def close(self) -> None:
+        """Close the connection and stop reconnecting; requests in flight fail with `ConnectionLost`."""
+        if self._closed:
+            return
+        self._closed = True
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+        channel = self._channel
+        self._channel = None
+        if channel is not None:
+            channel.shutdown("closed by this side")
+            channel._lost()  # fail waiting requests now, not when the socket is finally gone
+        if task is not None:
+            await asyncio.gather(task, return_exceptions=True)
+        if self._attempt is not None and not self._attempt.done():
+            self._attempt.set_result(None)
+        self._connected.clear()
+
+    # -- internals ----------------------------------------------------------------------------------
+
+    def _ensure_started(self) -> None:
+        if self._task is None and not self._closed:
+            loop = asyncio.get_running_loop()
+            self._attempt = loop.create_future()
+            self._task = loop.create_task(self._run(), name=f"hotstate-rpc-connection {self}")
+
+    async def _wait_for_channel(self, deadline: float, what: str, timeout: float) -> _ClientChannel:
+        self._ensure_started()
+        loop = asyncio.get_running_loop()
+        attempt = self._attempt
+        if attempt is None or attempt.done():
+            wait = max(0.0, self._retry_at - loop.time())
+            raise self._last_error_class(
+                f"not connected to {self}: {self._last_error} (next attempt in {wait:.2f} s)"
+            )
+        try:
+            async with asyncio.timeout_at(deadline):
+                await asyncio.shield(attempt)
+        except TimeoutError:
+            raise RpcTimeout(f"{what} to {self} timed out after {timeout:g} s while connecting") from None
+        channel = self._channel
+        if channel is None or not channel.usable:
+            raise self._last_error_class(f"cannot connect to {self}: {self._last_error}")
+        return channel
+
+    def _backoff(self, failures: int) -> float:
+        ceiling = min(self.backoff_max, self.backoff_initial * (1 << min(failures, 30)))
+        # Jitter keeps a cluster's servers from reconnecting to a restarted peer in lockstep.
+        return ceiling * random.uniform(0.5, 1.0)
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        failures = 0
+        while not self._closed:
+            attempt = self._attempt
+            try:
+                channel = await self._open()
+            except ConnectionLost as e:
+                failures += 1
+                self._note_failure(e, failures)
+            else:
+                failures = 0
+                self._channel = channel
+                self._logged_refusal = None
+                self._connected.set()
+                if attempt is not None and not attempt.done():
+                    attempt.set_result(None)
+                logger.info("connected to %s", self)
+                await channel.closed
+                self._connected.clear()
+                if self._channel is channel:
+                    self._channel = None
+                self._last_error = channel.close_reason or "connection closed"
+                self._last_error_class = ConnectionLost
+                if not self._closed:
+                    logger.info("lost connection to %s: %s; reconnecting", self, self._last_error)
+            if attempt is not None and not attempt.done():
+                attempt.set_result(None)
+            if self.closed:  # close() may have run while we awaited
+                return
+            delay = self._backoff(failures)
+            self._retry_at = loop.time() + delay
+            await asyncio.sleep(delay)
+            self._attempt = loop.create_future()
+
+    def _note_failure(self, error: ConnectionLost, failures: int) -> None:
+        reason = str(error)
+        self._last_error = reason
+        self._last_error_class = type(error)
+        if isinstance(error, HandshakeError):
+            # A refusal is a misconfiguration worth a WARNING, but not one per retry.
+            level = logging.DEBUG if reason == self._logged_refusal else logging.WARNING
+            self._logged_refusal = reason
+        else:
+            level = logging.INFO if failures == 1 else logging.DEBUG
+        logger.log(level, "cannot connect to %s: %s", self, reason)
+
+    async def _open(self) -> _ClientChannel:
+        loop = asyncio.get_running_loop()
+        channel = _ClientChannel(self)
+        try:
+            async with asyncio.timeout(self.connect_timeout):
+                await loop.create_connection(lambda: channel, self.host, self.port)
+        except TimeoutError:
+            raise ConnectionLost(f"connecting timed out after {self.connect_timeout:g} s") from None
+        except OSError as e:
+            raise ConnectionLost(e.strerror or str(e)) from None
+        try:
+            async with asyncio.timeout(self.handshake_timeout):
+                error = await asyncio.shield(channel.ready)
+        except TimeoutError:
+            channel.shutdown("handshake timed out")
+            raise HandshakeError(f"handshake timed out after {self.handshake_timeout:g} s") from None
+        except BaseException:
+            channel.shutdown("connection attempt cancelled")
+            raise
+        if error is not None:
+            channel.shutdown(str(error))
+            raise error
+        if self._closed:
+            channel.shutdown("closed by this side")
+            raise ConnectionLost("closed by this side")
+        return channel
+
+
+class PeerPool:
+    """One `Connection` per peer node id, created on first use from the address map given to `update`."""
+
+    def __init__(
+        self,
+        node_id: int,
+        cluster_id: str,
+        secret: bytes | str,
+        registry: TypeRegistry,
+        *,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
+        backoff_initial: float = DEFAULT_BACKOFF_INITIAL,
+        backoff_max: float = DEFAULT_BACKOFF_MAX,
+    ) -> None:
+        self.node_id = node_id
+        self.cluster_id = cluster_id
+        self._secret = normalize_secret(secret)
+        self.registry = registry
+        self._options: dict[str, Any] = {
+            "max_frame_bytes": max_frame_bytes,
+            "connect_timeout": connect_timeout,
+            "handshake_timeout": handshake_timeout,
+            "backoff_initial": backoff_initial,
+            "backoff_max": backoff_max,
+        }
+        self._addresses: dict[int, tuple[str, int]] = {}
+        self._connections: dict[int, Connection] = {}
+        self._closing: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    @property
+    def peers(self) -> dict[int, tuple[str, int]]:
+        return dict(self._addresses)
+
+    def update(self, peers: Mapping[int, tuple[str, int]]) -> None:
+        """Replace the address map. Connections to removed peers or changed addresses are closed."""
+        checked: dict[int, tuple[str, int]] = {}
+        for peer_id, address in peers.items():
+            if (
+                not isinstance(address, tuple)
+                or len(address) != 2
+                or not isinstance(address[0], str)
+                or type(address[1]) is not int
+                or not 0 < address[1] < 65536
+            ):
+                raise ValueError(f"bad address for node {peer_id}: {address!r} (expected (host, port))")
+            checked[peer_id] = address
+        for peer_id, connection in list(self._connections.items()):
+            if checked.get(peer_id) != connection.address:
+                del self._connections[peer_id]
+                self._close_later(connection)
+        self._addresses = checked
+
+    def connection(self, peer_id: int) -> Connection:
+        """The connection to `peer_id` (created, not yet connected, on first use). Raises `UnknownPeer`."""
+        connection = self._connections.get(peer_id)
+        if connection is not None:
+            return connection
+        if self._closed:
+            raise ConnectionLost("peer pool is closed")
+        address = self._addresses.get(peer_id)
+        if address is None:
+            raise UnknownPeer(f"no address for node {peer_id} (known: {sorted(self._addresses)})")
+        connection = Connection(
+            address[0],
+            address[1],
+            cluster_id=self.cluster_id,
+            secret=self._secret,
+            node_id=self.node_id,
+            registry=self.registry,
+            peer_node_id=peer_id,
+            **self._options,
+        )
+        self._connections[peer_id] = connection
+        return connection
+
+    def is_connected(self, peer_id: int) -> bool:
+        connection = self._connections.get(peer_id)
+        return connection is not None and connection.connected
+
+    async def request(self, peer_id: int, message: object, timeout: float) -> object:
+        """`Connection.request` to `peer_id`; raises `UnknownPeer` for an id without an address."""
+        return await self.connection(peer_id).request(message, timeout)
+
+    def send_oneway(self, peer_id: int, message: object) -> bool:
+        """`Connection.send_oneway` to `peer_id`; an unknown id drops the message (logged at DEBUG)."""
+        try:
+            connection = self.connection(peer_id)
+        except (UnknownPeer, ConnectionLost) as e:
+            logger.debug("dropped one-way %s to node %s: %s", type(message).__name__, peer_id, e)
+            # Still refuse what could never be sent, so a bad message is not hidden by a missing peer.
+            self.registry.to_wire(message)
+            return False
+        return connection.send_oneway(message)
+
+    async def close(self) -> None:
+        self._closed = True
+        connections = list(self._connections.values())
+        self._connections.clear()
+        await asyncio.gather(*(c.close() for c in connections), return_exceptions=True)
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
+
+    def _close_later(self, connection: Connection) -> None:
+        if connection._task is None:
+            connection._closed = True  # never started: nothing to wait for
+            return
+        task = asyncio.get_running_loop().create_task(connection.close())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
