@@ -324,6 +324,23 @@ def sample_everything() -> Everything:
     )
 
 
+@dataclass(frozen=True)
+class Labelled:
+    labels: dict[str, int]
+
+
+@dataclass(frozen=True)
+class Sets:
+    items: frozenset[Labelled]
+
+
+def test_unhashable_set_elements_are_a_decode_error() -> None:
+    registry = TypeRegistry()
+    registry.register(1, Sets)
+    with pytest.raises(DecodeError, match=r"Sets.items: set elements are not hashable"):
+        registry.from_wire([1, 1, [[[{"a": 1}]]]])
+
+
 def test_post_init_refusal_is_a_decode_error() -> None:
     with pytest.raises(
         DecodeError, match=r"Positive: Positive refused the values: ValueError: n must be positive"

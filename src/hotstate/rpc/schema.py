@@ -332,7 +332,7 @@ def _fixed_tuple_conv(inners: list[_Converter]) -> _Converter:
     return _Converter(name, enc, dec, None, None, all(c.hashable for c in inners))
 
 
-def _sort_key_safe(items: list[Any]) -> list[Any]:
+def _sorted_if_possible(items: list[Any]) -> list[Any]:
     try:
         # Sorted so a set encodes to the same bytes every time (records are checksummed and compared).
         return sorted(items)
@@ -347,7 +347,7 @@ def _frozenset_conv(inner: _Converter) -> _Converter:
     def enc(x: Any) -> Any:
         if not isinstance(x, frozenset):
             raise _want("frozenset", x)
-        items = _sort_key_safe(list(x))
+        items = _sorted_if_possible(list(x))
         try:
             return [inner_enc(item) for item in items]
         except _Invalid:
@@ -360,7 +360,11 @@ def _frozenset_conv(inner: _Converter) -> _Converter:
             items = [inner_dec(item) for item in x]
         except _Invalid:
             raise _locate(x, inner_dec) from None
-        out = frozenset(items)
+        try:
+            out = frozenset(items)
+        except TypeError as e:
+            # A frozen dataclass is hashable only if its fields are (a dict field is not).
+            raise _Invalid(f"set elements are not hashable: {e}") from None
         if len(out) != len(items):
             raise _Invalid("duplicate elements in a set")
         return out
@@ -425,7 +429,7 @@ class _Struct:
     def __init__(self, cls: type) -> None:
         self.cls = cls
         self.fields: list[_Field] = []
-        # Filled by `_compile`; until then (while a recursive type is being built) the lazy wrappers wait.
+        # Filled by `compile`; until then (while a recursive type is being built) the lazy wrappers wait.
         self.encode: _Conv = self._not_ready
         self.decode: _Conv = self._not_ready
         self.min_fields = 0
