@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -20,7 +21,7 @@ cluster_app = typer.Typer(
     help="A local cluster of combined-mode servers in one directory.", no_args_is_help=True
 )
 app.add_typer(cluster_app, name="cluster")
-console = Console()
+console = Console(width=shutil.get_terminal_size((130, 24)).columns)
 DEFAULT_DIR = Path(".hotstate/cluster")
 DirOption = Annotated[Path, typer.Option("--dir", help="where the cluster lives")]
 

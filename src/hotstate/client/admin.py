@@ -24,7 +24,7 @@ from hotstate.controller.requests import (
     ListTablesRequest,
     ListTablesResponse,
 )
-from hotstate.rpc import PeerPool
+from hotstate.rpc import PeerPool, RpcError
 from hotstate.server.status import DescribeClusterRequest, DescribeClusterResponse
 from hotstate.server.wire import MESSAGES
 
@@ -35,7 +35,13 @@ RETRYABLE = (ControllerError.NOT_CONTROLLER,)
 
 
 class ClusterUnavailableError(Exception):
-    pass
+    """No server could be reached at all: the request was certainly not applied."""
+
+
+class OutcomeUnknownError(Exception):
+    """A change was sent but its answer was lost (timeout, dropped connection): it may or may not have
+    been applied. Not retried automatically, since a retry could report the client's own change back
+    to it as "exists" or "missing"."""
 
 
 class AdminClient:
@@ -66,7 +72,7 @@ class AdminClient:
         await self.close()
 
     async def describe(self, *, deadline_s: float = 5.0) -> DescribeClusterResponse:
-        reply = await self._call(DescribeClusterRequest(), deadline_s)
+        reply = await self._call(DescribeClusterRequest(), deadline_s, idempotent=True)
         assert isinstance(reply, DescribeClusterResponse)
         return reply
 
@@ -104,38 +110,53 @@ class AdminClient:
         return reply
 
     async def list_tables(self, *, deadline_s: float = 10.0) -> ListTablesResponse:
-        reply = await self._controller_call(ListTablesRequest(), deadline_s)
+        reply = await self._controller_call(ListTablesRequest(), deadline_s, idempotent=True)
         assert isinstance(reply, ListTablesResponse)
         return reply
 
-    async def _controller_call(self, request: ControllerRequest, deadline_s: float) -> ControllerResponse:
+    async def _controller_call(
+        self, request: ControllerRequest, deadline_s: float, *, idempotent: bool = False
+    ) -> ControllerResponse:
         end = time.monotonic() + deadline_s
         backoff = 0.05
         while True:
-            reply = await self._call(request, max(0.1, end - time.monotonic()))
+            reply = await self._call(request, max(0.1, end - time.monotonic()), idempotent=idempotent)
             error = getattr(reply, "error", None)
             if error not in RETRYABLE or time.monotonic() >= end:
                 return cast(ControllerResponse, reply)
             self._preferred = (self._preferred + 1) % len(self._servers)
             await asyncio.sleep(backoff * (0.5 + random.random()))
-            backoff = min(backoff * 2, 0.5)
+            backoff = min(backoff * 2, 0.1)  # failovers take ~1 s: retry often enough not to add to it
 
-    async def _call(self, request: object, deadline_s: float) -> object:
+    async def _call(self, request: object, deadline_s: float, *, idempotent: bool) -> object:
         end = time.monotonic() + deadline_s
         last_error: Exception | None = None
         attempt = 0
         while time.monotonic() < end:
             index = (self._preferred + attempt) % len(self._servers)
             timeout = min(self._request_timeout_s, max(0.05, end - time.monotonic()))
+            connection = self._pool.connection(index + 1)
             try:
-                reply = await self._pool.request(index + 1, request, timeout)
-                self._preferred = index
-                return reply
-            except Exception as error:  # unreachable, timed out, refused: try the next server
+                if not connection.connected:
+                    await connection.connect(timeout)
+            except RpcError as error:  # could not connect: certainly not sent, try the next server
                 last_error = error
                 attempt += 1
                 if attempt % len(self._servers) == 0:
                     await asyncio.sleep(0.1)
+                continue
+            try:
+                reply = await connection.request(request, timeout)
+            except RpcError as error:
+                if not idempotent:
+                    raise OutcomeUnknownError(
+                        f"{type(request).__name__} sent to {self._servers[index]}, answer lost: {error}"
+                    ) from error
+                last_error = error
+                attempt += 1
+                continue
+            self._preferred = index
+            return reply
         raise ClusterUnavailableError(
             f"no server of {self._servers} answered {type(request).__name__} within {deadline_s:.1f} s"
             f" (last error: {last_error})"

@@ -356,6 +356,13 @@ class RaftNode:
         return QuorumState(self._epoch, self._voted_id, self._leader_id)
 
     # ------------------------------------------------------------------ role changes
+    def _fetch_timeout(self) -> int:
+        """The fetch timeout plus up to half an election timeout of jitter: followers whose last answers
+        came together would otherwise all stand at once and split the vote."""
+        return self.config.fetch_timeout_ms + self._rng.randrange(
+            max(1, self.config.election_timeout_ms // 2)
+        )
+
     def _random_election_timeout(self) -> int:
         timeout = self.config.election_timeout_ms
         return timeout + self._rng.randrange(timeout)
@@ -395,7 +402,7 @@ class RaftNode:
         self._snapshot_fetch = None
         self._election_retries = 0
         self._fetch_target = leader_id
-        self._fetch_deadline = self._now + self.config.fetch_timeout_ms
+        self._fetch_deadline = self._now + self._fetch_timeout()
         self._send_fetch()
 
     def _become_candidate(self) -> None:
@@ -761,7 +768,7 @@ class RaftNode:
             or response.last_fetched_epoch != log.last_epoch
         ):
             return  # a late or duplicated answer to a fetch we no longer have out
-        self._fetch_deadline = self._now + self.config.fetch_timeout_ms
+        self._fetch_deadline = self._now + self._fetch_timeout()
         if response.diverging is not None:
             # Cut where the leader's copy of that epoch ends or where ours does, whichever is first: entries
             # of later epochs that the leader never had diverge too, and must go in this same step.
@@ -800,7 +807,7 @@ class RaftNode:
             return
         if response.error is not ErrorCode.NONE or response.position != len(buffer):
             return
-        self._fetch_deadline = self._now + self.config.fetch_timeout_ms
+        self._fetch_deadline = self._now + self._fetch_timeout()
         buffer.extend(response.chunk)
         if len(buffer) >= response.total_size:
             snapshot = Snapshot(snapshot_id, bytes(buffer))

@@ -27,7 +27,7 @@ from hotstate.controller.requests import (
 from hotstate.raft.messages import Message
 from hotstate.raft.records import Entry, Snapshot
 from hotstate.raft.storage import RaftStorage
-from hotstate.rpc import PeerInfo, PeerPool, RpcServer
+from hotstate.rpc import PeerInfo, PeerPool, RpcError, RpcServer
 from hotstate.server.config import ServerConfig
 from hotstate.server.controller_host import ControllerHost
 from hotstate.server.lifecycle import ServerLifecycle
@@ -49,6 +49,7 @@ RAFT_MESSAGES = (
     "FetchSnapshotResponse",
 )
 FORWARD_TIMEOUT_S = 5.0
+FORWARD_CONNECT_TIMEOUT_S = 0.5
 SHUTDOWN_TIMEOUT_S = 10.0
 
 
@@ -214,10 +215,20 @@ class Server:
     async def _forward(self, leader_id: int, request: ControllerRequest) -> ControllerResponse:
         assert self.pool is not None
         try:
-            reply = await self.pool.request(leader_id, ForwardedControllerRequest(request), FORWARD_TIMEOUT_S)
-        except Exception as error:  # the leader is unreachable: the caller retries (maybe elsewhere)
+            connection = self.pool.connection(leader_id)
+            if not connection.connected:
+                await connection.connect(FORWARD_CONNECT_TIMEOUT_S)
+        except RpcError as error:  # never sent: certainly not applied, the caller may retry elsewhere
             return error_response(
                 request, ControllerError.NOT_CONTROLLER, f"leader {leader_id} unreachable: {error}"
+            )
+        try:
+            reply = await connection.request(ForwardedControllerRequest(request), FORWARD_TIMEOUT_S)
+        except RpcError as error:
+            # Sent, answer lost: the leader may have applied it. NOT_CONTROLLER here would invite a retry
+            # that reports the caller's own change back to it as "exists" (the linearizability test saw it).
+            return error_response(
+                request, ControllerError.TIMEOUT, f"forwarded to leader {leader_id}, answer lost: {error}"
             )
         return cast(ControllerResponse, reply)
 

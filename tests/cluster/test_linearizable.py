@@ -1,0 +1,99 @@
+"""Concurrent clients create, delete and list tables while metadata leaders are killed; the recorded
+history must be linearizable (checked with hotstate.sim.linearizability)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import signal
+import time
+
+from hotstate.client.admin import AdminClient, ClusterUnavailableError, OutcomeUnknownError
+from hotstate.controller.records import KeyColumn, KeyType
+from hotstate.controller.requests import ControllerError
+from hotstate.sim.history import HistoryRecorder
+from hotstate.sim.linearizability import TableSetModel, check
+
+KEY = (KeyColumn("k", KeyType.STRING),)
+NAMES = ("a", "b", "c", "d")
+CLIENTS = 4
+DURATION_S = 9.0
+KILL_EVERY_S = 2.5
+
+
+async def client(cluster, client_id: int, recorder: HistoryRecorder, stop: float, seed: int) -> int:
+    rng = random.Random(seed)
+    done = 0
+    async with AdminClient(
+        cluster.addresses(), cluster_id=cluster.cluster_id, secret=cluster.secret, request_timeout_s=1.0
+    ) as admin:
+        while time.monotonic() < stop:
+            roll = rng.random()
+            name = rng.choice(NAMES)
+            if roll < 0.4:
+                op: tuple[str, ...] = ("create", name)
+            elif roll < 0.75:
+                op = ("delete", name)
+            else:
+                op = ("list",)
+            token = recorder.invoke(client_id, op)
+            try:
+                if op[0] == "create":
+                    reply = await admin.create_table(
+                        name, partitions=1, standby_replicas=0, key_columns=KEY, deadline_s=3.0
+                    )
+                    outcome = {ControllerError.NONE: "ok", ControllerError.TABLE_EXISTS: "exists"}.get(
+                        reply.error
+                    )
+                elif op[0] == "delete":
+                    reply = await admin.delete_table(name, deadline_s=3.0)
+                    outcome = {ControllerError.NONE: "ok", ControllerError.UNKNOWN_TABLE: "missing"}.get(
+                        reply.error
+                    )
+                else:
+                    listed = await admin.list_tables(deadline_s=3.0)
+                    outcome = frozenset(listed.tables) if listed.error is ControllerError.NONE else None
+            except (OutcomeUnknownError, ClusterUnavailableError):
+                outcome = None
+            if outcome is None:
+                recorder.timeout(token)  # TIMEOUT, NOT_CONTROLLER after the deadline, lost answers: unknown
+            else:
+                recorder.ok(token, outcome)
+                done += 1
+    return done
+
+
+def test_table_operations_are_linearizable_while_leaders_are_killed(start_cluster) -> None:
+    running = start_cluster(3)
+    cluster = running.cluster
+    recorder: HistoryRecorder = HistoryRecorder()
+    kills = []
+
+    async def nemesis(stop: float) -> None:
+        async with cluster.admin(request_timeout_s=0.5) as admin:
+            while time.monotonic() + KILL_EVERY_S < stop:
+                await asyncio.sleep(KILL_EVERY_S)
+                leader = (await admin.describe(deadline_s=3.0)).leader_id
+                if leader is None:
+                    continue
+                server = next(s for s in cluster.servers if s.node_id == leader)
+                cluster.signal(server, signal.SIGKILL)
+                kills.append(leader)
+                while cluster.alive(server):
+                    await asyncio.sleep(0.01)
+                await asyncio.sleep(0.3)
+                cluster.start(server)
+
+    async def scenario() -> list[int]:
+        stop = time.monotonic() + DURATION_S
+        results = await asyncio.gather(
+            nemesis(stop), *(client(cluster, i, recorder, stop, seed=i) for i in range(CLIENTS))
+        )
+        return results[1:]
+
+    completed = running.run(scenario())
+    history = recorder.operations()
+    result = check(TableSetModel(), history, timeout_s=120)
+    assert len(kills) >= 2, f"the nemesis killed only {kills}"
+    assert sum(completed) >= 50, f"too few operations completed ({completed}) to mean anything"
+    assert result.ok is True, result.explanation
