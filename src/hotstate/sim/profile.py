@@ -30,6 +30,7 @@ class FaultProfile:
     # grants a vote (restarting before the rival's Vote lands), a leader soon after it wins.
     crash_after_vote: float = 0.0
     crash_after_win: float = 0.0
+    isolate_leader: float = 0.0  # chance a partition cuts the leader off alone
     raft: RaftConfig = field(default_factory=RaftConfig)
 
     @staticmethod
@@ -57,6 +58,7 @@ class FaultProfile:
             disk_max_ms=rng.choice([0, 1, 5]),
             crash_after_vote=rng.choice([0.0, 0.0, 0.3]),
             crash_after_win=rng.choice([0.0, 0.0, 0.3]),
+            isolate_leader=rng.choice([0.0, 0.5, 0.9]),
             raft=RaftConfig(
                 # Short timeouts against slow links make candidacies collide (split votes, rival candidates).
                 election_timeout_ms=election_timeout,

@@ -411,7 +411,13 @@ class World:
 
     def _make_partition(self) -> None:
         ids = sorted(self.members)
-        sides = {member: self.rng.randrange(2) for member in ids}
+        leaders = [m.id for m in self.members.values() if m.core is not None and m.core.role is Role.LEADER]
+        if leaders and self.rng.random() < self.profile.isolate_leader:
+            # Jepsen's classic: the leader alone keeps appending what can never commit, the rest elect anew.
+            isolated = leaders[self.rng.randrange(len(leaders))]
+            sides = {member: int(member == isolated) for member in ids}
+        else:
+            sides = {member: self.rng.randrange(2) for member in ids}
         self._partition = sides
         left = [m for m in ids if sides[m] == 0]
         right = [m for m in ids if sides[m] == 1]
