@@ -32,8 +32,11 @@ pytest: $(STAMP)
 test: lint typecheck pytest
 
 bench: $(STAMP)
+	$(PY) bench/log_append.py
 	$(PY) bench/raft_sim.py
 	$(PY) bench/assignor.py
+	$(PY) bench/rpc.py
+	$(PY) bench/metadata.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

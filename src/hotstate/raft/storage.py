@@ -53,11 +53,12 @@ def decode_entry(offset: int, epoch: int, record: bytes) -> Entry:
 
 
 class RaftStorage:
-    def __init__(self, directory: str | Path) -> None:
+    def __init__(self, directory: str | Path, *, segment_bytes: int = 1024 * 1024) -> None:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         # One fsync per Ready (in write) rather than one per batch: the log itself never syncs on its own.
-        self.log = Log.open(self.directory / "log", fsync="never")
+        # Small segments: a snapshot frees the segments wholly below it, so they must not be huge.
+        self.log = Log.open(self.directory / "log", fsync="never", segment_bytes=segment_bytes)
         self._snapshot_path: Path | None = None
 
     def close(self) -> None:
