@@ -6,6 +6,7 @@ import asyncio
 import signal
 import time
 
+from hotstate.client.admin import ClusterUnavailableError, OutcomeUnknownError
 from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.controller.requests import ControllerError
 
@@ -86,11 +87,14 @@ def test_five_voters_commit_with_two_stopped_and_stop_committing_with_three(star
     leader = running.leader()
     others = [n for n in range(1, 6) if n != leader]
 
-    async def create(name: str, deadline_s: float) -> ControllerError:
+    async def create(name: str, deadline_s: float) -> ControllerError | str:
         async with running.cluster.admin(request_timeout_s=1.0) as admin:
-            reply = await admin.create_table(
-                name, partitions=1, standby_replicas=0, key_columns=KEY, deadline_s=deadline_s
-            )
+            try:
+                reply = await admin.create_table(
+                    name, partitions=1, standby_replicas=0, key_columns=KEY, deadline_s=deadline_s
+                )
+            except (ClusterUnavailableError, OutcomeUnknownError) as error:
+                return type(error).__name__  # the leader resigned or nobody answered: not committed either
             return reply.error
 
     for node_id in others[:2]:

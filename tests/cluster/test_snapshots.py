@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 import shutil
 import signal
+import time
+from pathlib import Path
 
 from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.controller.requests import ControllerError
-from hotstate.log import Log
+from hotstate.log import Log, LogError
 
 KEY = (KeyColumn("k", KeyType.STRING),)
 
@@ -52,11 +54,33 @@ def test_a_wiped_server_is_rebuilt_from_the_snapshot_and_the_tail(start_cluster)
     running.run(caught_up())
     # It got there through a snapshot: its own log starts past the beginning.
     running.kill(victim, signal.SIGKILL)
-    while cluster.alive(running.server(victim)):
-        pass
-    log = Log.open(victim_dir / "metadata" / "log")
+    log = _open_when_free(victim_dir / "metadata" / "log")
     try:
         assert log.start_offset > 0
     finally:
         log.close()
     assert list((victim_dir / "metadata").glob("snapshot-*"))
+
+
+def _open_when_free(path: Path, timeout_s: float = 10.0) -> Log:
+    """The killed server's lock goes with its process; wait for that, and name any holder if it lingers."""
+    end = time.monotonic() + timeout_s
+    while True:
+        try:
+            return Log.open(path)
+        except LogError:
+            if time.monotonic() > end:
+                holders = [
+                    fd.parent.parent.name
+                    for fd in Path("/proc").glob("[0-9]*/fd/*")
+                    if _points_into(fd, path)
+                ]
+                raise AssertionError(f"{path} still locked after {timeout_s} s by pids {holders}") from None
+            time.sleep(0.05)
+
+
+def _points_into(fd: Path, path: Path) -> bool:
+    try:
+        return str(fd.readlink()).startswith(str(path))
+    except OSError:
+        return False
