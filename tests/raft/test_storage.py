@@ -178,3 +178,20 @@ def _ready(*, quorum_state: QuorumState | None = None, ops: tuple[LogOp, ...] = 
         high_watermark=0,
         log_end_offset=0,
     )
+
+
+def test_segments_wholly_below_a_snapshot_are_deleted(tmp_path: Path) -> None:
+    store = RaftStorage(tmp_path, segment_bytes=600)
+    for base in range(0, 200, 10):
+        store.write(_ready(ops=(_append(tuple(Entry(i, 1, b"x" * 40) for i in range(base, base + 10))),)))
+    before = sorted((tmp_path / "log").glob("*.log"))
+    assert len(before) > 5
+    store.write(_ready(ops=(SaveSnapshot(Snapshot(SnapshotId(150, 1), b"state@150")),)))
+    after = sorted((tmp_path / "log").glob("*.log"))
+    assert len(after) < len(before)
+    bases = [int(p.stem) for p in after]
+    # Only the segment holding offset 150 may start below it; every segment wholly below is gone.
+    assert bases[0] <= 150 and all(base > 150 for base in bases[1:])
+    store.close()
+    loaded = RaftStorage(tmp_path, segment_bytes=600).load()
+    assert loaded.entries[0].offset == 150 and loaded.entries[-1].offset == 199
