@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from hotstate.cli.local_cluster import LocalCluster
+from hotstate.client.admin import ClusterUnavailableError, OutcomeUnknownError
 from hotstate.controller.image import ImageBuilder, MetadataImage
 from hotstate.controller.records import (
     CreateTable,
@@ -66,7 +67,13 @@ async def failover(cluster: LocalCluster, runs: int) -> dict[str, object]:
             cluster.signal(server, signal.SIGKILL)
             killed = time.monotonic()
             while True:
-                reply = await admin.create_table(f"f{run}", partitions=1, standby_replicas=0, key_columns=KEY)
+                try:
+                    reply = await admin.create_table(
+                        f"f{run}", partitions=1, standby_replicas=0, key_columns=KEY
+                    )
+                except (OutcomeUnknownError, ClusterUnavailableError):
+                    continue  # sent to the dead leader, or nobody reachable yet: try again
+                # "exists" means an earlier attempt of ours committed: the write is in, either way.
                 if reply.error in (ControllerError.NONE, ControllerError.TABLE_EXISTS):
                     break
             samples.append((time.monotonic() - killed) * 1000)

@@ -6,13 +6,16 @@ import asyncio
 import shutil
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from hotstate import __version__
+
+if TYPE_CHECKING:
+    from hotstate.cli.local_cluster import LocalCluster
 
 app = typer.Typer(
     help="hotstate: highly available, queryable materialized tables for PySpark.", no_args_is_help=True
@@ -96,13 +99,7 @@ def cluster_down(
     directory: DirOption = DEFAULT_DIR,
 ) -> None:
     """Stop every server of the local cluster (SIGTERM: controlled shutdown)."""
-    from hotstate.cli.local_cluster import LocalCluster
-
-    try:
-        cluster = LocalCluster.load(directory)
-    except FileNotFoundError as error:
-        typer.echo(str(error), err=True)
-        raise typer.Exit(1) from error
+    cluster = _load_cluster(directory)
     # The last voters must stay up while the others shut down, or no controller is left to move actives.
     for server in reversed(cluster.servers):
         clean = cluster.stop(server)
@@ -116,18 +113,22 @@ def cluster_status(
     directory: DirOption = DEFAULT_DIR,
 ) -> None:
     """Ask any live server of the local cluster for the cluster's state."""
-    from hotstate.cli.local_cluster import LocalCluster
-
-    try:
-        cluster = LocalCluster.load(directory)
-    except FileNotFoundError as error:
-        typer.echo(str(error), err=True)
-        raise typer.Exit(1) from error
+    cluster = _load_cluster(directory)
 
     try:
         _print_status(cluster)
     except Exception as error:
         typer.echo(f"hotstate cluster status: {error}", err=True)
+        raise typer.Exit(1) from error
+
+
+def _load_cluster(directory: Path) -> LocalCluster:
+    from hotstate.cli.local_cluster import LocalCluster
+
+    try:
+        return LocalCluster.load(directory)
+    except FileNotFoundError as error:
+        typer.echo(str(error), err=True)
         raise typer.Exit(1) from error
 
 

@@ -32,6 +32,7 @@ from hotstate.server.wire import MESSAGES
 CLIENT_NODE_ID = 0
 # Only errors that mean "not applied" are retried; TIMEOUT (outcome unknown) goes back to the caller.
 RETRYABLE = (ControllerError.NOT_CONTROLLER,)
+CONNECT_TIMEOUT_S = 0.5
 
 
 class ClusterUnavailableError(Exception):
@@ -138,7 +139,9 @@ class AdminClient:
             connection = self._pool.connection(index + 1)
             try:
                 if not connection.connected:
-                    await connection.connect(timeout)
+                    # A dead server refuses at once but the connection keeps retrying: bound the wait so
+                    # one dead server cannot eat the whole deadline.
+                    await connection.connect(min(timeout, CONNECT_TIMEOUT_S))
             except RpcError as error:  # could not connect: certainly not sent, try the next server
                 last_error = error
                 attempt += 1

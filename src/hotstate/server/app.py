@@ -146,7 +146,11 @@ class Server:
     async def stop(self, *, controlled: bool) -> None:
         if controlled and self.lifecycle is not None:
             log.info("controlled shutdown: asking the controller to move this server's actives away")
-            await self.lifecycle.controlled_shutdown(SHUTDOWN_TIMEOUT_S)
+            driver = self.driver
+            await self.lifecycle.controlled_shutdown(
+                SHUTDOWN_TIMEOUT_S,
+                leader_known=lambda: driver is not None and driver.node.leader_id is not None,
+            )
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

@@ -23,6 +23,9 @@ log = logging.getLogger(__name__)
 
 SendToController = Callable[[ControllerRequest], Awaitable[ControllerResponse]]
 
+# With no metadata leader for this long, a controlled shutdown has nobody to ask: the quorum is gone.
+QUORUM_GONE_S = 1.5
+
 
 class ServerLifecycle:
     def __init__(
@@ -103,18 +106,30 @@ class ServerLifecycle:
         if self._shutting_down and reply.shutdown_ready:
             self.shutdown_ready.set()
 
-    async def controlled_shutdown(self, timeout_s: float) -> bool:
-        """Ask the controller to move every active off this server and wait until that is committed."""
+    async def controlled_shutdown(self, timeout_s: float, *, leader_known: Callable[[], bool]) -> bool:
+        """Ask the controller to move every active off this server and wait until that is committed.
+
+        Gives up early when the metadata quorum is gone (no leader known for a while): nobody is left to
+        move anything, as for the last servers of a cluster being shut down."""
         self._shutting_down = True
         try:
-            await asyncio.wait_for(self._shutdown_loop(), timeout_s)
+            await asyncio.wait_for(self._shutdown_loop(leader_known), timeout_s)
         except TimeoutError:
             log.warning("controlled shutdown not confirmed within %.1f s; stopping anyway", timeout_s)
             return False
-        return True
+        return self.shutdown_ready.is_set()
 
-    async def _shutdown_loop(self) -> None:
+    async def _shutdown_loop(self, leader_known: Callable[[], bool]) -> None:
+        loop = asyncio.get_running_loop()
+        last_leader = loop.time()
         while not self.shutdown_ready.is_set():
+            if leader_known():
+                last_leader = loop.time()
+            elif loop.time() - last_leader > QUORUM_GONE_S:
+                log.warning(
+                    "no metadata leader for %.1f s: stopping without a controlled shutdown", QUORUM_GONE_S
+                )
+                return
             if self.registered.is_set():
                 await self._heartbeat()
             if not self.shutdown_ready.is_set():
