@@ -29,6 +29,8 @@ class Unknown(enum.Enum):
     def __repr__(self) -> str:
         return "UNKNOWN"
 
+    __str__ = __repr__
+
 
 UNKNOWN: Final = Unknown.UNKNOWN
 

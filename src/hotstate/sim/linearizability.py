@@ -19,21 +19,24 @@ The search (Lowe, "Testing for linearizability", 2017; Porcupine's `checkSingle`
 Additions, each a reduction that keeps the search complete:
 
 - a read (`Model.is_read_only`) that fits the current state is taken at once, with no alternative tried:
-  it can be moved to the front of any linearization from there. Without this, each concurrent list
+  it can be moved to the front of any linearization from there (unless an unknown operation whose
+  deadline precedes the read's call could still come first). Without this, each concurrent list
   multiplies the orders tried, as a create it did not see is tried before it and fails only later;
 - unknown operations are kept out of the list (they block nothing) and are tried only after every
-  definite candidate at a node, so one that never took effect costs little and one that did is pulled in
-  just before the first operation that needs its effect;
+  definite candidate at a node, so one that never took effect costs little and one that did is tried
+  where its effect is first missed;
 - an unknown operation whose step would not change the state is never linearized: leaving it out is
   equivalent and keeps more options open;
 - the cache compares unknown operations by inclusion: a node with the same definite operations and state
   as a visited one, but a superset of its unknown operations, has only a subset of its futures.
 
 Unknown operations without deadlines remain the expensive part: each one pending can take effect at any
-later node, so the states between two reads multiply by two per pending operation. `check` therefore
-first looks for a linearization with their effects bounded to a window (see `check`), which for a
-linearizable history nearly always exists and is found fast; failing that it runs the unbounded search.
-The worst case stays exponential (the problem is NP-complete), hence `timeout_s`.
+later node, so the states between two reads multiply by two per pending operation. So `check` runs
+cheaper searches first, each allowed a bounded number of nodes: one with those effects confined to a
+window (a linearization found there is one of the history; nearly every linearizable history has one),
+then the model's projections (`Model.project`: a projection that is not linearizable proves the history
+is not; most violations show in one), then a wider window, and only then the exhaustive search. The worst
+case stays exponential (the problem is NP-complete), hence `timeout_s`.
 
 P-compositionality: a model may split a history into independent sub-histories (`Model.partition`), each
 checked alone; the history is linearizable iff every part is.
@@ -44,7 +47,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeAlias, TypeVar
 
@@ -91,6 +94,17 @@ class Model(Protocol[StateT, InputT, OutputT]):
         self, history: Sequence[Operation[InputT, OutputT]]
     ) -> list[list[Operation[InputT, OutputT]]] | None:
         """Independent sub-histories (P-compositionality), or None to check the history whole."""
+        return None
+
+    def project(
+        self, history: Sequence[Operation[InputT, OutputT]]
+    ) -> list[tuple[str, list[Operation[InputT, OutputT]]]] | None:
+        """Relaxations, named: sub-histories that are linearizable whenever the history is (projections).
+
+        Optional. When the history cannot be partitioned, they are checked (after the quick bounded
+        search, before the exhaustive one) as a cheap way to find a violation: most violations show in
+        one small projection, where the exhaustive search over unknown outcomes is affordable.
+        """
         return None
 
     def is_read_only(self, input: InputT, output: OutputT | Unknown) -> bool:
@@ -166,7 +180,9 @@ def _search(
     model: Model[StateT, InputT, OutputT],
     ops: Sequence[Operation[InputT, OutputT]],
     deadline: float | None,
+    budget: int | None = None,
 ) -> _Outcome:
+    """Search for a linearization, until `deadline` (monotonic) or `budget` nodes explored."""
     n = len(ops)
     definite = [not op.unknown for op in ops]
     n_definite = sum(definite)
@@ -289,7 +305,10 @@ def _search(
     uentry = -1  # >= 0: trying unknown operations at this node, this one next
     while done < n_definite:
         steps += 1
-        if deadline is not None and steps % _DEADLINE_EVERY == 0 and time.monotonic() > deadline:
+        if steps % _DEADLINE_EVERY == 0 and (
+            (deadline is not None and time.monotonic() > deadline)
+            or (budget is not None and explored > budget)
+        ):
             if len(f_entry) > best_len:
                 best = [entry_op[e] for e in f_entry]
             return _Outcome(_GAVE_UP, explored, best)
@@ -414,10 +433,10 @@ def check(
     otherwise: the same history always gives the same verdict and explanation.
 
     Unknown operations without a deadline (`return_time = inf`) can take effect at any later moment, and
-    each one pending multiplies the states the search can reach. With `bounded_first`, a part that has
-    some is first searched with their effects bounded to windows of a few times its longest definite
-    operation (a linearization found so is a linearization of the history); only if none is found is
-    the unbounded search run, which alone can say "not linearizable".
+    each one pending multiplies the states the search can reach. If a part has some, and `bounded_first`,
+    the exhaustive search comes after shortcuts, each allowed a bounded number of nodes (see `_stages`):
+    a search with their effects confined to a window of 4 times the part's longest definite operation,
+    the model's projections (only when the history is not partitioned), a window of 32 times, in turn.
     """
     start = time.monotonic()
     deadline = None if timeout_s is None else start + timeout_s
@@ -425,26 +444,69 @@ def check(
     parts = model.partition(ops)
     if parts is None:
         parts = [ops]
+    index = {id(op): i for i, op in enumerate(ops)}
     explored = 0
     for part_no, part in enumerate(parts):
-        outcome = None
-        for bounded in _bounded_variants(part) if bounded_first else []:
-            attempt = _search(model, bounded, deadline)
-            explored += attempt.explored
-            if attempt.verdict != _FAIL:
-                outcome = attempt
-                break
-        if outcome is None:
-            outcome = _search(model, part, deadline)
+        scope = (
+            f"{len(ops)} operations"
+            if len(parts) == 1
+            else f"part {part_no + 1} of {len(parts)}: {len(part)} of {len(ops)} operations"
+        )
+        for kind, name, searched in _stages(model, part, len(parts) == 1, bounded_first):
+            # Only the exact search may take all the time there is; the others are shortcuts.
+            budget = None if kind == "exact" else _SHORTCUT_BUDGET_PER_OP * len(searched) + _SHORTCUT_BUDGET
+            outcome = _search(model, searched, deadline, budget)
             explored += outcome.explored
-        if outcome.verdict == _GAVE_UP:
-            return _gave_up(ops, parts, part_no, outcome, start, explored, timeout_s)
-        if outcome.verdict == _FAIL:
-            return _failure(model, ops, parts, part_no, outcome, start, explored)
+            if (
+                outcome.verdict == _GAVE_UP
+                and kind != "exact"
+                and (deadline is None or time.monotonic() < deadline)
+            ):
+                continue
+            if outcome.verdict == _GAVE_UP:
+                result = _gave_up(part, searched, scope, outcome, start, explored, timeout_s)
+                result.partitions = len(parts)
+                return result
+            if outcome.verdict == _OK and kind != "projection":
+                break
+            if outcome.verdict == _FAIL and kind != "bounded":
+                if kind == "projection":
+                    scope = (
+                        f"{len(ops)} operations; already its projection {name}, {len(searched)} operations"
+                    )
+                result = _failure(model, ops, searched, scope, outcome, start, explored, index)
+                result.partitions = len(parts)
+                return result
     return CheckResult(ok=True, partitions=len(parts), explored=explored, elapsed_s=time.monotonic() - start)
 
 
+def _stages(
+    model: Model[StateT, InputT, OutputT],
+    part: list[Operation[InputT, OutputT]],
+    whole: bool,
+    bounded_first: bool,
+) -> Iterator[tuple[str, str, list[Operation[InputT, OutputT]]]]:
+    """The searches for one part, cheapest first, as (kind, name, operations).
+
+    "bounded": unknown effects in a window; a linearization settles it, a failure does not. The tight
+    window finds most linearizations. "projection": a failure settles it, a linearization does not; they
+    find most violations cheaply. "exact": settles it, however long it takes.
+    """
+    bounded = _bounded_variants(part) if bounded_first else []
+    if bounded:
+        yield "bounded", "", bounded[0]
+        for name, projected in (model.project(part) or []) if whole else []:
+            yield "projection", name, projected
+        for variant in bounded[1:]:
+            yield "bounded", "", variant
+    yield "exact", "", part
+
+
 _WINDOW_FACTORS = (4.0, 32.0)
+# Nodes a shortcut search may explore before it is abandoned: a linearizable history typically needs one
+# to ten per operation.
+_SHORTCUT_BUDGET_PER_OP = 20
+_SHORTCUT_BUDGET = 10_000
 
 
 def _bounded_variants(
@@ -468,28 +530,26 @@ def _bounded_variants(
 
 
 def _gave_up(
-    ops: list[Operation[InputT, OutputT]],
-    parts: list[list[Operation[InputT, OutputT]]],
-    part_no: int,
+    part: list[Operation[InputT, OutputT]],
+    searched: list[Operation[InputT, OutputT]],
+    scope: str,
     outcome: _Outcome,
     start: float,
     explored: int,
     timeout_s: float | None,
 ) -> CheckResult[InputT, OutputT]:
     elapsed = time.monotonic() - start
-    part = parts[part_no]
-    unknown = sum(op.unknown for op in part)
+    unknown = sum(op.unknown and op.return_time == math.inf for op in part)
     return CheckResult(
         ok=None,
         explanation=(
-            f"gave up after {elapsed:.2f} s (timeout_s={timeout_s}): linearizability unknown. Part "
-            f"{part_no + 1} of {len(parts)} ({len(part)} of {len(ops)} operations, {unknown} with unknown "
-            f"outcome); {explored} states explored; the deepest partial linearization reached "
-            f"{len(outcome.best)} operations. Many unknown outcomes without deadlines make the search "
-            "exponential: fewer of them, or deadlines (Operation.timed_out(..., effect_deadline)), help."
+            f"Gave up after {elapsed:.2f} s (timeout_s={timeout_s}): linearizability unknown ({scope}, "
+            f"{unknown} with unknown outcome and no deadline). {explored} states explored; the deepest "
+            f"partial linearization found has {len(outcome.best)} operations. Unknown outcomes without "
+            "deadlines make the search exponential (each one pending doubles the states it can reach); "
+            "deadlines (Operation.timed_out(..., effect_deadline)) help."
         ),
-        partial=[part[i] for i in outcome.best],
-        partitions=len(parts),
+        partial=[searched[i] for i in outcome.best],
         explored=explored,
         elapsed_s=elapsed,
     )
@@ -498,25 +558,34 @@ def _gave_up(
 # ---------------------------------------------------------------------------------------- explanation
 
 _SHOWN_PREFIX = 25
+_SHOWN_UNKNOWN = 5
 
 
 def _failure(
     model: Model[StateT, InputT, OutputT],
     ops: list[Operation[InputT, OutputT]],
-    parts: list[list[Operation[InputT, OutputT]]],
-    part_no: int,
+    part: list[Operation[InputT, OutputT]],
+    scope: str,
     outcome: _Outcome,
     start: float,
     explored: int,
+    index: dict[int, int],
 ) -> CheckResult[InputT, OutputT]:
-    part = parts[part_no]
-    index = {id(op): i for i, op in enumerate(ops)}
+    """`index` numbers operations by their place in the history; projected ones are found by call."""
     origin = min((op.call_time for op in ops), default=0.0)
+    by_call: dict[tuple[int, float], int] = {}
+    for i, op in enumerate(ops):
+        by_call.setdefault((op.client_id, op.call_time), i)
+
+    def number(op: Operation[InputT, OutputT]) -> int | str:
+        return index.get(id(op), by_call.get((op.client_id, op.call_time), "?"))
 
     def show(op: Operation[InputT, OutputT]) -> str:
-        ret = "   ?    " if op.unknown else f"{op.return_time - origin:8.4f}"
+        ret = f"{op.return_time - origin:8.4f}"
+        if op.unknown:
+            ret = "       ?" if op.return_time == math.inf else f"?{op.return_time - origin:7.4f}"
         return (
-            f"#{index.get(id(op), '?')} client {op.client_id} "
+            f"#{number(op)} client {op.client_id} "
             f"[{op.call_time - origin:8.4f} .. {ret}] {model.describe_operation(op.input, op.output)}"
         )
 
@@ -525,21 +594,21 @@ def _failure(
     for op in partial:
         _, state = model.step(state, op.input, op.output)
     linearized = set(outcome.best)
-    remaining = [i for i in range(len(part)) if i not in linearized]
-    pending_returns = [part[i].return_time for i in remaining if not part[i].unknown]
-    first_return = min(pending_returns, default=float("inf"))
-    # The candidates to go next, exactly as the search saw them: called no later than the first return.
+    remaining = [part[i] for i in range(len(part)) if i not in linearized]
+    first_return = min((op.return_time for op in remaining if not op.unknown), default=math.inf)
+    last_call = max((op.call_time for op in partial), default=-math.inf)
+    # The candidates to go next, as the search saw them: called no later than the first pending return
+    # (and, for an unknown operation, with its deadline not passed).
     stuck = sorted(
-        (part[i] for i in remaining if part[i].call_time <= first_return),
-        key=lambda op: (op.unknown, op.call_time, index.get(id(op), 0)),
+        (
+            op
+            for op in remaining
+            if op.call_time <= first_return and not (op.unknown and op.return_time < last_call)
+        ),
+        key=lambda op: (op.unknown, op.call_time, str(number(op))),
     )
-    blocking = [part[i] for i in remaining if not part[i].unknown and part[i].return_time == first_return]
+    blocking = [op for op in remaining if not op.unknown and op.return_time == first_return]
 
-    scope = (
-        f"{len(ops)} operations"
-        if len(parts) == 1
-        else (f"part {part_no + 1} of {len(parts)}: {len(part)} of {len(ops)} operations")
-    )
     lines = [
         f"NOT linearizable ({scope}).",
         f"Longest linearizable prefix found: {len(partial)} operation(s), in linearization order:",
@@ -552,19 +621,23 @@ def _failure(
         "Next must come one of these candidates (called before the earliest pending return, marked *), "
         "but none leads to a linearization:"
     )
+    unknown = [op for op in stuck if op.unknown]
     for op in stuck:
-        accepted, _ = model.step(state, op.input, op.output)
         if op.unknown:
-            why = "outcome unknown; taking effect here does not help"
-        elif accepted:
-            why = "accepted, but every continuation from it fails"
-        else:
-            why = "rejected by the model"
+            continue
+        accepted, _ = model.step(state, op.input, op.output)
+        why = "accepted, but every continuation from it fails" if accepted else "rejected by the model"
         mark = "*" if any(op is b for b in blocking) else " "
         lines.append(f" {mark}{show(op)}  <- {why}")
+    if unknown:
+        lines.append(
+            f"  and {len(unknown)} with unknown outcome, none of which helps by taking effect here"
+            + (":" if len(unknown) <= _SHOWN_UNKNOWN else f"; the first {_SHOWN_UNKNOWN}:")
+        )
+        lines.extend(f"  {show(op)}" for op in unknown[:_SHOWN_UNKNOWN])
     lines.append(
-        "(Operations: #index-in-history client [call .. return], times relative to the first call, "
-        "'?' = outcome unknown.)"
+        "(Operations: #index-in-history client [call .. return], times relative to the first call; "
+        "'?' = outcome unknown, with the deadline for its effect if it has one.)"
     )
     return CheckResult(
         ok=False,
@@ -572,7 +645,6 @@ def _failure(
         partial=partial,
         stuck=stuck,
         state=model.describe_state(state),
-        partitions=len(parts),
         explored=explored,
         elapsed_s=time.monotonic() - start,
     )
@@ -634,7 +706,32 @@ class TableSetModel(Model[TableState, TableInput, TableOutput]):
     ) -> list[list[Operation[TableInput, TableOutput]]] | None:
         if any(op.input[0] == "list" for op in history):
             return None
-        return _group_by(history, lambda op: op.input[1])
+        return _group_by(history, _second)
+
+    def project(
+        self, history: Sequence[Operation[TableInput, TableOutput]]
+    ) -> list[tuple[str, list[Operation[TableInput, TableOutput]]]] | None:
+        """Per name: its creates and deletes, and every list with its output narrowed to that name.
+
+        A linearization of the history, restricted to these, is one of the projection (the state
+        narrowed to the name), so a projection that is not linearizable proves the history is not.
+        """
+        names = sorted({op.input[1] for op in history if op.input[0] != "list" and len(op.input) > 1})
+        names += sorted(
+            {n for op in history if isinstance(op.output, frozenset) for n in op.output} - set(names)
+        )
+        projections = []
+        for name in names:
+            projected = []
+            for op in history:
+                if op.input[0] != "list":
+                    if op.input[1:] == (name,):
+                        projected.append(op)
+                elif isinstance(op.output, frozenset):
+                    seen = op.output & {name}
+                    projected.append(Operation(op.client_id, op.input, op.call_time, seen, op.return_time))
+            projections.append((f"onto table {name!r} (lists narrowed to it)", projected))
+        return projections
 
     def is_read_only(self, input: TableInput, output: TableOutput | Unknown) -> bool:
         return input[0] == "list" or output in ("exists", "missing")
@@ -696,7 +793,7 @@ class KeyValueRegisterModel(Model[RegisterState, RegisterInput, Hashable]):
     def partition(
         self, history: Sequence[Operation[RegisterInput, Hashable]]
     ) -> list[list[Operation[RegisterInput, Hashable]]] | None:
-        return _group_by(history, lambda op: op.input[1])
+        return _group_by(history, _second)
 
     def is_read_only(self, input: RegisterInput, output: Hashable | Unknown) -> bool:
         return input[0] == "get" or (input[0] == "cas" and output is False)
@@ -704,6 +801,9 @@ class KeyValueRegisterModel(Model[RegisterState, RegisterInput, Hashable]):
     def describe_operation(self, input: RegisterInput, output: Hashable | Unknown) -> str:
         args = ", ".join(repr(a) for a in input[1:])
         return f"{input[0]}({args}) -> {output!r}"
+
+    def describe_state(self, state: RegisterState) -> str:
+        return "{" + ", ".join(f"{k!r}: {v!r}" for k, v in sorted(state, key=repr)) + "}"
 
 
 def _lookup(state: RegisterState, key: Hashable) -> Hashable:
@@ -718,6 +818,14 @@ def _assign(state: RegisterState, key: Hashable, value: Hashable) -> RegisterSta
 
 
 _OpT = TypeVar("_OpT")
+
+
+_TupleT = TypeVar("_TupleT", bound=tuple[Hashable, ...])
+
+
+def _second(op: Operation[_TupleT, OutputT]) -> Hashable:
+    """The name or key an operation is about (malformed inputs are left for `step` to reject)."""
+    return op.input[1] if len(op.input) > 1 else None
 
 
 def _group_by(history: Sequence[_OpT], key: Callable[[_OpT], Hashable]) -> list[list[_OpT]]:
