@@ -464,7 +464,9 @@ def check(
             ):
                 continue
             if outcome.verdict == _GAVE_UP:
-                result = _gave_up(part, searched, scope, outcome, start, explored, timeout_s)
+                # A bounded variant numbers its operations as the part does; show the originals.
+                shown = part if kind == "bounded" else searched
+                result = _gave_up(part, shown, scope, outcome, start, explored, timeout_s)
                 result.partitions = len(parts)
                 return result
             if outcome.verdict == _OK and kind != "projection":
