@@ -72,7 +72,8 @@ async def failover(cluster: LocalCluster, runs: int) -> dict[str, object]:
                         f"f{run}", partitions=1, standby_replicas=0, key_columns=KEY
                     )
                 except (OutcomeUnknownError, ClusterUnavailableError):
-                    continue  # sent to the dead leader, or nobody reachable yet: try again
+                    await asyncio.sleep(0.01)  # sent to the dead leader, or nobody reachable yet: again
+                    continue
                 # "exists" means an earlier attempt of ours committed: the write is in, either way.
                 if reply.error in (ControllerError.NONE, ControllerError.TABLE_EXISTS):
                     break

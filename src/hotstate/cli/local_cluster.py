@@ -173,20 +173,26 @@ class LocalCluster:
     async def wait_ready(
         self, timeout_s: float = 30.0, *, expect: int | None = None
     ) -> DescribeClusterResponse:
-        """Until a leader is elected and `expect` servers (default: all) are registered and unfenced."""
+        """Until `expect` servers (default: all) answer for themselves, agree on one leader, and are
+        registered and unfenced in the leader's view. (A server just restarted still looks unfenced in
+        the others' images for a session timeout, so asking one server is not enough.)"""
         expect = len(self.servers) if expect is None else expect
         end = time.monotonic() + timeout_s
         last: object = None
         async with self.admin(request_timeout_s=1.0) as admin:
             while time.monotonic() < end:
-                try:
-                    status = await admin.describe(deadline_s=1.0)
-                    last = status
-                    unfenced = [s for s in status.servers if not s.fenced]
-                    if status.leader_id is not None and len(unfenced) >= expect:
-                        return status
-                except Exception as error:
-                    last = error
+                views = await admin.describe_each()
+                last = views
+                answered = [v for v in views if isinstance(v, DescribeClusterResponse)]
+                leaders = {v.leader_id for v in answered}
+                leader_view = next((v for v in answered if v.node_id == v.leader_id), None)
+                if (
+                    len(answered) >= expect
+                    and len(leaders) == 1
+                    and leader_view is not None
+                    and sum(not s.fenced for s in leader_view.servers) >= expect
+                ):
+                    return leader_view
                 await asyncio.sleep(0.1)
         raise TimeoutError(f"cluster in {self.root} not ready after {timeout_s:.0f} s (last status: {last})")
 

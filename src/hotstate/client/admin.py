@@ -24,7 +24,7 @@ from hotstate.controller.requests import (
     ListTablesRequest,
     ListTablesResponse,
 )
-from hotstate.rpc import PeerPool, RpcError
+from hotstate.rpc import NOT_SENT, PeerPool, RpcError
 from hotstate.server.status import DescribeClusterRequest, DescribeClusterResponse
 from hotstate.server.wire import MESSAGES
 
@@ -32,7 +32,6 @@ from hotstate.server.wire import MESSAGES
 CLIENT_NODE_ID = 0
 # Only errors that mean "not applied" are retried; TIMEOUT (outcome unknown) goes back to the caller.
 RETRYABLE = (ControllerError.NOT_CONTROLLER,)
-CONNECT_TIMEOUT_S = 0.5
 
 
 class ClusterUnavailableError(Exception):
@@ -136,21 +135,18 @@ class AdminClient:
         while time.monotonic() < end:
             index = (self._preferred + attempt) % len(self._servers)
             timeout = min(self._request_timeout_s, max(0.05, end - time.monotonic()))
-            connection = self._pool.connection(index + 1)
             try:
-                if not connection.connected:
-                    # A dead server refuses at once but the connection keeps retrying: bound the wait so
-                    # one dead server cannot eat the whole deadline.
-                    await connection.connect(min(timeout, CONNECT_TIMEOUT_S))
-            except RpcError as error:  # could not connect: certainly not sent, try the next server
+                reply = await self._pool.request(index + 1, request, timeout)
+            except NOT_SENT as error:  # refused, down, or between reconnects: certainly not sent
                 last_error = error
                 attempt += 1
                 if attempt % len(self._servers) == 0:
-                    await asyncio.sleep(0.1)
+                    await asyncio.sleep(0.05)
                 continue
-            try:
-                reply = await connection.request(request, timeout)
             except RpcError as error:
+                # Next time start elsewhere: this server may be dead, and a dead connection can fail a
+                # request at once, without the event loop ever running to notice it is gone.
+                self._preferred = (index + 1) % len(self._servers)
                 if not idempotent:
                     raise OutcomeUnknownError(
                         f"{type(request).__name__} sent to {self._servers[index]}, answer lost: {error}"

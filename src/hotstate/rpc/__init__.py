@@ -7,9 +7,11 @@
 """
 
 from hotstate.rpc.errors import (
+    NOT_SENT,
     ConnectionLost,
     FrameError,
     HandshakeError,
+    NotConnected,
     RemoteError,
     RpcError,
     RpcTimeout,
@@ -41,6 +43,7 @@ __all__ = [
     "ERROR_BAD_MESSAGE",
     "ERROR_BAD_RESPONSE",
     "ERROR_INTERNAL",
+    "NOT_SENT",
     "PROTOCOL_VERSION",
     "CodecError",
     "Connection",
@@ -53,6 +56,7 @@ __all__ = [
     "FrameKind",
     "Handler",
     "HandshakeError",
+    "NotConnected",
     "OnewayHandler",
     "PeerInfo",
     "PeerPool",

@@ -25,8 +25,17 @@ class ConnectionLost(RpcError, ConnectionError):
     """
 
 
+class NotConnected(ConnectionLost):
+    """No connection could be had for the request, so it was certainly not sent (unlike a plain
+    `ConnectionLost`, which may come after the peer received it). Safe to retry elsewhere."""
+
+
 class HandshakeError(ConnectionLost):
     """The peer is not (or could not prove to be) a member of our cluster, or the handshake broke down."""
+
+
+# What a caller may treat as "certainly not sent": a refusal happens before any request goes out.
+NOT_SENT = (NotConnected, HandshakeError)
 
 
 class RpcTimeout(RpcError, TimeoutError):

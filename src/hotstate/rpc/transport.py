@@ -31,6 +31,7 @@ from hotstate.rpc.errors import (
     ConnectionLost,
     FrameError,
     HandshakeError,
+    NotConnected,
     RemoteError,
     RpcTimeout,
     UnknownPeer,
@@ -787,23 +788,32 @@ class Connection:
         loop = asyncio.get_running_loop()
         attempt = self._attempt
         closing = self._channel
+        # Every failure here comes before the request is written: NotConnected (or the handshake's
+        # refusal) tells callers it was certainly not sent.
         if closing is not None:
             # Connected a moment ago and closing now: that close is the news, not an older failure.
-            raise ConnectionLost(f"connection to {self} lost: {closing.close_reason or 'closing'}")
+            raise NotConnected(f"connection to {self} lost: {closing.close_reason or 'closing'}")
         if attempt is None or attempt.done():
             wait = max(0.0, self._retry_at - loop.time())
-            raise self._last_error_class(
+            raise self._not_sent(
                 f"not connected to {self}: {self._last_error} (next attempt in {wait:.2f} s)"
             )
         try:
             async with asyncio.timeout_at(deadline):
                 await asyncio.shield(attempt)
         except TimeoutError:
-            raise RpcTimeout(f"{what} to {self} timed out after {timeout:g} s while connecting") from None
+            raise NotConnected(f"{what} to {self} timed out after {timeout:g} s while connecting") from None
         channel = self._channel
         if channel is None or not channel.usable:
-            raise self._last_error_class(f"cannot connect to {self}: {self._last_error}")
+            raise self._not_sent(f"cannot connect to {self}: {self._last_error}")
         return channel
+
+    def _not_sent(self, message: str) -> ConnectionLost:
+        return (
+            HandshakeError(message)
+            if issubclass(self._last_error_class, HandshakeError)
+            else NotConnected(message)
+        )
 
     def _backoff(self, failures: int) -> float:
         ceiling = min(self.backoff_max, self.backoff_initial * (1 << min(failures, 30)))

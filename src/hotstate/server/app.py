@@ -27,7 +27,7 @@ from hotstate.controller.requests import (
 from hotstate.raft.messages import Message
 from hotstate.raft.records import Entry, Snapshot
 from hotstate.raft.storage import RaftStorage
-from hotstate.rpc import PeerInfo, PeerPool, RpcError, RpcServer
+from hotstate.rpc import NOT_SENT, Connection, PeerInfo, PeerPool, RpcError, RpcServer
 from hotstate.server.config import ServerConfig
 from hotstate.server.controller_host import ControllerHost
 from hotstate.server.lifecycle import ServerLifecycle
@@ -49,7 +49,7 @@ RAFT_MESSAGES = (
     "FetchSnapshotResponse",
 )
 FORWARD_TIMEOUT_S = 5.0
-FORWARD_CONNECT_TIMEOUT_S = 0.5
+PEER_BACKOFF_MAX_S = 0.25
 SHUTDOWN_TIMEOUT_S = 10.0
 
 
@@ -79,6 +79,9 @@ class Server:
             config.cluster_secret,
             MESSAGES,
             max_frame_bytes=config.max_frame_bytes,
+            # A restarted peer must hear our Votes at once; reconnecting on a LAN is cheap, so never back
+            # off for long (the default 5 s cap delayed elections after a restart by a whole round).
+            backoff_max=PEER_BACKOFF_MAX_S,
         )
         self.pool.update(self._voter_addresses)
         self.driver = RaftDriver(
@@ -130,6 +133,7 @@ class Server:
             send=self._to_controller,
             heartbeat_interval_ms=config.heartbeat_interval_ms,
         )
+        self._connect_eagerly(self._voter_addresses)
         self.driver.start()
         self.controller.start()
         self._tasks.append(asyncio.create_task(self.lifecycle.run(), name="lifecycle"))
@@ -193,6 +197,18 @@ class Server:
         if self.controller is not None:
             self.controller.on_role_change(node)  # type: ignore[arg-type]
 
+    def _connect_eagerly(self, peers: dict[int, tuple[str, int]]) -> None:
+        """Open (and from then on keep reopening) connections to peers before there is anything to send:
+        one-way Raft messages to a peer not yet connected are dropped, and a restarted voter's first
+        message is often the VoteResponse a candidate is waiting for."""
+        assert self.pool is not None
+        for peer_id in peers:
+            if peer_id != self.config.node_id and not self.pool.is_connected(peer_id):
+                connection = self.pool.connection(peer_id)
+                self._tasks.append(
+                    asyncio.create_task(_start_connecting(connection), name=f"connect-{peer_id}")
+                )
+
     def _on_image(self, image: MetadataImage, entries: object) -> None:
         # Observers (broker-only servers) are reached at the endpoint they registered with.
         assert self.pool is not None
@@ -219,15 +235,11 @@ class Server:
     async def _forward(self, leader_id: int, request: ControllerRequest) -> ControllerResponse:
         assert self.pool is not None
         try:
-            connection = self.pool.connection(leader_id)
-            if not connection.connected:
-                await connection.connect(FORWARD_CONNECT_TIMEOUT_S)
-        except RpcError as error:  # never sent: certainly not applied, the caller may retry elsewhere
+            reply = await self.pool.request(leader_id, ForwardedControllerRequest(request), FORWARD_TIMEOUT_S)
+        except NOT_SENT as error:  # never sent: certainly not applied, the caller may retry elsewhere
             return error_response(
                 request, ControllerError.NOT_CONTROLLER, f"leader {leader_id} unreachable: {error}"
             )
-        try:
-            reply = await connection.request(ForwardedControllerRequest(request), FORWARD_TIMEOUT_S)
         except RpcError as error:
             # Sent, answer lost: the leader may have applied it. NOT_CONTROLLER here would invite a retry
             # that reports the caller's own change back to it as "exists" (the linearizability test saw it).
@@ -239,6 +251,12 @@ class Server:
     async def _to_controller(self, request: ControllerRequest) -> ControllerResponse:
         assert self.controller is not None
         return await self.controller.handle(request)
+
+
+async def _start_connecting(connection: Connection) -> None:
+    with contextlib.suppress(RpcError):
+        # Only starts the connection's own reconnect loop; failing to connect now is fine.
+        await connection.connect(0.001)
 
 
 def run_server(config: ServerConfig) -> None:
