@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m hotstate.sim.demo
+	$(PY) -m hotstate.cli.demo
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench

@@ -91,7 +91,7 @@ def cluster_up(
     except TimeoutError as error:
         typer.echo(f"hotstate cluster up: {error}; see {directory}/server-*/server.log", err=True)
         raise typer.Exit(1) from error
-    _print_status(cluster)
+    print_cluster_status(cluster)
 
 
 @cluster_app.command("down")
@@ -116,7 +116,7 @@ def cluster_status(
     cluster = _load_cluster(directory)
 
     try:
-        _print_status(cluster)
+        print_cluster_status(cluster)
     except Exception as error:
         typer.echo(f"hotstate cluster status: {error}", err=True)
         raise typer.Exit(1) from error
@@ -132,18 +132,16 @@ def _load_cluster(directory: Path) -> LocalCluster:
         raise typer.Exit(1) from error
 
 
-def _print_status(cluster: object) -> None:
+def print_cluster_status(cluster: LocalCluster) -> None:
+    asyncio.run(show_cluster_status(cluster))
+
+
+async def show_cluster_status(cluster: LocalCluster) -> None:
     """One row per server: the cluster as the first live server sees it, plus each server's own offset."""
-    from hotstate.cli.local_cluster import LocalCluster
     from hotstate.server.status import DescribeClusterResponse
 
-    assert isinstance(cluster, LocalCluster)
-
-    async def ask() -> list[DescribeClusterResponse | Exception]:
-        async with cluster.admin(request_timeout_s=2.0) as admin:
-            return await admin.describe_each()
-
-    views = asyncio.run(ask())
+    async with cluster.admin(request_timeout_s=2.0) as admin:
+        views = await admin.describe_each()
     answered = [v for v in views if isinstance(v, DescribeClusterResponse)]
     if not answered:
         raise RuntimeError(f"no server of the cluster in {cluster.root} answered: {views}")
