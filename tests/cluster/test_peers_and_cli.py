@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,10 @@ def test_a_peer_of_another_cluster_or_with_a_wrong_secret_is_refused_and_logged(
             await pool.close()
 
     running.run(intrude())
+    # The refusal reaches the intruder before the server has necessarily written its log line.
+    deadline = time.monotonic() + 5.0
+    while reason not in _server_log(running, 1) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert reason in _server_log(running, 1)
     running.status(5.0)  # still serving
 

@@ -144,7 +144,7 @@ BAD_VALUES = [
     (
         "controller.quorum.fetch.max.wait.ms",
         "1000",
-        "must be below controller.quorum.fetch.timeout.ms=1000",
+        "must be below controller.quorum.fetch.timeout.ms=750",
         {},
     ),
     ("rpc.max.frame.bytes", "1023", "must be an integer >= 1024", {}),
