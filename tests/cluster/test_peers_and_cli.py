@@ -134,3 +134,27 @@ def test_a_bad_server_config_exits_non_zero_naming_the_key(tmp_path: Path) -> No
     )
     assert done.returncode == 2
     assert "node.id='abc'" in done.stderr
+
+
+def test_cluster_up_with_another_server_count_than_the_directory_holds_is_refused(tmp_path: Path) -> None:
+    existing = LocalCluster.create(tmp_path, 3)
+    existing.save()
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hotstate.cli.main",
+            "cluster",
+            "up",
+            "--dir",
+            str(tmp_path),
+            "--servers",
+            "5",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "holds a cluster of 3 servers" in done.stderr
