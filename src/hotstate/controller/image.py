@@ -92,12 +92,6 @@ class MetadataImage:
     def empty() -> MetadataImage:
         return MetadataImage(0, _EMPTY_SERVERS, _EMPTY_TABLES, _EMPTY_PARTITIONS)
 
-    def table_by_id(self, table_id: int) -> TableInfo | None:
-        for table in self.tables.values():
-            if table.table_id == table_id:
-                return table
-        return None
-
     def partitions_of(self, table: str) -> tuple[PartitionInfo, ...]:
         info = self.tables.get(table)
         return () if info is None else self.partitions.get(info.table_id, ())

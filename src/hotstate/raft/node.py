@@ -18,6 +18,7 @@ one at a time and show that the invariant checks notice.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import random
 from collections.abc import Iterable, Sequence
@@ -180,15 +181,6 @@ class RaftNode:
     def pending_proposals(self) -> int:
         """Proposals accepted but not yet in the log (lingering): the next one gets end_offset + this."""
         return len(self._pending)
-
-    @property
-    def epoch_start_offset(self) -> int:
-        """Where this leader's epoch begins (its leader-change record); meaningful only while leading."""
-        return self._epoch_start_offset
-
-    @property
-    def quorum_state(self) -> QuorumState:
-        return QuorumState(self._epoch, self._voted_id, self._leader_id)
 
     def next_deadline(self) -> int | None:
         """The earliest time at which `tick` has work to do (for shells that sleep instead of polling)."""
@@ -648,25 +640,27 @@ class RaftNode:
         )
         snapshot_id = self._snapshot.id if self._snapshot is not None else None
         if request.fetch_offset < log.start_offset:
-            return _replace_fetch(base, snapshot_id=snapshot_id)
+            return dataclasses.replace(base, snapshot_id=snapshot_id)
         if request.fetch_offset == log.start_offset:
             if request.last_fetched_epoch != log.start_epoch:
                 if log.start_offset == 0:
-                    return _replace_fetch(base, diverging=DivergingEpoch(0, 0))
-                return _replace_fetch(base, snapshot_id=snapshot_id)
+                    return dataclasses.replace(base, diverging=DivergingEpoch(0, 0))
+                return dataclasses.replace(base, snapshot_id=snapshot_id)
         else:
             epoch, end = log.end_offset_for_epoch(request.last_fetched_epoch)
             if epoch != request.last_fetched_epoch or end < request.fetch_offset:
                 if epoch < 0 and log.start_offset == 0:
                     # We know none of the fetcher's epochs: the only prefix we share is the empty one.
-                    return _replace_fetch(base, diverging=DivergingEpoch(0, 0))
+                    return dataclasses.replace(base, diverging=DivergingEpoch(0, 0))
                 if epoch < 0 or end < log.start_offset:
-                    return _replace_fetch(base, snapshot_id=snapshot_id)
-                return _replace_fetch(base, diverging=DivergingEpoch(epoch, min(end, request.fetch_offset)))
+                    return dataclasses.replace(base, snapshot_id=snapshot_id)
+                return dataclasses.replace(
+                    base, diverging=DivergingEpoch(epoch, min(end, request.fetch_offset))
+                )
         entries = tuple(
             log.entries_from(request.fetch_offset, min(request.max_bytes, self.config.fetch_max_bytes))
         )
-        return _replace_fetch(base, entries=entries)
+        return dataclasses.replace(base, entries=entries)
 
     def _on_fetch_snapshot(self, request: FetchSnapshot) -> None:
         if request.epoch > self._epoch:
@@ -823,28 +817,6 @@ class RaftNode:
     # ------------------------------------------------------------------ plumbing
     def _send(self, message: Message) -> None:
         self._out_messages.append(message)
-
-
-def _replace_fetch(
-    base: FetchResponse,
-    *,
-    entries: tuple[Entry, ...] = (),
-    diverging: DivergingEpoch | None = None,
-    snapshot_id: SnapshotId | None = None,
-) -> FetchResponse:
-    return FetchResponse(
-        base.src,
-        base.dst,
-        base.epoch,
-        base.leader_id,
-        base.error,
-        base.fetch_offset,
-        base.last_fetched_epoch,
-        base.high_watermark,
-        entries,
-        diverging,
-        snapshot_id,
-    )
 
 
 def _merge_appends(ops: list[LogOp]) -> list[LogOp]:

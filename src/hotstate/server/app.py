@@ -22,9 +22,24 @@ from hotstate.controller.requests import (
     ControllerError,
     ControllerRequest,
     ControllerResponse,
+    CreateTableRequest,
+    DeleteTableRequest,
+    ListTablesRequest,
+    RegisterServerRequest,
+    ServerHeartbeatRequest,
     error_response,
 )
-from hotstate.raft.messages import Message
+from hotstate.raft.messages import (
+    BeginQuorumEpoch,
+    BeginQuorumEpochResponse,
+    Fetch,
+    FetchResponse,
+    FetchSnapshot,
+    FetchSnapshotResponse,
+    Message,
+    Vote,
+    VoteResponse,
+)
 from hotstate.raft.records import Entry, Snapshot
 from hotstate.raft.storage import RaftStorage
 from hotstate.rpc import NOT_SENT, Connection, PeerInfo, PeerPool, RpcError, RpcServer
@@ -38,15 +53,23 @@ from hotstate.server.wire import MESSAGES, ForwardedControllerRequest
 
 log = logging.getLogger(__name__)
 
+# What arrives one-way is the Raft traffic; what arrives as a request is for the controller or local.
 RAFT_MESSAGES = (
-    "Vote",
-    "VoteResponse",
-    "BeginQuorumEpoch",
-    "BeginQuorumEpochResponse",
-    "Fetch",
-    "FetchResponse",
-    "FetchSnapshot",
-    "FetchSnapshotResponse",
+    Vote,
+    VoteResponse,
+    BeginQuorumEpoch,
+    BeginQuorumEpochResponse,
+    Fetch,
+    FetchResponse,
+    FetchSnapshot,
+    FetchSnapshotResponse,
+)
+CONTROLLER_REQUESTS = (
+    RegisterServerRequest,
+    ServerHeartbeatRequest,
+    CreateTableRequest,
+    DeleteTableRequest,
+    ListTablesRequest,
 )
 FORWARD_TIMEOUT_S = 5.0
 PEER_BACKOFF_MAX_S = 0.25
@@ -224,13 +247,13 @@ class Server:
             return await self.controller.handle(message.request, forwarded=True)
         if isinstance(message, DescribeClusterRequest):
             return describe(self.driver.node, self.metadata.image)
-        if type(message).__name__.endswith("Request"):
-            return await self.controller.handle(message)  # type: ignore[arg-type]
+        if isinstance(message, CONTROLLER_REQUESTS):
+            return await self.controller.handle(message)
         raise ValueError(f"unexpected request {type(message).__name__}")
 
     def _handle_oneway(self, peer: PeerInfo, message: object) -> None:
-        if type(message).__name__ in RAFT_MESSAGES and self.driver is not None:
-            self.driver.deliver(message)  # type: ignore[arg-type]
+        if isinstance(message, RAFT_MESSAGES) and self.driver is not None:
+            self.driver.deliver(message)
 
     async def _forward(self, leader_id: int, request: ControllerRequest) -> ControllerResponse:
         assert self.pool is not None

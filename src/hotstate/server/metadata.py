@@ -1,12 +1,11 @@
 """Every server's metadata image: committed metadata entries replayed in order, and snapshots of it.
 
 Other code reads `MetadataPublisher.image` (immutable) and never the log. The publisher also decides
-when to snapshot (by records applied and by time) and tells waiters when an offset is reached.
+when to snapshot (by records applied and by time).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Sequence
 
@@ -33,7 +32,6 @@ class MetadataPublisher:
         self._clock = clock
         self._records_since_snapshot = 0
         self._last_snapshot_at = clock()
-        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._listeners: list[Callable[[MetadataImage, Sequence[Entry]], None]] = []
 
     def add_listener(self, listener: Callable[[MetadataImage, Sequence[Entry]], None]) -> None:
@@ -55,7 +53,6 @@ class MetadataPublisher:
             self.image = builder.build(entries[-1].offset + 1)
         for listener in self._listeners:
             listener(self.image, entries)
-        self._release_waiters()
 
     def snapshot_due(self) -> bool:
         if self._records_since_snapshot == 0:
@@ -70,23 +67,3 @@ class MetadataPublisher:
         self._records_since_snapshot = 0
         self._last_snapshot_at = self._clock()
         return self.image.offset, encode_snapshot(self.image)
-
-    async def wait_for_offset(self, offset: int) -> MetadataImage:
-        """Until the image reflects every entry below `offset`."""
-        if self.image.offset >= offset:
-            return self.image
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append((offset, future))
-        await future
-        return self.image
-
-    def _release_waiters(self) -> None:
-        still = []
-        for offset, future in self._waiters:
-            if future.done():
-                continue
-            if self.image.offset >= offset:
-                future.set_result(None)
-            else:
-                still.append((offset, future))
-        self._waiters = still

@@ -17,7 +17,6 @@ from typing import Any
 from hotstate.raft.messages import Message, VoteResponse
 from hotstate.raft.node import NotLeaderError, ProposalRejectedError, RaftNode, RaftSafetyError, Role
 from hotstate.raft.ready import Ready
-from hotstate.raft.records import EntryKind
 from hotstate.sim.disk import SimDisk
 from hotstate.sim.invariants import Checker, InvariantViolation
 from hotstate.sim.profile import FaultProfile
@@ -195,9 +194,9 @@ class World:
             if not self._calm and member.up and member.incarnation == incarnation:
                 self._crash(member, down_ms)
         elif kind == _CRASH_LEADER:
-            leaders = [m for m in self.members.values() if m.core is not None and m.core.role is Role.LEADER]
-            if leaders:
-                self._crash(max(leaders, key=lambda m: m.core.epoch if m.core else -1), payload)
+            leader = self._current_leader()
+            if leader is not None:
+                self._crash(leader, payload)
         elif kind == _RESTART:
             member = self.members[target]
             if not member.up:
@@ -383,9 +382,9 @@ class World:
         up = [m for m in self.members.values() if m.up]
         if not up:
             return
-        leaders = [m for m in up if m.core is not None and m.core.role is Role.LEADER]
-        if leaders and self.rng.random() < self.profile.crash_leader_bias:
-            victim = max(leaders, key=lambda m: m.core.epoch if m.core else -1)
+        leader = self._current_leader()
+        if leader is not None and self.rng.random() < self.profile.crash_leader_bias:
+            victim = leader
         else:
             victim = up[self.rng.randrange(len(up))]
         self._crash(victim, self.rng.randint(1, self.profile.down_max_ms))
@@ -448,10 +447,9 @@ class World:
 
     # ------------------------------------------------------------------ workload and liveness
     def _propose(self) -> None:
-        leaders = [m for m in self.members.values() if m.core is not None and m.core.role is Role.LEADER]
-        if not leaders:
+        leader = self._current_leader()
+        if leader is None:
             return
-        leader = max(leaders, key=lambda m: m.core.epoch if m.core else -1)
         core = leader.core
         assert core is not None
         self._proposal_counter += 1
@@ -463,14 +461,18 @@ class World:
         if leader.writing is None:
             self._after_input(leader)
 
+    def _current_leader(self) -> Member | None:
+        """The up member leading the highest epoch (a deposed leader may not know it yet)."""
+        leaders = [m for m in self.members.values() if m.core is not None and m.core.role is Role.LEADER]
+        return max(leaders, key=lambda m: m.core.epoch if m.core else -1, default=None)
+
     def _check_recovered(self) -> None:
         """After the calm period the quorum must have a leader and every member must have caught up."""
-        leaders = [m for m in self.members.values() if m.core is not None and m.core.role is Role.LEADER]
-        if not leaders:
+        leader = self._current_leader()
+        if leader is None:
             raise InvariantViolation(
                 f"no leader {self.now - self.profile.chaos_ms} ms after the faults stopped"
             )
-        leader = max(leaders, key=lambda m: m.core.epoch if m.core else -1)
         lcore = leader.core
         assert lcore is not None
         if lcore.high_watermark < lcore.log.end_offset:
@@ -494,8 +496,3 @@ class World:
         self.stats.log.append(text)
         if self.trace:
             print(text)
-
-
-def committed_data(world: World) -> list[bytes]:
-    """The data entries the run committed, in log order (for tests and the demo)."""
-    return [entry.data for entry in world.checker.committed if entry.kind is EntryKind.DATA]
