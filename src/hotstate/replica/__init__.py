@@ -1,0 +1,1 @@
+"""Partition replicas: key and row encodings, the per-partition RocksDB store."""

@@ -1,0 +1,540 @@
+"""One RocksDB (through rocksdict) per partition replica: the materialized rows and how far they go.
+
+The applied log position and the epoch of the last applied record live in their own column family and
+are written in the same WriteBatch as the data, so after any crash the store's rows are exactly the
+rows of the log prefix its position names, and a restarted replica resumes from there. A column family
+rather than a reserved key prefix keeps data keys exactly the encoded keys: no byte added to each key, no
+slicing on every read, and no scan that has to step around the meta entry.
+
+A far-behind follower gets a snapshot instead of the log: `snapshot()` pins a consistent view with its
+position, `StoreSnapshot.chunk` serves it in bounded pieces keyed by the last key sent (so the transfer is
+stateless across RPCs), and the follower builds the new store beside its old one with `begin_install`,
+then swaps it in. The directories tell the state of an install, so a crash anywhere leaves an openable
+store, either the complete old one or the complete new one:
+
+    <path>.install   being written; not committed, deleted on open
+    <path>.ready     committed (data and meta synced); open swaps it in
+    <path>.old       the previous store during a swap; deleted once <path> holds the new one
+    <path>.trash     a store being destroyed
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import threading
+import weakref
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import cast
+
+from rocksdict import (
+    BlockBasedOptions,
+    Cache,
+    ColumnFamily,
+    Options,
+    Rdict,
+    RdictIter,
+    ReadOptions,
+    WriteBatch,
+    WriteOptions,
+)
+
+from hotstate.log.files import fsync_dir, fsync_file
+
+__all__ = ["Store", "StoreError", "StoreInstall", "StorePaths", "StoreSnapshot", "store_paths"]
+
+META_COLUMN_FAMILY = "hotstate.meta"
+_APPLIED_KEY = b"applied"
+_APPLIED = struct.Struct(">QQ")  # position, epoch
+_MAX_U64 = 2**64 - 1
+
+# Sized for many small partition stores on a small machine: memtables flush at 8 MiB, one block cache is
+# shared by every store of the process (so memory does not grow with the partition count), and the
+# info LOG files stay small.
+WRITE_BUFFER_BYTES = 8 << 20
+BLOCK_CACHE_BYTES = 64 << 20
+# The meta column family takes a tiny write with every batch and would never fill its memtable, which
+# would keep every WAL file alive; past this total RocksDB flushes it so old WAL files can go.
+MAX_TOTAL_WAL_BYTES = 4 * WRITE_BUFFER_BYTES
+MAX_OPEN_FILES = 256
+
+_block_cache: Cache | None = None
+_open_paths: set[Path] = set()
+_open_paths_lock = threading.Lock()
+
+
+class StoreError(Exception):
+    """A store that cannot be opened, read or written (RocksDB's error, with the path)."""
+
+    def __init__(self, path: Path, message: str) -> None:
+        super().__init__(f"store {path}: {message}")
+        self.path = path
+
+
+@dataclass(frozen=True, slots=True)
+class StorePaths:
+    live: Path
+    install: Path
+    ready: Path
+    old: Path
+    trash: Path
+
+
+def store_paths(path: Path | str) -> StorePaths:
+    live = Path(path)
+    return StorePaths(
+        live=live,
+        install=live.with_name(live.name + ".install"),
+        ready=live.with_name(live.name + ".ready"),
+        old=live.with_name(live.name + ".old"),
+        trash=live.with_name(live.name + ".trash"),
+    )
+
+
+def _options() -> Options:
+    global _block_cache
+    if _block_cache is None:
+        _block_cache = Cache(BLOCK_CACHE_BYTES)
+    table = BlockBasedOptions()
+    table.set_block_cache(_block_cache)
+    table.set_bloom_filter(10, False)  # point gets of absent keys skip the data blocks
+    table.set_cache_index_and_filter_blocks(True)  # their memory counts against the shared cache
+    # raw_mode: keys and values are our bytes, not rocksdict's pickled/tagged Python objects.
+    options = Options(raw_mode=True)
+    options.create_if_missing(True)
+    options.create_missing_column_families(True)
+    options.set_block_based_table_factory(table)
+    options.set_write_buffer_size(WRITE_BUFFER_BYTES)
+    options.set_max_write_buffer_number(2)
+    options.set_max_total_wal_size(MAX_TOTAL_WAL_BYTES)
+    options.set_max_background_jobs(2)
+    options.set_max_open_files(MAX_OPEN_FILES)
+    options.set_keep_log_file_num(2)
+    options.set_max_log_file_size(1 << 20)
+    return options
+
+
+def _open_rdict(path: Path) -> Rdict:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        return Rdict(str(path), _options(), column_families={META_COLUMN_FAMILY: _options()})
+    except Exception as error:  # rocksdict raises bare Exceptions carrying RocksDB's status text
+        raise StoreError(path, f"cannot open: {error}") from None
+
+
+def _read_applied(path: Path, db: Rdict) -> tuple[int, int]:
+    raw = db.get_column_family(META_COLUMN_FAMILY).get(_APPLIED_KEY)
+    if raw is None:
+        return 0, 0
+    if not isinstance(raw, bytes) or len(raw) != _APPLIED.size:
+        raise StoreError(path, f"corrupt applied-position entry {raw!r}")
+    position, epoch = _APPLIED.unpack(raw)
+    return position, epoch
+
+
+def _check_position(position: int, epoch: int) -> None:
+    if not 0 <= position <= _MAX_U64 or not 0 <= epoch <= _MAX_U64:
+        raise ValueError(f"position and epoch must be in [0, 2**64), got position={position}, epoch={epoch}")
+
+
+def _rmtree(path: Path) -> None:
+    if path.exists():
+        shutil.rmtree(path)
+
+
+def _complete_swap(paths: StorePaths) -> None:
+    """Move a committed install into place; every step can be cut off and redone (from `_recover`)."""
+    if paths.old.exists() and paths.live.exists():
+        _rmtree(paths.old)  # left over from an earlier swap that finished its renames
+    if paths.live.exists():
+        os.rename(paths.live, paths.old)
+    os.rename(paths.ready, paths.live)
+    fsync_dir(paths.live.parent)
+    _rmtree(paths.old)
+
+
+def _recover(paths: StorePaths) -> None:
+    _rmtree(paths.trash)
+    _rmtree(paths.install)
+    if paths.ready.exists():
+        _complete_swap(paths)
+    elif paths.old.exists():
+        if paths.live.exists():
+            _rmtree(paths.old)
+        else:
+            # No swap step leaves this state; restoring the old store beats losing it.
+            os.rename(paths.old, paths.live)
+            fsync_dir(paths.live.parent)
+
+
+def _register_open(path: Path) -> Path:
+    key = path.resolve()
+    with _open_paths_lock:
+        if key in _open_paths:
+            raise StoreError(path, "already open in this process")
+        _open_paths.add(key)
+    return key
+
+
+def _unregister_open(key: Path) -> None:
+    with _open_paths_lock:
+        _open_paths.discard(key)
+
+
+def _is_open(path: Path) -> bool:
+    with _open_paths_lock:
+        return path.resolve() in _open_paths
+
+
+class _Cursor:
+    """A live RocksDB iterator that `Store.close` can take away (an open iterator keeps the DB locked)."""
+
+    __slots__ = ("__weakref__", "_items", "_path")
+
+    def __init__(self, path: Path, items: Iterator[tuple[bytes, bytes]]) -> None:
+        self._path = path
+        self._items: Iterator[tuple[bytes, bytes]] | None = items
+
+    def next_item(self) -> tuple[bytes, bytes] | None:
+        # No caller may hold the iterator across a yield, or release() could not drop the last reference.
+        if self._items is None:
+            raise StoreError(self._path, "closed during a scan")
+        return next(self._items, None)
+
+    def release(self) -> None:
+        self._items = None
+
+
+class Store:
+    """The RocksDB of one partition replica. Use `Store.open`; one thread may apply while others read."""
+
+    def __init__(self, path: Path, db: Rdict, position: int, epoch: int, sync: bool, key: Path) -> None:
+        self._path = path
+        self._db: Rdict | None = db
+        self._meta: ColumnFamily | None = db.get_column_family_handle(META_COLUMN_FAMILY)
+        self._position = position
+        self._epoch = epoch
+        self._write_options = WriteOptions()
+        self._write_options.sync = sync
+        self._registered = key
+        # Guards (position, epoch) against apply() so a snapshot reads the pair that matches its view.
+        self._lock = threading.Lock()
+        self._snapshots: weakref.WeakSet[StoreSnapshot] = weakref.WeakSet()
+        self._cursors: weakref.WeakSet[_Cursor] = weakref.WeakSet()
+
+    @classmethod
+    def open(cls, path: Path | str, *, sync: bool = False) -> Store:
+        """Open (creating if missing) the store at `path`, finishing or discarding an interrupted install.
+
+        sync=True makes every apply() fsync the WAL before it returns.
+        """
+        path = Path(path)
+        key = _register_open(path)
+        try:
+            _recover(store_paths(path))
+            db = _open_rdict(path)
+            try:
+                position, epoch = _read_applied(path, db)
+            except BaseException:
+                db.close()
+                raise
+        except BaseException:
+            _unregister_open(key)
+            raise
+        return cls(path, db, position, epoch, sync, key)
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def position(self) -> int:
+        """The log position up to which records have been applied (0 for a new store)."""
+        return self._position
+
+    @property
+    def epoch(self) -> int:
+        """The epoch of the last applied record (0 for a new store)."""
+        return self._epoch
+
+    def _require_open(self) -> Rdict:
+        if self._db is None:
+            raise StoreError(self._path, "closed")
+        return self._db
+
+    def apply(self, records: Sequence[tuple[bytes, bytes | None]], position: int, epoch: int) -> None:
+        """Put (or delete, for a None value) every record and move to (position, epoch), atomically."""
+        _check_position(position, epoch)
+        batch = WriteBatch(raw_mode=True)
+        for key, value in records:
+            if value is None:
+                batch.delete(key)
+            else:
+                batch.put(key, value)
+        batch.put(_APPLIED_KEY, _APPLIED.pack(position, epoch), self._meta)
+        with self._lock:
+            db = self._require_open()
+            if position < self._position:
+                raise ValueError(f"position {position} is behind the store's position {self._position}")
+            try:
+                db.write(batch, self._write_options)
+            except Exception as error:
+                raise StoreError(self._path, f"write failed: {error}") from None
+            self._position = position
+            self._epoch = epoch
+
+    def get(self, key: bytes) -> bytes | None:
+        value = self._require_open().get(key)
+        return cast(bytes | None, value)
+
+    def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        if not keys:
+            return []
+        values = self._require_open().get(list(keys))
+        return cast(list[bytes | None], values)
+
+    def scan(
+        self, start: bytes | None = None, end: bytes | None = None, *, limit: int | None = None
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """Items with start <= key < end (None: unbounded) in ascending key order, at most `limit`.
+
+        The view is the store as of this call, whatever apply() does while the caller iterates.
+        """
+        if limit is not None and limit < 0:
+            raise ValueError(f"limit must be >= 0, got {limit}")
+        db = self._require_open()
+        if limit == 0 or (start is not None and end is not None and start >= end):
+            return iter(())
+        read_options = ReadOptions()
+        if end is not None:
+            read_options.set_iterate_upper_bound(end)
+        items = cast(Iterator[tuple[bytes, bytes]], db.items(from_key=start, read_opt=read_options))
+        cursor = _Cursor(self._path, items)
+        self._cursors.add(cursor)
+        return self._scan(cursor, limit)
+
+    def _scan(self, cursor: _Cursor, limit: int | None) -> Iterator[tuple[bytes, bytes]]:
+        remaining = -1 if limit is None else limit
+        try:
+            while remaining != 0:
+                item = cursor.next_item()
+                if item is None:
+                    return
+                yield item
+                remaining -= 1
+        finally:
+            cursor.release()
+
+    def snapshot(self) -> StoreSnapshot:
+        """A consistent view of the data with the (position, epoch) it reflects; close it when done."""
+        with self._lock:
+            db = self._require_open()
+            # rocksdict's Snapshot.iter()/items() ignore the snapshot and see later writes (0.3.29; only
+            # Snapshot[key] honours it), so the view is a RocksDB iterator instead: an iterator reads as
+            # of the sequence number at its creation for its whole life, whatever it seeks to. Like a
+            # snapshot it keeps old versions alive; it also pins the memtables of that moment.
+            snapshot = StoreSnapshot(self._path, db.iter(), self._position, self._epoch)
+            self._snapshots.add(snapshot)
+        return snapshot
+
+    def count_estimate(self) -> int:
+        """RocksDB's estimate of the number of keys (exact for a store that has not overwritten keys)."""
+        value = self._require_open().property_int_value("rocksdb.estimate-num-keys")
+        return value or 0
+
+    def close(self) -> None:
+        with self._lock:
+            db = self._db
+            if db is None:
+                return
+            # Every iterator and handle holds a reference to the DB, which stays open (and locked) until
+            # the last one is gone; a snapshot or scan left open must not keep the store locked.
+            for snapshot in list(self._snapshots):
+                snapshot.close()
+            for cursor in list(self._cursors):
+                cursor.release()
+            self._meta = None
+            self._db = None
+            try:
+                db.close()
+            finally:
+                _unregister_open(self._registered)
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    @staticmethod
+    def destroy(path: Path | str) -> None:
+        """Delete a replica's store and any install leftovers; the store must be closed."""
+        paths = store_paths(path)
+        if _is_open(paths.live):
+            raise StoreError(paths.live, "cannot destroy an open store")
+        # Renamed first so that a crash halfway through deleting never leaves a damaged store at `path`.
+        if paths.live.exists():
+            _rmtree(paths.trash)
+            os.rename(paths.live, paths.trash)
+            fsync_dir(paths.live.parent)
+        for leftover in (paths.install, paths.ready, paths.old, paths.trash):
+            _rmtree(leftover)
+
+    @staticmethod
+    def begin_install(path: Path | str) -> StoreInstall:
+        """Start building a replacement for the store at `path` (which may stay open meanwhile).
+
+        Opening the store discards an uncommitted install, so it must not be reopened while one is built.
+        """
+        paths = store_paths(path)
+        _rmtree(paths.install)
+        _rmtree(paths.ready)  # a committed install nobody swapped in is older than this one
+        return StoreInstall(paths, _open_rdict(paths.install))
+
+    @classmethod
+    def swap_installed(cls, path: Path | str, *, sync: bool = False) -> Store:
+        """Replace the (closed) store at `path` with the committed install and open it."""
+        paths = store_paths(path)
+        if _is_open(paths.live):
+            raise StoreError(paths.live, "close the store before swapping in the installed one")
+        if not paths.ready.exists():
+            raise StoreError(paths.live, "no committed install to swap in")
+        _complete_swap(paths)
+        return cls.open(path, sync=sync)
+
+
+class StoreSnapshot:
+    """A consistent view of a store, read in chunks; `position`/`epoch` are those of the view."""
+
+    def __init__(self, path: Path, iterator: RdictIter, position: int, epoch: int) -> None:
+        self._path = path
+        self._iterator: RdictIter | None = iterator
+        self._lock = threading.Lock()
+        self.position = position
+        self.epoch = epoch
+
+    def chunk(self, after: bytes | None, max_bytes: int) -> tuple[list[tuple[bytes, bytes]], bytes | None]:
+        """Items with key > after (from the first key for None) until max_bytes of keys and values.
+
+        Returns the items (at least one while any remain) and the key to pass as `after` next time, or
+        None when this chunk reached the end.
+        """
+        if max_bytes < 1:
+            raise ValueError(f"max_bytes must be >= 1, got {max_bytes}")
+        with self._lock:
+            iterator = self._iterator
+            if iterator is None:
+                raise StoreError(self._path, "snapshot closed")
+            if after is None:
+                iterator.seek_to_first()
+            else:
+                iterator.seek(after)
+                if iterator.valid() and iterator.key() == after:
+                    iterator.next()
+            items: list[tuple[bytes, bytes]] = []
+            size = 0
+            while size < max_bytes and iterator.valid():
+                key: bytes = iterator.key()
+                value: bytes = iterator.value()
+                items.append((key, value))
+                size += len(key) + len(value)
+                iterator.next()
+            try:
+                iterator.status()
+            except Exception as error:
+                raise StoreError(self._path, f"snapshot read failed: {error}") from None
+            return items, (items[-1][0] if iterator.valid() else None)
+
+    def close(self) -> None:
+        with self._lock:
+            self._iterator = None
+
+    def __enter__(self) -> StoreSnapshot:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class StoreInstall:
+    """A store being built from a snapshot beside the live one; see the module docstring."""
+
+    def __init__(self, paths: StorePaths, db: Rdict) -> None:
+        self._paths = paths
+        self._db: Rdict | None = db
+        self._committed = False
+
+    @property
+    def committed(self) -> bool:
+        return self._committed
+
+    def _require_writable(self) -> Rdict:
+        if self._db is None:
+            raise StoreError(self._paths.install, "install already committed or aborted")
+        return self._db
+
+    def add(self, items: Sequence[tuple[bytes, bytes]]) -> None:
+        db = self._require_writable()
+        batch = WriteBatch(raw_mode=True)
+        for key, value in items:
+            batch.put(key, value)
+        try:
+            db.write(batch)
+        except Exception as error:
+            raise StoreError(self._paths.install, f"write failed: {error}") from None
+
+    def commit(self, position: int, epoch: int) -> None:
+        """Make the install durable with its (position, epoch) and mark it complete (`.ready`)."""
+        _check_position(position, epoch)
+        db = self._require_writable()
+        batch = WriteBatch(raw_mode=True)
+        batch.put(
+            _APPLIED_KEY, _APPLIED.pack(position, epoch), db.get_column_family_handle(META_COLUMN_FAMILY)
+        )
+        synced = WriteOptions()
+        synced.sync = True
+        try:
+            # A synced WAL write makes every earlier unsynced write durable too; the flush only spares
+            # the first open a WAL replay.
+            db.write(batch, synced)
+            db.flush()
+        except Exception as error:
+            raise StoreError(self._paths.install, f"commit failed: {error}") from None
+        finally:
+            self._db = None
+            db.close()
+        # Belt and braces before the rename publishes it: every file and the directory itself on disk.
+        for entry in self._paths.install.iterdir():
+            if entry.is_file():
+                fsync_file(entry)
+        fsync_dir(self._paths.install)
+        os.rename(self._paths.install, self._paths.ready)
+        fsync_dir(self._paths.live.parent)
+        self._committed = True
+
+    def abort(self) -> None:
+        """Drop the install (committed or not, as long as it was not swapped in)."""
+        db, self._db = self._db, None
+        if db is not None:
+            db.close()
+        _rmtree(self._paths.install)
+        if self._committed:
+            _rmtree(self._paths.ready)
+            self._committed = False
+
+    def __enter__(self) -> StoreInstall:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc_type is not None or not self._committed:
+            self.abort()
