@@ -30,6 +30,8 @@ from hotstate.controller.records import (
     UnfenceServer,
 )
 from hotstate.controller.requests import (
+    AlterPartitionRequest,
+    AlterPartitionResponse,
     ControllerError,
     ControllerRequest,
     ControllerResponse,
@@ -74,6 +76,8 @@ class QuorumController:
         # A new active controller gives every server a fresh session before fencing anyone.
         self._sessions: dict[int, int] = {node_id: now for node_id in image.servers}
         self._shutting_down: set[int] = set()
+        # Log end offsets the servers last reported per replica: (table id, partition, node) -> end.
+        self._replica_ends: dict[tuple[int, int, int], int] = {}
         self._next_offset = next_offset
 
     @property
@@ -98,6 +102,8 @@ class QuorumController:
                 return Decision(
                     (batch,), ListTablesResponse(ControllerError.NONE, "", tuple(sorted(self._view.tables)))
                 )
+            case AlterPartitionRequest():
+                return self._alter_partition(request)
 
     def tick(self, now: int, next_offset: int) -> list[MetadataBatch]:
         """Fence every server whose session expired, moving its actives away, one batch per server."""
@@ -147,6 +153,8 @@ class QuorumController:
             )
             return Decision((), reply, wait=False)
         self._sessions[request.node_id] = now
+        for table_id, partition, end in request.replica_ends:
+            self._replica_ends[(table_id, partition, request.node_id)] = end
         if request.want_shutdown:
             if request.node_id in self._shutting_down or server.fenced:
                 self._shutting_down.add(request.node_id)
@@ -168,7 +176,7 @@ class QuorumController:
         for parts in self._view.partitions.values():
             for part in parts:
                 if node_id in part.replicas or node_id in part.isr:
-                    change = _without(part, node_id, fenced)
+                    change = _without(part, node_id, fenced, self._replica_ends)
                     if change is not None:
                         records.append(change)
         return tuple(records)
@@ -185,6 +193,45 @@ class QuorumController:
                         )
                     )
         return tuple(records)
+
+    # ------------------------------------------------------------------ partitions
+    def _alter_partition(self, request: AlterPartitionRequest) -> Decision:
+        parts = self._view.partitions.get(request.table_id, ())
+        if not 0 <= request.partition < len(parts):
+            return self._error(
+                AlterPartitionResponse(
+                    ControllerError.UNKNOWN_TABLE, f"no partition {request.table_id}/{request.partition}"
+                )
+            )
+        part = parts[request.partition]
+        if (
+            part.active != request.node_id
+            or part.leader_epoch != request.leader_epoch
+            or part.partition_epoch != request.partition_epoch
+        ):
+            return self._error(
+                AlterPartitionResponse(
+                    ControllerError.STALE_PARTITION_STATE,
+                    f"partition is at leader epoch {part.leader_epoch}, partition epoch "
+                    f"{part.partition_epoch}, active {part.active}",
+                )
+            )
+        isr = tuple(dict.fromkeys(request.isr))
+        fenced = {n for n, s in self._view.servers.items() if s.fenced}
+        added = set(isr) - set(part.isr)
+        problem = None
+        if request.node_id not in isr:
+            problem = "the active must stay in the ISR"
+        elif not set(isr) <= set(part.replicas):
+            problem = f"ISR {isr} names servers that hold no replica (replicas {part.replicas})"
+        elif added & (fenced | self._shutting_down):
+            problem = (
+                f"cannot add fenced or stopping servers {sorted(added & (fenced | self._shutting_down))}"
+            )
+        if problem is not None:
+            return self._error(AlterPartitionResponse(ControllerError.INVALID_REQUEST, problem))
+        change = PartitionChange(part.table_id, part.partition, part.active, part.leader_epoch, isr)
+        return Decision((self._propose((change,)),), AlterPartitionResponse(ControllerError.NONE, ""))
 
     # ------------------------------------------------------------------ tables
     def _create_table(self, request: CreateTableRequest) -> Decision:
@@ -244,13 +291,19 @@ class QuorumController:
         return MetadataBatch(records)
 
 
-def _without(part: PartitionInfo, node_id: int, fenced: set[int]) -> PartitionChange | None:
-    """The change that takes `node_id` out of a partition's active seat and ISR (never empties the ISR)."""
+def _without(
+    part: PartitionInfo, node_id: int, fenced: set[int], ends: dict[tuple[int, int, int], int]
+) -> PartitionChange | None:
+    """The change that takes `node_id` out of a partition's active seat and ISR (never empties the ISR).
+
+    Every in-sync replica holds every committed record; the most caught-up one (by its server's last
+    report) also keeps the most of what was written but not yet committed, and restores the least."""
     isr = tuple(r for r in part.isr if r != node_id) or part.isr
     active = part.active
     epoch = part.leader_epoch
     if active == node_id:
         candidates = [r for r in isr if r not in fenced]
+        candidates.sort(key=lambda r: -ends.get((part.table_id, part.partition, r), -1))
         active = candidates[0] if candidates else None
         epoch += 1
     if active == part.active and isr == part.isr:

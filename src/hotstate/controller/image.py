@@ -63,16 +63,18 @@ class TableInfo:
 class PartitionInfo:
     table_id: int
     partition: int
+    replicas: tuple[int, ...]
     active: int | None
-    standbys: tuple[int, ...]
     warmups: tuple[int, ...]
     leader_epoch: int
     isr: tuple[int, ...]
+    # Goes up with every change of the partition: an ISR change request names the state it was based on, so
+    # a late or repeated one can never apply to a newer state (KIP-497's partition epoch).
+    partition_epoch: int = 0
 
     @property
-    def replicas(self) -> tuple[int, ...]:
-        head = () if self.active is None else (self.active,)
-        return head + self.standbys + self.warmups
+    def standbys(self) -> tuple[int, ...]:
+        return tuple(r for r in self.replicas if r != self.active and r not in self.warmups)
 
 
 _EMPTY_SERVERS: Mapping[int, ServerInfo] = MappingProxyType({})
@@ -210,11 +212,12 @@ class ImageBuilder:
                 info = PartitionInfo(
                     record.table_id,
                     record.partition,
+                    record.replicas,
                     record.active,
-                    record.standbys,
                     record.warmups,
                     record.leader_epoch,
                     record.isr,
+                    record.partition_epoch,
                 )
                 if record.partition == len(parts):
                     parts.append(info)
@@ -231,7 +234,11 @@ class ImageBuilder:
                     return
                 old = parts[record.partition]
                 parts[record.partition] = replace(
-                    old, active=record.active, leader_epoch=record.leader_epoch, isr=record.isr
+                    old,
+                    active=record.active,
+                    leader_epoch=record.leader_epoch,
+                    isr=record.isr,
+                    partition_epoch=old.partition_epoch + 1,
                 )
             case NoOp():
                 pass
@@ -295,11 +302,12 @@ def image_records(image: MetadataImage) -> list[MetadataRecord]:
                 PartitionAssignment(
                     part.table_id,
                     part.partition,
+                    part.replicas,
                     part.active,
-                    part.standbys,
                     part.warmups,
                     part.leader_epoch,
                     part.isr,
+                    part.partition_epoch,
                 )
             )
     return records

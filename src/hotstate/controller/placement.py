@@ -42,11 +42,12 @@ def place_table(image: MetadataImage, table: TableInfo) -> list[PartitionAssignm
             PartitionAssignment(
                 table.table_id,
                 partition,
+                tuple(chosen),
                 active,
-                tuple(chosen[1:]),
                 (),
                 leader_epoch=0,
                 isr=tuple(chosen),
+                partition_epoch=0,
             )
         )
     return assignments

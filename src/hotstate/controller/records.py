@@ -81,16 +81,18 @@ class PartitionAssignment:
 
     table_id: int
     partition: int
+    replicas: tuple[int, ...]  # every replica; the ones neither active nor warmups are standbys
     active: int | None  # None: no replica can take it (all fenced)
-    standbys: tuple[int, ...]
     warmups: tuple[int, ...]
     leader_epoch: int
     isr: tuple[int, ...]
+    partition_epoch: int  # see PartitionInfo.partition_epoch
 
 
 @dataclass(frozen=True, slots=True)
 class PartitionChange:
-    """A new active and/or ISR; the leader epoch goes up whenever the active changes (fencing)."""
+    """A new active and/or ISR; the leader epoch goes up whenever the active changes (fencing), the
+    partition epoch with every change."""
 
     table_id: int
     partition: int

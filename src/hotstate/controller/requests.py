@@ -20,6 +20,9 @@ class ControllerError(IntEnum):
     # The change was proposed but not seen committed: it may or may not take effect. Not safe to retry
     # blindly (unlike NOT_CONTROLLER, which means it was never applied).
     TIMEOUT = 8
+    # An ISR change based on a partition state that has changed since (or a leader epoch that is not the
+    # current one): the requester learns the current state from its metadata image.
+    STALE_PARTITION_STATE = 9
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +49,9 @@ class ServerHeartbeatRequest:
     incarnation_id: str
     metadata_offset: int  # how far this server's image is
     want_shutdown: bool
+    # (table id, partition, log end offset) of each local replica: the controller prefers the most
+    # caught-up in-sync replica when it must pick a new active.
+    replica_ends: tuple[tuple[int, int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,12 +101,31 @@ class ListTablesResponse:
     tables: tuple[str, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class AlterPartitionRequest:
+    """An active asks for a new ISR of its partition (Kafka's AlterPartition)."""
+
+    node_id: int
+    table_id: int
+    partition: int
+    leader_epoch: int
+    partition_epoch: int  # the state the request is based on: compare-and-set
+    isr: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AlterPartitionResponse:
+    error: ControllerError
+    message: str
+
+
 ControllerRequest = (
     RegisterServerRequest
     | ServerHeartbeatRequest
     | CreateTableRequest
     | DeleteTableRequest
     | ListTablesRequest
+    | AlterPartitionRequest
 )
 ControllerResponse = (
     RegisterServerResponse
@@ -108,6 +133,7 @@ ControllerResponse = (
     | CreateTableResponse
     | DeleteTableResponse
     | ListTablesResponse
+    | AlterPartitionResponse
 )
 
 
@@ -124,3 +150,5 @@ def error_response(request: ControllerRequest, error: ControllerError, message: 
             return DeleteTableResponse(error, message)
         case ListTablesRequest():
             return ListTablesResponse(error, message, ())
+        case AlterPartitionRequest():
+            return AlterPartitionResponse(error, message)

@@ -62,7 +62,7 @@ class PartitionView:
     leader_epoch: int
     isr: tuple[int, ...]
     replicas: tuple[int, ...]
-    changed_at: int  # metadata offset of the partition's last change: the ISR-change compare-and-set token
+    partition_epoch: int  # goes up with every change: the compare-and-set token of an ISR change
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +102,7 @@ class ProduceResult:
 @dataclass(frozen=True, slots=True)
 class IsrChange:
     leader_epoch: int
-    changed_at: int
+    partition_epoch: int
     isr: tuple[int, ...]
 
 
@@ -203,6 +203,7 @@ class ReplicaCore:
         self._parked: dict[int, tuple[FetchRequest, int]] = {}
         self._isr_request: IsrChange | None = None
         self._isr_request_at = 0
+        self._isr_retry_after = 0  # after a refusal, ask again no sooner than this
         # follower state
         self._next_fetch_id = 1
         self._fetch_in_flight: tuple[int, int] | None = None  # (fetch id, sent at)
@@ -260,7 +261,10 @@ class ReplicaCore:
     def set_metadata(self, view: PartitionView, now: int) -> None:
         self._now = now
         old = self._view
-        if old is not None and (view.leader_epoch, view.changed_at) <= (old.leader_epoch, old.changed_at):
+        if old is not None and (view.leader_epoch, view.partition_epoch) <= (
+            old.leader_epoch,
+            old.partition_epoch,
+        ):
             return  # nothing new, or an older image than one already seen
         self._view = view
         if view.active == self.id:
@@ -425,7 +429,7 @@ class ReplicaCore:
             if r not in view.replicas:
                 del self._followers[r]
         # The partition changed, so an outstanding request was applied or can no longer apply (its
-        # changed_at is stale now): decide afresh from the committed ISR.
+        # partition_epoch is stale now): decide afresh from the committed ISR.
         self._isr_request = None
 
     # ------------------------------------------------------------------ leader
@@ -619,11 +623,12 @@ class ReplicaCore:
         return tuple(keep)
 
     def isr_change_rejected(self, change: IsrChange, now: int) -> None:
-        """The controller refused `change` for a reason other than a stale `changed_at` (so it was never
+        """The controller refused `change` for a reason other than a stale `partition_epoch` (so it was never
         applied): stop counting its additions. A stale refusal means the metadata moved: wait for it."""
         self._now = now
         if self._isr_request == change:
             self._isr_request = None
+            self._isr_retry_after = now + self.config.isr_change_retry_ms
 
     def _maybe_change_isr(self) -> None:
         view = self._view
@@ -632,15 +637,17 @@ class ReplicaCore:
         if self._isr_request is not None:
             # Outstanding until the metadata answers: the controller may have applied it already, so its
             # additions keep counting towards the HW, and the same request goes again (it is idempotent
-            # through changed_at).
+            # through partition_epoch).
             if self._now - self._isr_request_at >= self.config.isr_change_retry_ms:
                 self._isr_request_at = self._now
                 self._out.isr_change = self._isr_request
             return
+        if self._now < self._isr_retry_after:
+            return
         desired = self._desired_isr()
         if set(desired) == set(view.isr):
             return
-        change = IsrChange(self._epoch, view.changed_at, desired)
+        change = IsrChange(self._epoch, view.partition_epoch, desired)
         self._isr_request = change
         self._isr_request_at = self._now
         self._out.isr_change = change

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 
+from hotstate.controller.records import KeyColumn
 from hotstate.log.batch import RecordBatch
 
 
@@ -74,3 +75,151 @@ class FetchResponse:
 
 
 ReplicaMessage = FetchRequest | FetchResponse
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceRequest:
+    """Upserts for one partition (what the Spark sink sends). Each row is a msgpack map (replica.rows) that
+    holds the table's key columns; the active derives the keys, so a row sent to the wrong partition is
+    refused. Answered once committed (acks=all) or with an error."""
+
+    table: str
+    partition: int
+    leader_epoch: int
+    rows: tuple[bytes, ...]
+    timeout_ms: int = 30_000
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceResponse:
+    error: ReplicaError
+    message: str
+    base_offset: int = -1
+    end_offset: int = -1
+    active: int | None = None  # with NOT_LEADER / FENCED_EPOCH: who the answering server thinks is active
+    leader_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class FetchStoreSnapshotRequest:
+    """A chunk of the active's store snapshot, for a follower below the active's log start.
+
+    `snapshot_id` 0 asks for a new snapshot; the answer names it, and later chunks ask for that one."""
+
+    replica_id: int
+    table_id: int
+    partition: int
+    leader_epoch: int
+    snapshot_id: int
+    after_key: bytes | None
+    max_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class FetchStoreSnapshotResponse:
+    error: ReplicaError
+    message: str
+    snapshot_id: int
+    position: int
+    epoch: int
+    items: tuple[tuple[bytes, bytes], ...]
+    next_after: bytes | None  # None: that was the last chunk
+
+
+@dataclass(frozen=True, slots=True)
+class LagInfo:
+    """KIP-535's LagInfo for one local replica."""
+
+    table: str
+    table_id: int
+    partition: int
+    state: str  # active, restoring, standby, warmup
+    current_offset_position: int  # the store's position
+    end_offset_position: int  # the highest end offset this server knows for the partition
+    offset_lag: int
+    leader_epoch: int
+    high_watermark: int
+    in_sync: bool
+
+
+@dataclass(frozen=True, slots=True)
+class LagInfoRequest:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class LagInfoResponse:
+    node_id: int
+    replicas: tuple[LagInfo, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataForKeyRequest:
+    table: str
+    key_row: bytes  # the key columns as a row (replica.rows.encode_row)
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataForKeyResponse:
+    error: ReplicaError
+    message: str
+    partition: int = -1
+    active: int | None = None
+    standbys: tuple[int, ...] = ()
+    warmups: tuple[int, ...] = ()
+    leader_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class TableMetadataRequest:
+    """Where a table's partitions live, from the answering server's image (writers refresh on errors)."""
+
+    table: str
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionMetadata:
+    partition: int
+    active: int | None
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ServerAddress:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None
+    fenced: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TableMetadataResponse:
+    error: ReplicaError
+    message: str
+    table_id: int = -1
+    key_columns: tuple[KeyColumn, ...] = ()
+    acceptable_lag: int | None = None
+    partitions: tuple[PartitionMetadata, ...] = ()
+    servers: tuple[ServerAddress, ...] = ()
+    metadata_offset: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ReadPartitionRequest:
+    """Rows of this server's local replica of a partition, in key order (after `after_key`)."""
+
+    table: str
+    partition: int
+    after_key: bytes | None = None
+    limit: int = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class ReadPartitionResponse:
+    error: ReplicaError
+    message: str
+    position: int = 0
+    items: tuple[tuple[bytes, bytes], ...] = ()  # (encoded key, row)

@@ -528,8 +528,11 @@ class _ClientChannel(_Channel):
     def __init__(self, connection: Connection) -> None:
         super().__init__(connection.max_frame_bytes)
         self._connection = connection
+        # A peer id <= 0 is a bootstrap address whose server is not known yet: any member may answer.
+        peer = connection.peer_node_id
+        expected = peer if peer is not None and peer > 0 else None
         self._handshake = ClientHandshake(
-            connection.cluster_id, connection._secret, connection.node_id, connection.peer_node_id
+            connection.cluster_id, connection._secret, connection.node_id, expected
         )
         # Resolved when the handshake ends: None on success, else the error (a result, not an exception,
         # so a handshake nobody waits for any more cannot leave an unretrieved exception behind).

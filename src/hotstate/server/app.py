@@ -19,6 +19,7 @@ from hotstate.controller.controller import ControllerConfig
 from hotstate.controller.image import MetadataImage
 from hotstate.controller.records import Endpoint
 from hotstate.controller.requests import (
+    AlterPartitionRequest,
     ControllerError,
     ControllerRequest,
     ControllerResponse,
@@ -42,12 +43,14 @@ from hotstate.raft.messages import (
 )
 from hotstate.raft.records import Entry, Snapshot
 from hotstate.raft.storage import RaftStorage
+from hotstate.replica import messages as replica_messages
 from hotstate.rpc import NOT_SENT, Connection, PeerInfo, PeerPool, RpcError, RpcServer
 from hotstate.server.config import ServerConfig
 from hotstate.server.controller_host import ControllerHost
 from hotstate.server.lifecycle import ServerLifecycle
 from hotstate.server.metadata import MetadataPublisher
 from hotstate.server.raft_driver import RaftDriver, monotonic_ms
+from hotstate.server.replicas import ReplicaManager, metadata_for_key, table_metadata
 from hotstate.server.status import DescribeClusterRequest, describe
 from hotstate.server.wire import MESSAGES, ForwardedControllerRequest
 
@@ -70,7 +73,9 @@ CONTROLLER_REQUESTS = (
     CreateTableRequest,
     DeleteTableRequest,
     ListTablesRequest,
+    AlterPartitionRequest,
 )
+REPLICA_MESSAGES = (replica_messages.FetchRequest, replica_messages.FetchResponse)
 FORWARD_TIMEOUT_S = 5.0
 PEER_BACKOFF_MAX_S = 0.25
 SHUTDOWN_TIMEOUT_S = 10.0
@@ -87,6 +92,7 @@ class Server:
         self.metadata: MetadataPublisher | None = None
         self.controller: ControllerHost | None = None
         self.lifecycle: ServerLifecycle | None = None
+        self.replicas: ReplicaManager | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._voter_addresses = {v.node_id: (v.host, v.port) for v in config.voters}
 
@@ -122,6 +128,18 @@ class Server:
             snapshot_interval_ms=config.snapshot_interval_ms,
             clock=monotonic_ms,
         )
+        if config.is_broker:
+            pool = self.pool
+            self.replicas = ReplicaManager(
+                config.node_id,
+                data_dir,
+                config.replica,
+                fsync="always" if config.replica_log_fsync == "always" else "never",
+                produce_max_bytes=config.produce_max_bytes,
+                send=pool.send_oneway,
+                request=pool.request,
+                to_controller=self._to_controller,
+            )
         self.metadata.add_listener(self._on_image)
         self.controller = ControllerHost(
             self.driver,
@@ -155,8 +173,11 @@ class Server:
             metadata=self.metadata,
             send=self._to_controller,
             heartbeat_interval_ms=config.heartbeat_interval_ms,
+            replica_ends=self.replicas.replica_ends if self.replicas is not None else tuple,
         )
         self._connect_eagerly(self._voter_addresses)
+        if self.replicas is not None:
+            self.replicas.start()
         self.driver.start()
         self.controller.start()
         self._tasks.append(asyncio.create_task(self.lifecycle.run(), name="lifecycle"))
@@ -183,6 +204,8 @@ class Server:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if self.replicas is not None:
+            await self.replicas.stop()
         if self.controller is not None:
             await self.controller.stop()
         if self.driver is not None:
@@ -239,6 +262,8 @@ class Server:
         for node_id, server in image.servers.items():
             peers.setdefault(node_id, (server.rpc.host, server.rpc.port))
         self.pool.update(peers)
+        if self.replicas is not None:
+            self.replicas.on_image(image)
 
     # ------------------------------------------------------------------ requests
     async def _handle_request(self, peer: PeerInfo, message: object) -> object:
@@ -249,11 +274,28 @@ class Server:
             return describe(self.driver.node, self.metadata.image)
         if isinstance(message, CONTROLLER_REQUESTS):
             return await self.controller.handle(message)
+        if isinstance(message, replica_messages.MetadataForKeyRequest):
+            return metadata_for_key(self.metadata.image, message.table, message.key_row)
+        if isinstance(message, replica_messages.TableMetadataRequest):
+            return table_metadata(self.metadata.image, message.table)
+        replicas = self.replicas
+        if replicas is None:
+            raise ValueError(f"server {self.config.node_id} is not a broker: {type(message).__name__}")
+        if isinstance(message, replica_messages.ProduceRequest):
+            return await replicas.produce(message)
+        if isinstance(message, replica_messages.FetchStoreSnapshotRequest):
+            return await replicas.serve_snapshot(message)
+        if isinstance(message, replica_messages.ReadPartitionRequest):
+            return replicas.read_partition(message)
+        if isinstance(message, replica_messages.LagInfoRequest):
+            return replica_messages.LagInfoResponse(self.config.node_id, tuple(replicas.lag_info()))
         raise ValueError(f"unexpected request {type(message).__name__}")
 
     def _handle_oneway(self, peer: PeerInfo, message: object) -> None:
         if isinstance(message, RAFT_MESSAGES) and self.driver is not None:
             self.driver.deliver(message)
+        elif isinstance(message, REPLICA_MESSAGES) and self.replicas is not None:
+            self.replicas.deliver(message)
 
     async def _forward(self, leader_id: int, request: ControllerRequest) -> ControllerResponse:
         assert self.pool is not None

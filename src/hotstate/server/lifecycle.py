@@ -41,7 +41,9 @@ class ServerLifecycle:
         metadata: MetadataPublisher,
         send: SendToController,
         heartbeat_interval_ms: int,
+        replica_ends: Callable[[], tuple[tuple[int, int, int], ...]] = tuple,
     ) -> None:
+        self._replica_ends = replica_ends
         self._registration = RegisterServerRequest(node_id, incarnation_id, rpc, http, rack, tags, roles)
         self._metadata = metadata
         self._send = send
@@ -85,6 +87,7 @@ class ServerLifecycle:
             self._registration.incarnation_id,
             self._metadata.image.offset,
             self._shutting_down,
+            self._replica_ends(),
         )
         try:
             reply = await self._send(request)

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 from hotstate.controller.records import Endpoint, KeyColumn
 from hotstate.controller.requests import (
+    AlterPartitionRequest,
+    AlterPartitionResponse,
     ControllerRequest,
     CreateTableRequest,
     CreateTableResponse,
@@ -21,6 +23,7 @@ from hotstate.controller.requests import (
     ServerHeartbeatRequest,
     ServerHeartbeatResponse,
 )
+from hotstate.log.batch import RecordBatch
 from hotstate.raft.messages import (
     BeginQuorumEpoch,
     BeginQuorumEpochResponse,
@@ -33,6 +36,7 @@ from hotstate.raft.messages import (
     VoteResponse,
 )
 from hotstate.raft.records import Entry, SnapshotId
+from hotstate.replica import messages as replica
 from hotstate.rpc.schema import TypeRegistry
 from hotstate.server.status import DescribeClusterRequest, DescribeClusterResponse, ServerStatus
 
@@ -73,9 +77,30 @@ for type_id, cls in (
     (68, ListTablesRequest),
     (69, ListTablesResponse),
     (70, ForwardedControllerRequest),
+    (71, AlterPartitionRequest),
+    (72, AlterPartitionResponse),
     # Cluster status (100-)
     (100, DescribeClusterRequest),
     (101, ServerStatus),
     (102, DescribeClusterResponse),
+    # Partition replicas (150-199)
+    (150, RecordBatch),
+    (151, replica.FetchRequest),
+    (152, replica.FetchResponse),
+    (153, replica.ProduceRequest),
+    (154, replica.ProduceResponse),
+    (155, replica.FetchStoreSnapshotRequest),
+    (156, replica.FetchStoreSnapshotResponse),
+    (157, replica.LagInfo),
+    (158, replica.LagInfoRequest),
+    (159, replica.LagInfoResponse),
+    (160, replica.MetadataForKeyRequest),
+    (161, replica.MetadataForKeyResponse),
+    (162, replica.TableMetadataRequest),
+    (163, replica.PartitionMetadata),
+    (164, replica.ServerAddress),
+    (165, replica.TableMetadataResponse),
+    (166, replica.ReadPartitionRequest),
+    (167, replica.ReadPartitionResponse),
 ):
     MESSAGES.register(type_id, cls)

@@ -198,12 +198,12 @@ class ControllerModel:
     active: int | None
     leader_epoch: int
     isr: tuple[int, ...]
-    changed_at: int = 1
+    partition_epoch: int = 1
     fenced: set[int] = field(default_factory=set)
     last_heartbeat: dict[int, int] = field(default_factory=dict)
 
     def view(self) -> PartitionView:
-        return PartitionView(self.active, self.leader_epoch, self.isr, self.replicas, self.changed_at)
+        return PartitionView(self.active, self.leader_epoch, self.isr, self.replicas, self.partition_epoch)
 
 
 @dataclass
@@ -549,7 +549,7 @@ class ReplicationWorld:
         if (active, epoch, isr) == (c.active, c.leader_epoch, c.isr):
             return
         c.active, c.leader_epoch, c.isr = active, epoch, isr
-        c.changed_at += 1
+        c.partition_epoch += 1
         self._check_isr_complete()
         for replica in self.replicas.values():
             self._publish_to(replica)
@@ -567,7 +567,11 @@ class ReplicationWorld:
 
     def _on_isr_change(self, src: int, change: IsrChange) -> None:
         c = self.controller
-        if change.leader_epoch != c.leader_epoch or change.changed_at != c.changed_at or src != c.active:
+        if (
+            change.leader_epoch != c.leader_epoch
+            or change.partition_epoch != c.partition_epoch
+            or src != c.active
+        ):
             return  # stale: the requester learns the outcome from the metadata
         if (
             src not in change.isr

@@ -1,0 +1,624 @@
+"""The asyncio shell around the partition replicas of one server: disk, network and the metadata image.
+
+Replicas follow the image: created when this server is named a replica, told their role and ISR on every
+change, closed and deleted when the partition (or table) goes away. Each replica's core is driven the same
+way: input (metadata, Produce, Fetch, tick) -> `ready()` -> log ops on the partition's `hotstate.log`,
+messages out, Produce answers, ISR change to the controller, committed batches into the RocksDB store
+(with the position in the same write), store snapshot transfer when asked -> `advance()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import shutil
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hotstate.controller.image import MetadataImage, PartitionInfo, TableInfo
+from hotstate.controller.requests import (
+    AlterPartitionRequest,
+    AlterPartitionResponse,
+    ControllerError,
+    ControllerRequest,
+    ControllerResponse,
+)
+from hotstate.log.log import FsyncPolicy, Log
+from hotstate.replica.batchlog import BatchLog
+from hotstate.replica.core import (
+    AdvanceStart,
+    AppendBatches,
+    IsrChange,
+    PartitionView,
+    ProduceResult,
+    Ready,
+    ReplicaConfig,
+    ReplicaCore,
+    ResetLog,
+    Role,
+    SnapshotNeeded,
+    TruncateTo,
+)
+from hotstate.replica.keys import InvalidKeyError, encode_key, key_from_row, partition_for
+from hotstate.replica.messages import (
+    FetchRequest,
+    FetchResponse,
+    FetchStoreSnapshotRequest,
+    FetchStoreSnapshotResponse,
+    LagInfo,
+    MetadataForKeyResponse,
+    PartitionMetadata,
+    ProduceRequest,
+    ProduceResponse,
+    ReadPartitionRequest,
+    ReadPartitionResponse,
+    ReplicaError,
+    ReplicaMessage,
+    ServerAddress,
+    TableMetadataResponse,
+)
+from hotstate.replica.rows import RowDecodeError, decode_record, decode_row, encode_record
+from hotstate.replica.store import Store, StoreError, StoreSnapshot
+
+log = logging.getLogger(__name__)
+
+TICK_S = 0.01
+SNAPSHOT_CHUNK_BYTES = 1024 * 1024
+SNAPSHOT_IDLE_S = 60.0
+SNAPSHOT_REQUEST_TIMEOUT_S = 10.0
+
+PartitionId = tuple[int, int]  # (table id, partition)
+
+
+def monotonic_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+@dataclass
+class LocalReplica:
+    table: TableInfo
+    partition: int
+    directory: Path
+    log: Log
+    store: Store
+    core: ReplicaCore
+    info: PartitionInfo
+    waiters: dict[int, asyncio.Future[ProduceResult]] = field(default_factory=dict)
+    installing: bool = False
+
+    @property
+    def pid(self) -> PartitionId:
+        return (self.table.table_id, self.partition)
+
+
+@dataclass
+class _ServedSnapshot:
+    snapshot: StoreSnapshot
+    leader_epoch: int
+    used_at: float
+
+
+class ReplicaManager:
+    def __init__(
+        self,
+        node_id: int,
+        data_dir: Path,
+        config: ReplicaConfig,
+        *,
+        fsync: FsyncPolicy,
+        produce_max_bytes: int,
+        send: Callable[[int, ReplicaMessage], object],
+        request: Callable[[int, object, float], Awaitable[object]],
+        to_controller: Callable[[ControllerRequest], Awaitable[ControllerResponse]],
+    ) -> None:
+        self.node_id = node_id
+        self.root = data_dir / "partitions"
+        self.config = config
+        self.fsync: FsyncPolicy = fsync
+        self.produce_max_bytes = produce_max_bytes
+        self._send = send
+        self._request = request
+        self._to_controller = to_controller
+        self.replicas: dict[PartitionId, LocalReplica] = {}
+        self.image = MetadataImage.empty()
+        self._served: dict[int, _ServedSnapshot] = {}
+        self._snapshot_ids = itertools.count(1)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._ticker: asyncio.Task[None] | None = None
+        self._closed = False
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._ticker = asyncio.create_task(self._tick_loop(), name="replica-ticks")
+
+    async def stop(self) -> None:
+        self._closed = True
+        if self._ticker is not None:
+            self._ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ticker
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        for served in self._served.values():
+            served.snapshot.close()
+        self._served.clear()
+        for replica in list(self.replicas.values()):
+            self._close(replica)
+        self.replicas.clear()
+
+    def _close(self, replica: LocalReplica) -> None:
+        for waiter in replica.waiters.values():
+            if not waiter.done():
+                waiter.set_result(ProduceResult(0, ReplicaError.NOT_LEADER, -1, -1))
+        replica.waiters.clear()
+        with contextlib.suppress(Exception):
+            replica.log.close()
+        with contextlib.suppress(Exception):
+            replica.store.close()
+
+    # ------------------------------------------------------------------ metadata
+    def on_image(self, image: MetadataImage) -> None:
+        """Create, update and remove local replicas to match the image."""
+        if self._closed:
+            return
+        self.image = image
+        now = monotonic_ms()
+        wanted: set[PartitionId] = set()
+        for table in image.tables.values():
+            for part in image.partitions.get(table.table_id, ()):
+                if self.node_id not in part.replicas:
+                    continue
+                pid = (table.table_id, part.partition)
+                wanted.add(pid)
+                replica = self.replicas.get(pid)
+                if replica is None:
+                    try:
+                        replica = self._open(table, part, now)
+                    except (OSError, StoreError, ValueError) as error:
+                        log.error("cannot open replica %s/%d: %s", table.name, part.partition, error)
+                        continue
+                    self.replicas[pid] = replica
+                replica.info = part
+                replica.core.set_metadata(_view(part), now)
+                self._pump(replica)
+        for pid in [pid for pid in self.replicas if pid not in wanted]:
+            replica = self.replicas.pop(pid)
+            log.info("replica %s/%d removed from this server: deleting its data", replica.table.name, pid[1])
+            self._close(replica)
+            shutil.rmtree(replica.directory, ignore_errors=True)
+
+    def _open(self, table: TableInfo, part: PartitionInfo, now: int) -> LocalReplica:
+        directory = self.root / f"{table.table_id}-{part.partition}"
+        directory.mkdir(parents=True, exist_ok=True)
+        store = Store.open(directory / "store")
+        try:
+            plog = Log.open(directory / "log", fsync=self.fsync)
+        except BaseException:
+            store.close()
+            raise
+        batches = plog.read(plog.start_offset, 1 << 62) if plog.end_offset > plog.start_offset else []
+        start_epoch = 0
+        if plog.start_offset > 0:
+            start_epoch = store.epoch if store.position == plog.start_offset else _epoch_before(plog)
+        core = ReplicaCore(
+            self.node_id,
+            table.table_id,
+            part.partition,
+            self.config,
+            log=BatchLog(plog.start_offset, start_epoch, batches),
+            store_position=store.position,
+            store_epoch=store.epoch,
+            now=now,
+        )
+        log.info(
+            "replica %s/%d opened: store at %d, log [%d, %d)",
+            table.name,
+            part.partition,
+            store.position,
+            plog.start_offset,
+            plog.end_offset,
+        )
+        return LocalReplica(table, part.partition, directory, plog, store, core, part)
+
+    # ------------------------------------------------------------------ the pump
+    def _pump(self, replica: LocalReplica) -> None:
+        core = replica.core
+        while True:
+            ready = core.ready()
+            if ready.is_empty():
+                return
+            self._do_log_ops(replica, ready)
+            for message in ready.messages:
+                self._send(_destination(message), message)
+            for result in ready.produce_results:
+                waiter = replica.waiters.pop(result.token, None)
+                if waiter is not None and not waiter.done():
+                    waiter.set_result(result)
+            if ready.committed:
+                self._apply(replica, ready)
+            if ready.isr_change is not None:
+                self._spawn(self._alter_isr(replica, ready.isr_change), f"isr-{replica.pid}")
+            if ready.snapshot_needed is not None and not replica.installing:
+                replica.installing = True
+                self._spawn(self._fetch_snapshot(replica, ready.snapshot_needed), f"snapshot-{replica.pid}")
+            core.advance(ready)
+
+    def _do_log_ops(self, replica: LocalReplica, ready: Ready) -> None:
+        plog = replica.log
+        for op in ready.log_ops:
+            match op:
+                case AppendBatches(batches):
+                    for batch in batches:
+                        plog.append_batch(batch)
+                case TruncateTo(offset):
+                    log.info(
+                        "replica %s/%d: log diverged from the active's; truncated to %d (dropped %d records "
+                        "that were never committed)",
+                        replica.table.name,
+                        replica.partition,
+                        offset,
+                        plog.end_offset - offset,
+                    )
+                    plog.truncate_to(offset)
+                case AdvanceStart(offset):
+                    plog.advance_start_offset(min(offset, plog.end_offset))
+                case ResetLog(offset, _):
+                    plog.reset(offset)
+        # With fsync "always" the log syncs each write itself; "never" leaves it to the page cache, and
+        # acknowledged writes are protected by replication to the ISR.
+
+    def _apply(self, replica: LocalReplica, ready: Ready) -> None:
+        store = replica.store
+        for batch in ready.committed:
+            if batch.next_offset <= store.position:
+                continue
+            records = batch.records[max(0, store.position - batch.base_offset) :]
+            store.apply([decode_record(r) for r in records], batch.next_offset, batch.leader_epoch)
+
+    def _spawn(self, coro: Awaitable[None], name: str) -> None:
+        task = asyncio.ensure_future(coro)
+        task.set_name(name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _tick_loop(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_S)
+            now = monotonic_ms()
+            for replica in list(self.replicas.values()):
+                deadline = replica.core.next_deadline()
+                if deadline is not None and deadline <= now:
+                    replica.core.tick(now)
+                    self._pump(replica)
+            idle = time.monotonic() - SNAPSHOT_IDLE_S
+            for snapshot_id in [i for i, s in self._served.items() if s.used_at < idle]:
+                self._served.pop(snapshot_id).snapshot.close()
+
+    # ------------------------------------------------------------------ inputs from peers
+    def deliver(self, message: ReplicaMessage) -> None:
+        replica = self.replicas.get((message.table_id, message.partition))
+        if replica is None:
+            if isinstance(message, FetchRequest):
+                self._send(
+                    message.src,
+                    FetchResponse(
+                        self.node_id,
+                        message.src,
+                        message.table_id,
+                        message.partition,
+                        -1,
+                        message.fetch_id,
+                        ReplicaError.UNKNOWN_PARTITION,
+                        0,
+                        0,
+                        0,
+                    ),
+                )
+            return
+        replica.core.step(message, monotonic_ms())
+        self._pump(replica)
+
+    async def produce(self, request: ProduceRequest) -> ProduceResponse:
+        table = self.image.tables.get(request.table)
+        if table is None:
+            return ProduceResponse(ReplicaError.UNKNOWN_TABLE, f"no table {request.table!r}")
+        if not 0 <= request.partition < table.partitions:
+            return ProduceResponse(
+                ReplicaError.INVALID_REQUEST,
+                f"table {table.name!r} has partitions 0..{table.partitions - 1}, not {request.partition}",
+            )
+        size = sum(len(row) for row in request.rows)
+        if size > self.produce_max_bytes:
+            return ProduceResponse(
+                ReplicaError.TOO_LARGE,
+                f"{size} bytes of rows, above produce.max.bytes={self.produce_max_bytes}: "
+                "send smaller batches",
+            )
+        replica = self.replicas.get((table.table_id, request.partition))
+        part = self.image.partitions.get(table.table_id, ())[request.partition]
+        if replica is None or replica.core.role is not Role.LEADER:
+            error = ReplicaError.NOT_LEADER
+            if request.leader_epoch < part.leader_epoch:
+                error = ReplicaError.FENCED_EPOCH
+            return ProduceResponse(
+                error,
+                f"server {self.node_id} is not the active of {table.name}/{request.partition}",
+                active=part.active,
+                leader_epoch=part.leader_epoch,
+            )
+        if not request.rows:
+            return ProduceResponse(ReplicaError.INVALID_REQUEST, "no rows")
+        records, problem = _records_for(table, request)
+        if problem is not None:
+            return ProduceResponse(ReplicaError.INVALID_ROW, problem)
+        timeout_ms = max(1, min(request.timeout_ms, 300_000))
+        result = replica.core.produce(records, request.leader_epoch, monotonic_ms(), timeout_ms)
+        if isinstance(result, ProduceResult):
+            return _produce_response(result, replica)
+        waiter: asyncio.Future[ProduceResult] = asyncio.get_running_loop().create_future()
+        replica.waiters[result] = waiter
+        self._pump(replica)
+        return _produce_response(await waiter, replica)
+
+    async def serve_snapshot(self, request: FetchStoreSnapshotRequest) -> FetchStoreSnapshotResponse:
+        replica = self.replicas.get((request.table_id, request.partition))
+        if replica is None or replica.core.role is not Role.LEADER:
+            return _snapshot_error(ReplicaError.NOT_LEADER, "not the active")
+        if request.leader_epoch != replica.core.leader_epoch:
+            return _snapshot_error(ReplicaError.FENCED_EPOCH, f"leader epoch is {replica.core.leader_epoch}")
+        snapshot_id = request.snapshot_id
+        served = self._served.get(snapshot_id)
+        if snapshot_id == 0 or served is None:
+            snapshot_id = next(self._snapshot_ids)
+            served = _ServedSnapshot(replica.store.snapshot(), request.leader_epoch, time.monotonic())
+            self._served[snapshot_id] = served
+            log.info(
+                "serving a store snapshot of %s/%d at %d to server %d",
+                replica.table.name,
+                replica.partition,
+                served.snapshot.position,
+                request.replica_id,
+            )
+        served.used_at = time.monotonic()
+        max_bytes = max(1024, min(request.max_bytes, SNAPSHOT_CHUNK_BYTES))
+        items, last = served.snapshot.chunk(request.after_key, max_bytes)
+        done = last is None or not items
+        if done:
+            self._served.pop(snapshot_id, None)
+            position, epoch = served.snapshot.position, served.snapshot.epoch
+            served.snapshot.close()
+        else:
+            position, epoch = served.snapshot.position, served.snapshot.epoch
+        return FetchStoreSnapshotResponse(
+            ReplicaError.NONE, "", snapshot_id, position, epoch, tuple(items), None if done else last
+        )
+
+    # ------------------------------------------------------------------ effects
+    async def _alter_isr(self, replica: LocalReplica, change: IsrChange) -> None:
+        request = AlterPartitionRequest(
+            self.node_id,
+            replica.table.table_id,
+            replica.partition,
+            change.leader_epoch,
+            change.partition_epoch,
+            change.isr,
+        )
+        try:
+            reply = await self._to_controller(request)
+        except Exception as error:  # the core asks again after its retry interval
+            log.debug("ISR change for %s not sent: %s", replica.pid, error)
+            return
+        if isinstance(reply, AlterPartitionResponse) and reply.error is ControllerError.INVALID_REQUEST:
+            log.info("ISR change %s for %s refused: %s", change.isr, replica.pid, reply.message)
+            if self.replicas.get(replica.pid) is replica:
+                replica.core.isr_change_rejected(change, monotonic_ms())
+                self._pump(replica)
+
+    async def _fetch_snapshot(self, replica: LocalReplica, needed: SnapshotNeeded) -> None:
+        name = f"{replica.table.name}/{replica.partition}"
+        install = None
+        try:
+            install = Store.begin_install(replica.store.path)
+            snapshot_id, after = 0, None
+            while True:
+                reply = await self._request(
+                    needed.leader,
+                    FetchStoreSnapshotRequest(
+                        self.node_id,
+                        replica.table.table_id,
+                        replica.partition,
+                        needed.leader_epoch,
+                        snapshot_id,
+                        after,
+                        SNAPSHOT_CHUNK_BYTES,
+                    ),
+                    SNAPSHOT_REQUEST_TIMEOUT_S,
+                )
+                if not isinstance(reply, FetchStoreSnapshotResponse) or reply.error is not ReplicaError.NONE:
+                    raise RuntimeError(getattr(reply, "message", "bad answer"))
+                if snapshot_id and reply.snapshot_id != snapshot_id:
+                    raise RuntimeError("the active restarted the snapshot")
+                snapshot_id = reply.snapshot_id
+                install.add(list(reply.items))
+                if reply.next_after is None:
+                    break
+                after = reply.next_after
+            if self.replicas.get(replica.pid) is not replica or self._closed:
+                install.abort()
+                return
+            install.commit(reply.position, reply.epoch)
+            replica.store.close()
+            replica.store = Store.swap_installed(replica.store.path)
+            install = None
+            log.info("replica %s rebuilt from the active's snapshot at %d", name, reply.position)
+            replica.installing = False
+            replica.core.snapshot_installed(reply.position, reply.epoch, monotonic_ms())
+        except asyncio.CancelledError:
+            if install is not None:
+                install.abort()
+            raise
+        except Exception as error:
+            log.warning("snapshot transfer for %s failed: %s", name, error)
+            if install is not None:
+                with contextlib.suppress(Exception):
+                    install.abort()
+            replica.installing = False
+            replica.core.snapshot_failed(monotonic_ms())
+        self._pump(replica)
+
+    # ------------------------------------------------------------------ queries
+    def read_partition(self, request: ReadPartitionRequest) -> ReadPartitionResponse:
+        table = self.image.tables.get(request.table)
+        if table is None:
+            return ReadPartitionResponse(ReplicaError.UNKNOWN_TABLE, f"no table {request.table!r}")
+        replica = self.replicas.get((table.table_id, request.partition))
+        if replica is None:
+            return ReadPartitionResponse(
+                ReplicaError.UNKNOWN_PARTITION, f"no replica of {table.name}/{request.partition} here"
+            )
+        start = None if request.after_key is None else request.after_key + b"\x00"
+        limit = max(1, min(request.limit, 100_000))
+        items = tuple(replica.store.scan(start, None, limit=limit))
+        return ReadPartitionResponse(ReplicaError.NONE, "", replica.store.position, items)
+
+    def lag_info(self) -> list[LagInfo]:
+        out = []
+        for replica in sorted(self.replicas.values(), key=lambda r: r.pid):
+            core = replica.core
+            end = core.known_end_offset
+            position = core.position
+            out.append(
+                LagInfo(
+                    replica.table.name,
+                    replica.table.table_id,
+                    replica.partition,
+                    _state(replica),
+                    position,
+                    end,
+                    max(0, end - position),
+                    core.leader_epoch,
+                    core.high_watermark,
+                    self.node_id in replica.info.isr,
+                )
+            )
+        return out
+
+    def replica_ends(self) -> tuple[tuple[int, int, int], ...]:
+        return tuple((pid[0], pid[1], r.core.log_end_offset) for pid, r in sorted(self.replicas.items()))
+
+
+def _state(replica: LocalReplica) -> str:
+    core = replica.core
+    if core.role is Role.LEADER:
+        return "active" if core.position >= core.high_watermark else "restoring"
+    return "warmup" if replica.info.warmups and core.id in replica.info.warmups else "standby"
+
+
+def _view(part: PartitionInfo) -> PartitionView:
+    return PartitionView(part.active, part.leader_epoch, part.isr, part.replicas, part.partition_epoch)
+
+
+def _destination(message: ReplicaMessage) -> int:
+    return message.dst
+
+
+def _epoch_before(plog: Log) -> int:
+    entries = plog.epoch_entries()
+    before = [epoch for epoch, start in entries if start < plog.start_offset]
+    return before[-1] if before else (entries[0][0] if entries else 0)
+
+
+def _records_for(table: TableInfo, request: ProduceRequest) -> tuple[list[bytes], str | None]:
+    """The log records for the rows, or the first problem (naming the row and column); all or nothing."""
+    records = []
+    for index, row_bytes in enumerate(request.rows):
+        try:
+            row = decode_row(row_bytes)
+            key = encode_key(key_from_row(row, table.key_columns))
+        except InvalidKeyError as error:
+            return [], f"row {index} of {table.name}: {error}"
+        except (RowDecodeError, ValueError) as error:
+            return [], f"row {index} of {table.name}: {error}"
+        partition = partition_for(key, table.partitions)
+        if partition != request.partition:
+            return [], (
+                f"row {index} of {table.name}: its key belongs to partition {partition}, "
+                f"not {request.partition} (partition = murmur3(key) mod {table.partitions})"
+            )
+        records.append(encode_record(key, row_bytes))
+    return records, None
+
+
+def _produce_response(result: ProduceResult, replica: LocalReplica) -> ProduceResponse:
+    messages = {
+        ReplicaError.NONE: "",
+        ReplicaError.NOT_LEADER: "no longer the active",
+        ReplicaError.FENCED_EPOCH: "the request's leader epoch is older than the partition's",
+        ReplicaError.UNKNOWN_EPOCH: "the request's leader epoch is newer than this server knows yet",
+        ReplicaError.NOT_ENOUGH_REPLICAS: "fewer in-sync replicas than min.insync.replicas; nothing written",
+        ReplicaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND: "written, but the ISR shrank below min.insync",
+        ReplicaError.TIMEOUT: "written, not committed in time: outcome unknown (an upsert retry is safe)",
+    }
+    return ProduceResponse(
+        result.error,
+        messages.get(result.error, result.error.name),
+        result.base_offset,
+        result.end_offset,
+        replica.info.active,
+        replica.info.leader_epoch,
+    )
+
+
+def _snapshot_error(error: ReplicaError, message: str) -> FetchStoreSnapshotResponse:
+    return FetchStoreSnapshotResponse(error, message, 0, 0, 0, (), None)
+
+
+def metadata_for_key(image: MetadataImage, table_name: str, key_row: bytes) -> MetadataForKeyResponse:
+    """KIP-535's metadataForKey: which partition holds a key, and which servers hold that partition."""
+    table = image.tables.get(table_name)
+    if table is None:
+        return MetadataForKeyResponse(ReplicaError.UNKNOWN_TABLE, f"no table {table_name!r}")
+    try:
+        key = encode_key(key_from_row(decode_row(key_row), table.key_columns))
+    except (InvalidKeyError, RowDecodeError, ValueError) as error:
+        return MetadataForKeyResponse(ReplicaError.INVALID_ROW, f"key for {table_name}: {error}")
+    partition = partition_for(key, table.partitions)
+    parts = image.partitions.get(table.table_id, ())
+    if partition >= len(parts):
+        return MetadataForKeyResponse(ReplicaError.UNKNOWN_PARTITION, f"partition {partition} not assigned")
+    part = parts[partition]
+    return MetadataForKeyResponse(
+        ReplicaError.NONE, "", partition, part.active, part.standbys, part.warmups, part.leader_epoch
+    )
+
+
+def table_metadata(image: MetadataImage, table_name: str) -> TableMetadataResponse:
+    table = image.tables.get(table_name)
+    if table is None:
+        return TableMetadataResponse(ReplicaError.UNKNOWN_TABLE, f"no table {table_name!r}")
+    partitions = tuple(
+        PartitionMetadata(p.partition, p.active, p.leader_epoch, p.replicas, p.isr)
+        for p in image.partitions.get(table.table_id, ())
+    )
+    servers = tuple(
+        ServerAddress(s.node_id, s.rpc.host, s.rpc.port, s.rack, s.fenced)
+        for _, s in sorted(image.servers.items())
+    )
+    return TableMetadataResponse(
+        ReplicaError.NONE,
+        "",
+        table.table_id,
+        table.key_columns,
+        table.acceptable_lag,
+        partitions,
+        servers,
+        image.offset,
+    )

@@ -1,0 +1,262 @@
+"""Partition replicas between real server processes: kill -9 under acks=all writes, full restarts,
+followers rebuilt from a store snapshot."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+import time
+from collections import Counter
+
+from hotstate.client.writer import TableWriter, WriteError
+from hotstate.controller.records import KeyColumn, KeyType
+from hotstate.controller.requests import ControllerError
+from hotstate.replica.core import ReplicaConfig
+from hotstate.replica.messages import (
+    LagInfoRequest,
+    LagInfoResponse,
+    ReadPartitionRequest,
+    ReadPartitionResponse,
+    ReplicaError,
+    TableMetadataRequest,
+    TableMetadataResponse,
+)
+from hotstate.replica.rows import decode_row
+from hotstate.rpc import PeerPool
+from hotstate.server.wire import MESSAGES
+
+KEY = (KeyColumn("user", KeyType.STRING),)
+
+
+class Probe:
+    """Asks servers directly, by node id (the local cluster numbers them 1..N)."""
+
+    def __init__(self, running) -> None:
+        cluster = running.cluster
+        self.pool = PeerPool(0, cluster.cluster_id, cluster.secret, MESSAGES, backoff_max=0.2)
+        self.pool.update({s.node_id: ("127.0.0.1", s.rpc_port) for s in cluster.servers})
+
+    async def close(self) -> None:
+        await self.pool.close()
+
+    async def lag(self, node: int) -> LagInfoResponse:
+        reply = await self.pool.request(node, LagInfoRequest(), 2.0)
+        assert isinstance(reply, LagInfoResponse)
+        return reply
+
+    async def metadata(self, node: int, table: str) -> TableMetadataResponse:
+        reply = await self.pool.request(node, TableMetadataRequest(table), 2.0)
+        assert isinstance(reply, TableMetadataResponse)
+        return reply
+
+    async def rows(self, node: int, table: str, partition: int) -> tuple[int, dict[bytes, dict]]:
+        out: dict[bytes, dict] = {}
+        after = None
+        position = 0
+        while True:
+            reply = await self.pool.request(node, ReadPartitionRequest(table, partition, after, 5000), 5.0)
+            assert isinstance(reply, ReadPartitionResponse) and reply.error is ReplicaError.NONE, reply
+            position = reply.position
+            for key, row in reply.items:
+                out[key] = decode_row(row)
+            if len(reply.items) < 5000:
+                return position, out
+            after = reply.items[-1][0]
+
+    async def wait_converged(self, nodes: list[int], table: str, timeout_s: float = 30.0) -> None:
+        """Every replica of every partition on `nodes` at the same position as the partition's active."""
+        end = time.monotonic() + timeout_s
+        while True:
+            positions: dict[int, set[int]] = {}
+            try:
+                for node in nodes:
+                    for info in (await self.lag(node)).replicas:
+                        if info.table == table:
+                            positions.setdefault(info.partition, set()).add(info.current_offset_position)
+                meta = await self.metadata(nodes[0], table)
+                counts = Counter(len(p.replicas) for p in meta.partitions)
+                complete = all(len(positions.get(p.partition, ())) == 1 for p in meta.partitions)
+                if complete and counts:
+                    return
+            except Exception:
+                pass
+            if time.monotonic() > end:
+                raise AssertionError(f"replicas did not converge: {positions}")
+            await asyncio.sleep(0.1)
+
+
+async def _create(running, name: str, partitions: int, standbys: int) -> None:
+    async with running.cluster.admin(request_timeout_s=2.0) as admin:
+        reply = await admin.create_table(
+            name, partitions=partitions, standby_replicas=standbys, key_columns=KEY
+        )
+        assert reply.error is ControllerError.NONE, reply
+
+
+def _writer(running, table: str) -> TableWriter:
+    cluster = running.cluster
+    return TableWriter(cluster.addresses(), table, cluster_id=cluster.cluster_id, secret=cluster.secret)
+
+
+def test_kill_9_an_active_under_acks_all_writes_loses_no_acked_write(start_cluster) -> None:
+    running = start_cluster(3)
+
+    async def scenario() -> None:
+        await _create(running, "clicks", partitions=6, standbys=1)
+        probe = Probe(running)
+        meta = await probe.metadata(1, "clicks")
+        busiest = Counter(p.active for p in meta.partitions).most_common(1)[0][0]
+        acked: dict[str, int] = {}
+        attempted: dict[str, set[int]] = {}
+        stop = asyncio.Event()
+        failures: list[Exception] = []
+        stalls: list[float] = []
+
+        async def write_loop(worker: int) -> None:
+            writer = _writer(running, "clicks")
+            value = 0
+            try:
+                while not stop.is_set():
+                    value += 1
+                    rows = [{"user": f"w{worker}-k{i}", "clicks": value} for i in range(40)]
+                    for row in rows:
+                        attempted.setdefault(str(row["user"]), set()).add(value)
+                    started = time.monotonic()
+                    try:
+                        await writer.upsert(rows, deadline_s=20.0)
+                    except WriteError as error:
+                        failures.append(error)
+                        continue
+                    stalls.append(time.monotonic() - started)
+                    for row in rows:
+                        acked[str(row["user"])] = value
+            finally:
+                await writer.close()
+
+        writers = [asyncio.create_task(write_loop(w)) for w in range(3)]
+        await asyncio.sleep(1.5)
+        running.kill(busiest)
+        killed_at = time.monotonic()
+        await asyncio.sleep(4.0)
+        # The partitions the killed server led have new actives, at higher leader epochs.
+        survivor = next(s.node_id for s in running.cluster.servers if s.node_id != busiest)
+        after = await probe.metadata(survivor, "clicks")
+        for before, now in zip(meta.partitions, after.partitions, strict=True):
+            if before.active == busiest:
+                assert now.active not in (None, busiest) and now.leader_epoch > before.leader_epoch, now
+        running.restart(busiest)
+        await asyncio.sleep(2.0)
+        stop.set()
+        await asyncio.gather(*writers)
+        assert not failures, failures[:3]
+        longest = max(stalls)
+        print(f"\nlongest acks=all write during the kill: {longest:.2f} s (killed at +{killed_at:.0f})")
+        assert longest < 10.0
+
+        nodes = [s.node_id for s in running.cluster.servers]
+        await probe.wait_converged(nodes, "clicks")
+        final = await probe.metadata(survivor, "clicks")
+        for part in final.partitions:
+            stores = {}
+            for node in part.replicas:
+                stores[node] = await probe.rows(node, "clicks", part.partition)
+            (position, rows), *others = stores.values()
+            for other_position, other_rows in others:
+                assert (other_position, other_rows) == (position, rows), (
+                    f"replicas of {part.partition} differ"
+                )
+        # Every acked key holds its last acked value, or a later one that was sent but not acked.
+        seen: dict[str, int] = {}
+        for part in final.partitions:
+            _, rows = await probe.rows(part.active, "clicks", part.partition)
+            for row in rows.values():
+                seen[str(row["user"])] = int(row["clicks"])  # type: ignore[call-overload]
+        for user, value in acked.items():
+            assert user in seen, f"acked key {user} is gone"
+            assert seen[user] >= value and seen[user] in attempted[user], (user, value, seen[user])
+        logs = running.logs()
+        print(
+            f"acked keys checked: {len(acked)}; truncations logged: {len(re.findall('truncated to', logs))}"
+        )
+        await probe.close()
+
+    running.run(scenario())
+
+
+def test_a_full_restart_resumes_every_store_at_its_position(start_cluster) -> None:
+    running = start_cluster(3)
+
+    async def before() -> dict[tuple[int, int], int]:
+        await _create(running, "clicks", partitions=4, standbys=2)
+        writer = _writer(running, "clicks")
+        for round_ in range(5):
+            await writer.upsert([{"user": f"u{i}", "clicks": round_} for i in range(2000)])
+        await writer.close()
+        probe = Probe(running)
+        await probe.wait_converged([1, 2, 3], "clicks")
+        positions = {}
+        for node in (1, 2, 3):
+            for info in (await probe.lag(node)).replicas:
+                positions[(node, info.partition)] = info.current_offset_position
+        await probe.close()
+        return positions
+
+    positions = running.run(before())
+    assert sum(positions.values()) == 3 * 10_000
+    for server in running.cluster.servers:
+        running.kill(server.node_id, signal.SIGTERM)
+    for server in running.cluster.servers:
+        running.restart(server.node_id)
+    running.status(30.0)
+
+    async def after() -> None:
+        probe = Probe(running)
+        await probe.wait_converged([1, 2, 3], "clicks")
+        for node in (1, 2, 3):
+            for info in (await probe.lag(node)).replicas:
+                assert info.current_offset_position == positions[(node, info.partition)]
+            _, rows = await probe.rows(node, "clicks", 0)
+            assert rows and all(row["clicks"] == 4 for row in rows.values())
+        await probe.close()
+
+    running.run(after())
+    # No replay from zero: each replica reopened its store at the position it had reached.
+    for server in running.cluster.servers:
+        log = (server.directory(running.cluster.root) / "server.log").read_text()
+        opened = [int(m) for m in re.findall(r"replica clicks/\d+ opened: store at (\d+)", log)]
+        assert len(opened) == 8  # 4 partitions on each server, at creation and after the restart
+        assert sorted(opened[4:]) == sorted(p for (n, _), p in positions.items() if n == server.node_id)
+
+
+def test_a_follower_behind_the_log_start_is_rebuilt_from_a_snapshot(start_cluster) -> None:
+    running = start_cluster(3, replica=ReplicaConfig(log_retention_records=200))
+
+    async def scenario() -> None:
+        await _create(running, "clicks", partitions=2, standbys=2)
+        probe = Probe(running)
+        writer = _writer(running, "clicks")
+        await writer.upsert([{"user": f"u{i}", "clicks": 0} for i in range(500)])
+        meta = await probe.metadata(1, "clicks")
+        behind = next(n for n in (1, 2, 3) if n not in {p.active for p in meta.partitions})
+        running.kill(behind, signal.SIGSTOP)
+        try:
+            for round_ in range(1, 6):
+                await writer.upsert([{"user": f"u{i}", "clicks": round_} for i in range(1000)])
+        finally:
+            running.kill(behind, signal.SIGCONT)
+        await writer.close()
+        await probe.wait_converged([1, 2, 3], "clicks", timeout_s=40)
+        for part in meta.partitions:
+            active = await probe.rows(part.active or 1, "clicks", part.partition)
+            mine = await probe.rows(behind, "clicks", part.partition)
+            assert mine == active
+            assert all(row["clicks"] == 5 for row in mine[1].values())
+        await probe.close()
+
+    running.run(scenario())
+    log = (running.cluster.servers[0].directory(running.cluster.root) / "server.log").read_text()
+    logs = running.logs() + log
+    assert "rebuilt from the active's snapshot" in "".join(
+        (s.directory(running.cluster.root) / "server.log").read_text() for s in running.cluster.servers
+    ), logs[-3000:]
