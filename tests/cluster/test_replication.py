@@ -260,3 +260,83 @@ def test_a_follower_behind_the_log_start_is_rebuilt_from_a_snapshot(start_cluste
     assert "rebuilt from the active's snapshot" in "".join(
         (s.directory(running.cluster.root) / "server.log").read_text() for s in running.cluster.servers
     ), logs[-3000:]
+
+
+def test_produce_answers_each_mistake_with_its_typed_error(start_cluster) -> None:
+    from hotstate.replica.keys import encode_key, partition_for
+    from hotstate.replica.messages import MetadataForKeyRequest, MetadataForKeyResponse, ProduceRequest
+    from hotstate.replica.rows import encode_row
+
+    running = start_cluster(3, replica=ReplicaConfig(min_insync_replicas=2), produce_max_bytes=64 * 1024)
+
+    async def scenario() -> None:
+        await _create(running, "clicks", partitions=3, standbys=1)
+        probe = Probe(running)
+        meta = await probe.metadata(1, "clicks")
+
+        def rows_for(partition: int, count: int = 3) -> list[bytes]:
+            out, i = [], 0
+            while len(out) < count:
+                if partition_for(encode_key((f"u{i}",)), 3) == partition:
+                    out.append(encode_row({"user": f"u{i}", "clicks": i}))
+                i += 1
+            return out
+
+        async def produce(node: int, request: ProduceRequest):
+            return await probe.pool.request(node, request, 10.0)
+
+        part = meta.partitions[0]
+        other = next(n for n in (1, 2, 3) if n != part.active)
+        ok = await produce(part.active, ProduceRequest("clicks", 0, part.leader_epoch, tuple(rows_for(0))))
+        assert ok.error is ReplicaError.NONE and ok.end_offset - ok.base_offset == 3
+        reply = await produce(part.active, ProduceRequest("nope", 0, 0, tuple(rows_for(0))))
+        assert reply.error is ReplicaError.UNKNOWN_TABLE and "nope" in reply.message
+        reply = await produce(other, ProduceRequest("clicks", 0, part.leader_epoch, tuple(rows_for(0))))
+        assert reply.error is ReplicaError.NOT_LEADER and reply.active == part.active
+        # Bad rows: nothing of the request is written, and the error names the row and the column.
+        good = rows_for(0)
+        for bad, expected in (
+            (encode_row({"clicks": 1}), "'user'"),
+            (encode_row({"user": 5, "clicks": 1}), "'user'"),
+            (rows_for(1, 1)[0], "partition 1"),
+            (b"\xc1not msgpack", "row 2"),
+        ):
+            request = ProduceRequest("clicks", 0, part.leader_epoch, (*good[:2], bad))
+            reply = await produce(part.active, request)
+            assert reply.error is ReplicaError.INVALID_ROW, reply
+            assert "row 2" in reply.message and expected in reply.message, reply.message
+        huge = tuple(encode_row({"user": f"u{i}", "pad": "x" * 1000}) for i in range(100))
+        reply = await produce(part.active, ProduceRequest("clicks", 0, part.leader_epoch, huge))
+        assert reply.error is ReplicaError.TOO_LARGE and "produce.max.bytes" in reply.message
+        lag = {(i.partition, i.state): i for i in (await probe.lag(part.active)).replicas}
+        assert lag[(0, "active")].end_offset_position == ok.end_offset  # none of the bad requests wrote
+
+        # KIP-535's metadata for a key, from any server.
+        key_row = encode_row({"user": "u42"})
+        answer = await probe.pool.request(other, MetadataForKeyRequest("clicks", key_row), 2.0)
+        assert isinstance(answer, MetadataForKeyResponse) and answer.error is ReplicaError.NONE
+        expected_partition = partition_for(encode_key(("u42",)), 3)
+        assert answer.partition == expected_partition
+        assert answer.active == meta.partitions[expected_partition].active
+        assert set(answer.standbys) == set(meta.partitions[expected_partition].replicas) - {answer.active}
+
+        # A controlled shutdown moves the active away: the old epoch is fenced at the new active.
+        running.kill(part.active, signal.SIGTERM)
+        for _ in range(100):
+            now = (await probe.metadata(other, "clicks")).partitions[0]
+            if now.active not in (None, part.active):
+                break
+            await asyncio.sleep(0.1)
+        assert now.leader_epoch > part.leader_epoch
+        for _ in range(50):
+            reply = await produce(now.active, ProduceRequest("clicks", 0, part.leader_epoch, tuple(good)))
+            if reply.error is not ReplicaError.NOT_LEADER:  # the new active may not have the image yet
+                break
+            await asyncio.sleep(0.1)
+        assert reply.error is ReplicaError.FENCED_EPOCH, reply
+        # One replica left in the ISR, below min.insync.replicas=2: nothing is written.
+        reply = await produce(now.active, ProduceRequest("clicks", 0, now.leader_epoch, tuple(good)))
+        assert reply.error is ReplicaError.NOT_ENOUGH_REPLICAS, reply
+        await probe.close()
+
+    running.run(scenario())

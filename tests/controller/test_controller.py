@@ -217,3 +217,71 @@ def test_re_registration_of_a_live_server_fences_it_first() -> None:
     assert kinds[0] == "FenceServer" and kinds[-1] == "RegisterServer"
     assert all(p.active != 1 for p in harness.image.partitions_of("clicks"))
     assert not any(isinstance(r, UnfenceServer) for r in decision.batches[0].records)
+
+
+def _alter(harness: Harness, part, node: int, isr: tuple[int, ...], **changes: int):
+    from hotstate.controller.requests import AlterPartitionRequest
+
+    fields = {"leader_epoch": part.leader_epoch, "partition_epoch": part.partition_epoch, **changes}
+    return harness.handle(
+        AlterPartitionRequest(
+            node, part.table_id, part.partition, fields["leader_epoch"], fields["partition_epoch"], isr
+        )
+    ).reply
+
+
+def test_alter_partition_changes_the_isr_and_bumps_the_partition_epoch() -> None:
+    harness = three_brokers()
+    create(harness, partitions=1, standbys=2)
+    part = harness.image.partitions_of("clicks")[0]
+    shrunk = tuple(r for r in part.isr if r != part.standbys[0])
+    assert _alter(harness, part, part.active, shrunk).error is ControllerError.NONE
+    now = harness.image.partitions_of("clicks")[0]
+    assert now.isr == shrunk and now.leader_epoch == part.leader_epoch
+    assert now.partition_epoch == part.partition_epoch + 1
+
+
+def test_alter_partition_based_on_an_older_state_is_refused_as_stale() -> None:
+    harness = three_brokers()
+    create(harness, partitions=1, standbys=2)
+    part = harness.image.partitions_of("clicks")[0]
+    shrunk = (part.active, part.standbys[0])
+    assert _alter(harness, part, part.active, shrunk).error is ControllerError.NONE
+    # The same request again (a retry whose first copy applied): its partition epoch is old now.
+    again = _alter(harness, part, part.active, part.isr)
+    assert again.error is ControllerError.STALE_PARTITION_STATE
+    assert harness.image.partitions_of("clicks")[0].isr == shrunk
+    # Only the active may ask, and only in its leader epoch.
+    now = harness.image.partitions_of("clicks")[0]
+    assert _alter(harness, now, now.standbys[0], now.isr).error is ControllerError.STALE_PARTITION_STATE
+    stale_epoch = _alter(harness, now, now.active, now.isr, leader_epoch=now.leader_epoch + 1)
+    assert stale_epoch.error is ControllerError.STALE_PARTITION_STATE
+
+
+def test_alter_partition_never_adds_a_fenced_server_or_drops_the_active() -> None:
+    harness = three_brokers()
+    create(harness, partitions=1, standbys=2)
+    part = harness.image.partitions_of("clicks")[0]
+    follower = part.standbys[0]
+    assert _alter(harness, part, part.active, (part.active, part.standbys[1])).error is ControllerError.NONE
+    harness.commit([harness.controller._propose((FenceServer(follower, "test"),))])
+    part = harness.image.partitions_of("clicks")[0]
+    refused = _alter(harness, part, part.active, (*part.isr, follower))
+    assert refused.error is ControllerError.INVALID_REQUEST and "fenced" in refused.message
+    refused = _alter(harness, part, part.active, (part.standbys[1],))
+    assert refused.error is ControllerError.INVALID_REQUEST and "active" in refused.message
+    refused = _alter(harness, part, part.active, (part.active, 99))
+    assert refused.error is ControllerError.INVALID_REQUEST
+
+
+def test_a_fenced_active_is_replaced_by_the_most_caught_up_in_sync_replica() -> None:
+    harness = three_brokers()
+    create(harness, partitions=1, standbys=2)
+    part = harness.image.partitions_of("clicks")[0]
+    first, second = part.standbys
+    harness.handle(ServerHeartbeatRequest(first, f"a{first}", harness.next_offset, False, ((1, 0, 50),)))
+    harness.handle(ServerHeartbeatRequest(second, f"a{second}", harness.next_offset, False, ((1, 0, 70),)))
+    harness.commit([harness.controller._propose(harness.controller._fence_records(part.active, "test"))])
+    now = harness.image.partitions_of("clicks")[0]
+    assert now.active == second and now.leader_epoch == part.leader_epoch + 1
+    assert now.replicas == part.replicas  # the replica set stays; only the roles move

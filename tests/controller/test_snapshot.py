@@ -44,7 +44,10 @@ def sample_batches() -> list[MetadataBatch]:
         MetadataBatch(
             (
                 CreateTable("clicks", 1, 3, 1, (KeyColumn("user", KeyType.STRING),), 100),
-                *(PartitionAssignment(1, p, (1 + p % 3, 1 + (p + 1) % 3), 1 + p % 3, (), 0, (1, 2), 0) for p in range(3)),
+                *(
+                    PartitionAssignment(1, p, (1 + p % 3, 1 + (p + 1) % 3), 1 + p % 3, (), 0, (1, 2), 0)
+                    for p in range(3)
+                ),
             )
         ),
         MetadataBatch((CreateTable("gone", 2, 1, 0, (KeyColumn("k", KeyType.INT),), None),)),
