@@ -26,6 +26,16 @@ from .helpers import assert_reports, load
             ["--rack", "az-a", "--set", "log.level=DEBUG", "--broker.session.timeout.ms=3000"],
             {"rack": "az-a", "log.level": "DEBUG", "broker.session.timeout.ms": "3000"},
         ),
+        (
+            [
+                "--replica.fetch.max.bytes",
+                "65536",
+                "--set",
+                "replica.log.fsync=always",
+                "--min.insync.replicas=2",
+            ],
+            {"replica.fetch.max.bytes": "65536", "replica.log.fsync": "always", "min.insync.replicas": "2"},
+        ),
     ],
 )
 def test_flag_spellings(args: list[str], expected: dict[str, str]) -> None:
@@ -50,6 +60,8 @@ def test_flag_spellings(args: list[str], expected: dict[str, str]) -> None:
             "did you mean 'controller.quorum.voters'",
         ),
         (["--node_id", "1"], "node_id", "did you mean 'node.id'"),
+        (["--replica.fetch.max.byte=1"], "replica.fetch.max.byte", "did you mean 'replica.fetch.max.bytes'"),
+        (["--min.isr=2"], "min.isr", "is not a known key"),
         (["--config", "x.toml"], "config", "is not a known key"),
     ],
 )
@@ -69,3 +81,18 @@ def test_parsed_flags_feed_load_config() -> None:
     flags = parse_flag_overrides(["--rack", "az-c", "--set", "tags=zone=eu1"])
     config = load(flags)
     assert config.rack == "az-c" and config.tags == (("zone", "eu1"),)
+
+
+def test_parsed_replica_flags_feed_load_config() -> None:
+    flags = parse_flag_overrides(
+        [
+            "--replica.fetch.timeout.ms",
+            "900",
+            "--set",
+            "produce.max.bytes=1_048_576",
+            "--replica.log.fsync=always",
+        ]
+    )
+    config = load(flags)
+    assert config.replica.fetch_timeout_ms == 900
+    assert config.produce_max_bytes == 1024 * 1024 and config.replica_log_fsync == "always"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from collections.abc import Callable
@@ -10,10 +11,12 @@ from pathlib import Path
 import pytest
 
 from hotstate.raft.config import RaftConfig
+from hotstate.replica.core import ReplicaConfig
 from hotstate.server.config import (
     DEFAULTS,
     KNOWN_KEYS,
     RAFT_KEYS,
+    REPLICA_KEYS,
     ConfigError,
     Listener,
     ServerConfig,
@@ -48,6 +51,9 @@ def test_base_file_loads_with_defaults(tmp_path: Path) -> None:
     assert config.snapshot_max_records == 10_000
     assert config.snapshot_interval_ms == 60_000
     assert config.max_frame_bytes == 16 * 1024 * 1024
+    assert config.replica == ReplicaConfig()
+    assert config.replica_log_fsync == "never"
+    assert config.produce_max_bytes == 8 * 1024 * 1024
     assert config.log_level == "INFO"
 
 
@@ -94,6 +100,38 @@ interval.ms = 100
     assert from_nested.raft.fetch_timeout_ms == 900
     assert from_nested.tags == (("cluster", "k8s-1"), ("zone", "eu1"))
     assert from_nested.heartbeat_interval_ms == 100
+
+
+def test_replica_keys_as_nested_tables_equal_flat_dotted_keys(tmp_path: Path) -> None:
+    nested = (
+        BASE_TOML
+        + """[replica]
+fetch = { max.wait.ms = 100, timeout.ms = 900 }
+lag.time.max.ms = 5000
+log.fsync = "always"
+
+[min.insync]
+replicas = 2
+
+[produce.max]
+bytes = 1048576
+"""
+    )
+    flat = BASE_TOML + (
+        '"replica.fetch.max.wait.ms" = 100\n'
+        '"replica.fetch.timeout.ms" = 900\n'
+        '"replica.lag.time.max.ms" = 5000\n'
+        '"replica.log.fsync" = "always"\n'
+        '"min.insync.replicas" = 2\n'
+        '"produce.max.bytes" = 1048576\n'
+    )
+    from_nested = load_toml(tmp_path, nested)
+    assert from_nested == load_toml(tmp_path, flat)
+    assert from_nested.replica == ReplicaConfig(
+        fetch_max_wait_ms=100, fetch_timeout_ms=900, replica_lag_time_max_ms=5000, min_insync_replicas=2
+    )
+    assert from_nested.replica_log_fsync == "always"
+    assert from_nested.produce_max_bytes == 1024 * 1024
 
 
 def test_toml_arrays_for_lists(tmp_path: Path) -> None:
@@ -185,6 +223,24 @@ def test_unreadable_file_is_an_error(tmp_path: Path, content: bytes | None, frag
             [3000, 4000, 5000],
         ),
         (
+            "replica.fetch.max.bytes",
+            "1024",
+            "2048",
+            "4096",
+            lambda c: c.replica.fetch_max_bytes,
+            [1024, 2048, 4096],
+        ),
+        ("min.insync.replicas", "2", "3", "1", lambda c: c.replica.min_insync_replicas, [2, 3, 1]),
+        (
+            "replica.log.fsync",
+            '"always"',
+            "never",
+            "ALWAYS",
+            lambda c: c.replica_log_fsync,
+            ["always", "never", "always"],
+        ),
+        ("produce.max.bytes", "1000", "2000", "3000", lambda c: c.produce_max_bytes, [1000, 2000, 3000]),
+        (
             "tags",
             '"a=file"',
             "a=env",
@@ -230,6 +286,35 @@ def test_flags_beat_env_beat_file(
 def test_every_required_key_can_come_from_env_alone() -> None:
     env = {env_var_name(key): value for key, value in BASE.items()}
     assert load_config(env=env) == load()
+
+
+def test_replica_settings_from_env() -> None:
+    env = {env_var_name(key): value for key, value in BASE.items()}
+    env |= {
+        "HOTSTATE_REPLICA_FETCH_MAX_WAIT_MS": "100",
+        "HOTSTATE_REPLICA_FETCH_MAX_BYTES": "1_048_576",
+        "HOTSTATE_REPLICA_FETCH_TIMEOUT_MS": "800",
+        "HOTSTATE_REPLICA_FETCH_BACKOFF_MS": "0",
+        "HOTSTATE_REPLICA_LAG_TIME_MAX_MS": "3000",
+        "HOTSTATE_REPLICA_ISR_CHANGE_RETRY_MS": "250",
+        "HOTSTATE_MIN_INSYNC_REPLICAS": "2",
+        "HOTSTATE_REPLICA_LOG_RETENTION_RECORDS": "0",
+        "HOTSTATE_REPLICA_LOG_FSYNC": "always",
+        "HOTSTATE_PRODUCE_MAX_BYTES": "2097152",
+    }
+    config = load_config(env=env)
+    assert config.replica == ReplicaConfig(
+        fetch_max_wait_ms=100,
+        fetch_max_bytes=1024 * 1024,
+        fetch_timeout_ms=800,
+        fetch_backoff_ms=0,
+        replica_lag_time_max_ms=3000,
+        isr_change_retry_ms=250,
+        min_insync_replicas=2,
+        log_retention_records=0,
+    )
+    assert config.replica_log_fsync == "always"
+    assert config.produce_max_bytes == 2 * 1024 * 1024
 
 
 def test_env_defaults_to_the_process_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -319,6 +404,37 @@ def test_every_bad_key_is_reported_at_once() -> None:
     assert len(str(excinfo.value).splitlines()) == len(excinfo.value.errors) == 6
 
 
+def test_every_bad_replica_key_is_reported_at_once() -> None:
+    # A value that does not parse is reported once, not again by the rules that compare it with others.
+    with pytest.raises(ConfigError) as excinfo:
+        load(
+            {
+                "replica.fetch.max.wait.ms": "5000",
+                "replica.fetch.max.bytes": "lots",
+                "replica.fetch.backoff.ms": "-1",
+                "min.insync.replicas": "0",
+                "replica.log.fsync": "sometimes",
+                "produce.max.bytes": "1.5",
+                "rpc.max.frame.bytes": "2048",
+            }
+        )
+    keys = [single.key for single in excinfo.value.errors]
+    assert sorted(keys) == sorted(
+        {
+            "replica.fetch.max.wait.ms",
+            "replica.fetch.max.bytes",
+            "replica.fetch.backoff.ms",
+            "min.insync.replicas",
+            "replica.log.fsync",
+            "produce.max.bytes",
+            "rpc.max.frame.bytes",
+        }
+    )
+    # The frame is checked against the quorum sizes only: the partition sizes did not parse.
+    frame = next(single for single in excinfo.value.errors if single.key == "rpc.max.frame.bytes")
+    assert "controller.quorum.fetch.max.bytes" in frame.allowed and "produce.max.bytes" not in frame.allowed
+
+
 # --- mapping and defaults ---------------------------------------------------------------------------------
 
 
@@ -332,6 +448,21 @@ def test_each_quorum_key_sets_its_raft_field(key: str, field_name: str) -> None:
     assert all(getattr(config.raft, name) == getattr(RaftConfig(), name) for name in others)
 
 
+@pytest.mark.parametrize(("key", "field_name"), sorted(REPLICA_KEYS.items()))
+def test_each_replica_key_sets_its_replica_field(key: str, field_name: str) -> None:
+    # Above the default fetch.max.wait.ms (200) for fetch.timeout.ms; harmless for every other field.
+    value = 1500 if field_name == "fetch_timeout_ms" else 150
+    config = load({key: str(value)})
+    assert getattr(config.replica, field_name) == value
+    others = {name for name in REPLICA_KEYS.values() if name != field_name}
+    assert all(getattr(config.replica, name) == getattr(ReplicaConfig(), name) for name in others)
+    assert config.raft == RaftConfig()
+
+
+def test_replica_keys_cover_every_replica_config_field() -> None:
+    assert set(REPLICA_KEYS.values()) == {field.name for field in dataclasses.fields(ReplicaConfig)}
+
+
 def test_documented_defaults() -> None:
     assert DEFAULTS["broker.heartbeat.interval.ms"] == 250
     assert DEFAULTS["broker.session.timeout.ms"] == 2000
@@ -340,6 +471,9 @@ def test_documented_defaults() -> None:
     assert DEFAULTS["rpc.max.frame.bytes"] == 16 * 1024 * 1024
     assert DEFAULTS["log.level"] == "INFO"
     assert all(DEFAULTS[key] == getattr(RaftConfig(), name) for key, name in RAFT_KEYS.items())
+    assert all(DEFAULTS[key] == getattr(ReplicaConfig(), name) for key, name in REPLICA_KEYS.items())
+    assert DEFAULTS["replica.log.fsync"] == "never"
+    assert DEFAULTS["produce.max.bytes"] == 8 * 1024 * 1024
     # ServerConfig built in code falls back to the same defaults as a loaded one.
     loaded = load()
     built = ServerConfig(
@@ -363,6 +497,10 @@ def test_loading_does_not_create_the_data_dir(tmp_path: Path) -> None:
 
 def test_env_var_names() -> None:
     assert env_var_name("controller.quorum.voters") == "HOTSTATE_CONTROLLER_QUORUM_VOTERS"
+    assert env_var_name("replica.fetch.max.wait.ms") == "HOTSTATE_REPLICA_FETCH_MAX_WAIT_MS"
+    assert env_var_name("min.insync.replicas") == "HOTSTATE_MIN_INSYNC_REPLICAS"
+    assert env_var_name("replica.log.fsync") == "HOTSTATE_REPLICA_LOG_FSYNC"
+    assert env_var_name("produce.max.bytes") == "HOTSTATE_PRODUCE_MAX_BYTES"
     assert len({env_var_name(key) for key in KNOWN_KEYS}) == len(KNOWN_KEYS)
 
 

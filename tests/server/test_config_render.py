@@ -10,9 +10,12 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from hotstate.raft.config import RaftConfig
+from hotstate.replica.core import ReplicaConfig
 from hotstate.server.config import (
     LOG_LEVELS,
     MAX_INT32,
+    REPLICA_KEYS,
+    REPLICA_LOG_FSYNC_POLICIES,
     ConfigError,
     Listener,
     ServerConfig,
@@ -43,7 +46,33 @@ def test_defaults_are_left_out_unless_asked_for(tmp_path: Path) -> None:
     full = render_toml(config, include_defaults=True)
     assert '"broker.heartbeat.interval.ms" = 250' in full
     assert '"controller.quorum.election.timeout.ms" = 500' in full
+    assert '"replica.fetch.max.bytes" = 4194304' in full
+    assert '"min.insync.replicas" = 1' in full
+    assert '"replica.log.fsync" = "never"' in full
+    assert '"produce.max.bytes" = 8388608' in full
     assert round_trip(tmp_path, config, include_defaults=True) == config
+
+
+def test_replica_settings_round_trip(tmp_path: Path) -> None:
+    config = load(
+        {
+            "replica.fetch.max.wait.ms": "100",
+            "replica.fetch.max.bytes": "65536",
+            "replica.fetch.timeout.ms": "101",
+            "replica.fetch.backoff.ms": "0",
+            "replica.lag.time.max.ms": "30000",
+            "replica.isr.change.retry.ms": "500",
+            "min.insync.replicas": "2",
+            "replica.log.retention.records": "0",
+            "replica.log.fsync": "Always",
+            "produce.max.bytes": "1048576",
+        }
+    )
+    text = render_toml(config)
+    assert all(f'"{key}" = ' in text for key in [*REPLICA_KEYS, "replica.log.fsync", "produce.max.bytes"])
+    assert '"replica.log.fsync" = "always"' in text
+    assert round_trip(tmp_path, config) == config
+    assert "replica" not in render_toml(load())
 
 
 def test_strings_that_need_escaping(tmp_path: Path) -> None:
@@ -115,6 +144,21 @@ def raft_configs(draw: st.DrawFn) -> RaftConfig:
 
 
 @st.composite
+def replica_configs(draw: st.DrawFn) -> ReplicaConfig:
+    fetch_timeout = draw(st.integers(2, MAX_INT32))
+    return ReplicaConfig(
+        fetch_max_wait_ms=draw(st.integers(1, fetch_timeout - 1)),
+        fetch_max_bytes=draw(st.integers(1, 64 * 1024 * 1024)),
+        fetch_timeout_ms=fetch_timeout,
+        fetch_backoff_ms=draw(st.integers(0, MAX_INT32)),
+        replica_lag_time_max_ms=draw(st.integers(1, MAX_INT32)),
+        isr_change_retry_ms=draw(st.integers(1, MAX_INT32)),
+        min_insync_replicas=draw(st.integers(1, 7)),
+        log_retention_records=draw(st.integers(0, MAX_INT32)),
+    )
+
+
+@st.composite
 def server_configs(draw: st.DrawFn) -> ServerConfig:
     node_id = draw(st.integers(1, MAX_INT32))
     roles = draw(
@@ -140,7 +184,12 @@ def server_configs(draw: st.DrawFn) -> ServerConfig:
         assume(all((v.host.lower(), v.port) != (me.host.lower(), me.port) for v in others))
         voters.insert(draw(st.integers(0, len(others))), me)
     raft = draw(raft_configs())
-    smallest_frame = max(raft.fetch_max_bytes, raft.snapshot_chunk_bytes) + 64 * 1024
+    replica = draw(replica_configs())
+    produce_max_bytes = draw(st.integers(1, 64 * 1024 * 1024))
+    smallest_frame = max(
+        max(raft.fetch_max_bytes, raft.snapshot_chunk_bytes) + 64 * 1024,
+        2 * max(replica.fetch_max_bytes, produce_max_bytes),
+    )
     session = draw(st.integers(2, 600_000))
     tag_keys = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,10}", fullmatch=True).filter(lambda k: k != "rack")
     return ServerConfig(
@@ -162,6 +211,9 @@ def server_configs(draw: st.DrawFn) -> ServerConfig:
         snapshot_max_records=draw(st.integers(1, MAX_INT32)),
         snapshot_interval_ms=draw(st.integers(1, MAX_INT32)),
         max_frame_bytes=draw(st.integers(smallest_frame, MAX_INT32)),
+        replica=replica,
+        replica_log_fsync=draw(st.sampled_from(REPLICA_LOG_FSYNC_POLICIES)),
+        produce_max_bytes=produce_max_bytes,
         log_level=draw(st.sampled_from(LOG_LEVELS)),
     )
 

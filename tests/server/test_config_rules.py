@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 
 from hotstate.raft.config import RaftConfig
+from hotstate.replica.core import ReplicaConfig
 from hotstate.server.config import (
     MAX_INT32,
     RAFT_KEYS,
+    REPLICA_KEYS,
     REQUIRED_KEYS,
     ConfigError,
     Listener,
@@ -109,19 +111,53 @@ def test_cluster_id_accepts_a_kafka_style_base64_uuid() -> None:
     assert load({"cluster.id": "MkU3OEVBNTcwNTJENDM2Qk"}).cluster_id == "MkU3OEVBNTcwNTJENDM2Qk"
 
 
+# Partition messages small enough for any frame the quorum sizes allow.
+SMALL_PARTITION_MESSAGES = {"replica.fetch.max.bytes": "4096", "produce.max.bytes": "4096"}
+
+
 def test_small_frames_are_fine_with_small_quorum_messages() -> None:
     config = load(
         {
             "controller.quorum.fetch.max.bytes": "4096",
             "controller.quorum.snapshot.chunk.bytes": "4096",
             "rpc.max.frame.bytes": str(4096 + 64 * 1024),
+            **SMALL_PARTITION_MESSAGES,
         }
     )
     assert config.max_frame_bytes == 4096 + 64 * 1024
 
 
+def test_partition_messages_may_fill_half_a_frame() -> None:
+    # The defaults sit right at the limit: produce.max.bytes is half of rpc.max.frame.bytes.
+    assert load().produce_max_bytes * 2 == load().max_frame_bytes
+    config = load({"replica.fetch.max.bytes": str(8 * 1024 * 1024), "produce.max.bytes": "1"})
+    assert config.replica.fetch_max_bytes == 8 * 1024 * 1024
+    frame = 4 * 1024 * 1024
+    config = load(
+        {
+            "rpc.max.frame.bytes": str(frame),
+            "replica.fetch.max.bytes": str(frame // 2),
+            "produce.max.bytes": str(frame // 2),
+        }
+    )
+    assert (config.replica.fetch_max_bytes, config.produce_max_bytes) == (frame // 2, frame // 2)
+
+
+@pytest.mark.parametrize(
+    ("text", "policy"), [("never", "never"), ("Always", "always"), (" ALWAYS ", "always")]
+)
+def test_replica_log_fsync_is_case_insensitive(text: str, policy: str) -> None:
+    assert load({"replica.log.fsync": text}).replica_log_fsync == policy
+
+
+@pytest.mark.parametrize("key", ["replica.fetch.backoff.ms", "replica.log.retention.records"])
+def test_replica_settings_that_may_be_zero(key: str) -> None:
+    assert getattr(load({key: "0"}).replica, REPLICA_KEYS[key]) == 0
+
+
 # --- bad values ------------------------------------------------------------------------------------------
 
+_REPLICA_KEYS_NON_NEGATIVE = ["replica.fetch.backoff.ms", "replica.log.retention.records"]
 _INT_KEYS_POSITIVE = [
     "node.id",
     "broker.heartbeat.interval.ms",
@@ -129,6 +165,8 @@ _INT_KEYS_POSITIVE = [
     "metadata.snapshot.max.records",
     "metadata.snapshot.interval.ms",
     *[key for key in RAFT_KEYS if key != "controller.quorum.append.linger.ms"],
+    *[key for key in REPLICA_KEYS if key not in _REPLICA_KEYS_NON_NEGATIVE],
+    "produce.max.bytes",
 ]
 
 BAD_VALUES = [
@@ -147,8 +185,41 @@ BAD_VALUES = [
         "must be below controller.quorum.fetch.timeout.ms=750",
         {},
     ),
+    *[(key, "-1", "must be an integer >= 0", {}) for key in _REPLICA_KEYS_NON_NEGATIVE],
+    *[(key, "x", "must be an integer >= 0", {}) for key in _REPLICA_KEYS_NON_NEGATIVE],
+    *[(key, str(MAX_INT32 + 1), f"at most {MAX_INT32}", {}) for key in REPLICA_KEYS],
+    ("replica.fetch.max.wait.ms", "1500", "must be below replica.fetch.timeout.ms=1500", {}),
+    (
+        "replica.fetch.max.wait.ms",
+        "200",
+        "must be below replica.fetch.timeout.ms=100",
+        {"replica.fetch.timeout.ms": "100"},
+    ),
+    ("replica.log.fsync", "sometimes", "must be never or always", {}),
+    ("replica.log.fsync", "", "must be never or always", {}),
     ("rpc.max.frame.bytes", "1023", "must be an integer >= 1024", {}),
-    ("rpc.max.frame.bytes", str(1024 * 1024), "must be at least 1114112", {}),
+    ("rpc.max.frame.bytes", str(1024 * 1024), "must be at least 1114112", SMALL_PARTITION_MESSAGES),
+    # Twice the default produce.max.bytes (8 MiB).
+    ("rpc.max.frame.bytes", str(8 * 1024 * 1024), "must be at least 16777216", {}),
+    (
+        "rpc.max.frame.bytes",
+        str(16 * 1024 * 1024),
+        "must be at least 20971520: 2 times the largest of replica.fetch.max.bytes and produce.max.bytes",
+        {"replica.fetch.max.bytes": str(10 * 1024 * 1024)},
+    ),
+    (
+        "rpc.max.frame.bytes",
+        str(16 * 1024 * 1024),
+        "must be at least 16777218: 2 times the largest of replica.fetch.max.bytes and produce.max.bytes "
+        "(8388609)",
+        {"produce.max.bytes": str(8 * 1024 * 1024 + 1)},
+    ),
+    (
+        "rpc.max.frame.bytes",
+        str(16 * 1024 * 1024),
+        "the largest of controller.quorum.fetch.max.bytes",
+        {"controller.quorum.fetch.max.bytes": str(16 * 1024 * 1024), **SMALL_PARTITION_MESSAGES},
+    ),
     ("broker.heartbeat.interval.ms", "2000", "must be below broker.session.timeout.ms=2000", {}),
     (
         "broker.heartbeat.interval.ms",
@@ -265,6 +336,11 @@ def test_bad_value_names_key_value_and_what_is_allowed(
             "controller.quorum.fetch.max.bytes",
             "positive integer",
         ),
+        ('"replica.fetch.max.bytes" = true', "replica.fetch.max.bytes", "must be a positive integer"),
+        ('"replica.fetch.backoff.ms" = 0.5', "replica.fetch.backoff.ms", "must be an integer >= 0"),
+        ('"min.insync.replicas" = [2]', "min.insync.replicas", "must be a positive integer (replicas)"),
+        ('"replica.log.fsync" = true', "replica.log.fsync", "must be never or always"),
+        ('"produce.max.bytes" = "8 MiB"', "produce.max.bytes", "must be a positive integer (bytes)"),
     ],
 )
 def test_wrong_toml_type_names_key_value_and_what_is_allowed(
@@ -333,6 +409,38 @@ def test_built_config_is_checked() -> None:
     assert_reports(excinfo, "rpc.max.frame.bytes", "must be at least")
 
 
+@pytest.mark.parametrize(
+    ("changes", "key", "allowed", "value"),
+    [
+        ({"replica": ReplicaConfig(fetch_max_wait_ms=0)}, "replica.fetch.max.wait.ms", "positive", 0),
+        ({"replica": ReplicaConfig(fetch_backoff_ms=-5)}, "replica.fetch.backoff.ms", ">= 0", -5),
+        ({"replica": ReplicaConfig(min_insync_replicas=0)}, "min.insync.replicas", "positive", 0),
+        (
+            {"replica": ReplicaConfig(fetch_timeout_ms=150)},
+            "replica.fetch.max.wait.ms",
+            "must be below replica.fetch.timeout.ms=150",
+            200,
+        ),
+        (
+            {"replica": ReplicaConfig(fetch_max_bytes=9 * 1024 * 1024)},
+            "rpc.max.frame.bytes",
+            "at least",
+            None,
+        ),
+        ({"produce_max_bytes": 0}, "produce.max.bytes", "positive", 0),
+        ({"produce_max_bytes": 16 * 1024 * 1024}, "rpc.max.frame.bytes", "at least 33554432", None),
+        ({"replica_log_fsync": "NEVER"}, "replica.log.fsync", "must be never or always", "NEVER"),
+        ({"replica": RaftConfig()}, "replica", "must be a ReplicaConfig", None),
+    ],
+)
+def test_built_config_checks_the_replica_settings(
+    changes: dict[str, object], key: str, allowed: str, value: object
+) -> None:
+    with pytest.raises(ConfigError) as excinfo:
+        dataclasses.replace(load(), **changes)  # type: ignore[arg-type]
+    assert_reports(excinfo, key, allowed, value)
+
+
 def test_built_config_sorts_tags_and_freezes_roles() -> None:
     config = ServerConfig(
         node_id=4,
@@ -346,3 +454,4 @@ def test_built_config_sorts_tags_and_freezes_roles() -> None:
     )
     assert config.tags == (("cluster", "b"), ("zone", "a"))
     assert config.http is None and config.raft == RaftConfig()
+    assert config.replica == ReplicaConfig() and config.replica_log_fsync == "never"

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Final, Literal, TypeVar
 
 from hotstate.raft.config import RaftConfig
+from hotstate.replica.core import ReplicaConfig
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +37,10 @@ MAX_INT32: Final = 2**31 - 1
 MIN_SECRET_CHARS: Final = 16
 # Room for message headers on top of the largest payload the quorum puts in one frame.
 FRAME_HEADROOM_BYTES: Final = 64 * 1024
+# Partition data (a Produce request's rows, a replica fetch answer's batches) may fill at most 1/N of a frame:
+# the rest is room for the framing of every row and batch, which grows with the row count, not the bytes.
+FRAME_DATA_SHARE: Final = 2
+REPLICA_LOG_FSYNC_POLICIES: Final = ("never", "always")
 MAX_LABEL_CHARS: Final = 255
 
 REQUIRED_KEYS: Final = (
@@ -65,11 +70,32 @@ INT_KEYS: Final[Mapping[str, str]] = {
     "metadata.snapshot.max.records": "snapshot_max_records",
     "metadata.snapshot.interval.ms": "snapshot_interval_ms",
     "rpc.max.frame.bytes": "max_frame_bytes",
+    "produce.max.bytes": "produce_max_bytes",
 }
-OPTIONAL_KEYS: Final = ("rack", "tags", *RAFT_KEYS, *INT_KEYS, "log.level")
+# Kafka name -> ReplicaConfig field.
+REPLICA_KEYS: Final[Mapping[str, str]] = {
+    "replica.fetch.max.wait.ms": "fetch_max_wait_ms",
+    "replica.fetch.max.bytes": "fetch_max_bytes",
+    "replica.fetch.timeout.ms": "fetch_timeout_ms",
+    "replica.fetch.backoff.ms": "fetch_backoff_ms",
+    "replica.lag.time.max.ms": "replica_lag_time_max_ms",
+    "replica.isr.change.retry.ms": "isr_change_retry_ms",
+    "min.insync.replicas": "min_insync_replicas",
+    "replica.log.retention.records": "log_retention_records",
+}
+OPTIONAL_KEYS: Final = (
+    "rack",
+    "tags",
+    *RAFT_KEYS,
+    *INT_KEYS,
+    *REPLICA_KEYS,
+    "replica.log.fsync",
+    "log.level",
+)
 KNOWN_KEYS: Final = (*REQUIRED_KEYS, *OPTIONAL_KEYS)
 
 _RAFT_DEFAULTS: Final = RaftConfig()
+_REPLICA_DEFAULTS: Final = ReplicaConfig()
 DEFAULTS: Final[Mapping[str, object]] = {
     "rack": None,
     "tags": "",
@@ -79,6 +105,9 @@ DEFAULTS: Final[Mapping[str, object]] = {
     "metadata.snapshot.max.records": 10_000,
     "metadata.snapshot.interval.ms": 60_000,
     "rpc.max.frame.bytes": 16 * 1024 * 1024,
+    "produce.max.bytes": 8 * 1024 * 1024,
+    **{key: getattr(_REPLICA_DEFAULTS, name) for key, name in REPLICA_KEYS.items()},
+    "replica.log.fsync": "never",
     "log.level": "INFO",
 }
 
@@ -94,6 +123,15 @@ _INT_RULES: Final[Mapping[str, tuple[int, str]]] = {
     "metadata.snapshot.max.records": (1, "records"),
     "metadata.snapshot.interval.ms": (1, "ms"),
     "rpc.max.frame.bytes": (1024, "bytes"),
+    "produce.max.bytes": (1, "bytes"),
+    "replica.fetch.max.wait.ms": (1, "ms"),
+    "replica.fetch.max.bytes": (1, "bytes"),
+    "replica.fetch.timeout.ms": (1, "ms"),
+    "replica.fetch.backoff.ms": (0, "ms"),
+    "replica.lag.time.max.ms": (1, "ms"),
+    "replica.isr.change.retry.ms": (1, "ms"),
+    "min.insync.replicas": (1, "replicas"),
+    "replica.log.retention.records": (0, "records"),
 }
 
 
@@ -227,6 +265,9 @@ class ServerConfig:
     snapshot_max_records: int = 10_000
     snapshot_interval_ms: int = 60_000
     max_frame_bytes: int = 16 * 1024 * 1024
+    replica: ReplicaConfig = field(default_factory=ReplicaConfig)
+    replica_log_fsync: str = "never"
+    produce_max_bytes: int = 8 * 1024 * 1024
     log_level: str = "INFO"
 
     def __post_init__(self) -> None:
@@ -411,22 +452,73 @@ def _problems(c: ServerConfig) -> list[ConfigError]:
         )
     _check_int("metadata.snapshot.max.records", c.snapshot_max_records, errors)
     _check_int("metadata.snapshot.interval.ms", c.snapshot_interval_ms, errors)
-    if _check_int("rpc.max.frame.bytes", c.max_frame_bytes, errors) and isinstance(raft, RaftConfig):
-        largest = max(c.raft.fetch_max_bytes, c.raft.snapshot_chunk_bytes)
-        if c.max_frame_bytes < largest + FRAME_HEADROOM_BYTES:
-            errors.append(
-                ConfigError(
-                    "rpc.max.frame.bytes",
-                    c.max_frame_bytes,
-                    f"must be at least {largest + FRAME_HEADROOM_BYTES}: the largest of "
-                    "controller.quorum.fetch.max.bytes and controller.quorum.snapshot.chunk.bytes "
-                    f"({largest}) plus {FRAME_HEADROOM_BYTES} bytes for headers, "
-                    "or quorum messages do not fit",
-                )
-            )
+    data_sizes_ok = _check_replica(c, errors)
+    data_sizes_ok = _check_int("produce.max.bytes", c.produce_max_bytes, errors) and data_sizes_ok
+    if _check_int("rpc.max.frame.bytes", c.max_frame_bytes, errors):
+        _check_frame(c, quorum_ok=isinstance(raft, RaftConfig), data_ok=data_sizes_ok, errors=errors)
+    if c.replica_log_fsync not in REPLICA_LOG_FSYNC_POLICIES:
+        errors.append(ConfigError("replica.log.fsync", c.replica_log_fsync, _FSYNC_ALLOWED))
     if c.log_level not in LOG_LEVELS:
         errors.append(ConfigError("log.level", c.log_level, f"must be one of {', '.join(LOG_LEVELS)}"))
     return errors
+
+
+_FSYNC_ALLOWED: Final = f"must be {' or '.join(REPLICA_LOG_FSYNC_POLICIES)}"
+
+
+def _check_replica(c: ServerConfig, errors: list[ConfigError]) -> bool:
+    """The ReplicaConfig keys (REPLICA_KEYS); True if replica.fetch.max.bytes is valid."""
+    replica: object = c.replica
+    if not isinstance(replica, ReplicaConfig):
+        errors.append(ConfigError("replica", replica, "must be a ReplicaConfig"))
+        return False
+    ok = {key: _check_int(key, getattr(replica, name), errors) for key, name in REPLICA_KEYS.items()}
+    wait, timeout = replica.fetch_max_wait_ms, replica.fetch_timeout_ms
+    if ok["replica.fetch.max.wait.ms"] and ok["replica.fetch.timeout.ms"] and wait >= timeout:
+        errors.append(
+            ConfigError(
+                "replica.fetch.max.wait.ms",
+                wait,
+                f"must be below replica.fetch.timeout.ms={timeout}, or an idle follower's fetch times out "
+                "before the active answers it",
+            )
+        )
+    return ok["replica.fetch.max.bytes"]
+
+
+def _check_frame(c: ServerConfig, *, quorum_ok: bool, data_ok: bool, errors: list[ConfigError]) -> None:
+    """rpc.max.frame.bytes must hold the largest quorum message and the largest partition message."""
+    needs: list[tuple[int, str]] = []
+    if quorum_ok:
+        largest = max(c.raft.fetch_max_bytes, c.raft.snapshot_chunk_bytes)
+        needs.append(
+            (
+                largest + FRAME_HEADROOM_BYTES,
+                "the largest of controller.quorum.fetch.max.bytes and controller.quorum.snapshot.chunk.bytes "
+                f"({largest}) plus {FRAME_HEADROOM_BYTES} bytes for headers, or quorum messages do not fit",
+            )
+        )
+    if data_ok:
+        # A fetch answer carries at least one whole batch, and a batch can be as large as a Produce.
+        largest = max(c.replica.fetch_max_bytes, c.produce_max_bytes)
+        needs.append(
+            (
+                largest * FRAME_DATA_SHARE,
+                f"{FRAME_DATA_SHARE} times the largest of replica.fetch.max.bytes and produce.max.bytes "
+                f"({largest}), to leave room for the framing of every row and batch, or Produce requests "
+                "and replica fetch answers do not fit",
+            )
+        )
+    unmet = [(need, why) for need, why in needs if c.max_frame_bytes < need]
+    if unmet:
+        errors.append(
+            ConfigError(
+                "rpc.max.frame.bytes",
+                c.max_frame_bytes,
+                f"must be at least {max(need for need, _ in unmet)}: "
+                + "; and ".join(why for _, why in unmet),
+            )
+        )
 
 
 def _check_listeners(c: ServerConfig, errors: list[ConfigError]) -> bool:
@@ -718,6 +810,13 @@ def _parse_log_level(raw: object) -> str:
     return level
 
 
+def _parse_fsync(raw: object) -> str:
+    policy = _to_str("replica.log.fsync", raw, _FSYNC_ALLOWED).strip().lower()
+    if policy not in REPLICA_LOG_FSYNC_POLICIES:
+        raise ConfigError("replica.log.fsync", raw, _FSYNC_ALLOWED)
+    return policy
+
+
 def _parse_raft(raw: Mapping[str, object], errors: list[ConfigError]) -> RaftConfig:
     values: dict[str, int] = {}
     for key, name in RAFT_KEYS.items():
@@ -957,6 +1056,9 @@ def _build(raw: Mapping[str, object]) -> ServerConfig:
     ints = {name: to_int(key) for key, name in INT_KEYS.items()}
     log_level = get("log.level", _parse_log_level, "INFO")
     raft = _parse_raft(raw, errors)
+    # ReplicaConfig checks nothing itself: its rules are ServerConfig's, so a bad value stays as given.
+    replica = ReplicaConfig(**{name: to_int(key) for key, name in REPLICA_KEYS.items()})
+    fsync = get("replica.log.fsync", _parse_fsync, "never")
     # Check the values that did parse too, so one run reports every bad key. A placeholder stands in for
     # each value that did not parse; errors about placeholders are dropped below.
     failed = {error.key for error in errors}
@@ -978,6 +1080,9 @@ def _build(raw: Mapping[str, object]) -> ServerConfig:
             snapshot_max_records=ints["snapshot_max_records"],
             snapshot_interval_ms=ints["snapshot_interval_ms"],
             max_frame_bytes=ints["max_frame_bytes"],
+            replica=replica,
+            replica_log_fsync=fsync,
+            produce_max_bytes=ints["produce_max_bytes"],
             log_level=log_level,
         )
     except ConfigError as error:
@@ -1038,6 +1143,8 @@ def render_toml(config: ServerConfig, *, include_defaults: bool = False) -> str:
         "cluster.secret": config.cluster_secret,
         **{key: getattr(config.raft, name) for key, name in RAFT_KEYS.items()},
         **{key: getattr(config, name) for key, name in INT_KEYS.items()},
+        **{key: getattr(config.replica, name) for key, name in REPLICA_KEYS.items()},
+        "replica.log.fsync": config.replica_log_fsync,
         "log.level": config.log_level,
     }
     lines = ["# hotstate server configuration; docs/configuration.md describes every key."]
@@ -1054,6 +1161,8 @@ __all__ = [
     "KNOWN_KEYS",
     "LOG_LEVELS",
     "OPTIONAL_KEYS",
+    "REPLICA_KEYS",
+    "REPLICA_LOG_FSYNC_POLICIES",
     "REQUIRED_KEYS",
     "ROLES",
     "ConfigError",
