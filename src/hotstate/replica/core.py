@@ -629,6 +629,8 @@ class ReplicaCore:
         if self._isr_request == change:
             self._isr_request = None
             self._isr_retry_after = now + self.config.isr_change_retry_ms
+            # Its additions no longer hold the HW back: it may pass now, not only at the next fetch.
+            self._maybe_advance_hw()
 
     def _maybe_change_isr(self) -> None:
         view = self._view
@@ -656,8 +658,9 @@ class ReplicaCore:
         target = self._applied - self.config.log_retention_records
         if target <= self._log.start_offset:
             return
+        old_start = self._log.start_offset
         new_start = self._log.advance_start(target)
-        if new_start > 0:
+        if new_start > old_start:  # the target can fall inside the first batch: then nothing moved
             self._out.log_ops.append(AdvanceStart(new_start))
 
     # ------------------------------------------------------------------ follower
