@@ -182,6 +182,11 @@ class Harness:
             self.step(m.dst, m)
         return chosen
 
+    def drop(self, *, src: int | None = None, dst: int | None = None) -> None:
+        self.network = [
+            m for m in self.network if not ((src is None or m.src == src) and (dst is None or m.dst == dst))
+        ]
+
     def step(self, node: int, message: ReplicaMessage) -> None:
         self.cores[node].step(message, self.now)
         self.pump(node)
@@ -427,9 +432,19 @@ def test_a_fetch_with_an_older_epoch_is_fenced() -> None:
     h = started()
     h.publish(1, 2, (1, 2, 3), to=[1])
     h.step(1, fetch(2, 1))
-    (answer,) = h.in_flight(FetchResponse, dst=2)
+    answers = [a for a in h.in_flight(FetchResponse, dst=2) if a.fetch_id == 99]
+    assert len(answers) == 1
+    (answer,) = answers
     assert isinstance(answer, FetchResponse)
     assert (answer.error, answer.leader_epoch, answer.fetch_id) == (ReplicaError.FENCED_EPOCH, 2, 99)
+
+
+def test_a_re_elected_leader_answers_the_fetches_parked_in_its_previous_epoch() -> None:
+    h = started()
+    parked = h.in_flight(FetchResponse, dst=2)
+    h.publish(1, 2, (1, 2, 3), to=[1])
+    answers = [a for a in h.in_flight(FetchResponse, dst=2) if a not in parked]
+    assert answers and all(a.error is ReplicaError.FENCED_EPOCH and a.leader_epoch == 2 for a in answers)
 
 
 def test_a_fetch_with_a_newer_epoch_is_unknown_epoch() -> None:
@@ -448,7 +463,8 @@ def test_a_fetch_from_a_replica_not_in_the_partition_is_refused() -> None:
 
 def test_a_fenced_follower_backs_off_and_refetches() -> None:
     h = started()
-    h.publish(1, 2, (1, 2, 3), to=[1])  # 2 has not heard of epoch 2; its parked fetch was dropped
+    h.publish(1, 2, (1, 2, 3), to=[1])  # 2 has not heard of epoch 2; its parked fetch gets FENCED_EPOCH
+    h.drop(dst=2)  # lost: 2 must find out by timing out
     h.tick(CONFIG.fetch_timeout_ms, hold=[1, 3])  # 2 times out and asks again, in epoch 1
     (request,) = h.in_flight(FetchRequest, src=2)
     assert isinstance(request, FetchRequest) and request.leader_epoch == 1

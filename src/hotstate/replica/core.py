@@ -384,7 +384,8 @@ class ReplicaCore:
             self._applied = max(self._applied, ready.committed[-1].next_offset)
             self._trim_log()
         if ready.log_ops:
-            self._durable_end = ready.log_end_offset
+            # A reset or truncation after ready() (a snapshot installed) may have cut the log below it.
+            self._durable_end = min(ready.log_end_offset, self._log.end_offset)
             if self._role is Role.LEADER:
                 self._maybe_advance_hw()
 
@@ -403,6 +404,10 @@ class ReplicaCore:
             for r in view.replicas
             if r != self.id
         }
+        # Fetches parked in the previous epoch: answer them, so their followers refetch in the new epoch
+        # at once instead of after their fetch timeout.
+        for request, _ in self._parked.values():
+            self._send(self._error_answer(request, ReplicaError.FENCED_EPOCH))
         self._parked.clear()
         self._isr_request = None
 
