@@ -1,0 +1,115 @@
+"""The global lag table (KIP-535 lag reporting, KLIP-12): every server's reported replica positions.
+
+Each server periodically sends the LagInfo of all its local replicas; every server keeps the newest
+report of each. A replica's lag is measured against the highest end offset that ANY replica reported
+for its partition, not against the end its own server knows: a standby cut off from the active still
+reports its old end and would otherwise look caught up (KIP-535, KLIP-12's maxEndOffsetPerPartition).
+The lag each server computed itself (LagInfo.offset_lag) is therefore ignored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from hotstate.replica.messages import LagInfo
+
+_Key = tuple[int, int]  # (table_id, partition)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaLag:
+    position: int  # the replica store's position (LagInfo.current_offset_position)
+    end: int  # the highest end offset any replica reported for the partition
+    offset_lag: int  # max(0, end - position)
+    state: str  # active, restoring, standby, warmup: as the replica's server reported it
+    reported_at_ms: int  # arrival of the report, on this server's clock
+
+
+@dataclass(frozen=True, slots=True)
+class _NodeReport:
+    reported_at_ms: int
+    replicas: dict[_Key, LagInfo]
+
+
+class LagTable:
+    def __init__(self) -> None:
+        self._nodes: dict[int, _NodeReport] = {}
+        # (table_id, partition) -> node -> reported end: the partition's end is the max of a few values
+        # (one per replica), kept up to date per report so no lookup scans the whole table.
+        self._ends: dict[_Key, dict[int, int]] = {}
+
+    def update(self, node_id: int, reports: Sequence[LagInfo], now_ms: int) -> bool:
+        """Replace everything `node_id` reported before; False (ignored) if older than what we hold.
+
+        A replica the node no longer reports (moved away, deleted) is gone from the table. Within one
+        report a later entry for the same partition wins."""
+        old = self._nodes.get(node_id)
+        if old is not None and now_ms < old.reported_at_ms:
+            return False
+        replicas = {(info.table_id, info.partition): info for info in reports}
+        self._drop_ends(node_id)
+        for key, info in replicas.items():
+            self._ends.setdefault(key, {})[node_id] = info.end_offset_position
+        self._nodes[node_id] = _NodeReport(now_ms, replicas)
+        return True
+
+    def forget(self, node_id: int) -> None:
+        """Drop a node's report (the node was unregistered)."""
+        self._drop_ends(node_id)
+        self._nodes.pop(node_id, None)
+
+    def _drop_ends(self, node_id: int) -> None:
+        old = self._nodes.get(node_id)
+        if old is None:
+            return
+        for key in old.replicas:
+            ends = self._ends.get(key)
+            if ends is not None:
+                ends.pop(node_id, None)
+                if not ends:
+                    del self._ends[key]
+
+    def partition_end(self, table_id: int, partition: int) -> int:
+        """The highest end offset reported for the partition by any replica; 0 if none reported it."""
+        ends = self._ends.get((table_id, partition))
+        return max(ends.values()) if ends else 0
+
+    def lag(self, node_id: int, table_id: int, partition: int) -> ReplicaLag | None:
+        """The node's replica of the partition as last reported, or None without a report of it."""
+        report = self._nodes.get(node_id)
+        if report is None:
+            return None
+        info = report.replicas.get((table_id, partition))
+        if info is None:
+            return None
+        return self._replica_lag(info, report.reported_at_ms)
+
+    def _replica_lag(self, info: LagInfo, reported_at_ms: int) -> ReplicaLag:
+        end = self.partition_end(info.table_id, info.partition)
+        position = info.current_offset_position
+        return ReplicaLag(position, end, max(0, end - position), info.state, reported_at_ms)
+
+    def snapshot(self) -> dict[int, dict[str, dict[int, ReplicaLag]]]:
+        """node -> table name -> partition -> lag, sorted: /clusterStatus's hostStoreLags."""
+        view: dict[int, dict[str, dict[int, ReplicaLag]]] = {}
+        for node_id in sorted(self._nodes):
+            report = self._nodes[node_id]
+            tables: dict[str, dict[int, ReplicaLag]] = {}
+            for key in sorted(report.replicas):
+                info = report.replicas[key]
+                tables.setdefault(info.table, {})[info.partition] = self._replica_lag(
+                    info, report.reported_at_ms
+                )
+            view[node_id] = tables
+        return view
+
+    def snapshot_json(self) -> dict[str, dict[str, dict[str, dict[str, int | str]]]]:
+        """`snapshot` with string keys and plain values, ready for a JSON answer."""
+        return {
+            str(node_id): {
+                table: {str(partition): asdict(lag) for partition, lag in partitions.items()}
+                for table, partitions in tables.items()
+            }
+            for node_id, tables in self.snapshot().items()
+        }

@@ -1,0 +1,136 @@
+"""Where a pull query on one partition goes: a pure function of image, liveness, lags and the bound.
+
+Rules (KLIP-12, KIP-535, DESIGN §5):
+- the active first when alive: it holds the freshest data. A restoring active (KIP-535) is held to the
+  bound like any other replica, so an active rebuilding from scratch does not serve very stale rows;
+- then the live standbys and warmups, freshest (lowest lag) first;
+- a replica whose lag is over the query's bound is skipped, and so is a replica that is down;
+- a replica that has not reported its lag yet is kept, after those with a known lag: its own server
+  checks its lag when the query arrives and refuses it if too stale, while dropping it could leave a
+  partition unservable just after a restart;
+- equal lags prefer the local replica (no network hop), then the lower node id, so that every server
+  routes the same way for the same inputs.
+
+Routing is local: no remote calls. The executor tries the candidates in order and, when all fail,
+raises `NoReplicaError` naming the partition and why each replica was skipped or failed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from hotstate.controller.image import PartitionInfo
+from hotstate.routing.lags import LagTable
+
+Role = Literal["active", "standby", "warmup"]
+
+
+@dataclass(frozen=True, slots=True)
+class Skip:
+    node_id: int
+    reason: str  # "down", "lag 1500 > bound 100", or what the executor met: "timed out", "refused", ...
+    role: Role | None = None
+
+    def __str__(self) -> str:
+        who = str(self.node_id) if self.role is None else f"{self.node_id} ({self.role})"
+        return f"{who}: {self.reason}"
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    node_id: int
+    role: Role
+    offset_lag: int | None  # None: the replica has not reported its lag yet
+
+    def skip(self, reason: str) -> Skip:
+        """The skip an executor records when trying this candidate failed."""
+        return Skip(self.node_id, reason, self.role)
+
+
+class NoReplicaError(Exception):
+    """No replica of the partition could serve the query; says why for each one."""
+
+    def __init__(self, table: str, partition: int, skipped: Sequence[Skip]) -> None:
+        self.table = table
+        self.partition = partition
+        self.skipped = tuple(skipped)
+        reasons = "; ".join(str(s) for s in self.skipped) or "no replica is assigned"
+        super().__init__(f"no replica of {table}/{partition} can serve: {reasons}")
+
+    def with_more(self, skips: Iterable[Skip]) -> NoReplicaError:
+        """The same error with the failures met while trying the candidates appended."""
+        return NoReplicaError(self.table, self.partition, (*self.skipped, *skips))
+
+    def __reduce__(self) -> tuple[type[NoReplicaError], tuple[str, int, tuple[Skip, ...]]]:
+        # Exception pickles its message as the only argument, which this __init__ does not take.
+        return (NoReplicaError, (self.table, self.partition, self.skipped))
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    table: str
+    partition: int
+    candidates: tuple[Candidate, ...]  # in the order to try
+    skipped: tuple[Skip, ...]  # active, then standbys and warmups in the image's order
+
+    def error(self, failed: Iterable[Skip] = ()) -> NoReplicaError:
+        """The error to raise once every candidate failed (`failed` says how) or there was none."""
+        return NoReplicaError(self.table, self.partition, (*self.skipped, *failed))
+
+
+def route(
+    part: PartitionInfo,
+    *,
+    table: str,
+    alive: Callable[[int], bool],
+    lags: LagTable,
+    local_node: int,
+    max_lag: int | None,
+) -> Route:
+    """Order the replicas of `part` (of table `table`, named in errors) for a pull query allowing
+    `max_lag` records of staleness.
+
+    `alive` is the liveness view: pass `HeartbeatStatus.alive`, or `frozenset.__contains__` of the live
+    node ids. The local node counts as alive whatever `alive` says: it is the one running this.
+    `max_lag` None means unbounded; a replica with lag == max_lag is within the bound."""
+    if max_lag is not None and max_lag < 0:
+        raise ValueError(f"max_lag must be >= 0 or None, not {max_lag}")
+    candidates: list[Candidate] = []
+    others: list[Candidate] = []
+    skipped: list[Skip] = []
+    for node_id, role in _replicas(part):
+        if node_id != local_node and not alive(node_id):
+            skipped.append(Skip(node_id, "down", role))
+            continue
+        known = lags.lag(node_id, part.table_id, part.partition)
+        offset_lag = None if known is None else known.offset_lag
+        if offset_lag is not None and max_lag is not None and offset_lag > max_lag:
+            skipped.append(Skip(node_id, f"lag {offset_lag} > bound {max_lag}", role))
+            continue
+        (candidates if role == "active" else others).append(Candidate(node_id, role, offset_lag))
+    others.sort(
+        key=lambda c: (
+            c.offset_lag is None,
+            c.offset_lag or 0,
+            c.node_id != local_node,
+            c.node_id,
+        )
+    )
+    return Route(table, part.partition, (*candidates, *others), tuple(skipped))
+
+
+def _replicas(part: PartitionInfo) -> list[tuple[int, Role]]:
+    """Each replica once with its role: the active, then standbys and warmups in the image's order."""
+    seen: set[int] = set()
+    out: list[tuple[int, Role]] = []
+    if part.active is not None:
+        seen.add(part.active)
+        out.append((part.active, "active"))
+    warmups = set(part.warmups)
+    for node_id in (*part.replicas, *part.warmups):
+        if node_id not in seen:
+            seen.add(node_id)
+            out.append((node_id, "warmup" if node_id in warmups else "standby"))
+    return out
