@@ -1,0 +1,555 @@
+"""Pull-query SQL, parsed with sqlglot into a `PullQuery`; anything else is an error that says what.
+
+The language (ksqlDB's pull queries, minus what needs a filter over scanned rows):
+
+    SELECT * | col, ...  FROM table  [WHERE predicate AND ...]  [LIMIT n]  [;]
+
+    predicate:  col = v   col IN (v, ...)   col < v   col <= v   col > v   col >= v
+                col BETWEEN lo AND hi (both ends included)   (c1, c2) IN ((a, b), ...)   (c1, c2) = (a, b)
+                a literal may stand on the left (`3 < k` is `k > 3`); parentheses may group ANDs
+    values:     'string' ('' escapes a quote), 42, -7, 1.5, 2e-3, TRUE, FALSE, NULL,
+                TIMESTAMP '2026-01-02 03:04:05' (ISO-8601; naive means UTC), X'0aff' or 0x0aff (BYTES)
+    LIMIT:      a non-negative integer literal; LIMIT 0 is allowed
+
+Identifiers may be quoted with `backticks` (as in ksqlDB) or "double quotes"; strings take single
+quotes. ksqlDB upper-cases unquoted identifiers and matches quoted ones exactly. We keep every name as
+written and match it case-insensitively (the planner against the key columns, the reader against row
+columns), so `id`, `ID` and `Id` are one column whether quoted or not: tables are made from PySpark
+DataFrames, whose column names are case-insensitive by default.
+
+Which columns are key columns and whether values fit their types is the planner's business (plan.py).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, ClassVar, TypeAlias
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.dialects.dialect import Dialect
+from sqlglot.errors import ParseError, TokenError
+from sqlglot.tokens import Tokenizer as _BaseTokenizer
+
+from hotstate.replica.keys import KeyValue
+
+__all__ = [
+    "Condition",
+    "InvalidSqlError",
+    "Op",
+    "Predicate",
+    "PullQuery",
+    "QueryError",
+    "TupleIn",
+    "UnsupportedQueryError",
+    "parse",
+    "parse_timestamp",
+]
+
+
+class QueryError(ValueError):
+    """A query that cannot be answered; the message is written for the person who sent it."""
+
+
+class InvalidSqlError(QueryError):
+    """Text that is not SQL, or a literal that is malformed (an odd-length hex string, a bad timestamp)."""
+
+
+class UnsupportedQueryError(QueryError):
+    """Valid SQL that is not a pull query this server can answer."""
+
+
+class Op(StrEnum):
+    EQ = "="
+    IN = "IN"
+    LT = "<"
+    LE = "<="
+    GT = ">"
+    GE = ">="
+    BETWEEN = "BETWEEN"
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    """`column op values`: one value for = < <= > >=, the list for IN, (low, high) for BETWEEN."""
+
+    column: str
+    op: Op
+    values: tuple[KeyValue, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TupleIn:
+    """`(c1, c2, ...) IN ((a1, a2, ...), ...)`; `(c1, c2) = (a1, a2)` is its one-row case."""
+
+    columns: tuple[str, ...]
+    rows: tuple[tuple[KeyValue, ...], ...]
+
+
+Predicate: TypeAlias = Condition | TupleIn
+
+
+@dataclass(frozen=True, slots=True)
+class PullQuery:
+    table: str
+    columns: tuple[str, ...] | None  # None: SELECT *
+    conditions: tuple[Predicate, ...]  # all must hold; empty without WHERE
+    limit: int | None
+
+
+# sqlglot's default dialect with ksqlDB's lexical rules: backtick identifiers, single-quoted strings only,
+# and X'..' hex literals for BYTES keys.
+class _PullDialect(Dialect):
+    class Tokenizer(_BaseTokenizer):
+        QUOTES: ClassVar[list[str | tuple[str, str]]] = ["'"]  # so that "x" is an identifier, not a string
+        IDENTIFIERS: ClassVar[list[str | tuple[str, str]]] = ["`", '"']
+        HEX_STRINGS: ClassVar[list[str | tuple[str, str]]] = [("X'", "'"), ("x'", "'")]
+
+
+_MAX_SHOWN = 120
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_CLASS_REPR = re.compile(r"<class '(?:[\w.]+\.)?(\w+)'>")
+_TOKEN_REPR = re.compile(r"<Token token_type: TokenType\.(\w+), text: (.*?), line: [^>]*>")
+_DIGITS = re.compile(r"[0-9]+")
+_TIMESTAMP_TYPES = frozenset(
+    {
+        exp.DataType.Type.TIMESTAMP,
+        exp.DataType.Type.TIMESTAMPTZ,
+        exp.DataType.Type.TIMESTAMPLTZ,
+        exp.DataType.Type.TIMESTAMPNTZ,
+        exp.DataType.Type.DATETIME,
+    }
+)
+_COMPARISONS: dict[type[exp.Expression], Op] = {
+    exp.EQ: Op.EQ,
+    exp.LT: Op.LT,
+    exp.LTE: Op.LE,
+    exp.GT: Op.GT,
+    exp.GTE: Op.GE,
+}
+_FLIPPED = {Op.EQ: Op.EQ, Op.LT: Op.GT, Op.LE: Op.GE, Op.GT: Op.LT, Op.GE: Op.LE}
+_SELECT_ARGS = frozenset({"expressions", "from", "from_", "where", "limit"})
+# What each other SELECT clause is called in messages (sqlglot's argument names are not SQL).
+_CLAUSES = {
+    "with": "WITH (common table expressions) is",
+    "with_": "WITH (common table expressions) is",
+    "distinct": "DISTINCT is",
+    "joins": "joins are",
+    "laterals": "LATERAL is",
+    "pivots": "PIVOT is",
+    "group": "GROUP BY is",
+    "having": "HAVING is",
+    "qualify": "QUALIFY is",
+    "windows": "WINDOW is",
+    "order": "ORDER BY is",
+    "sort": "SORT BY is",
+    "distribute": "DISTRIBUTE BY is",
+    "cluster": "CLUSTER BY is",
+    "offset": "OFFSET is",
+    "sample": "TABLESAMPLE is",
+    "into": "SELECT INTO is",
+    "locks": "FOR UPDATE is",
+    "hint": "query hints are",
+    "connect": "CONNECT BY is",
+    "prewhere": "PREWHERE is",
+    "match": "MATCH_RECOGNIZE is",
+}
+_PUSH_QUERY = "push queries (EMIT CHANGES / EMIT FINAL) are not supported: only pull queries are"
+
+
+def parse(sql: str) -> PullQuery:
+    """The pull query in `sql`; raises InvalidSqlError or UnsupportedQueryError, never anything else."""
+    statements = [statement for statement in _sqlglot_parse(sql) if statement is not None]
+    if not statements:
+        raise InvalidSqlError("the query is empty")
+    if len(statements) > 1:
+        raise UnsupportedQueryError(f"one statement per query, got {len(statements)}")
+    return _query(statements[0])
+
+
+def parse_timestamp(text: str) -> dt.datetime:
+    """An ISO-8601 date or date-time ('2026-01-02', '2026-01-02 03:04:05.5', '...T...Z', '...+02:00');
+    naive results mean UTC, as in the key encoding. Raises ValueError."""
+    return dt.datetime.fromisoformat(text.strip())
+
+
+# --- sqlglot -------------------------------------------------------------------------------------------
+
+
+def _sqlglot_parse(sql: str) -> Sequence[object]:
+    try:
+        return sqlglot.parse(sql, read=_PullDialect)
+    except ParseError as e:
+        if _is_push_query(sql):
+            raise UnsupportedQueryError(_PUSH_QUERY) from None
+        raise InvalidSqlError(_parse_error_message(e)) from None
+    except TokenError as e:
+        raise InvalidSqlError(f"invalid SQL: {_one_line(str(e))}") from None
+    except RecursionError:
+        raise InvalidSqlError("invalid SQL: the query is nested too deeply") from None
+    except Exception as e:  # a third-party parser: whatever it raises, the user gets a message, not a trace
+        raise InvalidSqlError(f"invalid SQL: {_one_line(str(e)) or type(e).__name__}") from None
+
+
+def _is_push_query(sql: str) -> bool:
+    try:
+        words = [token.text.upper() for token in _PullDialect().tokenize(sql)]
+    except Exception:  # only refines the message of a query that already failed to parse
+        return False
+    return any(a == "EMIT" and b in ("CHANGES", "FINAL") for a, b in itertools.pairwise(words))
+
+
+def _parse_error_message(error: ParseError) -> str:
+    details: Sequence[dict[str, Any]] = error.errors
+    if not details:
+        return f"invalid SQL: {_one_line(str(error))}"
+    first = details[0]
+    message = f"invalid SQL: {_one_line(str(first.get('description') or 'syntax error'))}"
+    line, column = first.get("line"), first.get("col")
+    if line is not None and column is not None:
+        message += f" at line {line}, column {column}"
+    near = _one_line(str(first.get("highlight") or ""))
+    return f"{message} near {near!r}" if near else message
+
+
+def _one_line(text: str) -> str:
+    text = _TOKEN_REPR.sub(_token_text, _CLASS_REPR.sub(r"\1", _ANSI.sub("", text)))
+    return _short(" ".join(text.split()))
+
+
+def _token_text(match: re.Match[str]) -> str:
+    return "the end of the query" if match[1] == "SENTINEL" else repr(match[2])
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= _MAX_SHOWN else text[: _MAX_SHOWN - 3] + "..."
+
+
+def _show(node: object) -> str:
+    """SQL text for a message."""
+    if not isinstance(node, exp.Expression):
+        return _short(str(node))
+    try:
+        return _one_line(node.sql(dialect=_PullDialect))
+    except Exception:  # rendering is only for the message; never let it replace the real error
+        return node.key.upper()
+
+
+def _present(value: object) -> bool:
+    return value is not None and value is not False and not (isinstance(value, list) and not value)
+
+
+# --- statement ------------------------------------------------------------------------------------------
+
+
+def _query(statement: object) -> PullQuery:
+    if isinstance(statement, exp.SetOperation):
+        raise UnsupportedQueryError(f"{statement.key.upper()} is not supported in pull queries")
+    if not isinstance(statement, exp.Select):
+        raise UnsupportedQueryError("only SELECT statements are pull queries")
+    for name, value in statement.args.items():
+        if name not in _SELECT_ARGS and _present(value):
+            what = _CLAUSES.get(name)
+            if what is None:
+                raise UnsupportedQueryError(f"{_show(value)} is not supported in pull queries")
+            raise UnsupportedQueryError(f"{what} not supported in pull queries")
+    table = _table(statement)
+    columns = _columns(statement.expressions, table)
+    where = statement.args.get("where")
+    conditions = _conditions(where.this, table) if isinstance(where, exp.Where) else ()
+    return PullQuery(table, columns, conditions, _limit(statement.args.get("limit")))
+
+
+def _table(statement: exp.Select) -> str:
+    from_ = statement.args.get("from_") or statement.args.get("from")
+    if not isinstance(from_, exp.From):
+        raise UnsupportedQueryError("a pull query needs FROM <table>")
+    source = from_.this
+    if isinstance(source, exp.Subquery | exp.Select):
+        raise UnsupportedQueryError("subqueries are not supported in pull queries")
+    if not isinstance(source, exp.Table) or not isinstance(source.this, exp.Identifier):
+        raise UnsupportedQueryError(f"FROM must name a table, got {_show(source)}")
+    for name, value in source.args.items():
+        if name == "this" or not _present(value):
+            continue
+        if name in ("db", "catalog"):
+            raise UnsupportedQueryError(f"qualified table names are not supported: {_show(source)}")
+        if name == "alias":
+            raise UnsupportedQueryError(f"table aliases are not supported: {_show(source)}")
+        if name == "joins":
+            raise UnsupportedQueryError("joins are not supported in pull queries")
+        raise UnsupportedQueryError(f"FROM takes only a table name, got {_show(source)}")
+    return _identifier(source.this)
+
+
+def _identifier(node: exp.Identifier) -> str:
+    name = node.this
+    if not isinstance(name, str) or not name:
+        raise InvalidSqlError(f"invalid identifier {_show(node)}")
+    return name
+
+
+def _columns(expressions: list[exp.Expression], table: str) -> tuple[str, ...] | None:
+    names: list[str] = []
+    stars = 0
+    for node in expressions:
+        if isinstance(node, exp.Star) or (isinstance(node, exp.Column) and isinstance(node.this, exp.Star)):
+            if any(_present(value) for name, value in node.args.items() if name not in ("this", "table")):
+                raise UnsupportedQueryError(f"only a plain * is supported, got {_show(node)}")
+            if isinstance(node, exp.Column):
+                _check_qualifier(node, table)
+            stars += 1
+        elif isinstance(node, exp.Column):
+            names.append(_column_name(node, table))
+        elif isinstance(node, exp.Alias):
+            if isinstance(node.this, exp.Func):
+                raise UnsupportedQueryError(f"functions in SELECT are not supported: {_show(node.this)}")
+            raise UnsupportedQueryError(f"column aliases are not supported: {_show(node)}")
+        elif isinstance(node, exp.Func):
+            raise UnsupportedQueryError(f"functions in SELECT are not supported: {_show(node)}")
+        else:
+            raise UnsupportedQueryError(f"SELECT takes * or column names, not expressions: {_show(node)}")
+    if stars and (names or stars > 1):
+        raise UnsupportedQueryError("SELECT * cannot be combined with other columns")
+    return None if stars else tuple(names)
+
+
+def _column_name(node: exp.Column, table: str) -> str:
+    if not isinstance(node.this, exp.Identifier) or any(
+        _present(value) for name, value in node.args.items() if name not in ("this", "table")
+    ):
+        raise UnsupportedQueryError(f"column names may have only the table as qualifier: {_show(node)}")
+    _check_qualifier(node, table)
+    return _identifier(node.this)
+
+
+def _check_qualifier(node: exp.Column, table: str) -> None:
+    qualifier = node.args.get("table")
+    if qualifier is None:
+        return
+    if not isinstance(qualifier, exp.Identifier) or _identifier(qualifier).casefold() != table.casefold():
+        raise UnsupportedQueryError(f"{_show(node)} does not name a column of table {table!r}")
+
+
+def _limit(node: object) -> int | None:
+    if node is None:
+        return None
+    if not isinstance(node, exp.Limit):
+        raise UnsupportedQueryError(f"{_show(node)} is not supported: use LIMIT n")
+    if any(_present(value) for name, value in node.args.items() if name != "expression"):
+        raise UnsupportedQueryError(f"{_show(node)} is not supported: LIMIT takes one number")
+    count = node.args.get("expression")
+    if isinstance(count, exp.Literal) and not count.is_string and _DIGITS.fullmatch(str(count.this)):
+        try:
+            return int(count.this)
+        except ValueError:  # more digits than int() will read
+            pass
+    raise UnsupportedQueryError(f"LIMIT must be a non-negative integer, got {_show(count)}")
+
+
+# --- WHERE ----------------------------------------------------------------------------------------------
+
+
+def _conditions(where: exp.Expression, table: str) -> tuple[Predicate, ...]:
+    found: list[Predicate] = []
+    pending = [where]
+    # A loop, not recursion: a long chain of ANDs must not hit the recursion limit.
+    while pending:
+        node = pending.pop()
+        if isinstance(node, exp.Paren):
+            pending.append(node.this)
+        elif isinstance(node, exp.And):
+            pending.extend((node.expression, node.this))
+        else:
+            found.append(_predicate(node, table))
+    return tuple(found)
+
+
+def _predicate(node: exp.Expression, table: str) -> Predicate:
+    comparison = _COMPARISONS.get(type(node))
+    if comparison is not None:
+        return _comparison(node, comparison, table)
+    if isinstance(node, exp.In):
+        return _in(node, table)
+    if isinstance(node, exp.Between):
+        return _between(node, table)
+    if isinstance(node, exp.Or):
+        raise UnsupportedQueryError("OR is not supported: use IN")
+    if isinstance(node, exp.Not):
+        inner = _unparen(node.this)
+        if isinstance(inner, exp.In):
+            raise UnsupportedQueryError("NOT IN is not supported in pull queries")
+        if isinstance(inner, exp.Between):
+            raise UnsupportedQueryError("NOT BETWEEN is not supported in pull queries")
+        if isinstance(inner, exp.Is):
+            raise UnsupportedQueryError(
+                "IS NOT is not supported in pull queries (key columns are never null)"
+            )
+        raise UnsupportedQueryError("NOT is not supported in pull queries")
+    if isinstance(node, exp.NEQ):
+        raise UnsupportedQueryError("!= (<>) is not supported in pull queries")
+    if isinstance(node, exp.Is):
+        what = "IS NULL" if isinstance(node.args.get("expression"), exp.Null) else "IS"
+        raise UnsupportedQueryError(f"{what} is not supported in pull queries (key columns are never null)")
+    if isinstance(node, exp.Like | exp.ILike):
+        raise UnsupportedQueryError("LIKE is not supported in pull queries")
+    raise UnsupportedQueryError(
+        f"WHERE takes comparisons of key columns with values joined by AND, got: {_show(node)}"
+    )
+
+
+def _comparison(node: exp.Expression, op: Op, table: str) -> Predicate:
+    left, right = _unparen(node.this), _unparen(node.args.get("expression"))
+    if isinstance(left, exp.Tuple) or isinstance(right, exp.Tuple):
+        if op is Op.EQ and isinstance(left, exp.Tuple) and isinstance(right, exp.Tuple):
+            columns, values = (right, left) if _is_column(_unparen(_first(right))) else (left, right)
+            names = _tuple_columns(columns, node, table)
+            return TupleIn(names, (_row(values, len(names), node),))
+        raise UnsupportedQueryError(f"row values are supported only with = and IN: {_show(node)}")
+    if _is_column(left) and _is_column(right):
+        raise UnsupportedQueryError(
+            f"comparing two columns is not supported: {_show(node)} (strings take single quotes)"
+        )
+    if _is_column(right):
+        left, right, op = right, left, _FLIPPED[op]
+    if not _is_column(left):
+        if isinstance(left, exp.Func):
+            raise UnsupportedQueryError(f"functions in WHERE are not supported: {_show(left)}")
+        raise UnsupportedQueryError(f"a comparison needs a column on one side: {_show(node)}")
+    return Condition(_column_name(left, table), op, (_value(right),))
+
+
+def _in(node: exp.In, table: str) -> Predicate:
+    if _present(node.args.get("query")):
+        raise UnsupportedQueryError("subqueries are not supported in pull queries")
+    if any(_present(value) for name, value in node.args.items() if name not in ("this", "expressions")):
+        raise UnsupportedQueryError(f"IN takes a list of values: {_show(node)}")
+    subject = _unparen(node.this)
+    items = node.expressions
+    if not items:
+        raise UnsupportedQueryError(f"IN needs at least one value: {_show(node)}")
+    if isinstance(subject, exp.Tuple):
+        names = _tuple_columns(subject, node, table)
+        return TupleIn(names, tuple(_row(item, len(names), node) for item in items))
+    if not _is_column(subject):
+        if isinstance(subject, exp.Func):
+            raise UnsupportedQueryError(f"functions in WHERE are not supported: {_show(subject)}")
+        raise UnsupportedQueryError(f"IN needs a column on its left: {_show(node)}")
+    return Condition(_column_name(subject, table), Op.IN, tuple(_value(item) for item in items))
+
+
+def _between(node: exp.Between, table: str) -> Predicate:
+    if _present(node.args.get("symmetric")):
+        raise UnsupportedQueryError("BETWEEN SYMMETRIC is not supported in pull queries")
+    subject = _unparen(node.this)
+    if not _is_column(subject):
+        raise UnsupportedQueryError(f"BETWEEN needs a column on its left: {_show(node)}")
+    bounds = (_value(node.args.get("low")), _value(node.args.get("high")))
+    return Condition(_column_name(subject, table), Op.BETWEEN, bounds)
+
+
+def _tuple_columns(node: exp.Tuple, predicate: exp.Expression, table: str) -> tuple[str, ...]:
+    columns = [_unparen(item) for item in node.expressions]
+    if not columns or not all(_is_column(column) for column in columns):
+        raise UnsupportedQueryError(f"a row of columns must hold only column names: {_show(predicate)}")
+    return tuple(_column_name(column, table) for column in columns)
+
+
+def _row(node: exp.Expression, width: int, predicate: exp.Expression) -> tuple[KeyValue, ...]:
+    row = _unparen(node)
+    items = row.expressions if isinstance(row, exp.Tuple) else [row]
+    if len(items) != width:
+        raise UnsupportedQueryError(f"each row needs {width} values: {_show(predicate)}")
+    return tuple(_value(item) for item in items)
+
+
+def _unparen(node: Any) -> Any:
+    while isinstance(node, exp.Paren):
+        node = node.this
+    return node
+
+
+def _first(node: exp.Tuple) -> object:
+    return node.expressions[0] if node.expressions else None
+
+
+def _is_column(node: object) -> bool:
+    return isinstance(node, exp.Column) and not isinstance(node.this, exp.Star)
+
+
+# --- literals -------------------------------------------------------------------------------------------
+
+
+def _value(node: object) -> KeyValue:
+    negations = 0
+    while isinstance(node, exp.Paren | exp.Neg):
+        negations += isinstance(node, exp.Neg)
+        node = node.this
+    value = _literal(node)
+    if not negations:
+        return value
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise UnsupportedQueryError(f"only numbers can be negated: -{_show(node)}")
+    return -value if negations % 2 else value
+
+
+def _literal(node: object) -> KeyValue:
+    if isinstance(node, exp.Literal):
+        text = str(node.this)
+        return text if node.is_string else _number(text)
+    if isinstance(node, exp.National):
+        return str(node.this)
+    if isinstance(node, exp.Boolean):
+        return bool(node.this)
+    if isinstance(node, exp.Null):
+        return None
+    if isinstance(node, exp.HexString):
+        return _hex(str(node.this))
+    if isinstance(node, exp.Cast):  # before Func: sqlglot makes a cast a function
+        return _typed_literal(node)
+    if isinstance(node, exp.Placeholder | exp.Parameter):
+        raise UnsupportedQueryError(f"query parameters are not supported: {_show(node)}")
+    if isinstance(node, exp.Func):
+        raise UnsupportedQueryError(f"functions in WHERE are not supported: {_show(node)}")
+    if _is_column(node):
+        raise UnsupportedQueryError(
+            f"expected a value, got column {_show(node)} (strings take single quotes)"
+        )
+    raise UnsupportedQueryError(f"values must be literals, got: {_show(node)}")
+
+
+def _number(text: str) -> int | float:
+    try:
+        return int(text) if _DIGITS.fullmatch(text) else float(text)
+    except ValueError:  # float() of a malformed token, or an int of more digits than int() will read
+        raise InvalidSqlError(f"invalid number {_short(text)}") from None
+
+
+def _hex(digits: str) -> bytes:
+    try:
+        return bytes.fromhex(digits)
+    except ValueError:
+        raise InvalidSqlError(
+            f"invalid hex literal X'{_short(digits)}': it needs pairs of hex digits"
+        ) from None
+
+
+def _typed_literal(node: exp.Cast) -> KeyValue:
+    target = node.args.get("to")
+    text = _unparen(node.this)
+    if not (isinstance(target, exp.DataType) and target.this in _TIMESTAMP_TYPES):
+        raise UnsupportedQueryError(f"only TIMESTAMP '...' typed literals are supported, got: {_show(node)}")
+    if not (isinstance(text, exp.Literal) and text.is_string):
+        raise UnsupportedQueryError(f"TIMESTAMP takes a string such as '2026-01-02 03:04:05': {_show(node)}")
+    try:
+        return parse_timestamp(str(text.this))
+    except ValueError:
+        raise InvalidSqlError(
+            f"invalid TIMESTAMP literal {_short(str(text.this))!r}: expected ISO-8601 such as "
+            "'2026-01-02 03:04:05'"
+        ) from None
