@@ -26,6 +26,7 @@ class ReplicaError(IntEnum):
     SNAPSHOT_NEEDED = 11  # the fetch offset is below the log start: rebuild from a store snapshot
     UNKNOWN_PARTITION = 12  # this server hosts no replica of that partition (yet)
     INVALID_REQUEST = 13
+    LAG_OVER_BOUND = 14  # this replica is further behind than the query allows
 
 
 RETRIABLE = frozenset(
@@ -223,3 +224,41 @@ class ReadPartitionResponse:
     message: str
     position: int = 0
     items: tuple[tuple[bytes, bytes], ...] = ()  # (encoded key, row)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionQueryRequest:
+    """One partition's part of a pull query, forwarded to the server chosen to serve it. Never forwarded
+    again: the receiver answers from its local replica or refuses (KLIP-12)."""
+
+    table: str
+    partition: int
+    keys: tuple[bytes, ...]  # point lookups; empty with `scan`
+    scan: bool
+    start: bytes | None
+    end: bytes | None
+    limit: int | None
+    max_lag: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionQueryResponse:
+    error: ReplicaError  # NONE, or why this server refused (LAG_OVER_BOUND, UNKNOWN_PARTITION, ...)
+    message: str
+    state: str = ""
+    position: int = 0
+    offset_lag: int = 0
+    items: tuple[tuple[bytes, bytes], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """KLIP-12's heartbeat: its arrival time on the receiver's clock is all that counts."""
+
+    src: int
+
+
+@dataclass(frozen=True, slots=True)
+class LagReport:
+    src: int
+    replicas: tuple[LagInfo, ...]

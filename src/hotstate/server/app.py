@@ -47,8 +47,12 @@ from hotstate.replica import messages as replica_messages
 from hotstate.rpc import NOT_SENT, Connection, PeerInfo, PeerPool, RpcError, RpcServer
 from hotstate.server.config import ServerConfig
 from hotstate.server.controller_host import ControllerHost
+from hotstate.server.http import HttpContext, build_app, http_server
 from hotstate.server.lifecycle import ServerLifecycle
+from hotstate.server.liveness import Liveness, LivenessConfig
 from hotstate.server.metadata import MetadataPublisher
+from hotstate.server.metrics import Metrics
+from hotstate.server.queries import QueryService
 from hotstate.server.raft_driver import RaftDriver, monotonic_ms
 from hotstate.server.replicas import ReplicaManager, metadata_for_key, table_metadata
 from hotstate.server.status import DescribeClusterRequest, describe
@@ -76,6 +80,7 @@ CONTROLLER_REQUESTS = (
     AlterPartitionRequest,
 )
 REPLICA_MESSAGES = (replica_messages.FetchRequest, replica_messages.FetchResponse)
+HTTP_STOP_TIMEOUT_S = 5.0
 FORWARD_TIMEOUT_S = 5.0
 PEER_BACKOFF_MAX_S = 0.25
 SHUTDOWN_TIMEOUT_S = 10.0
@@ -93,6 +98,11 @@ class Server:
         self.controller: ControllerHost | None = None
         self.lifecycle: ServerLifecycle | None = None
         self.replicas: ReplicaManager | None = None
+        self.liveness: Liveness | None = None
+        self.queries: QueryService | None = None
+        self.metrics = Metrics()
+        self._http: object | None = None
+        self._http_task: asyncio.Task[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._voter_addresses = {v.node_id: (v.host, v.port) for v in config.voters}
 
@@ -140,6 +150,25 @@ class Server:
                 request=pool.request,
                 to_controller=self._to_controller,
             )
+        if config.is_broker:
+            replicas = self.replicas
+            self.liveness = Liveness(
+                config.node_id,
+                LivenessConfig(),
+                send=self.pool.send_oneway,
+                local_lags=replicas.lag_info if replicas is not None else list,
+            )
+            liveness = self.liveness
+            metadata = self.metadata
+            self.queries = QueryService(
+                config.node_id,
+                image=lambda: metadata.image,
+                replicas=self.replicas,
+                lags=liveness.lags,
+                alive=liveness.alive,
+                request=self.pool.request,
+                on_forward=lambda outcome: self.metrics.forwards.labels(outcome).inc(),
+            )
         self.metadata.add_listener(self._on_image)
         self.controller = ControllerHost(
             self.driver,
@@ -178,6 +207,9 @@ class Server:
         self._connect_eagerly(self._voter_addresses)
         if self.replicas is not None:
             self.replicas.start()
+        if self.liveness is not None:
+            self.liveness.start()
+        await self._start_http()
         self.driver.start()
         self.controller.start()
         self._tasks.append(asyncio.create_task(self.lifecycle.run(), name="lifecycle"))
@@ -204,6 +236,12 @@ class Server:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if self._http_task is not None and self._http is not None:
+            self._http.should_exit = True  # type: ignore[attr-defined]
+            with contextlib.suppress(asyncio.CancelledError, asyncio.TimeoutError):
+                await asyncio.wait_for(self._http_task, HTTP_STOP_TIMEOUT_S)
+        if self.liveness is not None:
+            await self.liveness.stop()
         if self.replicas is not None:
             await self.replicas.stop()
         if self.controller is not None:
@@ -264,6 +302,8 @@ class Server:
         self.pool.update(peers)
         if self.replicas is not None:
             self.replicas.on_image(image)
+        if self.liveness is not None:
+            self.liveness.on_image(image)
 
     # ------------------------------------------------------------------ requests
     async def _handle_request(self, peer: PeerInfo, message: object) -> object:
@@ -285,6 +325,8 @@ class Server:
             return await replicas.produce(message)
         if isinstance(message, replica_messages.FetchStoreSnapshotRequest):
             return await replicas.serve_snapshot(message)
+        if isinstance(message, replica_messages.PartitionQueryRequest) and self.queries is not None:
+            return self.queries.serve_local(message)
         if isinstance(message, replica_messages.ReadPartitionRequest):
             return replicas.read_partition(message)
         if isinstance(message, replica_messages.LagInfoRequest):
@@ -296,6 +338,37 @@ class Server:
             self.driver.deliver(message)
         elif isinstance(message, REPLICA_MESSAGES) and self.replicas is not None:
             self.replicas.deliver(message)
+        elif isinstance(message, replica_messages.Heartbeat) and self.liveness is not None:
+            self.liveness.on_heartbeat(message)
+        elif isinstance(message, replica_messages.LagReport) and self.liveness is not None:
+            self.liveness.on_lag_report(message)
+
+    async def _start_http(self) -> None:
+        config = self.config
+        if config.http is None or self.queries is None or self.liveness is None:
+            return
+        assert self.metadata is not None and self.driver is not None
+        metadata, driver = self.metadata, self.driver
+        context = HttpContext(
+            config.node_id,
+            config.cluster_id,
+            lambda: metadata.image,
+            self.queries,
+            self.liveness,
+            self.replicas,
+            self.metrics,
+            lambda: driver.node.leader_id,
+        )
+        server = http_server(build_app(context), config.http.host, config.http.port)
+        self._http = server
+        self._http_task = asyncio.create_task(server.serve(), name="http")
+        for _ in range(200):  # bound before the server registers its endpoint
+            if server.started or self._http_task.done():
+                break
+            await asyncio.sleep(0.01)
+        if self._http_task.done():
+            self._http_task.result()  # raises: e.g. the port is taken
+        log.info("http api on %s:%d", config.http.host, config.http.port)
 
     async def _forward(self, leader_id: int, request: ControllerRequest) -> ControllerResponse:
         assert self.pool is not None

@@ -500,7 +500,7 @@ class ReplicaManager:
                     replica.table.name,
                     replica.table.table_id,
                     replica.partition,
-                    _state(replica),
+                    replica_state(replica),
                     position,
                     end,
                     max(0, end - position),
@@ -515,7 +515,7 @@ class ReplicaManager:
         return tuple((pid[0], pid[1], r.core.log_end_offset) for pid, r in sorted(self.replicas.items()))
 
 
-def _state(replica: LocalReplica) -> str:
+def replica_state(replica: LocalReplica) -> str:
     core = replica.core
     if core.role is Role.LEADER:
         return "active" if core.position >= core.high_watermark else "restoring"

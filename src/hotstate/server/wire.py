@@ -102,5 +102,9 @@ for type_id, cls in (
     (165, replica.TableMetadataResponse),
     (166, replica.ReadPartitionRequest),
     (167, replica.ReadPartitionResponse),
+    (168, replica.PartitionQueryRequest),
+    (169, replica.PartitionQueryResponse),
+    (170, replica.Heartbeat),
+    (171, replica.LagReport),
 ):
     MESSAGES.register(type_id, cls)
