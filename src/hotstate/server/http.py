@@ -99,7 +99,7 @@ def build_app(ctx: HttpContext) -> FastAPI:
                 400,
                 "generic_error",
                 BAD_REQUEST,
-                'malformed request: the body must be a JSON object, e.g. {"ksql": "SELECT * FROM t WHERE k = 1;"}',
+                'malformed request: the body must be a JSON object, e.g. {"ksql": "SELECT * FROM t;"}',
             )
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e.get('loc', ()) if p != 'body') or 'body'}: {e.get('msg')}"
