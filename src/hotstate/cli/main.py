@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hotstate import __version__
+from hotstate.cli import query as query_commands
 
 if TYPE_CHECKING:
     from hotstate.cli.local_cluster import LocalCluster
@@ -180,6 +181,9 @@ async def show_cluster_status(cluster: LocalCluster) -> None:
         f"metadata: leader {status.leader_id}, epoch {status.epoch}, offset {status.metadata_offset}, "
         f"tables {len(status.tables)}"
     )
+
+
+query_commands.register(app, default_dir=DEFAULT_DIR)
 
 
 def main() -> None:

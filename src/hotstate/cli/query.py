@@ -1,0 +1,206 @@
+"""`hotstate query` and `hotstate status`: the query-serving view of a cluster, over its HTTP API.
+
+Both talk to `--server HOST:PORT` (repeatable), or else to every server of the local cluster in `--dir`.
+Expected failures (a refused query, no replica, no server) print one red line and exit 1; a usage
+mistake exits 2; neither prints a traceback.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import shutil
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+if TYPE_CHECKING:
+    from hotstate.client.query import Client, QueryResult
+
+ServerOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--server",
+        "-s",
+        help="HOST:PORT or URL of a server's HTTP API (repeat for failover); "
+        "default: every server of the local cluster in --dir",
+    ),
+]
+
+# Module level: with postponed annotations, typer resolves these names in the module's globals.
+DirOption = Annotated[Path, typer.Option("--dir", help="the local cluster to ask when no --server")]
+
+
+def _out() -> Console:
+    # Made per command, not at import, so that output goes wherever sys.stdout is at the time.
+    return Console(width=shutil.get_terminal_size((130, 24)).columns)
+
+
+def _fail(message: str, code: int = 1) -> typer.Exit:
+    Console(stderr=True, soft_wrap=True).print(f"[red]{escape(message)}[/red]")
+    return typer.Exit(code)
+
+
+def _servers(servers: list[str] | None, directory: Path) -> list[str]:
+    if servers:
+        return servers
+    from hotstate.cli.local_cluster import LocalCluster
+
+    try:
+        cluster = LocalCluster.load(directory)
+    except FileNotFoundError as error:
+        raise _fail(f"{error}; or name a server with --server HOST:PORT", 2) from error
+    return [f"127.0.0.1:{server.http_port}" for server in cluster.servers]
+
+
+@contextmanager
+def _client(servers: list[str] | None, directory: Path, timeout_s: float) -> Iterator[Client]:
+    from hotstate.client.query import Client, ClusterUnreachable, QueryFailed
+
+    try:
+        client = Client(_servers(servers, directory), timeout_s=timeout_s)
+    except ValueError as error:
+        raise _fail(str(error), 2) from error
+    try:
+        with client:
+            yield client
+    except QueryFailed as error:
+        raise _fail(error.message) from error
+    except ClusterUnreachable as error:
+        raise _fail(str(error)) from error
+
+
+def register(app: typer.Typer, *, default_dir: Path) -> None:
+    """Add `query` and `status` to the `hotstate` command."""
+
+    @app.command("query")
+    def query(
+        sql: Annotated[str, typer.Argument(help="the pull query, e.g. \"SELECT * FROM t WHERE k = 'x'\"")],
+        max_lag: Annotated[
+            int | None,
+            typer.Option("--max-lag", min=0, help="most records a serving replica may be behind"),
+        ] = None,
+        timeout_ms: Annotated[
+            int | None, typer.Option("--timeout-ms", min=1, help="the server's time budget")
+        ] = None,
+        standby_reads: Annotated[
+            bool, typer.Option("--standby-reads/--no-standby-reads", help="let standbys serve")
+        ] = True,
+        as_json: Annotated[bool, typer.Option("--json", help="print the /v1/query JSON")] = False,
+        server: ServerOption = None,
+        directory: DirOption = default_dir,
+    ) -> None:
+        """Run a pull query: the rows, then which replica served each partition."""
+        # Long enough for the server's own timeout plus failover to each other server.
+        with _client(server, directory, timeout_s=30.0) as client:
+            result = client.query(sql, max_lag=max_lag, timeout_ms=timeout_ms, standby_reads=standby_reads)
+        if as_json:
+            typer.echo(json.dumps(result.raw, indent=2))
+        else:
+            print_result(result, _out())
+
+    @app.command("status")
+    def status(server: ServerOption = None, directory: DirOption = default_dir) -> None:
+        """Servers and their liveness, then each partition's active, standbys and replica lags.
+
+        The query-serving view, as one server sees it; `hotstate cluster status` is the metadata quorum's.
+        """
+        with _client(server, directory, timeout_s=10.0) as client:
+            servers = client.cluster_status()
+            asked = client.last_server
+            tables = client.tables()
+        print_status(servers, tables, asked, _out())
+
+
+def print_result(result: QueryResult, console: Console) -> None:
+    table = Table(title=f"{result.table} ({len(result.rows)} rows)")
+    for column in result.columns:
+        table.add_column(column)
+    for row in result.rows:
+        table.add_row(*(_cell(value) for value in row))
+    console.print(table)
+    for p in result.partitions:
+        console.print(
+            f"partition {p.partition}: served by {p.served_by} ({p.state}, lag {p.offset_lag})",
+            highlight=False,
+        )
+    console.print(
+        f"{len(result.rows)} rows in {result.took_ms:.1f} ms, answered by {escape(result.server)}",
+        style="dim",
+        highlight=False,
+    )
+
+
+def _cell(value: Any) -> Text:
+    # Text, not str: a value such as "[b]" is data, not rich markup.
+    if value is None:
+        return Text("null", style="dim")
+    if isinstance(value, str):
+        return Text(value)
+    return Text(json.dumps(value))
+
+
+def print_status(servers: dict[str, Any], tables: list[dict[str, Any]], asked: str, console: Console) -> None:
+    by_id = {int(info["serverId"]): (address, info) for address, info in servers.items()}
+    alive = {node: bool(info.get("hostAlive")) for node, (_, info) in by_id.items()}
+    now_ms = time.time() * 1000
+    view = Table(title=f"servers, as {asked} sees them")
+    for column in ("id", "address", "rack", "alive", "last status update"):
+        view.add_column(column)
+    for node, (address, info) in sorted(by_id.items()):
+        updated = int(info.get("lastStatusUpdateMs", now_ms))
+        clock = dt.datetime.fromtimestamp(updated / 1000).strftime("%H:%M:%S.%f")[:-3]
+        view.add_row(
+            str(node),
+            address,
+            info.get("rack") or "",
+            Text("yes") if alive[node] else Text("NO", style="red"),
+            f"{clock} ({max(0.0, now_ms - updated) / 1000:.1f} s ago)",
+        )
+    console.print(view)
+    if not tables:
+        console.print("no tables")
+        return
+    placement = Table(title="partitions")
+    for column in ("table", "partition", "active", "standbys", "lag per replica (records)"):
+        placement.add_column(column)
+    for table in tables:
+        name = str(table["name"])
+        for part in table.get("placement", ()):
+            replicas = [part.get("active"), *part.get("standbys", ()), *part.get("warmups", ())]
+            lags = "  ".join(
+                f"{node}: {_lag(by_id, node, name, part['partition'])}"
+                for node in replicas
+                if node is not None
+            )
+            placement.add_row(
+                name,
+                str(part["partition"]),
+                _node(part.get("active"), alive),
+                ", ".join(_node(n, alive) for n in part.get("standbys", ())) or "-",
+                lags,
+            )
+    console.print(placement)
+
+
+def _node(node: int | None, alive: dict[int, bool]) -> str:
+    if node is None:
+        return "none"
+    return str(node) if alive.get(node, False) else f"{node} (down)"
+
+
+def _lag(by_id: dict[int, tuple[str, Any]], node: int, table: str, partition: int) -> str:
+    entry = by_id.get(node)
+    if entry is None:
+        return "?"
+    lags = entry[1].get("hostStoreLags", {}).get("stateStoreLags", {}).get(table, {})
+    lag = lags.get("lagByPartition", {}).get(str(partition))
+    return "?" if lag is None else str(lag.get("offsetLag", "?"))

@@ -1,0 +1,422 @@
+"""Pull queries over the HTTP API, from Python: `Client` (blocking) and `AsyncClient` (asyncio).
+
+Any server answers any query (it routes each partition to a live replica), so a client only needs a list
+of addresses to try. Each call goes to the last server that answered and moves on, round robin, when a
+server cannot be reached or does not answer in time; every address is tried at most once per call, all
+within the call's deadline. The caller's mistakes (4xx) are raised at once: another server would refuse
+the same request. A 503 (no replica of some partition can serve) is tried on the other servers, since
+each one judges liveness for itself, and raised once every server was asked.
+
+    import hotstate
+
+    with hotstate.Client(["127.0.0.1:8088", "127.0.0.1:8089"]) as client:
+        result = client.query("SELECT * FROM clicks WHERE user = 'u1'", max_lag=100)
+        for row in result.dicts():
+            print(row["user"], row["clicks"])
+        for p in result.partitions:
+            print(p.partition, p.served_by, p.state, p.offset_lag)
+
+    async with hotstate.AsyncClient("127.0.0.1:8088") as client:
+        result = await client.query("SELECT * FROM clicks")
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, TypeAlias
+
+import httpx
+
+__all__ = [
+    "AsyncClient",
+    "Client",
+    "ClusterUnreachable",
+    "PartitionServed",
+    "QueryFailed",
+    "QueryResult",
+    "Unavailable",
+    "parse_address",
+]
+
+# The server's own default query timeout (hotstate.server.queries.DEFAULT_TIMEOUT_MS), not imported so
+# that the client does not pull in the server.
+SERVER_DEFAULT_TIMEOUT_MS = 10_000
+# A server answers a query within its timeout_ms; the slack covers the HTTP exchange around it, so a
+# slow-but-working server is not abandoned just before it answers.
+ANSWER_SLACK_S = 2.0
+# Status calls do no routing; a server that takes longer than this is treated as unreachable.
+STATUS_TIMEOUT_S = 5.0
+
+Servers: TypeAlias = str | Sequence[str]
+
+
+class QueryFailed(Exception):
+    """The server refused the request (`status` 4xx, or 5xx when every server failed it); `error_code`
+    and `message` are the server's ksqlDB-style error (`error_code` is `status * 100` when the body had
+    none, as ksqlDB does)."""
+
+    def __init__(self, status: int, error_code: int, message: str, *, server: str | None = None) -> None:
+        super().__init__(f"{message} (HTTP {status}, error {error_code})")
+        self.status = status
+        self.error_code = error_code
+        self.message = message
+        self.server = server
+
+
+class Unavailable(QueryFailed):
+    """Every server answered 503: some partition has no live replica within the staleness bound."""
+
+
+class ClusterUnreachable(Exception):
+    """No server could be reached (or none answered in time)."""
+
+    def __init__(self, servers: Sequence[str], last_error: BaseException | None) -> None:
+        reason = f"{type(last_error).__name__}: {last_error}" if last_error is not None else "no time left"
+        super().__init__(f"no hotstate server reachable at {', '.join(servers)} (last error: {reason})")
+        self.servers = list(servers)
+        self.last_error = last_error
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionServed:
+    """Which replica served one partition of a query, and how fresh it was."""
+
+    partition: int
+    served_by: int
+    state: str  # active | standby | restoring | warmup
+    offset_lag: int
+    position: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueryResult:
+    columns: list[str]
+    rows: list[list[Any]]
+    partitions: list[PartitionServed]
+    query_id: str
+    took_ms: float
+    server: str
+    """The address (as given to the client) of the server that answered."""
+    table: str = ""
+    coordinator: int | None = None
+    """The node id of the server that planned the query and gathered its partitions."""
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The /v1/query body as the server sent it."""
+
+    def dicts(self) -> list[dict[str, Any]]:
+        """The rows as {column: value} maps."""
+        return [dict(zip(self.columns, row, strict=True)) for row in self.rows]
+
+    @staticmethod
+    def from_json(body: dict[str, Any], server: str) -> QueryResult:
+        return QueryResult(
+            columns=list(body["columns"]),
+            rows=[list(row) for row in body["rows"]],
+            partitions=[
+                PartitionServed(
+                    int(p["partition"]),
+                    int(p["served_by"]),
+                    str(p["state"]),
+                    int(p["offset_lag"]),
+                    int(p["position"]),
+                )
+                for p in body.get("partitions", ())
+            ],
+            query_id=str(body["query_id"]),
+            took_ms=float(body.get("took_ms", 0.0)),
+            server=server,
+            table=str(body.get("table", "")),
+            coordinator=body.get("served_locally"),
+            raw=body,
+        )
+
+
+def parse_address(address: str) -> str:
+    """`host:port` or a full http(s) URL -> the base URL requests are made against."""
+    text = address.strip()
+    if "://" not in text:
+        host, sep, port = text.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError(f"server address {address!r}: must be HOST:PORT or http(s)://HOST[:PORT]")
+        text = f"http://{text}"
+    try:
+        url = httpx.URL(text)
+    except httpx.InvalidURL as error:
+        raise ValueError(f"server address {address!r}: {error}") from error
+    if url.scheme not in ("http", "https") or not url.host:
+        raise ValueError(f"server address {address!r}: must be HOST:PORT or http(s)://HOST[:PORT]")
+    return str(url).rstrip("/")
+
+
+def _addresses(servers: Servers) -> list[str]:
+    # A single string may hold a comma-separated list, as an environment variable would.
+    items = servers.split(",") if isinstance(servers, str) else list(servers)
+    items = [s.strip() for s in items if s.strip()]
+    if not items:
+        raise ValueError("no server addresses given")
+    return items
+
+
+class _Call:
+    """One call's walk over the servers (sans-IO, shared by both clients): which server to try next with
+    how long an attempt may take, and what each outcome means."""
+
+    def __init__(self, servers: list[str], start: int, deadline: float, attempt_s: float) -> None:
+        self.servers = servers
+        self.order = [(start + i) % len(servers) for i in range(len(servers))]
+        self.deadline = deadline
+        self.attempt_s = attempt_s
+        self.last_error: BaseException | None = None
+        self.last_failure: QueryFailed | None = None
+
+    def next(self) -> tuple[int, float] | None:
+        remaining = self.deadline - time.monotonic()
+        if not self.order or remaining <= 0:
+            return None
+        return self.order.pop(0), min(self.attempt_s, remaining)
+
+    def unreachable(self, error: BaseException) -> None:
+        self.last_error = error
+
+    def answered(self, index: int, response: httpx.Response) -> Any | None:
+        """The decoded body on success; None to move on to the next server; raises a 4xx."""
+        server = self.servers[index]
+        if response.status_code < 300:
+            try:
+                return response.json()
+            except ValueError as error:  # not a hotstate server, or a proxy's page
+                self.last_error = error
+                return None
+        failure = _failure(response, server)
+        if response.status_code < 500:
+            raise failure
+        self.last_failure = failure
+        return None
+
+    def give_up(self) -> Exception:
+        # A server that answered 5xx says more about the cluster than one that could not be reached.
+        if self.last_failure is not None:
+            return self.last_failure
+        return ClusterUnreachable(self.servers, self.last_error)
+
+
+def _failure(response: httpx.Response, server: str) -> QueryFailed:
+    status = response.status_code
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and "message" in body:
+        message = str(body["message"])
+        code = body.get("error_code")
+        error_code = code if isinstance(code, int) else status * 100
+    else:
+        message = response.text.strip()[:500] or response.reason_phrase or f"HTTP {status}"
+        error_code = status * 100
+    kind = Unavailable if status == 503 else QueryFailed
+    return kind(status, error_code, message, server=server)
+
+
+def _query_body(
+    sql: str, max_lag: int | None, timeout_ms: int | None, standby_reads: bool
+) -> dict[str, object]:
+    body: dict[str, object] = {"sql": sql, "standby_reads": standby_reads}
+    if max_lag is not None:
+        body["max_lag"] = max_lag
+    if timeout_ms is not None:
+        body["timeout_ms"] = timeout_ms
+    return body
+
+
+def _query_attempt_s(timeout_ms: int | None) -> float:
+    return (timeout_ms if timeout_ms is not None else SERVER_DEFAULT_TIMEOUT_MS) / 1000 + ANSWER_SLACK_S
+
+
+def _expect_dict(body: Any, what: str) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise QueryFailed(200, 20000, f"unexpected {what} answer: {json.dumps(body)[:200]}")
+    return body
+
+
+class _Base:
+    def __init__(self, servers: Servers, timeout_s: float, connect_timeout_s: float) -> None:
+        self.servers = _addresses(servers)
+        self._urls = [parse_address(s) for s in self.servers]
+        if timeout_s <= 0 or connect_timeout_s <= 0:
+            raise ValueError("timeouts must be positive")
+        self.timeout_s = timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self._preferred = 0  # the last server that answered
+
+    @property
+    def last_server(self) -> str:
+        """The address of the server the next call tries first (the last one that answered)."""
+        return self.servers[self._preferred]
+
+    def _call(self, attempt_s: float) -> _Call:
+        # One full attempt always fits, even when a query's own timeout is longer than timeout_s.
+        deadline = time.monotonic() + max(self.timeout_s, min(attempt_s, 3600.0))
+        return _Call(self.servers, self._preferred, deadline, attempt_s)
+
+    def _timeout(self, attempt_s: float) -> httpx.Timeout:
+        return httpx.Timeout(attempt_s, connect=min(self.connect_timeout_s, attempt_s))
+
+
+class Client(_Base):
+    """A blocking client of a hotstate cluster: pull queries and status, with failover between servers.
+
+    `servers`: one address or several (`"host:port"` or `"http://host:port"`), or one comma-separated
+    string. `timeout_s` bounds each call over all its attempts; `connect_timeout_s` bounds connecting to
+    one server. Connections are kept alive and reused; `close()` (or `with`) releases them.
+    """
+
+    def __init__(
+        self,
+        servers: Servers,
+        *,
+        timeout_s: float = 30.0,
+        connect_timeout_s: float = 2.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        super().__init__(servers, timeout_s, connect_timeout_s)
+        self._http = httpx.Client(transport=transport, headers={"user-agent": "hotstate-python"})
+
+    def query(
+        self,
+        sql: str,
+        *,
+        max_lag: int | None = None,
+        timeout_ms: int | None = None,
+        standby_reads: bool = True,
+    ) -> QueryResult:
+        """Run one pull query. `max_lag`: the most records a serving replica may be behind (default: the
+        table's acceptable lag); `timeout_ms`: the server's time budget; `standby_reads=False`: only
+        actives serve. Raises QueryFailed (4xx), Unavailable (503 from every server), ClusterUnreachable."""
+        attempt_s = _query_attempt_s(timeout_ms)
+        body, server = self._request(
+            "POST", "/v1/query", attempt_s, _query_body(sql, max_lag, timeout_ms, standby_reads)
+        )
+        return QueryResult.from_json(_expect_dict(body, "query"), server)
+
+    def tables(self) -> list[dict[str, Any]]:
+        """Every table with its key columns and placement (GET /v1/tables)."""
+        body, _ = self._request("GET", "/v1/tables", STATUS_TIMEOUT_S)
+        return list(_expect_dict(body, "tables")["tables"])
+
+    def cluster_status(self) -> dict[str, Any]:
+        """Per server address: liveness as the answering server sees it, its partitions and their lags
+        (GET /clusterStatus, ksqlDB's shape)."""
+        body, _ = self._request("GET", "/clusterStatus", STATUS_TIMEOUT_S)
+        return dict(_expect_dict(body, "clusterStatus")["clusterStatus"])
+
+    def lags(self) -> dict[str, Any]:
+        """The lags the answering server knows, per server, table and partition (GET /v1/lag):
+        {"server": node id, "lags": {node: {table: {partition: {...}}}}}."""
+        body, _ = self._request("GET", "/v1/lag", STATUS_TIMEOUT_S)
+        return _expect_dict(body, "lag")
+
+    def _request(
+        self, method: str, path: str, attempt_s: float, body: object | None = None
+    ) -> tuple[Any, str]:
+        call = self._call(attempt_s)
+        while (step := call.next()) is not None:
+            index, timeout = step
+            try:
+                response = self._http.request(
+                    method, self._urls[index] + path, json=body, timeout=self._timeout(timeout)
+                )
+            except httpx.TransportError as error:
+                call.unreachable(error)
+                continue
+            decoded = call.answered(index, response)
+            if decoded is not None:
+                self._preferred = index
+                return decoded, self.servers[index]
+        raise call.give_up()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class AsyncClient(_Base):
+    """The asyncio twin of `Client`, with the same arguments and methods (awaitable)."""
+
+    def __init__(
+        self,
+        servers: Servers,
+        *,
+        timeout_s: float = 30.0,
+        connect_timeout_s: float = 2.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        super().__init__(servers, timeout_s, connect_timeout_s)
+        self._http = httpx.AsyncClient(transport=transport, headers={"user-agent": "hotstate-python"})
+
+    async def query(
+        self,
+        sql: str,
+        *,
+        max_lag: int | None = None,
+        timeout_ms: int | None = None,
+        standby_reads: bool = True,
+    ) -> QueryResult:
+        """See `Client.query`."""
+        attempt_s = _query_attempt_s(timeout_ms)
+        body, server = await self._request(
+            "POST", "/v1/query", attempt_s, _query_body(sql, max_lag, timeout_ms, standby_reads)
+        )
+        return QueryResult.from_json(_expect_dict(body, "query"), server)
+
+    async def tables(self) -> list[dict[str, Any]]:
+        body, _ = await self._request("GET", "/v1/tables", STATUS_TIMEOUT_S)
+        return list(_expect_dict(body, "tables")["tables"])
+
+    async def cluster_status(self) -> dict[str, Any]:
+        body, _ = await self._request("GET", "/clusterStatus", STATUS_TIMEOUT_S)
+        return dict(_expect_dict(body, "clusterStatus")["clusterStatus"])
+
+    async def lags(self) -> dict[str, Any]:
+        body, _ = await self._request("GET", "/v1/lag", STATUS_TIMEOUT_S)
+        return _expect_dict(body, "lag")
+
+    async def _request(
+        self, method: str, path: str, attempt_s: float, body: object | None = None
+    ) -> tuple[Any, str]:
+        call = self._call(attempt_s)
+        while (step := call.next()) is not None:
+            index, timeout = step
+            try:
+                response = await self._http.request(
+                    method, self._urls[index] + path, json=body, timeout=self._timeout(timeout)
+                )
+            except httpx.TransportError as error:
+                call.unreachable(error)
+                continue
+            decoded = call.answered(index, response)
+            if decoded is not None:
+                self._preferred = index
+                return decoded, self.servers[index]
+        raise call.give_up()
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
