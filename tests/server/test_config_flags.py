@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from hotstate.routing.heartbeat import HeartbeatConfig
 from hotstate.server.config import ConfigError, parse_flag_overrides
 
 from .helpers import assert_reports, load
@@ -36,6 +37,20 @@ from .helpers import assert_reports, load
             ],
             {"replica.fetch.max.bytes": "65536", "replica.log.fsync": "always", "min.insync.replicas": "2"},
         ),
+        (
+            [
+                "--heartbeat.send.interval.ms",
+                "50",
+                "--set",
+                "heartbeat.missed.threshold=5",
+                "--lag.reporting.send.interval.ms=1000",
+            ],
+            {
+                "heartbeat.send.interval.ms": "50",
+                "heartbeat.missed.threshold": "5",
+                "lag.reporting.send.interval.ms": "1000",
+            },
+        ),
     ],
 )
 def test_flag_spellings(args: list[str], expected: dict[str, str]) -> None:
@@ -62,6 +77,16 @@ def test_flag_spellings(args: list[str], expected: dict[str, str]) -> None:
         (["--node_id", "1"], "node_id", "did you mean 'node.id'"),
         (["--replica.fetch.max.byte=1"], "replica.fetch.max.byte", "did you mean 'replica.fetch.max.bytes'"),
         (["--min.isr=2"], "min.isr", "is not a known key"),
+        (
+            ["--heartbeat.send.interval=100"],
+            "heartbeat.send.interval",
+            "did you mean 'heartbeat.send.interval.ms'",
+        ),
+        (
+            ["--set", "lag.reporting.interval.ms=500"],
+            "lag.reporting.interval.ms",
+            "did you mean 'lag.reporting.send.interval.ms'",
+        ),
         (["--config", "x.toml"], "config", "is not a known key"),
     ],
 )
@@ -96,3 +121,22 @@ def test_parsed_replica_flags_feed_load_config() -> None:
     config = load(flags)
     assert config.replica.fetch_timeout_ms == 900
     assert config.produce_max_bytes == 1024 * 1024 and config.replica_log_fsync == "always"
+
+
+def test_parsed_liveness_flags_feed_load_config() -> None:
+    flags = parse_flag_overrides(
+        [
+            "--heartbeat.send.interval.ms",
+            "1000",
+            "--set",
+            "heartbeat.window.ms=3_000",
+            "--heartbeat.received.threshold=3",
+            "--lag.reporting.send.interval.ms",
+            "2000",
+        ]
+    )
+    config = load(flags)
+    assert config.liveness.heartbeat == HeartbeatConfig(
+        send_interval_ms=1000, window_ms=3000, received_threshold=3
+    )
+    assert config.liveness.lag_report_interval_ms == 2000

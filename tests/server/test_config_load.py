@@ -12,9 +12,13 @@ import pytest
 
 from hotstate.raft.config import RaftConfig
 from hotstate.replica.core import ReplicaConfig
+from hotstate.routing.heartbeat import HeartbeatConfig
 from hotstate.server.config import (
     DEFAULTS,
+    HEARTBEAT_KEYS,
     KNOWN_KEYS,
+    LAG_REPORTING_KEYS,
+    LIVENESS_KEYS,
     RAFT_KEYS,
     REPLICA_KEYS,
     ConfigError,
@@ -24,6 +28,7 @@ from hotstate.server.config import (
     env_var_name,
     load_config,
 )
+from hotstate.server.liveness import LivenessConfig
 
 from .helpers import BASE, BASE_TOML, assert_reports, load, load_toml
 
@@ -54,6 +59,7 @@ def test_base_file_loads_with_defaults(tmp_path: Path) -> None:
     assert config.replica == ReplicaConfig()
     assert config.replica_log_fsync == "never"
     assert config.produce_max_bytes == 8 * 1024 * 1024
+    assert config.liveness == LivenessConfig()
     assert config.log_level == "INFO"
 
 
@@ -132,6 +138,44 @@ bytes = 1048576
     )
     assert from_nested.replica_log_fsync == "always"
     assert from_nested.produce_max_bytes == 1024 * 1024
+
+
+def test_liveness_keys_as_nested_tables_equal_flat_dotted_keys(tmp_path: Path) -> None:
+    nested = (
+        BASE_TOML
+        + """[heartbeat]
+send.interval.ms = 50
+check = { interval.ms = 100 }
+window.ms = 1000
+missed.threshold = 4
+received.threshold = 3
+
+[lag.reporting.send]
+interval.ms = 250
+"""
+    )
+    flat = BASE_TOML + (
+        '"heartbeat.send.interval.ms" = 50\n'
+        '"heartbeat.check.interval.ms" = 100\n'
+        '"heartbeat.window.ms" = 1000\n'
+        '"heartbeat.missed.threshold" = 4\n'
+        '"heartbeat.received.threshold" = 3\n'
+        '"lag.reporting.send.interval.ms" = 250\n'
+    )
+    from_nested = load_toml(tmp_path, nested)
+    assert from_nested == load_toml(tmp_path, flat)
+    assert from_nested.liveness == LivenessConfig(
+        heartbeat=HeartbeatConfig(
+            send_interval_ms=50,
+            check_interval_ms=100,
+            window_ms=1000,
+            missed_threshold=4,
+            received_threshold=3,
+        ),
+        lag_report_interval_ms=250,
+    )
+    # broker.heartbeat.* is the heartbeat to the controller, a separate setting.
+    assert from_nested.heartbeat_interval_ms == 250
 
 
 def test_toml_arrays_for_lists(tmp_path: Path) -> None:
@@ -241,6 +285,30 @@ def test_unreadable_file_is_an_error(tmp_path: Path, content: bytes | None, frag
         ),
         ("produce.max.bytes", "1000", "2000", "3000", lambda c: c.produce_max_bytes, [1000, 2000, 3000]),
         (
+            "heartbeat.send.interval.ms",
+            "50",
+            "200",
+            "400",
+            lambda c: c.liveness.heartbeat.send_interval_ms,
+            [50, 200, 400],
+        ),
+        (
+            "heartbeat.missed.threshold",
+            "5",
+            "4",
+            "6",
+            lambda c: c.liveness.heartbeat.missed_threshold,
+            [5, 4, 6],
+        ),
+        (
+            "lag.reporting.send.interval.ms",
+            "1000",
+            "2000",
+            "3000",
+            lambda c: c.liveness.lag_report_interval_ms,
+            [1000, 2000, 3000],
+        ),
+        (
             "tags",
             '"a=file"',
             "a=env",
@@ -283,6 +351,22 @@ def test_flags_beat_env_beat_file(
     assert [read(from_file), read(from_env), read(from_flag)] == expected
 
 
+def test_the_heartbeat_window_rule_is_checked_on_the_merged_values(tmp_path: Path) -> None:
+    text = BASE_TOML + '"heartbeat.window.ms" = 300\n'
+    assert load_toml(tmp_path, text).liveness.heartbeat.window_ms == 300
+    # The environment's send interval makes the file's window too short for 3 slots...
+    env = {"HOTSTATE_HEARTBEAT_SEND_INTERVAL_MS": "200"}
+    with pytest.raises(ConfigError) as excinfo:
+        load_toml(tmp_path, text, env=env)
+    single = assert_reports(excinfo, "heartbeat.window.ms", "must be at least 600", 300)
+    assert "heartbeat.send.interval.ms=200" in single.allowed and single.source == str(
+        tmp_path / "server.toml"
+    )
+    # ... and a flag widens it again.
+    config = load_toml(tmp_path, text, env=env, flags={"heartbeat.window.ms": "600"})
+    assert (config.liveness.heartbeat.send_interval_ms, config.liveness.heartbeat.window_ms) == (200, 600)
+
+
 def test_every_required_key_can_come_from_env_alone() -> None:
     env = {env_var_name(key): value for key, value in BASE.items()}
     assert load_config(env=env) == load()
@@ -315,6 +399,31 @@ def test_replica_settings_from_env() -> None:
     )
     assert config.replica_log_fsync == "always"
     assert config.produce_max_bytes == 2 * 1024 * 1024
+
+
+def test_liveness_settings_from_env() -> None:
+    env = {env_var_name(key): value for key, value in BASE.items()}
+    env |= {
+        "HOTSTATE_HEARTBEAT_SEND_INTERVAL_MS": "250",
+        "HOTSTATE_HEARTBEAT_CHECK_INTERVAL_MS": "500",
+        "HOTSTATE_HEARTBEAT_WINDOW_MS": "5_000",
+        "HOTSTATE_HEARTBEAT_MISSED_THRESHOLD": "4",
+        "HOTSTATE_HEARTBEAT_RECEIVED_THRESHOLD": "1",
+        "HOTSTATE_LAG_REPORTING_SEND_INTERVAL_MS": "1000",
+    }
+    config = load_config(env=env)
+    assert config.liveness == LivenessConfig(
+        heartbeat=HeartbeatConfig(
+            send_interval_ms=250,
+            check_interval_ms=500,
+            window_ms=5000,
+            missed_threshold=4,
+            received_threshold=1,
+        ),
+        lag_report_interval_ms=1000,
+    )
+    # The broker's heartbeat to the controller is untouched.
+    assert config.heartbeat_interval_ms == 250 and config.session_timeout_ms == 2000
 
 
 def test_env_defaults_to_the_process_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -435,6 +544,52 @@ def test_every_bad_replica_key_is_reported_at_once() -> None:
     assert "controller.quorum.fetch.max.bytes" in frame.allowed and "produce.max.bytes" not in frame.allowed
 
 
+def test_every_bad_liveness_key_is_reported_at_once() -> None:
+    # A value that does not parse is reported once, not again by the window rule that compares it with others.
+    with pytest.raises(ConfigError) as excinfo:
+        load(
+            {
+                "heartbeat.send.interval.ms": "fast",
+                "heartbeat.check.interval.ms": "0",
+                "heartbeat.window.ms": "1",
+                "heartbeat.missed.threshold": "-3",
+                "heartbeat.received.threshold": "true",
+                "lag.reporting.send.interval.ms": str(2**31),
+            }
+        )
+    keys = [single.key for single in excinfo.value.errors]
+    assert sorted(keys) == sorted(
+        {
+            "heartbeat.send.interval.ms",
+            "heartbeat.check.interval.ms",
+            "heartbeat.missed.threshold",
+            "heartbeat.received.threshold",
+            "lag.reporting.send.interval.ms",
+        }
+    )
+    assert all(isinstance(single, ConfigError) for single in excinfo.value.errors)
+
+
+def test_bad_liveness_keys_are_reported_with_the_other_bad_keys() -> None:
+    with pytest.raises(ConfigError) as excinfo:
+        load({"heartbeat.window.ms": "200", "replica.fetch.max.bytes": "lots", "node.id": "0"})
+    assert sorted(single.key for single in excinfo.value.errors) == [
+        "heartbeat.window.ms",
+        "node.id",
+        "replica.fetch.max.bytes",
+    ]
+
+
+def test_a_value_standing_in_for_a_bad_one_is_not_reported() -> None:
+    # Another bad key fails ServerConfig's rules too: the placeholder's error must not come along with it.
+    with pytest.raises(ConfigError) as excinfo:
+        load({"replica.fetch.max.bytes": "lots", "node.id": "0"})
+    assert [(single.key, single.value) for single in excinfo.value.errors] == [
+        ("replica.fetch.max.bytes", "lots"),
+        ("node.id", 0),
+    ]
+
+
 # --- mapping and defaults ---------------------------------------------------------------------------------
 
 
@@ -463,6 +618,35 @@ def test_replica_keys_cover_every_replica_config_field() -> None:
     assert set(REPLICA_KEYS.values()) == {field.name for field in dataclasses.fields(ReplicaConfig)}
 
 
+@pytest.mark.parametrize(("key", "field_name"), sorted(HEARTBEAT_KEYS.items()))
+def test_each_heartbeat_key_sets_its_heartbeat_field(key: str, field_name: str) -> None:
+    # Within the default window (2000 ms) for the send interval times the thresholds, and vice versa.
+    value = 1500 if field_name == "window_ms" else 150 if field_name.endswith("_ms") else 5
+    config = load({key: str(value)})
+    assert getattr(config.liveness.heartbeat, field_name) == value
+    others = {name for name in HEARTBEAT_KEYS.values() if name != field_name}
+    assert all(
+        getattr(config.liveness.heartbeat, name) == getattr(HeartbeatConfig(), name) for name in others
+    )
+    assert config.liveness.lag_report_interval_ms == LivenessConfig().lag_report_interval_ms
+    assert config.replica == ReplicaConfig() and config.heartbeat_interval_ms == 250
+
+
+@pytest.mark.parametrize(("key", "field_name"), sorted(LAG_REPORTING_KEYS.items()))
+def test_each_lag_reporting_key_sets_its_liveness_field(key: str, field_name: str) -> None:
+    config = load({key: "150"})
+    assert getattr(config.liveness, field_name) == 150
+    assert config.liveness.heartbeat == HeartbeatConfig()
+
+
+def test_liveness_keys_cover_every_liveness_config_field() -> None:
+    assert set(HEARTBEAT_KEYS.values()) == {field.name for field in dataclasses.fields(HeartbeatConfig)}
+    assert {"heartbeat", *LAG_REPORTING_KEYS.values()} == {
+        field.name for field in dataclasses.fields(LivenessConfig)
+    }
+    assert set(LIVENESS_KEYS) == {*HEARTBEAT_KEYS, *LAG_REPORTING_KEYS}
+
+
 def test_documented_defaults() -> None:
     assert DEFAULTS["broker.heartbeat.interval.ms"] == 250
     assert DEFAULTS["broker.session.timeout.ms"] == 2000
@@ -474,6 +658,8 @@ def test_documented_defaults() -> None:
     assert all(DEFAULTS[key] == getattr(ReplicaConfig(), name) for key, name in REPLICA_KEYS.items())
     assert DEFAULTS["replica.log.fsync"] == "never"
     assert DEFAULTS["produce.max.bytes"] == 8 * 1024 * 1024
+    assert all(DEFAULTS[key] == getattr(HeartbeatConfig(), name) for key, name in HEARTBEAT_KEYS.items())
+    assert [DEFAULTS[key] for key in LIVENESS_KEYS] == [100, 200, 2000, 3, 2, 500]
     # ServerConfig built in code falls back to the same defaults as a loaded one.
     loaded = load()
     built = ServerConfig(
@@ -501,6 +687,9 @@ def test_env_var_names() -> None:
     assert env_var_name("min.insync.replicas") == "HOTSTATE_MIN_INSYNC_REPLICAS"
     assert env_var_name("replica.log.fsync") == "HOTSTATE_REPLICA_LOG_FSYNC"
     assert env_var_name("produce.max.bytes") == "HOTSTATE_PRODUCE_MAX_BYTES"
+    assert env_var_name("heartbeat.send.interval.ms") == "HOTSTATE_HEARTBEAT_SEND_INTERVAL_MS"
+    assert env_var_name("heartbeat.missed.threshold") == "HOTSTATE_HEARTBEAT_MISSED_THRESHOLD"
+    assert env_var_name("lag.reporting.send.interval.ms") == "HOTSTATE_LAG_REPORTING_SEND_INTERVAL_MS"
     assert len({env_var_name(key) for key in KNOWN_KEYS}) == len(KNOWN_KEYS)
 
 

@@ -11,7 +11,9 @@ from hypothesis import strategies as st
 
 from hotstate.raft.config import RaftConfig
 from hotstate.replica.core import ReplicaConfig
+from hotstate.routing.heartbeat import HeartbeatConfig
 from hotstate.server.config import (
+    LIVENESS_KEYS,
     LOG_LEVELS,
     MAX_INT32,
     REPLICA_KEYS,
@@ -23,6 +25,7 @@ from hotstate.server.config import (
     load_config,
     render_toml,
 )
+from hotstate.server.liveness import LivenessConfig
 
 from .helpers import BASE_TOML, load, load_toml
 
@@ -50,6 +53,10 @@ def test_defaults_are_left_out_unless_asked_for(tmp_path: Path) -> None:
     assert '"min.insync.replicas" = 1' in full
     assert '"replica.log.fsync" = "never"' in full
     assert '"produce.max.bytes" = 8388608' in full
+    assert '"heartbeat.send.interval.ms" = 100' in full
+    assert '"heartbeat.window.ms" = 2000' in full
+    assert '"heartbeat.received.threshold" = 2' in full
+    assert '"lag.reporting.send.interval.ms" = 500' in full
     assert round_trip(tmp_path, config, include_defaults=True) == config
 
 
@@ -73,6 +80,28 @@ def test_replica_settings_round_trip(tmp_path: Path) -> None:
     assert '"replica.log.fsync" = "always"' in text
     assert round_trip(tmp_path, config) == config
     assert "replica" not in render_toml(load())
+
+
+def test_liveness_settings_round_trip(tmp_path: Path) -> None:
+    config = load(
+        {
+            "heartbeat.send.interval.ms": "250",
+            "heartbeat.check.interval.ms": "125",
+            "heartbeat.window.ms": "1_000",
+            "heartbeat.missed.threshold": "4",
+            "heartbeat.received.threshold": "1",
+            "lag.reporting.send.interval.ms": "750",
+        }
+    )
+    text = render_toml(config)
+    assert all(f'"{key}" = ' in text for key in LIVENESS_KEYS)
+    assert '"heartbeat.window.ms" = 1000' in text
+    assert round_trip(tmp_path, config) == config
+    # Only what differs from the defaults is written.
+    one = load({"heartbeat.missed.threshold": "5"})
+    assert [key for key in LIVENESS_KEYS if f'"{key}"' in render_toml(one)] == ["heartbeat.missed.threshold"]
+    assert round_trip(tmp_path, one) == one
+    assert not any(key in render_toml(load()) for key in LIVENESS_KEYS)
 
 
 def test_strings_that_need_escaping(tmp_path: Path) -> None:
@@ -159,6 +188,22 @@ def replica_configs(draw: st.DrawFn) -> ReplicaConfig:
 
 
 @st.composite
+def liveness_configs(draw: st.DrawFn) -> LivenessConfig:
+    send = draw(st.integers(1, 10_000))
+    missed, received = draw(st.integers(1, 50)), draw(st.integers(1, 50))
+    return LivenessConfig(
+        heartbeat=HeartbeatConfig(
+            send_interval_ms=send,
+            check_interval_ms=draw(st.integers(1, MAX_INT32)),
+            window_ms=draw(st.integers(send * max(missed, received), MAX_INT32)),
+            missed_threshold=missed,
+            received_threshold=received,
+        ),
+        lag_report_interval_ms=draw(st.integers(1, MAX_INT32)),
+    )
+
+
+@st.composite
 def server_configs(draw: st.DrawFn) -> ServerConfig:
     node_id = draw(st.integers(1, MAX_INT32))
     roles = draw(
@@ -214,6 +259,7 @@ def server_configs(draw: st.DrawFn) -> ServerConfig:
         replica=replica,
         replica_log_fsync=draw(st.sampled_from(REPLICA_LOG_FSYNC_POLICIES)),
         produce_max_bytes=produce_max_bytes,
+        liveness=draw(st.one_of(st.just(LivenessConfig()), liveness_configs())),
         log_level=draw(st.sampled_from(LOG_LEVELS)),
     )
 

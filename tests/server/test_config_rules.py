@@ -6,10 +6,15 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hotstate.raft.config import RaftConfig
 from hotstate.replica.core import ReplicaConfig
+from hotstate.routing.heartbeat import HeartbeatConfig
 from hotstate.server.config import (
+    HEARTBEAT_KEYS,
+    LIVENESS_KEYS,
     MAX_INT32,
     RAFT_KEYS,
     REPLICA_KEYS,
@@ -20,6 +25,7 @@ from hotstate.server.config import (
     Voter,
     env_var_name,
 )
+from hotstate.server.liveness import LivenessConfig
 
 from .helpers import BASE, BASE_TOML, assert_reports, load, load_toml
 
@@ -155,6 +161,70 @@ def test_replica_settings_that_may_be_zero(key: str) -> None:
     assert getattr(load({key: "0"}).replica, REPLICA_KEYS[key]) == 0
 
 
+@pytest.mark.parametrize(
+    ("overrides", "heartbeat"),
+    [
+        # Exactly as many whole slots as the larger threshold.
+        ({"heartbeat.window.ms": "300"}, HeartbeatConfig(window_ms=300)),
+        # 3.5 slots of 100 ms: 3 whole slots.
+        ({"heartbeat.window.ms": "350"}, HeartbeatConfig(window_ms=350)),
+        (
+            {
+                "heartbeat.send.interval.ms": "500",
+                "heartbeat.window.ms": "1000",
+                "heartbeat.missed.threshold": "2",
+            },
+            HeartbeatConfig(send_interval_ms=500, window_ms=1000, missed_threshold=2),
+        ),
+        (
+            {
+                "heartbeat.send.interval.ms": "1",
+                "heartbeat.check.interval.ms": "1",
+                "heartbeat.window.ms": "1",
+                "heartbeat.missed.threshold": "1",
+                "heartbeat.received.threshold": "1",
+            },
+            HeartbeatConfig(1, 1, 1, 1, 1),
+        ),
+        # The check interval is free: it need not relate to the send interval or the window.
+        ({"heartbeat.check.interval.ms": "60000"}, HeartbeatConfig(check_interval_ms=60_000)),
+    ],
+)
+def test_heartbeat_window_at_its_limits(overrides: dict[str, str], heartbeat: HeartbeatConfig) -> None:
+    assert load(overrides).liveness.heartbeat == heartbeat
+
+
+_MS = st.integers(-2, 3000).map(str)
+_THRESHOLDS = st.integers(-1, 40).map(str)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    send=_MS,
+    check=_MS,
+    window=_MS | st.sampled_from([str(MAX_INT32), str(MAX_INT32 + 1)]),
+    missed=_THRESHOLDS,
+    received=_THRESHOLDS,
+)
+def test_a_heartbeat_config_that_passes_constructs(
+    send: str, check: str, window: str, missed: str, received: str
+) -> None:
+    # Every config that loads builds its HeartbeatConfig, and a bad one is a ConfigError naming a heartbeat
+    # key, never HeartbeatConfig's bare ValueError. Within the int32 range, they accept the same values.
+    values = dict(zip(HEARTBEAT_KEYS, (send, check, window, missed, received), strict=True))
+    try:
+        heartbeat = HeartbeatConfig(**{name: int(values[key]) for key, name in HEARTBEAT_KEYS.items()})
+    except ValueError:
+        heartbeat = None
+    try:
+        config = load(values)
+    except ConfigError as error:
+        assert {single.key for single in error.errors} <= set(HEARTBEAT_KEYS)
+        assert heartbeat is None or int(window) > MAX_INT32
+    else:
+        assert config.liveness.heartbeat == heartbeat
+
+
 # --- bad values ------------------------------------------------------------------------------------------
 
 _REPLICA_KEYS_NON_NEGATIVE = ["replica.fetch.backoff.ms", "replica.log.retention.records"]
@@ -167,6 +237,7 @@ _INT_KEYS_POSITIVE = [
     *[key for key in RAFT_KEYS if key != "controller.quorum.append.linger.ms"],
     *[key for key in REPLICA_KEYS if key not in _REPLICA_KEYS_NON_NEGATIVE],
     "produce.max.bytes",
+    *LIVENESS_KEYS,
 ]
 
 BAD_VALUES = [
@@ -194,6 +265,30 @@ BAD_VALUES = [
         "200",
         "must be below replica.fetch.timeout.ms=100",
         {"replica.fetch.timeout.ms": "100"},
+    ),
+    *[(key, str(MAX_INT32 + 1), f"at most {MAX_INT32}", {}) for key in LIVENESS_KEYS],
+    *[
+        (key, "-1", "must be a positive integer (send intervals)", {})
+        for key in LIVENESS_KEYS
+        if "threshold" in key
+    ],
+    ("heartbeat.send.interval.ms", "1.5", "must be a positive integer (ms)", {}),
+    (
+        "heartbeat.window.ms",
+        "299",
+        "must be at least 300: 3 slots of heartbeat.send.interval.ms=100, the larger of the thresholds, "
+        "heartbeat.missed.threshold=3, or a dead peer is never marked down",
+        {},
+    ),
+    # The default window (2000 ms) holds only 2 slots of 1000 ms.
+    ("heartbeat.window.ms", "2000", "must be at least 3000: 3 slots", {"heartbeat.send.interval.ms": "1000"}),
+    ("heartbeat.window.ms", "2000", "must be at least 2100: 21 slots", {"heartbeat.missed.threshold": "21"}),
+    (
+        "heartbeat.window.ms",
+        "2000",
+        "must be at least 2500: 5 slots of heartbeat.send.interval.ms=500, the larger of the thresholds, "
+        "heartbeat.received.threshold=5, or a peer marked down never comes back up",
+        {"heartbeat.send.interval.ms": "500", "heartbeat.received.threshold": "5"},
     ),
     ("replica.log.fsync", "sometimes", "must be never or always", {}),
     ("replica.log.fsync", "", "must be never or always", {}),
@@ -341,6 +436,18 @@ def test_bad_value_names_key_value_and_what_is_allowed(
         ('"min.insync.replicas" = [2]', "min.insync.replicas", "must be a positive integer (replicas)"),
         ('"replica.log.fsync" = true', "replica.log.fsync", "must be never or always"),
         ('"produce.max.bytes" = "8 MiB"', "produce.max.bytes", "must be a positive integer (bytes)"),
+        ('"heartbeat.window.ms" = 2000.0', "heartbeat.window.ms", "must be a positive integer (ms)"),
+        (
+            '"heartbeat.missed.threshold" = true',
+            "heartbeat.missed.threshold",
+            "must be a positive integer (send intervals)",
+        ),
+        ("heartbeat = { received.threshold = [2] }", "heartbeat.received.threshold", "positive integer"),
+        (
+            '"lag.reporting.send.interval.ms" = "fast"',
+            "lag.reporting.send.interval.ms",
+            "must be a positive integer (ms)",
+        ),
     ],
 )
 def test_wrong_toml_type_names_key_value_and_what_is_allowed(
@@ -441,6 +548,46 @@ def test_built_config_checks_the_replica_settings(
     assert_reports(excinfo, key, allowed, value)
 
 
+@pytest.mark.parametrize(
+    ("changes", "key", "allowed", "value"),
+    [
+        (
+            {"liveness": LivenessConfig(lag_report_interval_ms=0)},
+            "lag.reporting.send.interval.ms",
+            "positive",
+            0,
+        ),
+        (
+            {"liveness": LivenessConfig(lag_report_interval_ms=MAX_INT32 + 1)},
+            "lag.reporting.send.interval.ms",
+            f"at most {MAX_INT32}",
+            MAX_INT32 + 1,
+        ),
+        # HeartbeatConfig itself accepts these; ServerConfig does not.
+        (
+            {"liveness": LivenessConfig(HeartbeatConfig(window_ms=MAX_INT32 + 1))},
+            "heartbeat.window.ms",
+            f"at most {MAX_INT32}",
+            MAX_INT32 + 1,
+        ),
+        (
+            {"liveness": LivenessConfig(HeartbeatConfig(missed_threshold=True))},
+            "heartbeat.missed.threshold",
+            "positive",
+            True,
+        ),
+        ({"liveness": ReplicaConfig()}, "liveness", "must be a LivenessConfig", None),
+        ({"liveness": LivenessConfig(RaftConfig())}, "heartbeat", "must be a HeartbeatConfig", None),  # type: ignore[arg-type]
+    ],
+)
+def test_built_config_checks_the_liveness_settings(
+    changes: dict[str, object], key: str, allowed: str, value: object
+) -> None:
+    with pytest.raises(ConfigError) as excinfo:
+        dataclasses.replace(load(), **changes)  # type: ignore[arg-type]
+    assert_reports(excinfo, key, allowed, value)
+
+
 def test_built_config_sorts_tags_and_freezes_roles() -> None:
     config = ServerConfig(
         node_id=4,
@@ -455,3 +602,4 @@ def test_built_config_sorts_tags_and_freezes_roles() -> None:
     assert config.tags == (("cluster", "b"), ("zone", "a"))
     assert config.http is None and config.raft == RaftConfig()
     assert config.replica == ReplicaConfig() and config.replica_log_fsync == "never"
+    assert config.liveness == LivenessConfig()

@@ -24,6 +24,8 @@ from typing import Final, Literal, TypeVar
 
 from hotstate.raft.config import RaftConfig
 from hotstate.replica.core import ReplicaConfig
+from hotstate.routing.heartbeat import HeartbeatConfig
+from hotstate.server.liveness import LivenessConfig
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +85,20 @@ REPLICA_KEYS: Final[Mapping[str, str]] = {
     "min.insync.replicas": "min_insync_replicas",
     "replica.log.retention.records": "log_retention_records",
 }
+# Kafka name -> HeartbeatConfig field (failure detection, KLIP-12): LivenessConfig.heartbeat.
+HEARTBEAT_KEYS: Final[Mapping[str, str]] = {
+    "heartbeat.send.interval.ms": "send_interval_ms",
+    "heartbeat.check.interval.ms": "check_interval_ms",
+    "heartbeat.window.ms": "window_ms",
+    "heartbeat.missed.threshold": "missed_threshold",
+    "heartbeat.received.threshold": "received_threshold",
+}
+# Kafka name -> LivenessConfig field, for its settings outside `heartbeat` (lag reporting, KIP-535).
+LAG_REPORTING_KEYS: Final[Mapping[str, str]] = {
+    "lag.reporting.send.interval.ms": "lag_report_interval_ms",
+}
+# Every key of ServerConfig.liveness.
+LIVENESS_KEYS: Final = (*HEARTBEAT_KEYS, *LAG_REPORTING_KEYS)
 OPTIONAL_KEYS: Final = (
     "rack",
     "tags",
@@ -90,12 +106,14 @@ OPTIONAL_KEYS: Final = (
     *INT_KEYS,
     *REPLICA_KEYS,
     "replica.log.fsync",
+    *LIVENESS_KEYS,
     "log.level",
 )
 KNOWN_KEYS: Final = (*REQUIRED_KEYS, *OPTIONAL_KEYS)
 
 _RAFT_DEFAULTS: Final = RaftConfig()
 _REPLICA_DEFAULTS: Final = ReplicaConfig()
+_LIVENESS_DEFAULTS: Final = LivenessConfig()
 DEFAULTS: Final[Mapping[str, object]] = {
     "rack": None,
     "tags": "",
@@ -108,6 +126,8 @@ DEFAULTS: Final[Mapping[str, object]] = {
     "produce.max.bytes": 8 * 1024 * 1024,
     **{key: getattr(_REPLICA_DEFAULTS, name) for key, name in REPLICA_KEYS.items()},
     "replica.log.fsync": "never",
+    **{key: getattr(_LIVENESS_DEFAULTS.heartbeat, name) for key, name in HEARTBEAT_KEYS.items()},
+    **{key: getattr(_LIVENESS_DEFAULTS, name) for key, name in LAG_REPORTING_KEYS.items()},
     "log.level": "INFO",
 }
 
@@ -132,6 +152,12 @@ _INT_RULES: Final[Mapping[str, tuple[int, str]]] = {
     "replica.isr.change.retry.ms": (1, "ms"),
     "min.insync.replicas": (1, "replicas"),
     "replica.log.retention.records": (0, "records"),
+    "heartbeat.send.interval.ms": (1, "ms"),
+    "heartbeat.check.interval.ms": (1, "ms"),
+    "heartbeat.window.ms": (1, "ms"),
+    "heartbeat.missed.threshold": (1, "send intervals"),
+    "heartbeat.received.threshold": (1, "send intervals"),
+    "lag.reporting.send.interval.ms": (1, "ms"),
 }
 
 
@@ -268,6 +294,7 @@ class ServerConfig:
     replica: ReplicaConfig = field(default_factory=ReplicaConfig)
     replica_log_fsync: str = "never"
     produce_max_bytes: int = 8 * 1024 * 1024
+    liveness: LivenessConfig = field(default_factory=LivenessConfig)
     log_level: str = "INFO"
 
     def __post_init__(self) -> None:
@@ -458,6 +485,7 @@ def _problems(c: ServerConfig) -> list[ConfigError]:
         _check_frame(c, quorum_ok=isinstance(raft, RaftConfig), data_ok=data_sizes_ok, errors=errors)
     if c.replica_log_fsync not in REPLICA_LOG_FSYNC_POLICIES:
         errors.append(ConfigError("replica.log.fsync", c.replica_log_fsync, _FSYNC_ALLOWED))
+    _check_liveness(c, errors)
     if c.log_level not in LOG_LEVELS:
         errors.append(ConfigError("log.level", c.log_level, f"must be one of {', '.join(LOG_LEVELS)}"))
     return errors
@@ -484,6 +512,70 @@ def _check_replica(c: ServerConfig, errors: list[ConfigError]) -> bool:
             )
         )
     return ok["replica.fetch.max.bytes"]
+
+
+def _check_liveness(c: ServerConfig, errors: list[ConfigError]) -> None:
+    """The LivenessConfig keys (LIVENESS_KEYS)."""
+    liveness: object = c.liveness
+    if not isinstance(liveness, LivenessConfig):
+        errors.append(ConfigError("liveness", liveness, "must be a LivenessConfig"))
+        return
+    heartbeat: object = liveness.heartbeat
+    if not isinstance(heartbeat, HeartbeatConfig):
+        errors.append(ConfigError("heartbeat", heartbeat, "must be a HeartbeatConfig"))
+        values = {key: getattr(liveness, name) for key, name in LAG_REPORTING_KEYS.items()}
+    else:
+        values = _liveness_values(liveness)
+    errors += _liveness_problems(values)
+
+
+def _liveness_values(liveness: LivenessConfig) -> dict[str, object]:
+    """Kafka name -> value, for every key in LIVENESS_KEYS."""
+    return {
+        **{key: getattr(liveness.heartbeat, name) for key, name in HEARTBEAT_KEYS.items()},
+        **{key: getattr(liveness, name) for key, name in LAG_REPORTING_KEYS.items()},
+    }
+
+
+def _liveness_problems(values: Mapping[str, object]) -> list[ConfigError]:
+    """The rules on the liveness keys given in `values` (Kafka name -> value).
+
+    They include every rule of HeartbeatConfig.__post_init__, which raises a bare ValueError: `load_config`
+    checks them before it builds a HeartbeatConfig, so a bad value is reported naming its key.
+    """
+    errors: list[ConfigError] = []
+    valid: dict[str, int] = {}
+    for key, value in values.items():
+        if _check_int(key, value, errors) and isinstance(value, int):
+            valid[key] = value
+    if all(key in valid for key in _WINDOW_RULE_KEYS):
+        send, window = valid["heartbeat.send.interval.ms"], valid["heartbeat.window.ms"]
+        missed, received = valid["heartbeat.missed.threshold"], valid["heartbeat.received.threshold"]
+        # HeartbeatConfig's rule: the window holds window // send whole slots, at least the larger threshold.
+        if window // send < max(missed, received):
+            slots = max(missed, received)
+            why = (
+                f"heartbeat.missed.threshold={missed}, or a dead peer is never marked down"
+                if missed >= received
+                else f"heartbeat.received.threshold={received}, or a peer marked down never comes back up"
+            )
+            errors.append(
+                ConfigError(
+                    "heartbeat.window.ms",
+                    window,
+                    f"must be at least {send * slots}: {slots} slots of heartbeat.send.interval.ms={send}, "
+                    f"the larger of the thresholds, {why}",
+                )
+            )
+    return errors
+
+
+_WINDOW_RULE_KEYS: Final = (
+    "heartbeat.send.interval.ms",
+    "heartbeat.window.ms",
+    "heartbeat.missed.threshold",
+    "heartbeat.received.threshold",
+)
 
 
 def _check_frame(c: ServerConfig, *, quorum_ok: bool, data_ok: bool, errors: list[ConfigError]) -> None:
@@ -838,6 +930,26 @@ def _parse_raft(raw: Mapping[str, object], errors: list[ConfigError]) -> RaftCon
         return _RAFT_DEFAULTS
 
 
+def _parse_liveness(raw: Mapping[str, object], errors: list[ConfigError]) -> LivenessConfig:
+    """HeartbeatConfig checks itself and raises a bare ValueError, so its rules are checked first, here,
+    naming the key; with any bad liveness key the defaults stand in (ServerConfig finds nothing wrong with
+    them) and the bad keys are reported from `errors`."""
+    values: dict[str, int] = {}
+    count = len(errors)
+    for key in LIVENESS_KEYS:
+        try:
+            values[key] = _to_int(key, raw.get(key, DEFAULTS[key]))
+        except ConfigError as error:
+            errors.append(error)
+    errors += _liveness_problems(values)
+    if len(errors) > count:
+        return _LIVENESS_DEFAULTS
+    return LivenessConfig(
+        heartbeat=HeartbeatConfig(**{name: values[key] for key, name in HEARTBEAT_KEYS.items()}),
+        **{name: values[key] for key, name in LAG_REPORTING_KEYS.items()},
+    )
+
+
 def _raft_error(error: ValueError, values: Mapping[str, int]) -> ConfigError:
     # RaftConfig words its errors as "controller.quorum.KEY=VALUE: RULE"; keep its rule text.
     match = re.fullmatch(r"(controller\.quorum\.[a-z.]+)=(.*?): (.*)", str(error), re.DOTALL)
@@ -1059,6 +1171,7 @@ def _build(raw: Mapping[str, object]) -> ServerConfig:
     # ReplicaConfig checks nothing itself: its rules are ServerConfig's, so a bad value stays as given.
     replica = ReplicaConfig(**{name: to_int(key) for key, name in REPLICA_KEYS.items()})
     fsync = get("replica.log.fsync", _parse_fsync, "never")
+    liveness = _parse_liveness(raw, errors)
     # Check the values that did parse too, so one run reports every bad key. A placeholder stands in for
     # each value that did not parse; errors about placeholders are dropped below.
     failed = {error.key for error in errors}
@@ -1083,12 +1196,14 @@ def _build(raw: Mapping[str, object]) -> ServerConfig:
             replica=replica,
             replica_log_fsync=fsync,
             produce_max_bytes=ints["produce_max_bytes"],
+            liveness=liveness,
             log_level=log_level,
         )
     except ConfigError as error:
         raft_failed = not failed.isdisjoint(RAFT_KEYS)
+        # Copied alone: the first of `error.errors` carries all the others, the dropped ones too.
         errors += [
-            e
+            ConfigError(e.key, e.value, e.allowed, source=e.source)
             for e in error.errors
             if e.key not in failed and not (raft_failed and e.key == "rpc.max.frame.bytes")
         ]
@@ -1145,6 +1260,7 @@ def render_toml(config: ServerConfig, *, include_defaults: bool = False) -> str:
         **{key: getattr(config, name) for key, name in INT_KEYS.items()},
         **{key: getattr(config.replica, name) for key, name in REPLICA_KEYS.items()},
         "replica.log.fsync": config.replica_log_fsync,
+        **_liveness_values(config.liveness),
         "log.level": config.log_level,
     }
     lines = ["# hotstate server configuration; docs/configuration.md describes every key."]
@@ -1158,7 +1274,10 @@ def render_toml(config: ServerConfig, *, include_defaults: bool = False) -> str:
 
 __all__ = [
     "DEFAULTS",
+    "HEARTBEAT_KEYS",
     "KNOWN_KEYS",
+    "LAG_REPORTING_KEYS",
+    "LIVENESS_KEYS",
     "LOG_LEVELS",
     "OPTIONAL_KEYS",
     "REPLICA_KEYS",
