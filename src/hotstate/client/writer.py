@@ -30,6 +30,8 @@ from hotstate.server.wire import MESSAGES
 
 CLIENT_NODE_ID = 0
 MAX_REQUEST_BYTES = 4 * 1024 * 1024
+# How long a table unknown to every server is waited for (a create that has not reached the images yet).
+UNKNOWN_TABLE_WAIT_S = 3.0
 
 
 class WriteError(Exception):
@@ -70,6 +72,7 @@ class TableWriter:
         self._request_timeout_s = request_timeout_s
         self._metadata: TableMetadataResponse | None = None
         self._refreshing: asyncio.Task[TableMetadataResponse] | None = None
+        self._last_error: Exception | None = None
 
     async def close(self) -> None:
         await self._pool.close()
@@ -89,6 +92,22 @@ class TableWriter:
         return self._metadata
 
     async def _fetch_metadata(self) -> TableMetadataResponse:
+        end = time.monotonic() + UNKNOWN_TABLE_WAIT_S
+        while True:
+            unknown_at: list[int] = []
+            reply = await self._metadata_round(unknown_at)
+            if reply is not None:
+                return reply
+            if not unknown_at or time.monotonic() >= end:
+                break
+            await asyncio.sleep(0.1)
+        if unknown_at:
+            raise WriteError(ReplicaError.UNKNOWN_TABLE, f"no table {self.table!r}")
+        raise WriteError(
+            None, f"no server answered for table {self.table!r} (last error: {self._last_error})"
+        )
+
+    async def _metadata_round(self, unknown_at: list[int]) -> TableMetadataResponse | None:
         known = [n for n in self._addresses if n > 0] + [n for n in self._addresses if n < 0]
         random.shuffle(known)
         last: Exception | None = None
@@ -100,7 +119,9 @@ class TableWriter:
                 continue
             assert isinstance(reply, TableMetadataResponse)
             if reply.error is ReplicaError.UNKNOWN_TABLE:
-                raise WriteError(reply.error, f"no table {self.table!r}")
+                # A table just created may not have reached every server's image yet: ask the others.
+                unknown_at.append(node)
+                continue
             if reply.error is not ReplicaError.NONE:
                 last = WriteError(reply.error, reply.message)
                 continue
@@ -111,7 +132,8 @@ class TableWriter:
                 self._addresses[server.node_id] = (server.host, server.port)
             self._pool.update(self._addresses)
             return reply
-        raise WriteError(None, f"no server answered for table {self.table!r} (last error: {last})")
+        self._last_error = last
+        return None
 
     # ------------------------------------------------------------------ writes
     async def upsert(self, rows: Sequence[Mapping[str, object]], *, deadline_s: float = 60.0) -> WriteResult:

@@ -49,7 +49,7 @@ from hotstate.server.config import ServerConfig
 from hotstate.server.controller_host import ControllerHost
 from hotstate.server.http import HttpContext, build_app, http_server
 from hotstate.server.lifecycle import ServerLifecycle
-from hotstate.server.liveness import Liveness, LivenessConfig
+from hotstate.server.liveness import Liveness
 from hotstate.server.metadata import MetadataPublisher
 from hotstate.server.metrics import Metrics
 from hotstate.server.queries import QueryService
@@ -154,7 +154,7 @@ class Server:
             replicas = self.replicas
             self.liveness = Liveness(
                 config.node_id,
-                LivenessConfig(),
+                config.liveness,
                 send=self.pool.send_oneway,
                 local_lags=replicas.lag_info if replicas is not None else list,
             )
@@ -167,6 +167,7 @@ class Server:
                 lags=liveness.lags,
                 alive=liveness.alive,
                 request=self.pool.request,
+                connected=self.pool.is_connected,
                 on_forward=lambda outcome: self.metrics.forwards.labels(outcome).inc(),
             )
         self.metadata.add_listener(self._on_image)

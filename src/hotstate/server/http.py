@@ -44,6 +44,7 @@ _KIND = {
     "bad_request": (400, "statement_error", BAD_STATEMENT),
     "not_found": (404, "statement_error", NOT_FOUND),
     "unavailable": (503, "generic_error", UNAVAILABLE),
+    "timeout": (503, "generic_error", UNAVAILABLE),
 }
 _KEY_SQL_TYPES = {
     KeyType.STRING: "STRING",

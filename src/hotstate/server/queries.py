@@ -38,6 +38,9 @@ STANDBY_READS_PROPERTIES = ("standby_reads", "ksql.query.pull.enable.standby.rea
 DEFAULT_TIMEOUT_MS = 10_000
 MAX_TIMEOUT_MS = 300_000
 MAX_ROWS = 100_000  # the most rows one query returns; more needs a LIMIT and key ranges
+# Heartbeats keep a connection open to every live peer, so one that is not connected is most likely dead:
+# it gets this long to connect before the next candidate is tried.
+UNCONNECTED_ATTEMPT_S = 0.3
 
 
 class QueryError(Exception):
@@ -85,6 +88,7 @@ class QueryService:
         lags: LagTable,
         alive: Callable[[int], bool],
         request: Callable[[int, object, float], Awaitable[object]],
+        connected: Callable[[int], bool] = lambda node: True,
         on_forward: Callable[[str], None] = lambda outcome: None,
     ) -> None:
         self.node_id = node_id
@@ -93,6 +97,7 @@ class QueryService:
         self._lags = lags
         self._alive = alive
         self._request = request
+        self._connected = connected
         self._on_forward = on_forward
 
     # ------------------------------------------------------------------ the coordinator
@@ -164,7 +169,7 @@ class QueryService:
             max_lag=max_lag,
         )
         skipped: list[Skip] = []
-        for candidate in decision.candidates:
+        for index, candidate in enumerate(decision.candidates):
             if not standby_reads and candidate.role != "active":
                 skipped.append(candidate.skip("standby reads are off for this query"))
                 continue
@@ -175,8 +180,12 @@ class QueryService:
             if candidate.node_id == self.node_id:
                 answer = self.serve_local(spec)
             else:
+                # One slow or dead server must not eat the whole budget while others could answer.
+                attempt = remaining if index == len(decision.candidates) - 1 else max(0.5, remaining / 2)
+                if not self._connected(candidate.node_id):
+                    attempt = min(attempt, UNCONNECTED_ATTEMPT_S)
                 try:
-                    reply = await self._request(candidate.node_id, spec, remaining)
+                    reply = await self._request(candidate.node_id, spec, min(attempt, remaining))
                 except NOT_SENT as error:
                     self._on_forward("unreachable")
                     skipped.append(Skip(candidate.node_id, f"unreachable ({type(error).__name__})"))

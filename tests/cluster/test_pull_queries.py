@@ -1,0 +1,260 @@
+"""High-availability pull queries between real server processes (KLIP-12, KIP-535)."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import threading
+import time
+from collections import Counter
+
+import httpx
+
+from hotstate.cli.local_cluster import LocalCluster
+from hotstate.client.writer import TableWriter
+from hotstate.controller.records import KeyColumn, KeyType
+from hotstate.controller.requests import ControllerError
+from hotstate.replica.core import ReplicaConfig
+from hotstate.replica.keys import encode_key, partition_for
+from hotstate.server.config import render_toml
+
+KEY = (KeyColumn("user", KeyType.STRING),)
+
+
+def _http(cluster: LocalCluster, node: int) -> str:
+    server = next(s for s in cluster.servers if s.node_id == node)
+    return f"http://127.0.0.1:{server.http_port}"
+
+
+async def _setup(running, table: str, partitions: int, standbys: int, rows: int) -> None:
+    cluster = running.cluster
+    async with cluster.admin(request_timeout_s=2.0) as admin:
+        reply = await admin.create_table(
+            table, partitions=partitions, standby_replicas=standbys, key_columns=KEY
+        )
+        assert reply.error is ControllerError.NONE, reply
+    writer = TableWriter(cluster.addresses(), table, cluster_id=cluster.cluster_id, secret=cluster.secret)
+    await writer.upsert([{"user": f"u{i}", "clicks": i} for i in range(rows)])
+    await writer.close()
+
+
+def _placement(base: str, table: str) -> list[dict]:
+    tables = httpx.get(f"{base}/v1/tables").json()["tables"]
+    return next(t for t in tables if t["name"] == table)["placement"]
+
+
+def _key_in(partition: int, partitions: int) -> str:
+    i = 0
+    while partition_for(encode_key((f"u{i}",)), partitions) != partition:
+        i += 1
+    return f"u{i}"
+
+
+def _query(base: str, sql: str, **options: object) -> httpx.Response:
+    return httpx.post(f"{base}/v1/query", json={"sql": sql, **options}, timeout=10.0)
+
+
+def _wait(predicate, timeout_s: float = 10.0, what: str = "condition") -> None:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _lags_known(base: str, table: str, nodes: set[int]) -> bool:
+    lags = httpx.get(f"{base}/v1/lag").json()["lags"]
+    return all(table in lags.get(str(n), {}) for n in nodes)
+
+
+def test_a_standby_answers_when_the_active_is_down_and_the_most_caught_up_one_is_chosen(
+    start_cluster,
+) -> None:
+    running = start_cluster(3)
+    cluster = running.cluster
+    running.run(_setup(running, "clicks", partitions=1, standbys=2, rows=200))
+    base1 = _http(cluster, 1)
+    part = _placement(base1, "clicks")[0]
+    active, first, second = part["active"], *part["standbys"]
+    receiver = first  # queries go through a server that stays up
+    base = _http(cluster, receiver)
+    _wait(lambda: _lags_known(base, "clicks", {1, 2, 3}), what="lag reports")
+
+    # (b) One standby restarts with a fetch size of one batch and falls far behind, while alive.
+    running.kill(second)
+    writer_rows = 1500
+
+    async def many_batches() -> None:
+        writer = TableWriter(
+            cluster.addresses(), "clicks", cluster_id=cluster.cluster_id, secret=cluster.secret
+        )
+        for i in range(writer_rows):
+            await writer.upsert([{"user": f"u{i}", "clicks": 1000 + i}])
+        await writer.close()
+
+    running.run(many_batches())
+    slow = next(s for s in cluster.servers if s.node_id == second)
+    config = cluster.config_for(slow, replica=ReplicaConfig(fetch_max_bytes=1))
+    (slow.directory(cluster.root) / "server.toml").write_text(render_toml(config))
+    running.restart(second)
+
+    def second_lagging_and_alive() -> bool:
+        status = httpx.get(f"{base}/clusterStatus").json()["clusterStatus"]
+        alive = [v["hostAlive"] for v in status.values() if v["serverId"] == second]
+        lags = httpx.get(f"{base}/v1/lag").json()["lags"].get(str(second), {})
+        lag = lags.get("clicks", {}).get("0", {}).get("offset_lag", 0)
+        return bool(alive and alive[0] and lag > 50)
+
+    _wait(second_lagging_and_alive, 15.0, "the restarted standby to report a lag while alive")
+    # (a) The active dies: before the controller moves it, its standbys answer.
+    running.kill(active)
+    answer = _query(base, "SELECT * FROM clicks WHERE user = 'u7'")
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert body["rows"][0][:2] == ["u7", 1007]
+    served = body["partitions"][0]
+    assert served["served_by"] == first, served  # the caught-up standby, not the lagging one
+    assert served["state"] in ("standby", "active")
+
+
+def test_every_replica_over_the_bound_gives_an_error_naming_each_reason(start_cluster) -> None:
+    # (c) The active killed, the standby stopped (down): a 503 naming the partition and each reason.
+    running = start_cluster(3)
+    cluster = running.cluster
+    running.run(_setup(running, "clicks", partitions=1, standbys=1, rows=100))
+    part = _placement(_http(cluster, 1), "clicks")[0]
+    active, standby = part["active"], part["standbys"][0]
+    outsider = next(n for n in (1, 2, 3) if n not in (active, standby))
+    base = _http(cluster, outsider)
+    _wait(lambda: _lags_known(base, "clicks", {active, standby}), what="lag reports")
+    running.kill(active)
+    running.kill(standby, signal.SIGSTOP)
+    try:
+        _wait(
+            lambda: (
+                _query(base, "SELECT * FROM clicks WHERE user = 'u1'", timeout_ms=1500).status_code == 503
+            ),
+            10.0,
+            "a 503",
+        )
+        reply = _query(base, "SELECT * FROM clicks WHERE user = 'u1'", timeout_ms=1500)
+        body = reply.json()
+        assert body["@type"] == "generic_error" and body["error_code"] == 50300
+        message = body["message"]
+        assert "clicks/0" in message and f"{active} (active)" in message and f"{standby}" in message, message
+    finally:
+        running.kill(standby, signal.SIGCONT)
+
+
+def test_kill_9_the_busiest_active_while_4_clients_query_for_20s_no_query_fails(start_cluster) -> None:
+    running = start_cluster(3)
+    cluster = running.cluster
+    running.run(_setup(running, "clicks", partitions=6, standbys=1, rows=3000))
+    placement = _placement(_http(cluster, 1), "clicks")
+    busiest = Counter(p["active"] for p in placement).most_common(1)[0][0]
+    receiver = next(n for n in (1, 2, 3) if n != busiest)
+    base = _http(cluster, receiver)
+    _wait(lambda: _lags_known(base, "clicks", {1, 2, 3}), what="lag reports")
+    keys = [_key_in(p["partition"], 6) for p in placement if p["active"] == busiest]
+    stop = threading.Event()
+    outcomes: Counter[str] = Counter()
+    failures: list[str] = []
+    served: Counter[str] = Counter()
+
+    def client(worker: int) -> None:
+        with httpx.Client(timeout=5.0) as http:
+            i = worker
+            while not stop.is_set():
+                key = keys[i % len(keys)]
+                i += 1
+                try:
+                    reply = http.post(
+                        f"{base}/v1/query", json={"sql": f"SELECT * FROM clicks WHERE user = '{key}'"}
+                    )
+                except httpx.HTTPError as error:
+                    failures.append(f"{type(error).__name__}: {error}")
+                    continue
+                if reply.status_code != 200 or len(reply.json()["rows"]) != 1:
+                    failures.append(f"{reply.status_code}: {reply.text[:200]}")
+                    continue
+                outcomes["ok"] += 1
+                served[reply.json()["partitions"][0]["state"]] += 1
+
+    threads = [threading.Thread(target=client, args=(w,)) for w in range(4)]
+    for thread in threads:
+        thread.start()
+    try:
+        time.sleep(3.0)
+        running.kill(busiest)
+        killed_at = time.monotonic()
+        marked_down = None
+        while time.monotonic() - killed_at < 5.0:
+            status = httpx.get(f"{base}/clusterStatus", timeout=2.0).json()["clusterStatus"]
+            if not next(v["hostAlive"] for v in status.values() if v["serverId"] == busiest):
+                marked_down = time.monotonic() - killed_at
+                break
+            time.sleep(0.01)
+        time.sleep(max(0.0, 17.0 - (time.monotonic() - killed_at)))
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    print(
+        f"\nqueries ok: {outcomes['ok']}, failed: {len(failures)}; served by {dict(served)}; "
+        f"server {busiest} marked down by server {receiver} after {marked_down:.3f} s"
+        if marked_down is not None
+        else "\nnever marked down"
+    )
+    assert not failures, failures[:5]
+    assert outcomes["ok"] > 200
+    assert marked_down is not None and marked_down < 1.0
+
+
+def test_a_restarted_active_answers_within_the_bound(start_cluster) -> None:
+    running = start_cluster(3)
+    cluster = running.cluster
+    running.run(_setup(running, "solo", partitions=1, standbys=0, rows=500))
+    owner = _placement(_http(cluster, 1), "solo")[0]["active"]
+    other = next(n for n in (1, 2, 3) if n != owner)
+    base = _http(cluster, other)
+    running.kill(owner)
+    running.restart(owner)
+
+    def answered() -> bool:
+        reply = _query(base, "SELECT * FROM solo WHERE user = 'u5'", max_lag=0, timeout_ms=1000)
+        return reply.status_code == 200 and reply.json()["rows"] == [["u5", 5]]
+
+    _wait(answered, 20.0, "the restarted active to answer")
+    served = _query(base, "SELECT * FROM solo WHERE user = 'u5'", max_lag=0).json()["partitions"][0]
+    assert served["served_by"] == owner and served["state"] in ("active", "restoring")
+    assert served["offset_lag"] == 0
+
+
+def test_each_mistake_gets_its_clear_4xx(start_cluster) -> None:
+    running = start_cluster(3)
+    cluster = running.cluster
+    running.run(_setup(running, "clicks", partitions=2, standbys=1, rows=10))
+    base = _http(cluster, 1)
+    cases = [
+        (b"{not json", 400, 40000, "malformed JSON"),
+        (b'["a list"]', 400, 40000, "JSON object"),
+        (b'{"ksql": "SELECT * FROM nope WHERE user = \'x\';"}', 404, 40400, "nope"),
+        (b'{"ksql": "SELECT * FROM clicks WHERE user = 5;"}', 400, 40001, "'user'"),
+        (b'{"ksql": "SELECT * FROM clicks WHERE clicks > 3;"}', 400, 40001, "non-key column 'clicks'"),
+        (b'{"ksql": "SELECT user, COUNT(*) FROM clicks GROUP BY user;"}', 400, 40001, "not supported"),
+        (b'{"ksql": "SELEC * FRM clicks"}', 400, 40001, "SELECT"),
+        (b'{"ksql": "SELECT * FROM clicks;", "streamsProperties": {"max_lag": "x"}}', 400, 40001, "max_lag"),
+    ]
+    for body, status, code, fragment in cases:
+        reply = httpx.post(f"{base}/query", content=body, headers={"Content-Type": "application/json"})
+        assert reply.status_code == status, (body, reply.text)
+        payload = reply.json()
+        assert payload["error_code"] == code and fragment in payload["message"], (body, payload)
+        assert "Traceback" not in reply.text
+    ok = httpx.post(f"{base}/query", json={"ksql": "SELECT * FROM clicks WHERE user = 'u3';"})
+    assert ok.status_code == 200
+    header, row = ok.json()
+    assert header["header"]["schema"].startswith("`user` STRING KEY")
+    assert row["row"]["columns"] == ["u3", 3]
+    assert asyncio.iscoroutinefunction(_setup)
