@@ -1,0 +1,79 @@
+"""The query coordinator's pure parts: which partitions a plan touches, merging, limits, properties."""
+
+from __future__ import annotations
+
+import pytest
+
+from hotstate.controller.image import TableInfo
+from hotstate.controller.records import KeyColumn, KeyType
+from hotstate.query.plan import plan
+from hotstate.query.sql import parse
+from hotstate.replica.keys import encode_key
+from hotstate.replica.rows import encode_row
+from hotstate.server.queries import (
+    PartitionServed,
+    QueryError,
+    _flag,
+    _max_lag,
+    _partition_work,
+    _PartitionAnswer,
+    _rows,
+    _timeout_ms,
+)
+
+TABLE = TableInfo("clicks", 1, 4, 1, (KeyColumn("user", KeyType.STRING),), acceptable_lag=50)
+
+
+def _answer(partition: int, users: list[str]) -> _PartitionAnswer:
+    items = sorted((encode_key((u,)), encode_row({"user": u, "clicks": len(u)})) for u in users)
+    return _PartitionAnswer(PartitionServed(partition, 1, "active", 0, 10), items)
+
+
+def test_point_lookups_go_only_to_the_partitions_holding_the_keys() -> None:
+    query_plan = plan(parse("SELECT * FROM clicks WHERE user IN ('a', 'b', 'c')"), TABLE)
+    work = _partition_work(query_plan, TABLE)
+    keys = sorted(k for spec in work.values() for k in spec.keys)
+    assert keys == sorted(encode_key((u,)) for u in "abc")
+    assert all(not spec.scan for spec in work.values())
+    assert len(work) <= 3
+
+
+def test_ranges_and_scans_read_every_partition() -> None:
+    for sql in ("SELECT * FROM clicks WHERE user > 'm'", "SELECT * FROM clicks LIMIT 3"):
+        work = _partition_work(plan(parse(sql), TABLE), TABLE)
+        assert sorted(work) == [0, 1, 2, 3] and all(spec.scan for spec in work.values())
+
+
+def test_rows_are_merged_in_key_order_and_cut_at_the_limit() -> None:
+    answers = [_answer(0, ["d", "a"]), _answer(1, ["c", "b"]), _answer(2, ["e"])]
+    columns, rows = _rows(plan(parse("SELECT * FROM clicks LIMIT 4"), TABLE), TABLE, answers)
+    assert columns == ["user", "clicks"]
+    assert [r[0] for r in rows] == ["a", "b", "c", "d"]
+
+
+def test_projection_matches_columns_ignoring_case_and_refuses_unknown_ones() -> None:
+    answers = [_answer(0, ["a"])]
+    columns, rows = _rows(plan(parse("SELECT CLICKS, user FROM clicks"), TABLE), TABLE, answers)
+    assert columns == ["CLICKS", "user"] and rows == [[1, "a"]]
+    with pytest.raises(QueryError, match="column 'nope'"):
+        _rows(plan(parse("SELECT nope FROM clicks"), TABLE), TABLE, answers)
+
+
+def test_the_bound_comes_from_the_query_else_the_table() -> None:
+    assert _max_lag({}, TABLE) == 50
+    assert _max_lag({"max_lag": 7}, TABLE) == 7
+    assert _max_lag({"ksql.query.pull.max.allowed.offset.lag": "9"}, TABLE) == 9
+    for bad in ("x", -1):
+        with pytest.raises(QueryError, match="max_lag"):
+            _max_lag({"max_lag": bad}, TABLE)
+
+
+def test_flags_and_timeouts_are_checked() -> None:
+    assert _flag({}, ("standby_reads",), default=True) is True
+    assert _flag({"standby_reads": "false"}, ("standby_reads",), default=True) is False
+    with pytest.raises(QueryError):
+        _flag({"standby_reads": "maybe"}, ("standby_reads",), default=True)
+    assert _timeout_ms({"timeout_ms": "250"}) == 250
+    for bad in ("soon", 0, 10**9):
+        with pytest.raises(QueryError, match="timeout_ms"):
+            _timeout_ms({"timeout_ms": bad})
