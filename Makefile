@@ -37,6 +37,7 @@ bench: $(STAMP)
 	$(PY) bench/assignor.py
 	$(PY) bench/rpc.py
 	$(PY) bench/metadata.py
+	$(PY) bench/pull_queries.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
