@@ -37,6 +37,7 @@ bench: $(STAMP)
 	$(PY) bench/assignor.py
 	$(PY) bench/rpc.py
 	$(PY) bench/metadata.py
+	$(PY) bench/replication.py
 	$(PY) bench/pull_queries.py
 
 clean:

@@ -32,6 +32,8 @@ CLIENT_NODE_ID = 0
 MAX_REQUEST_BYTES = 4 * 1024 * 1024
 # How long a table unknown to every server is waited for (a create that has not reached the images yet).
 UNKNOWN_TABLE_WAIT_S = 3.0
+# While a Produce is unanswered, the table's metadata is checked this often for a new active.
+METADATA_WATCH_S = 1.0
 
 
 class WriteError(Exception):
@@ -170,12 +172,14 @@ class TableWriter:
                         self.table, partition, part.leader_epoch, tuple(chunk), int(timeout_s * 1000)
                     )
                     try:
-                        answer = await self._pool.request(part.active, request, timeout_s + 1.0)
+                        answer = await self._send_watching(partition, part.active, part.leader_epoch, request)
                     except RpcError as error:
                         problem = f"server {part.active}: {error}"
                     else:
-                        assert isinstance(answer, ProduceResponse)
-                        reply = answer
+                        if answer is None:
+                            problem = "the partition moved to another active while waiting"
+                        else:
+                            reply = answer
                 requests += 1
                 if reply is not None and reply.error is ReplicaError.NONE:
                     break
@@ -192,6 +196,31 @@ class TableWriter:
                 backoff = min(backoff * 2, 0.25)
                 await self.metadata(refresh=True)
         return requests, retries
+
+    async def _send_watching(
+        self, partition: int, active: int, leader_epoch: int, request: ProduceRequest
+    ) -> ProduceResponse | None:
+        """Send a Produce and wait for its answer, but give up (None) once the metadata shows the partition
+        has a new active: a server that stopped answering (paused, partitioned away) must not hold the
+        write for the whole timeout when the controller has already moved on."""
+        timeout_s = request.timeout_ms / 1000 + 1.0
+        sent = asyncio.ensure_future(self._pool.request(active, request, timeout_s))
+        try:
+            while True:
+                done, _ = await asyncio.wait({sent}, timeout=METADATA_WATCH_S)
+                if done:
+                    answer = sent.result()
+                    assert isinstance(answer, ProduceResponse)
+                    return answer
+                try:
+                    fresh = (await self.metadata(refresh=True)).partitions[partition]
+                except WriteError:
+                    continue
+                if (fresh.active, fresh.leader_epoch) != (active, leader_epoch):
+                    return None
+        finally:
+            if not sent.done():
+                sent.cancel()
 
 
 def _chunks(rows: list[bytes], max_bytes: int) -> list[list[bytes]]:

@@ -106,7 +106,11 @@ def route(
             continue
         known = lags.lag(node_id, part.table_id, part.partition)
         offset_lag = None if known is None else known.offset_lag
-        if offset_lag is not None and max_lag is not None and offset_lag > max_lag:
+        # A running active is as fresh as the partition gets: a lag in its report is only the skew
+        # between reports sent at different times, and its server checks its real lag on arrival. Only a
+        # restoring active (its store still catching up) is judged by its report.
+        judged = role != "active" or (known is not None and known.state == "restoring")
+        if judged and offset_lag is not None and max_lag is not None and offset_lag > max_lag:
             skipped.append(Skip(node_id, f"lag {offset_lag} > bound {max_lag}", role))
             continue
         (candidates if role == "active" else others).append(Candidate(node_id, role, offset_lag))

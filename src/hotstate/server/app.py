@@ -373,8 +373,14 @@ class Server:
 
     async def _forward(self, leader_id: int, request: ControllerRequest) -> ControllerResponse:
         assert self.pool is not None
+        timeout = FORWARD_TIMEOUT_S
+        if isinstance(request, ServerHeartbeatRequest | AlterPartitionRequest):
+            # A heartbeat stuck on a leader that just died must not outlive the session it keeps alive:
+            # the new controller would fence this server (and, with every server stuck the same way,
+            # all of them: seen when the stopped leader was SIGSTOPped).
+            timeout = min(FORWARD_TIMEOUT_S, self.config.session_timeout_ms / 4000)
         try:
-            reply = await self.pool.request(leader_id, ForwardedControllerRequest(request), FORWARD_TIMEOUT_S)
+            reply = await self.pool.request(leader_id, ForwardedControllerRequest(request), timeout)
         except NOT_SENT as error:  # never sent: certainly not applied, the caller may retry elsewhere
             return error_response(
                 request, ControllerError.NOT_CONTROLLER, f"leader {leader_id} unreachable: {error}"
