@@ -340,3 +340,47 @@ def test_produce_answers_each_mistake_with_its_typed_error(start_cluster) -> Non
         await probe.close()
 
     running.run(scenario())
+
+
+def test_sigstop_of_the_metadata_leader_takes_no_partition_offline(start_cluster) -> None:
+    """Found under load: heartbeats forwarded to the stopped leader hung for 5 s, so the next controller
+    fenced every server (itself too) and every partition went offline for seconds."""
+    running = start_cluster(3)
+
+    async def scenario() -> None:
+        await _create(running, "clicks", partitions=2, standbys=2)
+        probe = Probe(running)
+        async with running.cluster.admin(request_timeout_s=2.0) as admin:
+            leader = (await admin.describe()).leader_id
+        writer = _writer(running, "clicks")
+        await writer.upsert([{"user": f"u{i}", "clicks": 0} for i in range(200)])
+        running.kill(leader, signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        offline: list[int] = []
+
+        async def watch() -> None:
+            others = [n for n in (1, 2, 3) if n != leader]
+            while True:
+                for node in others:
+                    try:
+                        meta = await probe.metadata(node, "clicks")
+                    except Exception:
+                        continue
+                    offline.extend(p.partition for p in meta.partitions if p.active is None)
+                await asyncio.sleep(0.2)
+
+        watcher = asyncio.create_task(watch())
+        try:
+            for round_ in range(1, 4):
+                await writer.upsert([{"user": f"u{i}", "clicks": round_} for i in range(200)], deadline_s=30)
+            took = time.monotonic() - stopped_at
+        finally:
+            watcher.cancel()
+            running.kill(leader, signal.SIGCONT)
+            await writer.close()
+            await probe.close()
+        print(f"\nwrites resumed {took:.1f} s after SIGSTOP of the metadata leader")
+        assert not offline, f"partitions offline: {sorted(set(offline))}"
+        assert took < 10.0
+
+    running.run(scenario())
