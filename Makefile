@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest bench clean venv
+.PHONY: demo test lint typecheck pytest bench clean venv java
 
 # Re-install when pyproject.toml changes (the stamp is older) or the venv is missing.
 $(STAMP): pyproject.toml
@@ -16,7 +16,11 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-demo: $(STAMP)
+# PySpark (the sink and its tests) needs a Java runtime; Spark 4 runs on Java 17.
+java:
+	@command -v java >/dev/null || (apt-get update && apt-get install -y --no-install-recommends openjdk-17-jre-headless)
+
+demo: $(STAMP) java
 	$(PY) -m hotstate.cli.demo
 
 lint: $(STAMP)
@@ -26,12 +30,13 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-pytest: $(STAMP)
-	$(VENV)/bin/pytest -n 2 -q
+# loadgroup: the Spark tests (xdist_group "spark") share one worker and its one SparkSession.
+pytest: $(STAMP) java
+	$(VENV)/bin/pytest -n 2 --dist loadgroup -q
 
 test: lint typecheck pytest
 
-bench: $(STAMP)
+bench: $(STAMP) java
 	$(PY) bench/log_append.py
 	$(PY) bench/raft_sim.py
 	$(PY) bench/assignor.py
@@ -39,6 +44,7 @@ bench: $(STAMP)
 	$(PY) bench/metadata.py
 	$(PY) bench/replication.py
 	$(PY) bench/pull_queries.py
+	$(PY) bench/spark_sink.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

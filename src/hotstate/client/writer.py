@@ -60,10 +60,14 @@ class TableWriter:
         cluster_id: str,
         secret: str,
         request_timeout_s: float = 10.0,
+        rack: str | None = None,
     ) -> None:
         if not servers:
             raise ValueError("no servers to talk to")
         self.table = table
+        # The writer's rack (the Spark sink reports spark.hotstate.rack / HOTSTATE_RACK), for the
+        # assignor's traffic cost (KIP-925). Kept here only: the servers do not take it yet.
+        self.rack = rack
         self._bootstrap = list(servers)
         self._cluster_id = cluster_id
         self._secret = secret

@@ -1,0 +1,196 @@
+"""Benchmark of the Spark sink -> bench/results/spark_sink.json.
+
+One streaming aggregation (clicks, total and largest value per user) over the same JSON files, with three
+foreachBatch sinks in turn, each from a fresh checkpoint, on Spark local[2]:
+  noop         batch_df.write.format("noop"): Spark alone (the aggregation and its state store)
+  python_rows  foreachPartition turning each row into a dict as the sink does, sending nothing: the price
+               of moving the rows to Python
+  hotstate     hotstate.spark.materialize into a local 3-server cluster (4 partitions, 1 standby, acks=all)
+Events/s counts input events over the batches' trigger time (query start-up excluded); per batch also the
+changed rows (state rows updated) and the batch's time. Each sink runs once to warm up, then REPEATS times
+interleaved with the others; the best run of each is reported with the events/s of every run.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hotstate.cli.local_cluster import LocalCluster
+
+RESULTS = Path(__file__).parent / "results" / "spark_sink.json"
+FILES = 10
+EVENTS_PER_FILE = 40_000
+USERS = 50_000
+FILES_PER_BATCH = 2
+REPEATS = 2
+SCHEMA = "user STRING, n BIGINT, url STRING"
+
+
+def write_input(directory: Path) -> None:
+    directory.mkdir(parents=True)
+    for f in range(FILES):
+        lines = []
+        for i in range(EVENTS_PER_FILE):
+            event = f * EVENTS_PER_FILE + i
+            user = (event * 7919) % USERS
+            lines.append(
+                json.dumps({"user": f"user-{user:06d}", "n": event % 1000, "url": f"/p/{event % 97}"})
+            )
+        (directory / f"part-{f:03d}.json").write_text("\n".join(lines) + "\n")
+
+
+def session() -> Any:
+    from pyspark.sql import SparkSession
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("hotstate-bench")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def aggregation(spark: Any, source: Path) -> Any:
+    from pyspark.sql import functions as F
+
+    events = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", FILES_PER_BATCH).json(str(source))
+    return events.groupBy("user").agg(
+        F.count("*").alias("clicks"), F.sum("n").alias("total"), F.max("n").alias("largest")
+    )
+
+
+def measure(name: str, start: Callable[[], Any]) -> dict[str, Any]:
+    started = time.perf_counter()
+    query = start()
+    query.processAllAvailable()
+    wall = time.perf_counter() - started
+    batches = [p for p in query.recentProgress if p["numInputRows"] > 0]
+    query.stop()
+    events = sum(p["numInputRows"] for p in batches)
+    trigger_s = sum(p["durationMs"]["triggerExecution"] for p in batches) / 1000
+    out = {
+        "events": events,
+        "batches": len(batches),
+        "events_per_s": round(events / trigger_s),
+        "wall_s_including_start": round(wall, 2),
+        "batch_s": [round(p["durationMs"]["triggerExecution"] / 1000, 3) for p in batches],
+        "batch_s_median": round(
+            statistics.median(p["durationMs"]["triggerExecution"] for p in batches) / 1000, 3
+        ),
+        "add_batch_s": [round(p["durationMs"]["addBatch"] / 1000, 3) for p in batches],
+        "changed_rows": [p["stateOperators"][0]["numRowsUpdated"] for p in batches],
+    }
+    print(name, out, flush=True)
+    return out
+
+
+def main() -> None:
+    import hotstate.spark as hs
+    from hotstate.spark.sink import SinkConfig, _as_dict
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        source = root / "in"
+        write_input(source)
+        cluster = LocalCluster.create(root / "cluster", 3)
+        cluster.write_configs()
+        cluster.save()
+        cluster.start_all()
+        spark = session()
+        try:
+            import asyncio
+
+            asyncio.run(cluster.wait_ready(30))
+            config = SinkConfig((), "x", "", "", None, 0.0, ("user", "clicks", "total", "largest"), (), False)
+
+            def noop(df: Any, _: int) -> None:
+                df.write.format("noop").mode("append").save()
+
+            def python_rows(df: Any, _: int) -> None:
+                df.foreachPartition(lambda rows: [_as_dict(config, r) for r in rows] and None)
+
+            def sink(name: str, function: Callable[[Any, int], None]) -> Callable[[], Any]:
+                def start() -> Any:
+                    return (
+                        aggregation(spark, source)
+                        .writeStream.outputMode("update")
+                        .foreachBatch(function)
+                        .option("checkpointLocation", str(root / f"chk-{name}"))
+                        .start()
+                    )
+
+                return start
+
+            runs = iter(range(1000))
+
+            def hotstate_sink() -> Any:
+                return hs.materialize(
+                    aggregation(spark, source),
+                    table="bench",
+                    key="user",
+                    partitions=4,
+                    standby_replicas=1,
+                    cluster=cluster.addresses(),
+                    checkpoint=str(root / f"chk-hotstate-{next(runs)}"),
+                    cluster_id=cluster.cluster_id,
+                    secret=cluster.secret,
+                )
+
+            starts = {
+                "noop": lambda: sink(f"noop-{next(runs)}", noop)(),
+                "python_rows": lambda: sink(f"rows-{next(runs)}", python_rows)(),
+                "hotstate": hotstate_sink,
+            }
+            for name, start in starts.items():  # warm the JVM, the Python workers and the writers
+                measure(f"warm-up {name} (not reported)", start)
+            measured: dict[str, list[dict[str, Any]]] = {name: [] for name in starts}
+            for _ in range(REPEATS):  # interleaved, so load from elsewhere falls on every sink alike
+                for name, start in starts.items():
+                    measured[name].append(measure(name, start))
+            results: dict[str, Any] = {
+                name: max(runs_, key=lambda r: r["events_per_s"])
+                | {"events_per_s_runs": [r["events_per_s"] for r in runs_]}
+                for name, runs_ in measured.items()
+            }
+            results["hotstate_vs_noop"] = round(
+                results["hotstate"]["events_per_s"] / results["noop"]["events_per_s"], 3
+            )
+        finally:
+            spark.stop()
+            for server in cluster.servers:
+                cluster.stop(server)
+    report = {
+        "benchmark": "events/s through a streaming aggregation into three foreachBatch sinks (see docstring)",
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "cpu_count": os.cpu_count(),
+        "note": "2 cores shared by Spark (local[2]), its Python workers and 3 servers: this machine only",
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "load_average_1m": round(os.getloadavg()[0], 2),
+        "input": f"{FILES} files x {EVENTS_PER_FILE} events, {USERS} users, {FILES_PER_BATCH} files a batch",
+        "spark": "local[2], spark.sql.shuffle.partitions=2",
+        "results": results,
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+"""`materialize`: keep a streaming DataFrame's result table in a hotstate cluster."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
+
+from hotstate.spark.sink import AfterWrite, batch_function, config_for_schema
+from hotstate.spark.table import TableDefinition, ensure_table, key_columns_for
+
+__all__ = ["materialize", "parse_cluster", "writer_rack"]
+
+RACK_CONF = "spark.hotstate.rack"
+ENV_CLUSTER = "HOTSTATE_CLUSTER"
+ENV_CLUSTER_ID = "HOTSTATE_CLUSTER_ID"
+ENV_SECRET = "HOTSTATE_CLUSTER_SECRET"
+ENV_RACK = "HOTSTATE_RACK"
+
+Cluster = str | Sequence[str] | Sequence[tuple[str, int]]
+Trigger = str | Mapping[str, Any]
+
+
+def materialize(
+    df: DataFrame,
+    table: str,
+    key: str | Sequence[str],
+    partitions: int,
+    standby_replicas: int = 1,
+    acceptable_lag: int | None = None,
+    cluster: Cluster | None = None,
+    checkpoint: str | None = None,
+    trigger: Trigger | None = None,
+    *,
+    cluster_id: str | None = None,
+    secret: str | None = None,
+    write_deadline_s: float = 60.0,
+    query_name: str | None = None,
+    _after_write: AfterWrite | None = None,
+) -> StreamingQuery:
+    """Start a streaming query that keeps `df`'s result table in the hotstate table `table`.
+
+    `df` is a streaming DataFrame; each micro-batch's changed rows (output mode "update") are upserted by
+    `key` (a column name or several), executors sending straight to the partitions' actives. The table is
+    created with `partitions`, `standby_replicas` and `acceptable_lag` if it does not exist; if it exists
+    with the same definition it is used, else this raises TableDefinitionError showing both.
+
+    `cluster`: RPC addresses, "host:port,host:port" or a sequence of "host:port" / (host, port) (default:
+    env HOTSTATE_CLUSTER). `cluster_id` and `secret` default to env HOTSTATE_CLUSTER_ID and
+    HOTSTATE_CLUSTER_SECRET. `checkpoint`: the query's checkpoint directory (required: it is what lets a
+    restarted query resume without losing or repeating a batch). `trigger`: None (as fast as possible),
+    a processing-time interval like "5 seconds", or keyword arguments of DataStreamWriter.trigger such as
+    {"availableNow": True}. `write_deadline_s`: how long one task keeps retrying before its batch fails.
+    The writers' rack comes from the Spark conf spark.hotstate.rack, else env HOTSTATE_RACK.
+    """
+    if not df.isStreaming:
+        raise ValueError("materialize needs a streaming DataFrame (spark.readStream...)")
+    if checkpoint is None:
+        raise ValueError("checkpoint: give the streaming query a checkpoint directory")
+    servers = parse_cluster(cluster if cluster is not None else os.environ.get(ENV_CLUSTER))
+    cluster_id = cluster_id or os.environ.get(ENV_CLUSTER_ID)
+    secret = secret or os.environ.get(ENV_SECRET)
+    if not cluster_id or not secret:
+        raise ValueError(
+            f"the cluster's id and secret are needed: pass cluster_id= and secret= or set {ENV_CLUSTER_ID} "
+            f"and {ENV_SECRET}"
+        )
+    definition = TableDefinition(
+        table, partitions, standby_replicas, key_columns_for(df.schema, key), acceptable_lag
+    )
+    ensure_table(servers, cluster_id, secret, definition)
+    rack = writer_rack(df.sparkSession)
+    config = config_for_schema(
+        df.schema,
+        servers=servers,
+        table=table,
+        cluster_id=cluster_id,
+        secret=secret,
+        rack=rack,
+        deadline_s=write_deadline_s,
+    )
+    writer = (
+        df.writeStream.outputMode("update")
+        .foreachBatch(batch_function(config, _after_write))
+        .option("checkpointLocation", checkpoint)
+    )
+    if query_name is not None:
+        writer = writer.queryName(query_name)
+    if isinstance(trigger, str):
+        writer = writer.trigger(processingTime=trigger)
+    elif trigger is not None:
+        writer = writer.trigger(**trigger)
+    return writer.start()
+
+
+def writer_rack(spark: SparkSession) -> str | None:
+    """The rack the sink reports with the table's writers: spark.hotstate.rack, else env HOTSTATE_RACK."""
+    return spark.conf.get(RACK_CONF, None) or os.environ.get(ENV_RACK) or None
+
+
+def parse_cluster(cluster: Cluster | None) -> tuple[tuple[str, int], ...]:
+    """RPC addresses from "h:p,h:p", ["h:p", ...] or [(h, p), ...]."""
+    if cluster is None:
+        raise ValueError(f'cluster: give the servers\' RPC addresses ("host:port,...") or set {ENV_CLUSTER}')
+    items: Sequence[str | tuple[str, int]] = cluster.split(",") if isinstance(cluster, str) else cluster
+    out = []
+    for item in items:
+        if isinstance(item, str):
+            host, sep, port = item.strip().rpartition(":")
+            if not sep or not host or not port.isdigit():
+                raise ValueError(f"cluster: {item.strip()!r} is not host:port")
+            out.append((host.strip("[]"), int(port)))
+        else:
+            out.append((str(item[0]), int(item[1])))
+    if not out:
+        raise ValueError("cluster: no server addresses")
+    return tuple(out)

@@ -1,0 +1,198 @@
+"""The foreachBatch sink: every Spark task writes its own rows to the cluster, from the executor.
+
+The batch function runs on the driver and only starts `batch_df.foreachPartition(...)`, which reads the
+whole batch (Spark 4 checks that a foreachBatch consumed its input before it commits the state store) and
+returns once every task has succeeded. Each task turns its rows into dicts and makes one
+`TableWriter.upsert` call, which keys and partitions them with the one shared key encoding, sends each
+hotstate partition's rows to its active and returns when every partition has acked (acks=all), retrying
+NOT_LEADER, FENCED_EPOCH and connection errors with fresh metadata until the write deadline. So Spark
+commits a batch only after the cluster holds all of it. A row that cannot be encoded fails its task, and
+with it the batch, before anything of that task's rows is sent.
+
+Only `SinkConfig` (plain, picklable values) travels to the executors. Each Python worker keeps one event
+loop and one writer per config, so the table metadata and connections outlive a task (Spark reuses its
+Python workers); any failure throws both away, so nothing of a failed write keeps running in the
+background of a later task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import functools
+import os
+import re
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+from pyspark.sql import DataFrame, Row
+from pyspark.sql.types import ArrayType, MapType, StructType, TimestampType
+
+from hotstate.client.writer import TableWriter, WriteError, WriteResult
+
+__all__ = ["AfterWrite", "BatchWriteError", "SinkConfig", "batch_function", "config_for_schema", "write_rows"]
+
+# Called on the executor after a task's rows are acked: (batch id, Spark partition id, rows written).
+# A test hook (slow or failing sinks); None in production.
+AfterWrite = Callable[[int, int, int], None]
+
+
+_WRITE_ERROR = re.compile(r"^hotstate\.client\.writer\.WriteError: (.*)$", re.MULTILINE)
+
+
+class BatchWriteError(Exception):
+    """A batch not written: a row that cannot be encoded, or a partition not acked within the deadline.
+    The message names the table, the batch and, for a bad row, the column and the value."""
+
+
+@dataclass(frozen=True, slots=True)
+class SinkConfig:
+    servers: tuple[tuple[str, int], ...]
+    table: str
+    cluster_id: str
+    secret: str = field(repr=False)
+    rack: str | None
+    deadline_s: float
+    columns: tuple[str, ...]
+    # Top-level TimestampType columns: Spark hands them to Python as naive local time; they are written
+    # as aware UTC datetimes so the key encodes the right instant whatever the executor's time zone.
+    instant_columns: tuple[str, ...]
+    # True when some column holds structs, arrays or maps (rows need the recursive conversion).
+    nested: bool
+
+
+def config_for_schema(
+    schema: StructType,
+    *,
+    servers: tuple[tuple[str, int], ...],
+    table: str,
+    cluster_id: str,
+    secret: str,
+    rack: str | None,
+    deadline_s: float,
+) -> SinkConfig:
+    complex_types = (StructType, ArrayType, MapType)
+    return SinkConfig(
+        servers=servers,
+        table=table,
+        cluster_id=cluster_id,
+        secret=secret,
+        rack=rack,
+        deadline_s=deadline_s,
+        columns=tuple(f.name for f in schema.fields),
+        instant_columns=tuple(f.name for f in schema.fields if isinstance(f.dataType, TimestampType)),
+        nested=any(isinstance(f.dataType, complex_types) for f in schema.fields),
+    )
+
+
+def batch_function(
+    config: SinkConfig, after_write: AfterWrite | None = None
+) -> Callable[[DataFrame, int], None]:
+    """The foreachBatch function: returns once every task of the batch has written and been acked."""
+
+    def write_batch(batch_df: DataFrame, batch_id: int) -> None:
+        try:
+            batch_df.foreachPartition(functools.partial(_write_task, config, batch_id, after_write))
+        except Exception as error:
+            # Spark wraps the executor's WriteError in pages of JVM and worker traceback: raise its text.
+            found = _WRITE_ERROR.findall(str(error))
+            if not found:
+                raise
+            raise BatchWriteError(found[-1].strip()) from None
+
+    return write_batch
+
+
+def _write_task(
+    config: SinkConfig, batch_id: int, after_write: AfterWrite | None, rows: Iterator[Row]
+) -> None:
+    """One Spark task, on the executor."""
+    from pyspark import TaskContext
+
+    written = write_rows(config, rows, batch_id=batch_id)
+    if after_write is not None:
+        context = TaskContext.get()
+        after_write(batch_id, context.partitionId() if context is not None else -1, written)
+
+
+def write_rows(config: SinkConfig, rows: Iterable[Row | tuple[object, ...]], *, batch_id: int = -1) -> int:
+    """Upsert `rows` (Spark rows in `config.columns` order) into the table; the number written."""
+    dicts = [_as_dict(config, row) for row in rows]
+    if not dicts:
+        return 0
+    try:
+        result = _upsert(config, dicts)
+    except WriteError as error:
+        raise WriteError(
+            error.error, f"hotstate sink, table {config.table}, batch {batch_id}: {error}"
+        ) from None
+    return result.rows
+
+
+def _as_dict(config: SinkConfig, row: Row | tuple[object, ...]) -> dict[str, object]:
+    if config.nested and isinstance(row, Row):
+        out = row.asDict(recursive=True)
+    else:
+        out = dict(zip(config.columns, row, strict=True))
+    for name in config.instant_columns:
+        value = out.get(name)
+        if isinstance(value, dt.datetime) and value.tzinfo is None:
+            out[name] = value.astimezone(dt.UTC)  # a naive datetime's astimezone reads it as local time
+    return out
+
+
+# ---------------------------------------------------------------------------- the worker's writer
+
+
+@dataclass
+class _Worker:
+    pid: int
+    loop: asyncio.AbstractEventLoop
+    writers: dict[SinkConfig, TableWriter]
+
+
+_worker: _Worker | None = None
+
+
+def _upsert(config: SinkConfig, rows: list[dict[str, object]]) -> WriteResult:
+    global _worker
+    if _worker is None or _worker.pid != os.getpid():  # none yet, or inherited through a fork
+        _worker = _Worker(os.getpid(), asyncio.new_event_loop(), {})
+    worker = _worker
+    writer = worker.writers.get(config)
+    if writer is None:
+        writer = worker.writers[config] = _new_writer(config, worker.loop)
+    try:
+        return worker.loop.run_until_complete(writer.upsert(rows, deadline_s=config.deadline_s))
+    except BaseException:
+        _worker = None
+        _discard(worker)
+        raise
+
+
+def _new_writer(config: SinkConfig, loop: asyncio.AbstractEventLoop) -> TableWriter:
+    async def build() -> TableWriter:  # created inside the loop it will run on
+        return TableWriter(
+            list(config.servers),
+            config.table,
+            cluster_id=config.cluster_id,
+            secret=config.secret,
+            rack=config.rack,
+        )
+
+    return loop.run_until_complete(build())
+
+
+def _discard(worker: _Worker) -> None:
+    """Stop everything a failed write left running (sends to other partitions), then close."""
+    loop = worker.loop
+    with contextlib.suppress(Exception):
+        pending = asyncio.all_tasks(loop)
+        for task in pending:
+            task.cancel()
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        for writer in worker.writers.values():
+            loop.run_until_complete(writer.close())
+    with contextlib.suppress(Exception):
+        loop.close()

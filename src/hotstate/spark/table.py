@@ -1,0 +1,199 @@
+"""The table a materialization writes to: its definition from a DataFrame, and create-or-check.
+
+Creating a table that exists with the same definition is a no-op; with another definition it is an error
+that shows both, so a job restarted with different settings never writes into a table it does not match.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.types import (
+    BinaryType,
+    BooleanType,
+    ByteType,
+    DataType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
+
+from hotstate.client.admin import AdminClient, OutcomeUnknownError
+from hotstate.client.writer import TableWriter
+from hotstate.controller.records import KeyColumn, KeyType
+from hotstate.controller.requests import ControllerError, CreateTableResponse
+
+__all__ = ["TableDefinition", "TableDefinitionError", "ensure_table", "key_columns_for"]
+
+# Spark type of a key column -> the table's key type (what replica.keys encodes).
+_KEY_TYPES: tuple[tuple[type[DataType], KeyType], ...] = (
+    (StringType, KeyType.STRING),
+    (LongType, KeyType.INT),
+    (IntegerType, KeyType.INT),
+    (ShortType, KeyType.INT),
+    (ByteType, KeyType.INT),
+    (DoubleType, KeyType.FLOAT),
+    (FloatType, KeyType.FLOAT),
+    (BooleanType, KeyType.BOOL),
+    (BinaryType, KeyType.BYTES),
+    (TimestampType, KeyType.TIMESTAMP),
+    (TimestampNTZType, KeyType.TIMESTAMP),
+)
+_SUPPORTED = "string, bigint/int/smallint/tinyint, double/float, boolean, binary, timestamp, timestamp_ntz"
+
+
+class TableDefinitionError(ValueError):
+    """A key that cannot be a table key, or a table that exists with another definition."""
+
+
+@dataclass(frozen=True, slots=True)
+class TableDefinition:
+    name: str
+    partitions: int
+    standby_replicas: int | None  # None: not known (a server without HTTP answered)
+    key_columns: tuple[KeyColumn, ...]
+    acceptable_lag: int | None
+
+    def matches(self, other: TableDefinition) -> bool:
+        unknown = self.standby_replicas is None or other.standby_replicas is None
+        return (
+            self.name == other.name
+            and self.partitions == other.partitions
+            and (unknown or self.standby_replicas == other.standby_replicas)
+            and self.key_columns == other.key_columns
+            and self.acceptable_lag == other.acceptable_lag
+        )
+
+    def describe(self) -> str:
+        keys = ", ".join(f"{c.name} {c.type.name}" for c in self.key_columns)
+        return (
+            f"(key: {keys}; partitions={self.partitions}, standby_replicas={self.standby_replicas}, "
+            f"acceptable_lag={self.acceptable_lag})"
+        )
+
+
+def key_columns_for(schema: StructType, key: str | Sequence[str]) -> tuple[KeyColumn, ...]:
+    """The table's key columns for `key` (one name or several), typed from the DataFrame's schema."""
+    names = [key] if isinstance(key, str) else list(key)
+    if not names:
+        raise TableDefinitionError("key: name at least one key column")
+    if len(set(names)) != len(names):
+        raise TableDefinitionError(f"key: {names} names a column twice")
+    fields = {field.name: field for field in schema.fields}
+    columns = []
+    for name in names:
+        field = fields.get(name)
+        if field is None:
+            raise TableDefinitionError(
+                f"key column {name!r} is not a column of the DataFrame (columns: {', '.join(fields)})"
+            )
+        kind = next((k for spark_type, k in _KEY_TYPES if isinstance(field.dataType, spark_type)), None)
+        if kind is None:
+            raise TableDefinitionError(
+                f"key column {name!r} has type {field.dataType.simpleString()}, which cannot be a key "
+                f"(supported: {_SUPPORTED})"
+            )
+        columns.append(KeyColumn(name, kind))
+    return tuple(columns)
+
+
+def ensure_table(
+    servers: Sequence[tuple[str, int]], cluster_id: str, secret: str, wanted: TableDefinition
+) -> None:
+    """Create the table, or check that the existing one has this definition (TableDefinitionError)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        asyncio.run(_ensure_table(servers, cluster_id, secret, wanted))
+        return
+    # Called with an event loop running in this thread (a notebook): run on a thread of its own.
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, _ensure_table(servers, cluster_id, secret, wanted)).result()
+
+
+async def _ensure_table(
+    servers: Sequence[tuple[str, int]], cluster_id: str, secret: str, wanted: TableDefinition
+) -> None:
+    async with AdminClient(servers, cluster_id=cluster_id, secret=secret) as admin:
+        try:
+            reply = await _create(admin, wanted)
+        except OutcomeUnknownError:
+            # Maybe created: ask again; a second create answers TABLE_EXISTS and the check below runs.
+            reply = await _create(admin, wanted)
+        if reply.error is ControllerError.NONE:
+            return
+        if reply.error is not ControllerError.TABLE_EXISTS:
+            raise TableDefinitionError(
+                f"cannot create table {wanted.name!r}: {reply.error.name}: {reply.message}"
+            )
+        existing = await _existing(admin, servers, cluster_id, secret, wanted.name)
+    if not existing.matches(wanted):
+        raise TableDefinitionError(
+            f"table {wanted.name!r} exists with another definition: it is {existing.describe()}, "
+            f"the materialization asks for {wanted.describe()}; delete the table or use another name"
+        )
+
+
+async def _existing(
+    admin: AdminClient, servers: Sequence[tuple[str, int]], cluster_id: str, secret: str, name: str
+) -> TableDefinition:
+    """The existing table's definition: from GET /v1/tables of a server that has HTTP (the only answer
+    that names standby_replicas), else from the RPC table metadata, with the standby count unknown."""
+    status = await admin.describe()
+    http = [f"{s.http_host}:{s.http_port}" for s in status.servers if s.http_host and s.http_port]
+    if http:
+        try:
+            tables = await asyncio.to_thread(_http_tables, http)
+        except Exception:
+            tables = None
+        if tables is not None:
+            for table in tables:
+                if table.get("name") == name:
+                    return _from_http(table)
+    async with TableWriter(servers, name, cluster_id=cluster_id, secret=secret) as writer:
+        meta = await writer.metadata()
+    return TableDefinition(name, len(meta.partitions), None, meta.key_columns, meta.acceptable_lag)
+
+
+async def _create(admin: AdminClient, wanted: TableDefinition) -> CreateTableResponse:
+    return await admin.create_table(
+        wanted.name,
+        partitions=wanted.partitions,
+        standby_replicas=wanted.standby_replicas or 0,
+        key_columns=wanted.key_columns,
+        acceptable_lag=wanted.acceptable_lag,
+    )
+
+
+def _http_tables(servers: list[str]) -> list[dict[str, Any]]:
+    from hotstate.client.query import Client
+
+    with Client(servers, timeout_s=5.0) as client:
+        return client.tables()
+
+
+_SQL_KEY_TYPES = {
+    "STRING": KeyType.STRING,
+    "BIGINT": KeyType.INT,
+    "DOUBLE": KeyType.FLOAT,
+    "BOOLEAN": KeyType.BOOL,
+    "BYTES": KeyType.BYTES,
+    "TIMESTAMP": KeyType.TIMESTAMP,
+}
+
+
+def _from_http(table: dict[str, Any]) -> TableDefinition:
+    keys = tuple(KeyColumn(c["name"], _SQL_KEY_TYPES[c["type"]]) for c in table["key_columns"])
+    return TableDefinition(
+        table["name"], table["partitions"], table["standby_replicas"], keys, table["acceptable_lag"]
+    )

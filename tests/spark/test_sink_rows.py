@@ -1,0 +1,100 @@
+"""The sink's pure parts: rows to dicts, cluster addresses, key columns (no SparkSession, no cluster)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from pyspark.sql import Row
+from pyspark.sql.types import (
+    ArrayType,
+    DecimalType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
+
+from hotstate.controller.records import KeyColumn, KeyType
+from hotstate.replica.keys import encode_key
+from hotstate.replica.rows import decode_row, encode_row
+from hotstate.spark.api import parse_cluster
+from hotstate.spark.sink import _as_dict, config_for_schema
+from hotstate.spark.table import TableDefinitionError, key_columns_for
+
+SCHEMA = StructType(
+    [
+        StructField("user", StringType()),
+        StructField("at", TimestampType()),
+        StructField("wall", TimestampNTZType()),
+        StructField(
+            "window", StructType([StructField("start", TimestampType()), StructField("n", LongType())])
+        ),
+        StructField("tags", ArrayType(StringType())),
+        StructField("counts", MapType(StringType(), LongType())),
+        StructField("amount", DecimalType(10, 2)),
+    ]
+)
+
+
+def config(schema: StructType = SCHEMA):
+    return config_for_schema(
+        schema, servers=(("h", 1),), table="t", cluster_id="c", secret="s3cret", rack=None, deadline_s=1.0
+    )
+
+
+def test_rows_become_dicts_that_the_row_codec_takes() -> None:
+    cfg = config()
+    assert cfg.instant_columns == ("at",) and cfg.nested
+    assert "s3cret" not in repr(cfg)
+    naive_local = dt.datetime(2026, 1, 2, 3, 4, 5, 6)  # how Spark hands a TimestampType to Python
+    row = Row(
+        user="u1",
+        at=naive_local,
+        wall=dt.datetime(2026, 1, 2, 3, 4, 5),
+        window=Row(start=naive_local, n=3),
+        tags=["a", "b"],
+        counts={"x": 1},
+        amount=None,
+    )
+    out = _as_dict(cfg, row)
+    assert out["at"] == naive_local.astimezone(dt.UTC) and out["at"].tzinfo is not None
+    assert out["at"].timestamp() == naive_local.timestamp()  # the same instant
+    assert out["wall"] == dt.datetime(2026, 1, 2, 3, 4, 5)  # TIMESTAMP_NTZ stays wall-clock
+    assert out["window"] == {"start": naive_local, "n": 3}  # structs as dicts (rows.py refuses Row)
+    assert decode_row(encode_row(out))["tags"] == ["a", "b"]
+    assert encode_key((out["at"],)) == encode_key((naive_local.astimezone(dt.UTC),))
+
+
+def test_flat_rows_take_the_fast_path() -> None:
+    schema = StructType([StructField("user", StringType()), StructField("n", LongType())])
+    cfg = config(schema)
+    assert not cfg.nested
+    assert _as_dict(cfg, Row(user="u", n=1)) == {"user": "u", "n": 1}
+    assert _as_dict(cfg, ("u", 2)) == {"user": "u", "n": 2}
+
+
+def test_cluster_addresses() -> None:
+    assert parse_cluster("127.0.0.1:9001, 127.0.0.1:9002") == (("127.0.0.1", 9001), ("127.0.0.1", 9002))
+    assert parse_cluster(["a:1", ("b", 2)]) == (("a", 1), ("b", 2))
+    assert parse_cluster("[::1]:9001") == (("::1", 9001),)
+    for bad in ("nohost", "h:x", ""):
+        with pytest.raises(ValueError, match="cluster"):
+            parse_cluster(bad)
+
+
+def test_key_columns_from_the_schema() -> None:
+    assert key_columns_for(SCHEMA, ["user", "at"]) == (
+        KeyColumn("user", KeyType.STRING),
+        KeyColumn("at", KeyType.TIMESTAMP),
+    )
+    assert key_columns_for(SCHEMA, "wall") == (KeyColumn("wall", KeyType.TIMESTAMP),)
+    with pytest.raises(TableDefinitionError, match=r"'amount' has type decimal\(10,2\)"):
+        key_columns_for(SCHEMA, "amount")
+    with pytest.raises(TableDefinitionError, match="names a column twice"):
+        key_columns_for(SCHEMA, ["user", "user"])
+    with pytest.raises(TableDefinitionError, match="at least one"):
+        key_columns_for(SCHEMA, [])
