@@ -1,112 +1,382 @@
-"""`make demo` until replicas, queries and the Spark sink exist: the most end-to-end thing there is.
+"""`make demo`: the main job, end to end.
 
-A real local cluster: three server processes on loopback (racks az-a, az-b, az-c) form the metadata quorum;
-tables are created; the active controller is killed with SIGKILL; the others elect a new one and the next
-write commits; the killed server restarts and catches up. Every process it starts is stopped at the end,
-also on Ctrl-C.
+A local 3-server cluster (racks az-a, az-b, az-c); a clickstream generator dropping JSON files into a
+folder; a PySpark Structured Streaming pipeline (clicks and last-seen per user) materialized into hotstate
+(8 partitions, 1 standby) while files keep arriving; pull queries through one server showing who served
+each and its lag; kill -9 of the server holding the most actives; queries still answered (by standbys) and
+how long the reroute took; the controller moving the actives; then a summary: events/s, freshness p50/p99
+(file landed -> visible to a pull query), query latency, failed queries. Every process it starts is
+stopped at the end, also on Ctrl-C.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import datetime as dt
+import json
+import os
+import random
 import shutil
 import signal
+import statistics
 import sys
 import tempfile
+import threading
 import time
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
-from rich.panel import Panel
+from rich.table import Table
 
-from hotstate.cli.local_cluster import LocalCluster
-from hotstate.cli.main import show_cluster_status
-from hotstate.client.admin import ClusterUnavailableError, OutcomeUnknownError
-from hotstate.controller.records import KeyColumn, KeyType
-from hotstate.controller.requests import ControllerError
+import hotstate
+from hotstate.cli.local_cluster import LocalCluster, LocalServer
 
-console = Console(width=shutil.get_terminal_size((130, 24)).columns)
-TABLES = ("clicks_per_user", "last_seen", "sessions")
-KEY = (KeyColumn("user", KeyType.STRING),)
+console = Console(width=min(130, shutil.get_terminal_size((130, 24)).columns))
+TABLE = "clicks_per_user"
+USERS = 2_000
+EVENTS_PER_FILE = 400
+FILE_EVERY_S = 0.5
+# Streaming before the kill and after it; HOTSTATE_DEMO_SECONDS shortens both (the test suite uses it).
+WARM_S = float(os.environ.get("HOTSTATE_DEMO_SECONDS", "14"))
+AFTER_KILL_S = WARM_S
+LOG4J2 = """\
+rootLogger.level = error
+rootLogger.appenderRef.stdout.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
+"""
 
 
-async def scenario(cluster: LocalCluster) -> bool:
-    async with cluster.admin(request_timeout_s=1.0) as admin:
-        for name in TABLES:
-            reply = await admin.create_table(name, partitions=8, standby_replicas=1, key_columns=KEY)
-            console.print(f"create table {name} (8 partitions, 1 standby): {reply.error.name}")
-        await show_cluster_status(cluster)
+@dataclass
+class Stats:
+    events: int = 0
+    files: int = 0
+    landed: dict[str, float] = field(default_factory=dict)  # probe user -> when its file landed
+    freshness_ms: list[float] = field(default_factory=list)
+    query_ms: list[float] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    served: Counter[str] = field(default_factory=Counter)
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
-        leader = (await admin.describe()).leader_id
-        assert leader is not None
-        victim = next(s for s in cluster.servers if s.node_id == leader)
-        console.print(f"\n[red]kill -9 server {leader}, the active controller[/red]")
-        cluster.signal(victim, signal.SIGKILL)
-        killed = time.monotonic()
-        while True:
+
+def generate(folder: Path, staging: Path, stats: Stats, stop: threading.Event) -> None:
+    """Clicks into JSON files, each written aside and renamed in (Spark's file source sees whole files).
+    Each file carries one probe user whose arrival in hotstate times the freshness."""
+    rng = random.Random(7)
+    urls = [f"/item/{i}" for i in range(200)]
+    while not stop.is_set():
+        n = stats.files
+        probe = f"probe-{n:05d}"
+        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")
+        lines = []
+        for _ in range(EVENTS_PER_FILE):
+            user = f"u{int(rng.paretovariate(1.2)) % USERS:04d}"
+            lines.append({"user": user, "url": rng.choice(urls), "ts": now})
+        lines.append({"user": probe, "url": "/probe", "ts": now})
+        tmp = staging / f"clicks-{n:05d}.json"
+        tmp.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+        os.replace(tmp, folder / tmp.name)
+        with stats.lock:
+            stats.landed[probe] = time.monotonic()
+            stats.files += 1
+            stats.events += len(lines)
+        stop.wait(FILE_EVERY_S)
+
+
+def watch_freshness(client: hotstate.Client, stats: Stats, stop: threading.Event) -> None:
+    """Poll for the probes of landed files; freshness = landed -> visible to a pull query."""
+    while not stop.is_set():
+        with stats.lock:
+            pending = dict(stats.landed)
+        if pending:
+            keys = ", ".join(f"'{k}'" for k in list(pending)[:50])
             try:
-                reply = await admin.create_table(
-                    "after_failover", partitions=4, standby_replicas=1, key_columns=KEY
-                )
-            except (OutcomeUnknownError, ClusterUnavailableError):
-                await asyncio.sleep(0.01)
-                continue
-            if reply.error in (ControllerError.NONE, ControllerError.TABLE_EXISTS):
-                break
-            await asyncio.sleep(0.01)
-        failover = time.monotonic() - killed
-        status = await admin.describe()
-        console.print(
-            f"[green]new active controller: server {status.leader_id} (epoch {status.epoch}); the next write "
-            f"committed {failover * 1000:.0f} ms after the kill[/green]"
-        )
-        tables = set((await admin.list_tables()).tables)
-        console.print(f"tables after the failover: {sorted(tables)}")
-
-        console.print(f"\nrestarting server {leader}: it rejoins as a follower and catches up")
-        while cluster.alive(victim):
-            await asyncio.sleep(0.01)
-        cluster.start(victim)
-        await cluster.wait_ready(30.0)
-        await show_cluster_status(cluster)
-        return set(TABLES) | {"after_failover"} <= tables and failover < 5.0
+                result = client.query(f"SELECT user FROM {TABLE} WHERE user IN ({keys})", timeout_ms=2000)
+            except Exception:
+                result = None
+            now = time.monotonic()
+            if result is not None:
+                with stats.lock:
+                    for (user,) in result.rows:
+                        landed = stats.landed.pop(str(user), None)
+                        if landed is not None:
+                            stats.freshness_ms.append((now - landed) * 1000)
+        stop.wait(0.025)
 
 
-def main() -> int:
-    console.print(
-        Panel.fit(
-            "[bold]hotstate demo: the metadata quorum, real processes[/bold]\n"
-            "What runs: three `hotstate server` processes on loopback, each a voter of the built-in\n"
-            "KRaft-style quorum and a broker; tables are created, the active controller is killed with\n"
-            "SIGKILL, the others take over, the killed one rejoins.\n"
-            "Not built yet: partition replicas, pull queries, the Spark pipeline (later issues).\n"
-            "The protocol core under thousands of faults: python -m hotstate.sim.demo",
-            border_style="cyan",
-        )
+def query_loop(client: hotstate.Client, stats: Stats, stop: threading.Event, seed: int) -> None:
+    rng = random.Random(seed)
+    while not stop.is_set():
+        user = f"u{rng.randrange(USERS):04d}"
+        started = time.monotonic()
+        try:
+            result = client.query(f"SELECT * FROM {TABLE} WHERE user = '{user}'", timeout_ms=3000)
+        except Exception as error:
+            with stats.lock:
+                stats.failures.append(f"{type(error).__name__}: {error}")
+            continue
+        with stats.lock:
+            stats.query_ms.append((time.monotonic() - started) * 1000)
+            for part in result.partitions:
+                stats.served[part.state] += 1
+        stop.wait(0.01)
+
+
+def spark_session(root: Path):  # type: ignore[no-untyped-def]
+    from pyspark.sql import SparkSession
+
+    log4j = root / "log4j2.properties"
+    log4j.write_text(LOG4J2)
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    java = f"-Dlog4j2.configurationFile=file:{log4j}"
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("hotstate-demo")
+        .config("spark.sql.shuffle.partitions", "2")  # measured: 200 costs 7-16 s per tiny batch here
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.extraJavaOptions", java)
+        .config("spark.executor.extraJavaOptions", java)
+        .config("spark.sql.warehouse.dir", str(root / "warehouse"))
+        .config("spark.hotstate.rack", "az-a")
+        .getOrCreate()
     )
-    # SIGTERM too must reach the cleanup below, not kill us with the servers still running.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    root = Path(tempfile.mkdtemp(prefix="hotstate-demo-"))
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def show_queries(client: hotstate.Client, users: list[str]) -> None:
+    table = Table(title="pull queries", title_justify="left")
+    for column in ("user", "clicks", "last_seen", "partition", "served by", "state", "lag"):
+        table.add_column(column)
+    for user in users:
+        result = client.query(f"SELECT * FROM {TABLE} WHERE user = '{user}'", timeout_ms=3000)
+        part = result.partitions[0]
+        for row in result.dicts():
+            table.add_row(
+                str(row["user"]),
+                str(row["clicks"]),
+                str(row["last_seen"])[:19],
+                str(part.partition),
+                f"server {part.served_by}",
+                part.state,
+                str(part.offset_lag),
+            )
+    console.print(table)
+
+
+def placement(client: hotstate.Client) -> dict[int, dict[str, object]]:
+    tables = client.tables()
+    table = next(t for t in tables if t["name"] == TABLE)
+    return {int(p["partition"]): p for p in table["placement"]}
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))] if ordered else float("nan")
+
+
+def run(root: Path) -> bool:
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType, StructField, StructType, TimestampType
+
+    from hotstate.spark import materialize
+
+    started = time.monotonic()
+    console.rule("[bold]hotstate demo: a PySpark pipeline materialized into a highly available table")
     cluster = LocalCluster.create(root / "cluster", 3)
     cluster.write_configs()
     cluster.save()
-    ok = False
+    cluster.start_all()
+    stop = threading.Event()
+    threads: list[threading.Thread] = []
+    query = None
+    spark = None
     try:
-        cluster.start_all()
-        started = time.monotonic()
-        asyncio.run(cluster.wait_ready(30.0))
-        console.print(f"3 servers up, leader elected, all registered in {time.monotonic() - started:.1f} s")
-        ok = asyncio.run(scenario(cluster))
-    except KeyboardInterrupt:
-        console.print("interrupted")
+        with console.status("starting 3 servers (racks az-a, az-b, az-c) and Spark (local[2])"):
+            asyncio.run(cluster.wait_ready(60))
+            spark = spark_session(root)
+        console.print(f"cluster up, Spark up ({time.monotonic() - started:.0f} s)")
+        folder, staging = root / "data" / "clicks", root / "data" / "staging"
+        folder.mkdir(parents=True)
+        staging.mkdir(parents=True)
+        stats = Stats()
+        schema = StructType(
+            [
+                StructField("user", StringType()),
+                StructField("url", StringType()),
+                StructField("ts", TimestampType()),
+            ]
+        )
+        clicks = spark.readStream.schema(schema).option("maxFilesPerTrigger", 20).json(str(folder))
+        per_user = clicks.groupBy("user").agg(F.count("*").alias("clicks"), F.max("ts").alias("last_seen"))
+        rpc = ",".join(f"127.0.0.1:{s.rpc_port}" for s in cluster.servers)
+        query = materialize(
+            per_user,
+            TABLE,
+            key="user",
+            partitions=8,
+            standby_replicas=1,
+            acceptable_lag=1000,
+            cluster=rpc,
+            cluster_id=cluster.cluster_id,
+            secret=cluster.secret,
+            checkpoint=str(root / "checkpoints" / TABLE),
+        )
+        console.print(
+            "pipeline: clicks/*.json -> groupBy(user).agg(count, max(ts)) -> "
+            f"materialize({TABLE!r}, partitions=8, standby_replicas=1)"
+        )
+        threads.append(threading.Thread(target=generate, args=(folder, staging, stats, stop), daemon=True))
+        threads[-1].start()
+        http = [f"127.0.0.1:{s.http_port}" for s in cluster.servers]
+        with hotstate.Client(http) as probe_client:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                try:
+                    if probe_client.query(f"SELECT * FROM {TABLE} LIMIT 1").rows:
+                        break
+                except Exception:
+                    pass
+                time.sleep(0.2)
+            actives = Counter(p["active"] for p in placement(probe_client).values())
+        victim_id = actives.most_common(1)[0][0]
+        victim: LocalServer = next(s for s in cluster.servers if s.node_id == victim_id)
+        receiver = next(s for s in cluster.servers if s.node_id != victim_id)
+        client = hotstate.Client(f"127.0.0.1:{receiver.http_port}")
+        threads.append(threading.Thread(target=watch_freshness, args=(client, stats, stop), daemon=True))
+        threads += [
+            threading.Thread(
+                target=query_loop, args=(hotstate.Client(client.servers), stats, stop, s), daemon=True
+            )
+            for s in range(2)
+        ]
+        for thread in threads[1:]:
+            thread.start()
+        console.print(
+            f"queries go through server {receiver.node_id}; files keep arriving every {FILE_EVERY_S} s"
+        )
+        time.sleep(WARM_S)
+        show_queries(client, ["u0001", "u0002", "u0003", "u0010"])
+        before = placement(client)
+        moved = [p for p, info in before.items() if info["active"] == victim_id]
+        keys = {p: next(f"u{i:04d}" for i in range(USERS) if _partition(f"u{i:04d}") == p) for p in moved}
+
+        console.print(f"\n[red bold]kill -9 server {victim_id}[/red bold] (active of partitions {moved})")
+        cluster.signal(victim, signal.SIGKILL)
+        killed = time.monotonic()
+        reroute = None
+        while reroute is None and time.monotonic() - killed < 10:
+            for partition, user in keys.items():
+                try:
+                    result = client.query(f"SELECT * FROM {TABLE} WHERE user = '{user}'", timeout_ms=2000)
+                except Exception:
+                    continue
+                if result.partitions and result.partitions[0].served_by != victim_id:
+                    reroute = time.monotonic() - killed
+                    console.print(
+                        f"partition {partition} answered by server {result.partitions[0].served_by} "
+                        f"({result.partitions[0].state}) {reroute * 1000:.0f} ms after the kill"
+                    )
+                    break
+        show_queries(client, [keys[p] for p in moved[:3]])
+        moved_at = None
+        while time.monotonic() - killed < 15:
+            now = placement(client)
+            if all(now[p]["active"] not in (victim_id, None) for p in moved):
+                moved_at = time.monotonic() - killed
+                break
+            time.sleep(0.1)
+        if moved_at is not None:
+            console.print(
+                f"the controller moved server {victim_id}'s actives {moved_at:.1f} s after the kill"
+            )
+        time.sleep(max(0.0, AFTER_KILL_S - (time.monotonic() - killed)))
+        show_queries(client, [keys[p] for p in moved[:3]])
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=5)
+        elapsed = time.monotonic() - killed + WARM_S
+        with stats.lock:
+            summary = Table(
+                title="summary (2 cores shared by 3 servers, Spark and this demo)", title_justify="left"
+            )
+            summary.add_column("measure")
+            summary.add_column("value", justify="right")
+            summary.add_row("events generated", f"{stats.events:,} in {stats.files} files")
+            summary.add_row("events/s", f"{stats.events / elapsed:,.0f}")
+            summary.add_row(
+                "freshness p50 / p99 (file landed -> visible)", _p50_p99(stats.freshness_ms, "ms")
+            )
+            summary.add_row("pull query latency p50 / p99", _p50_p99(stats.query_ms, "ms"))
+            summary.add_row("pull queries answered", f"{len(stats.query_ms):,} ({dict(stats.served)})")
+            summary.add_row("failed pull queries", str(len(stats.failures)))
+            summary.add_row(
+                "reroute to a standby after the kill", f"{reroute * 1000:.0f} ms" if reroute else "-"
+            )
+            summary.add_row("actives moved by the controller after", f"{moved_at:.1f} s" if moved_at else "-")
+            summary.add_row("streaming query still active", str(query.isActive))
+            durations = [p["durationMs"].get("triggerExecution", 0) for p in query.recentProgress]
+            if durations:
+                summary.add_row(
+                    "micro-batch time p50 / max (last batches)",
+                    f"{statistics.median(durations):.0f} / {max(durations):.0f} ms",
+                )
+            console.print(summary)
+            for failure in stats.failures[:5]:
+                console.print(f"[red]failed: {failure}[/red]")
+            ok = not stats.failures and query.isActive and reroute is not None
+        console.print(
+            f"[green]demo finished in {time.monotonic() - started:.0f} s: no pull query failed[/green]"
+            if ok
+            else "[red]demo finished with failures[/red]"
+        )
+        return ok
     finally:
+        stop.set()
+        if query is not None:
+            with contextlib.suppress(Exception):
+                query.stop()
+        if spark is not None:
+            spark.stop()
         for server in cluster.servers:
-            cluster.signal(server, signal.SIGKILL)
+            cluster.stop(server, timeout_s=10)
+
+
+def _partition(user: str) -> int:
+    from hotstate.replica.keys import encode_key, partition_for
+
+    return partition_for(encode_key((user,)), 8)
+
+
+def _p50_p99(values: list[float], unit: str) -> str:
+    if not values:
+        return "-"
+    return f"{statistics.median(values):.0f} / {percentile(values, 0.99):.0f} {unit}"
+
+
+def main() -> int:
+    root = Path(tempfile.mkdtemp(prefix="hotstate-demo-"))
+
+    def interrupted(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupted)
+    try:
+        return 0 if run(root) else 1
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted: stopping everything[/yellow]")
+        return 130
+    finally:
         shutil.rmtree(root, ignore_errors=True)
-    console.print(
-        "\n[bold]demo " + ("finished: every write survived the failover[/bold]" if ok else "FAILED[/bold]")
-    )
-    return 0 if ok else 1
 
 
 if __name__ == "__main__":
