@@ -642,13 +642,17 @@ class ReplicationWorld:
                     )
                 self.max_hw = max(self.max_hw, core.high_watermark)
         for member in c.isr:
-            replica = self.replicas[member]
-            held = max(replica.disk.end, replica.store.position)
-            if held < self.max_hw:
-                raise ReplicationInvariantViolation(
-                    f"ISR {c.isr} (epoch {c.leader_epoch}) has replica {member} holding {held} "
-                    f"< HW {self.max_hw}"
-                )
+            self._check_holds_hw(member)
+
+    def _check_holds_hw(self, member: int) -> Replica:
+        c = self.controller
+        replica = self.replicas[member]
+        held = max(replica.disk.end, replica.store.position)
+        if held < self.max_hw:
+            raise ReplicationInvariantViolation(
+                f"ISR {c.isr} (epoch {c.leader_epoch}) has replica {member} holding {held} < HW {self.max_hw}"
+            )
+        return replica
 
     def _check_applied(self, replica: Replica, batch: RecordBatch) -> None:
         if replica.store.position > self.max_hw:
@@ -685,13 +689,7 @@ class ReplicationWorld:
         """Every member of the committed ISR durably holds every record below the highest HW."""
         c = self.controller
         for member in c.isr:
-            replica = self.replicas[member]
-            held = max(replica.disk.end, replica.store.position)
-            if held < self.max_hw:
-                raise ReplicationInvariantViolation(
-                    f"ISR {c.isr} (epoch {c.leader_epoch}) has replica {member} holding {held} "
-                    f"< HW {self.max_hw}"
-                )
+            replica = self._check_holds_hw(member)
             for offset in range(
                 max(replica.disk.start, replica.store.position), min(self.max_hw, len(self.committed))
             ):
