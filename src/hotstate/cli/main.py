@@ -14,6 +14,7 @@ from rich.table import Table
 
 from hotstate import __version__
 from hotstate.cli import query as query_commands
+from hotstate.cli import sql as sql_commands
 
 if TYPE_CHECKING:
     from hotstate.cli.local_cluster import LocalCluster
@@ -184,6 +185,7 @@ async def show_cluster_status(cluster: LocalCluster) -> None:
 
 
 query_commands.register(app, default_dir=DEFAULT_DIR)
+sql_commands.register(app, default_dir=DEFAULT_DIR)
 
 
 def main() -> None:
