@@ -28,6 +28,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pyspark.sql import SparkSession
 from rich.console import Console
 from rich.table import Table
 
@@ -42,15 +43,6 @@ FILE_EVERY_S = 0.5
 # Streaming before the kill and after it; HOTSTATE_DEMO_SECONDS shortens both (the test suite uses it).
 WARM_S = float(os.environ.get("HOTSTATE_DEMO_SECONDS", "14"))
 AFTER_KILL_S = WARM_S
-LOG4J2 = """\
-rootLogger.level = error
-rootLogger.appenderRef.stdout.ref = console
-appender.console.type = Console
-appender.console.name = console
-appender.console.target = SYSTEM_ERR
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
-"""
 
 
 @dataclass
@@ -128,28 +120,12 @@ def query_loop(client: hotstate.Client, stats: Stats, stop: threading.Event, see
         stop.wait(0.01)
 
 
-def spark_session(root: Path):  # type: ignore[no-untyped-def]
-    from pyspark.sql import SparkSession
+def spark_session() -> SparkSession:
+    from hotstate.spark.pipeline import build_session
 
-    log4j = root / "log4j2.properties"
-    log4j.write_text(LOG4J2)
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    java = f"-Dlog4j2.configurationFile=file:{log4j}"
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("hotstate-demo")
-        .config("spark.sql.shuffle.partitions", "2")  # measured: 200 costs 7-16 s per tiny batch here
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.extraJavaOptions", java)
-        .config("spark.executor.extraJavaOptions", java)
-        .config("spark.sql.warehouse.dir", str(root / "warehouse"))
-        .config("spark.hotstate.rack", "az-a")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    # shuffle partitions 2: measured, 200 costs 7-16 s per tiny batch on 2 cores.
+    spark, _ = build_session("local[2]", 2, app_name="hotstate-demo")
+    spark.conf.set("spark.hotstate.rack", "az-a")  # the writers' rack (KIP-925's traffic cost)
     return spark
 
 
@@ -203,7 +179,7 @@ def run(root: Path) -> bool:
     try:
         with console.status("starting 3 servers (racks az-a, az-b, az-c) and Spark (local[2])"):
             asyncio.run(cluster.wait_ready(60))
-            spark = spark_session(root)
+            spark = spark_session()
         console.print(f"cluster up, Spark up ({time.monotonic() - started:.0f} s)")
         folder, staging = root / "data" / "clicks", root / "data" / "staging"
         folder.mkdir(parents=True)
@@ -344,6 +320,10 @@ def run(root: Path) -> bool:
         stop.set()
         if query is not None:
             with contextlib.suppress(Exception):
+                # Let a running micro-batch finish: stopping inside foreachBatch makes Spark dump a stack.
+                deadline = time.monotonic() + 10
+                while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
+                    time.sleep(0.05)
                 query.stop()
         if spark is not None:
             spark.stop()
