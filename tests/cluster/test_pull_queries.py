@@ -39,8 +39,14 @@ async def _setup(running, table: str, partitions: int, standbys: int, rows: int)
 
 
 def _placement(base: str, table: str) -> list[dict]:
-    tables = httpx.get(f"{base}/v1/tables").json()["tables"]
-    return next(t for t in tables if t["name"] == table)["placement"]
+    """The table's placement in that server's image, once the image has the table."""
+    end = time.monotonic() + 10.0
+    while True:
+        tables = httpx.get(f"{base}/v1/tables").json()["tables"]
+        found = [t for t in tables if t["name"] == table]
+        if found or time.monotonic() > end:
+            return found[0]["placement"]
+        time.sleep(0.05)
 
 
 def _key_in(partition: int, partitions: int) -> str:

@@ -46,9 +46,15 @@ class Probe:
         return reply
 
     async def metadata(self, node: int, table: str) -> TableMetadataResponse:
-        reply = await self.pool.request(node, TableMetadataRequest(table), 2.0)
-        assert isinstance(reply, TableMetadataResponse)
-        return reply
+        """The table's metadata in `node`'s image, once that image has the table (a create commits at the
+        controller first; each server's image follows a moment later)."""
+        end = time.monotonic() + 10.0
+        while True:
+            reply = await self.pool.request(node, TableMetadataRequest(table), 2.0)
+            assert isinstance(reply, TableMetadataResponse)
+            if reply.error is not ReplicaError.UNKNOWN_TABLE or time.monotonic() > end:
+                return reply
+            await asyncio.sleep(0.05)
 
     async def rows(self, node: int, table: str, partition: int) -> tuple[int, dict[bytes, dict]]:
         out: dict[bytes, dict] = {}

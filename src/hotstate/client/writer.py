@@ -117,9 +117,13 @@ class TableWriter:
         known = [n for n in self._addresses if n > 0] + [n for n in self._addresses if n < 0]
         random.shuffle(known)
         last: Exception | None = None
+        # Once connected somewhere, a server we hold no connection to is likely down: it gets a short try,
+        # so that it does not hold up a refresh (a first refresh, connected nowhere, waits for the handshake).
+        connected_somewhere = any(self._pool.is_connected(n) for n in known)
         for node in known:
             try:
-                reply = await self._pool.request(node, TableMetadataRequest(self.table), 2.0)
+                timeout = 2.0 if self._pool.is_connected(node) or not connected_somewhere else 0.3
+                reply = await self._pool.request(node, TableMetadataRequest(self.table), timeout)
             except RpcError as error:
                 last = error
                 continue
