@@ -75,15 +75,22 @@ class Probe:
         end = time.monotonic() + timeout_s
         while True:
             positions: dict[int, set[int]] = {}
+            reported: Counter[int] = Counter()
             try:
                 for node in nodes:
                     for info in (await self.lag(node)).replicas:
                         if info.table == table:
                             positions.setdefault(info.partition, set()).add(info.current_offset_position)
+                            reported[info.partition] += 1
                 meta = await self.metadata(nodes[0], table)
-                counts = Counter(len(p.replicas) for p in meta.partitions)
-                complete = all(len(positions.get(p.partition, ())) == 1 for p in meta.partitions)
-                if complete and counts:
+                # Every replica must report (a restarted server opens its replicas a moment later), and all
+                # of a partition's replicas must stand at one position.
+                complete = all(
+                    reported[p.partition] == len([r for r in p.replicas if r in nodes])
+                    and len(positions.get(p.partition, ())) == 1
+                    for p in meta.partitions
+                )
+                if complete and meta.partitions:
                     return
             except Exception:
                 pass
