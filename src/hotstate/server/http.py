@@ -26,9 +26,10 @@ from pydantic import BaseModel, Field
 from hotstate import __version__
 from hotstate.controller.image import MetadataImage
 from hotstate.controller.records import KeyType
-from hotstate.server.liveness import Liveness, monotonic_ms
+from hotstate.server.liveness import Liveness
 from hotstate.server.metrics import Metrics
 from hotstate.server.queries import QueryError, QueryResult, QueryService
+from hotstate.server.raft_driver import monotonic_ms
 from hotstate.server.replicas import ReplicaManager
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -19,12 +18,9 @@ from hotstate.controller.image import MetadataImage
 from hotstate.replica.messages import Heartbeat, LagInfo, LagReport
 from hotstate.routing.heartbeat import HeartbeatConfig, HeartbeatStatus
 from hotstate.routing.lags import LagTable
+from hotstate.server.raft_driver import monotonic_ms
 
 log = logging.getLogger(__name__)
-
-
-def monotonic_ms() -> int:
-    return int(time.monotonic() * 1000)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from hotstate.controller.image import MetadataImage, PartitionInfo, TableInfo
-from hotstate.query.plan import FullScan, KeyLookup, KeyRange, QueryPlan, plan
+from hotstate.query.plan import FullScan, KeyLookup, KeyRange, QueryPlan, UnknownTableError, find_table, plan
 from hotstate.query.sql import parse
 from hotstate.replica.messages import (
     PartitionQueryRequest,
@@ -109,9 +109,10 @@ class QueryService:
         except ValueError as error:  # InvalidSqlError, UnsupportedQueryError: messages name the problem
             raise QueryError("bad_request", str(error)) from error
         image = self._image()
-        table = _find_table(image, query.table)
-        if table is None:
-            raise QueryError("not_found", f"table {query.table!r} does not exist")
+        try:
+            table = find_table(image.tables, query.table)
+        except UnknownTableError as error:
+            raise QueryError("not_found", str(error)) from error
         try:
             query_plan = plan(query, table)
         except ValueError as error:
@@ -241,14 +242,6 @@ class QueryService:
         end = max(core.known_end_offset, self._lags.partition_end(replica.table.table_id, replica.partition))
         position = core.position
         return replica_state(replica), position, max(0, end - position)
-
-
-def _find_table(image: MetadataImage, name: str) -> TableInfo | None:
-    table = image.tables.get(name)
-    if table is not None:
-        return table
-    folded = [t for t in image.tables.values() if t.name.lower() == name.lower()]
-    return folded[0] if len(folded) == 1 else None
 
 
 def _max_lag(properties: Mapping[str, object], table: TableInfo) -> int | None:

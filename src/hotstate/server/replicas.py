@@ -43,7 +43,7 @@ from hotstate.replica.core import (
     SnapshotNeeded,
     TruncateTo,
 )
-from hotstate.replica.keys import InvalidKeyError, encode_key, key_from_row, partition_for
+from hotstate.replica.keys import encode_key, key_from_row, partition_for
 from hotstate.replica.messages import (
     FetchRequest,
     FetchResponse,
@@ -61,8 +61,9 @@ from hotstate.replica.messages import (
     ServerAddress,
     TableMetadataResponse,
 )
-from hotstate.replica.rows import RowDecodeError, decode_record, decode_row, encode_record
+from hotstate.replica.rows import decode_record, decode_row, encode_record
 from hotstate.replica.store import Store, StoreError, StoreSnapshot
+from hotstate.server.raft_driver import monotonic_ms
 
 log = logging.getLogger(__name__)
 
@@ -72,10 +73,6 @@ SNAPSHOT_IDLE_S = 60.0
 SNAPSHOT_REQUEST_TIMEOUT_S = 10.0
 
 PartitionId = tuple[int, int]  # (table id, partition)
-
-
-def monotonic_ms() -> int:
-    return int(time.monotonic() * 1000)
 
 
 @dataclass
@@ -237,7 +234,7 @@ class ReplicaManager:
                 return
             self._do_log_ops(replica, ready)
             for message in ready.messages:
-                self._send(_destination(message), message)
+                self._send(message.dst, message)
             for result in ready.produce_results:
                 waiter = replica.waiters.pop(result.token, None)
                 if waiter is not None and not waiter.done():
@@ -526,10 +523,6 @@ def _view(part: PartitionInfo) -> PartitionView:
     return PartitionView(part.active, part.leader_epoch, part.isr, part.replicas, part.partition_epoch)
 
 
-def _destination(message: ReplicaMessage) -> int:
-    return message.dst
-
-
 def _epoch_before(plog: Log) -> int:
     entries = plog.epoch_entries()
     before = [epoch for epoch, start in entries if start < plog.start_offset]
@@ -543,9 +536,7 @@ def _records_for(table: TableInfo, request: ProduceRequest) -> tuple[list[bytes]
         try:
             row = decode_row(row_bytes)
             key = encode_key(key_from_row(row, table.key_columns))
-        except InvalidKeyError as error:
-            return [], f"row {index} of {table.name}: {error}"
-        except (RowDecodeError, ValueError) as error:
+        except ValueError as error:  # InvalidKeyError, RowDecodeError, KeyEncodeError: each names the problem
             return [], f"row {index} of {table.name}: {error}"
         partition = partition_for(key, table.partitions)
         if partition != request.partition:
@@ -588,7 +579,7 @@ def metadata_for_key(image: MetadataImage, table_name: str, key_row: bytes) -> M
         return MetadataForKeyResponse(ReplicaError.UNKNOWN_TABLE, f"no table {table_name!r}")
     try:
         key = encode_key(key_from_row(decode_row(key_row), table.key_columns))
-    except (InvalidKeyError, RowDecodeError, ValueError) as error:
+    except ValueError as error:  # InvalidKeyError, RowDecodeError, KeyEncodeError
         return MetadataForKeyResponse(ReplicaError.INVALID_ROW, f"key for {table_name}: {error}")
     partition = partition_for(key, table.partitions)
     parts = image.partitions.get(table.table_id, ())
