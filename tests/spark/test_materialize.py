@@ -122,6 +122,31 @@ def test_the_same_definition_is_a_no_op_and_another_is_an_error(spark, start_clu
     ]
 
 
+def test_the_sinks_rack_reaches_the_tables_writer_racks(spark, start_cluster, tmp_path: Path) -> None:
+    running = start_cluster(1)
+    cluster = running.cluster
+    (tmp_path / "in").mkdir()
+    spark.conf.set("spark.hotstate.rack", "az-b")
+    try:
+        query = _materialize(running, clicks(spark, tmp_path / "in"), "racked", tmp_path / "chk")
+        query.stop()
+    finally:
+        spark.conf.unset("spark.hotstate.rack")
+    schema = spark.readStream.schema(SCHEMA).json(str(tmp_path / "in")).schema
+    # A second job, elsewhere, writing the same table: the rack is added once, however often it starts.
+    again = TableDefinition("racked", 4, 1, key_columns_for(schema, "user"), None)
+    for _ in range(2):
+        ensure_table(cluster.addresses(), cluster.cluster_id, cluster.secret, again, rack="az-c")
+    with hotstate.Client(f"127.0.0.1:{cluster.servers[0].http_port}") as client:
+        deadline = time.monotonic() + 10
+        while True:
+            found = [t for t in client.tables() if t["name"] == "racked"]
+            if (found and found[0]["writer_racks"] == ["az-b", "az-c"]) or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+    assert found[0]["writer_racks"] == ["az-b", "az-c"]
+
+
 def test_a_bad_row_fails_the_batch_naming_table_column_and_value(
     spark, start_cluster, tmp_path: Path
 ) -> None:

@@ -23,6 +23,8 @@ from hotstate.controller.requests import (
     DeleteTableResponse,
     ListTablesRequest,
     ListTablesResponse,
+    RegisterWriterRequest,
+    RegisterWriterResponse,
 )
 from hotstate.rpc import NOT_SENT, PeerPool, RpcError
 from hotstate.server.status import DescribeClusterRequest, DescribeClusterResponse
@@ -97,11 +99,22 @@ class AdminClient:
         standby_replicas: int,
         key_columns: tuple[KeyColumn, ...],
         acceptable_lag: int | None = None,
+        writer_rack: str | None = None,
         deadline_s: float = 10.0,
     ) -> CreateTableResponse:
-        request = CreateTableRequest(name, partitions, standby_replicas, key_columns, acceptable_lag)
+        request = CreateTableRequest(
+            name, partitions, standby_replicas, key_columns, acceptable_lag, writer_rack
+        )
         reply = await self._controller_call(request, deadline_s)
         assert isinstance(reply, CreateTableResponse)
+        return reply
+
+    async def register_writer(
+        self, table: str, rack: str, *, deadline_s: float = 10.0
+    ) -> RegisterWriterResponse:
+        """Add `rack` to the table's writer racks (idempotent)."""
+        reply = await self._controller_call(RegisterWriterRequest(table, rack), deadline_s, idempotent=True)
+        assert isinstance(reply, RegisterWriterResponse)
         return reply
 
     async def delete_table(self, name: str, *, deadline_s: float = 10.0) -> DeleteTableResponse:

@@ -16,6 +16,7 @@ from hotstate.controller.records import (
     PartitionAssignment,
     PartitionChange,
     RegisterServer,
+    TableWriters,
     UnfenceServer,
     UnregisterServer,
 )
@@ -29,14 +30,16 @@ for type_id, cls in (
     (11, UnregisterServer),
     (12, FenceServer),
     (13, UnfenceServer),
-    (20, CreateTable),
     (21, DeleteTable),
+    (22, TableWriters),
     (30, PartitionAssignment),
     (31, PartitionChange),
     (40, NoOp),
     (100, MetadataBatch),
 ):
     RECORDS.register(type_id, cls)
+# Version 2 appended writer_racks; version-1 records (without it) still decode.
+RECORDS.register(20, CreateTable, version=2)
 
 
 def encode_batch(batch: MetadataBatch) -> bytes:

@@ -14,8 +14,9 @@ cost of one metadata commit per request — fine for metadata, and heartbeats ar
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from hotstate.assignor import AssignorConfig
 from hotstate.controller.image import ImageBuilder, MetadataImage, PartitionInfo, TableInfo
 from hotstate.controller.placement import place_table
 from hotstate.controller.records import (
@@ -27,6 +28,7 @@ from hotstate.controller.records import (
     NoOp,
     PartitionChange,
     RegisterServer,
+    TableWriters,
     UnfenceServer,
 )
 from hotstate.controller.requests import (
@@ -43,6 +45,8 @@ from hotstate.controller.requests import (
     ListTablesResponse,
     RegisterServerRequest,
     RegisterServerResponse,
+    RegisterWriterRequest,
+    RegisterWriterResponse,
     ServerHeartbeatRequest,
     ServerHeartbeatResponse,
 )
@@ -50,11 +54,14 @@ from hotstate.controller.requests import (
 TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 MAX_PARTITIONS = 10_000
 MAX_STANDBYS = 10
+MAX_RACK_CHARS = 255
+MAX_WRITER_RACKS = 64
 
 
 @dataclass(frozen=True, slots=True)
 class ControllerConfig:
     session_timeout_ms: int = 2000
+    assignor: AssignorConfig = field(default_factory=AssignorConfig)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +111,8 @@ class QuorumController:
                 )
             case AlterPartitionRequest():
                 return self._alter_partition(request)
+            case RegisterWriterRequest():
+                return self._register_writer(request)
 
     def tick(self, now: int, next_offset: int) -> list[MetadataBatch]:
         """Fence every server whose session expired, moving its actives away, one batch per server."""
@@ -250,6 +259,7 @@ class QuorumController:
                 CreateTableResponse(ControllerError.NO_LIVE_BROKERS, "no live broker can host partitions", -1)
             )
         table_id = self._view.next_table_id
+        writer_racks = () if request.writer_rack is None else (request.writer_rack,)
         create = CreateTable(
             request.name,
             table_id,
@@ -257,6 +267,7 @@ class QuorumController:
             request.standby_replicas,
             request.key_columns,
             request.acceptable_lag,
+            writer_racks,
         )
         info = TableInfo(
             request.name,
@@ -265,9 +276,28 @@ class QuorumController:
             request.standby_replicas,
             request.key_columns,
             request.acceptable_lag,
+            writer_racks,
         )
-        batch = self._propose((create, *place_table(self._view, info)))
+        batch = self._propose((create, *place_table(self._view, info, self.config.assignor)))
         return Decision((batch,), CreateTableResponse(ControllerError.NONE, "", table_id))
+
+    def _register_writer(self, request: RegisterWriterRequest) -> Decision:
+        table = self._view.tables.get(request.table)
+        if table is None:
+            return self._error(
+                RegisterWriterResponse(ControllerError.UNKNOWN_TABLE, f"no table {request.table!r}", ())
+            )
+        problem = _invalid_rack(request.rack)
+        full = len(table.writer_racks) >= MAX_WRITER_RACKS
+        if problem is None and request.rack not in table.writer_racks and full:
+            problem = f"table {table.name!r} has {MAX_WRITER_RACKS} writer racks already"
+        if problem is not None:
+            return self._error(RegisterWriterResponse(ControllerError.INVALID_REQUEST, problem, ()))
+        if request.rack in table.writer_racks:
+            return self._error(RegisterWriterResponse(ControllerError.NONE, "", table.writer_racks))
+        racks = tuple(sorted((*table.writer_racks, request.rack)))
+        batch = self._propose((TableWriters(table.table_id, racks),))
+        return Decision((batch,), RegisterWriterResponse(ControllerError.NONE, "", racks))
 
     def _delete_table(self, request: DeleteTableRequest) -> Decision:
         table = self._view.tables.get(request.name)
@@ -325,4 +355,14 @@ def _invalid_table(request: CreateTableRequest) -> str | None:
         return f"key_columns {names}: names must be distinct"
     if request.acceptable_lag is not None and request.acceptable_lag < 0:
         return f"acceptable_lag={request.acceptable_lag}: must be >= 0 or unset"
+    if request.writer_rack is not None:
+        return _invalid_rack(request.writer_rack)
+    return None
+
+
+def _invalid_rack(rack: str) -> str | None:
+    if not rack or len(rack) > MAX_RACK_CHARS or not rack.isprintable() or rack != rack.strip():
+        return (
+            f"writer rack {rack!r}: must be 1..{MAX_RACK_CHARS} printable characters, no surrounding spaces"
+        )
     return None

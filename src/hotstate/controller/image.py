@@ -23,6 +23,7 @@ from hotstate.controller.records import (
     PartitionAssignment,
     PartitionChange,
     RegisterServer,
+    TableWriters,
     UnfenceServer,
     UnregisterServer,
 )
@@ -57,6 +58,7 @@ class TableInfo:
     standby_replicas: int
     key_columns: tuple[KeyColumn, ...]
     acceptable_lag: int | None
+    writer_racks: tuple[str, ...] = ()  # where its writers run (sorted): the assignor's traffic cost
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +194,7 @@ class ImageBuilder:
                     record.standby_replicas,
                     record.key_columns,
                     record.acceptable_lag,
+                    tuple(sorted(set(record.writer_racks))),
                 )
                 self._next_table_id = max(self._next_table_id, record.table_id + 1)
                 self._partitions_w()[record.table_id] = ()
@@ -202,6 +205,13 @@ class ImageBuilder:
                     del tables[name]
                     self._partitions_w().pop(table_id, None)
                     self._changed_parts.pop(table_id, None)
+            case TableWriters(table_id, writer_racks):
+                tables = self._tables_w()
+                found = next((t for t in tables.values() if t.table_id == table_id), None)
+                if found is None:
+                    log.warning("metadata offset %d: writers of unknown table %d", offset, table_id)
+                    return
+                tables[found.name] = replace(found, writer_racks=tuple(sorted(set(writer_racks))))
             case PartitionAssignment():
                 parts = self._table_parts_w(record.table_id)
                 if parts is None:
@@ -295,6 +305,7 @@ def image_records(image: MetadataImage) -> list[MetadataRecord]:
                 table.standby_replicas,
                 table.key_columns,
                 table.acceptable_lag,
+                table.writer_racks,
             )
         )
         for part in image.partitions.get(table.table_id, ()):

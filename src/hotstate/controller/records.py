@@ -67,6 +67,16 @@ class CreateTable:
     standby_replicas: int
     key_columns: tuple[KeyColumn, ...]
     acceptable_lag: int | None
+    # Racks the table's writers (Spark sinks) run in: the assignor's traffic cost (KIP-925). Version 2.
+    writer_racks: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TableWriters:
+    """The racks a table's writers report (the whole set, sorted): later placements keep actives near them."""
+
+    table_id: int
+    writer_racks: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +123,7 @@ MetadataRecord = (
     | UnfenceServer
     | CreateTable
     | DeleteTable
+    | TableWriters
     | PartitionAssignment
     | PartitionChange
     | NoOp

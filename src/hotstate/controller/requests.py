@@ -69,6 +69,8 @@ class CreateTableRequest:
     standby_replicas: int
     key_columns: tuple[KeyColumn, ...]
     acceptable_lag: int | None
+    # The creating writer's rack (a Spark sink's spark.hotstate.rack): placed with it in mind. Version 2.
+    writer_rack: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +78,21 @@ class CreateTableResponse:
     error: ControllerError
     message: str
     table_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterWriterRequest:
+    """A writer of `table` (a Spark sink) runs in `rack`: the table's writer racks gain it."""
+
+    table: str
+    rack: str
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterWriterResponse:
+    error: ControllerError
+    message: str
+    writer_racks: tuple[str, ...]  # the table's writer racks now
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +143,7 @@ ControllerRequest = (
     | DeleteTableRequest
     | ListTablesRequest
     | AlterPartitionRequest
+    | RegisterWriterRequest
 )
 ControllerResponse = (
     RegisterServerResponse
@@ -134,6 +152,7 @@ ControllerResponse = (
     | DeleteTableResponse
     | ListTablesResponse
     | AlterPartitionResponse
+    | RegisterWriterResponse
 )
 
 
@@ -152,3 +171,5 @@ def error_response(request: ControllerRequest, error: ControllerError, message: 
             return ListTablesResponse(error, message, ())
         case AlterPartitionRequest():
             return AlterPartitionResponse(error, message)
+        case RegisterWriterRequest():
+            return RegisterWriterResponse(error, message, ())

@@ -27,6 +27,7 @@ from hotstate.controller.requests import (
     DeleteTableRequest,
     ListTablesRequest,
     RegisterServerRequest,
+    RegisterWriterRequest,
     ServerHeartbeatRequest,
     error_response,
 )
@@ -78,6 +79,7 @@ CONTROLLER_REQUESTS = (
     DeleteTableRequest,
     ListTablesRequest,
     AlterPartitionRequest,
+    RegisterWriterRequest,
 )
 REPLICA_MESSAGES = (replica_messages.FetchRequest, replica_messages.FetchResponse)
 HTTP_STOP_TIMEOUT_S = 5.0

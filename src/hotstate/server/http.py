@@ -173,6 +173,7 @@ def build_app(ctx: HttpContext) -> FastAPI:
                     "partitions": table.partitions,
                     "standby_replicas": table.standby_replicas,
                     "acceptable_lag": table.acceptable_lag,
+                    "writer_racks": list(table.writer_racks),
                     "placement": [
                         {
                             "partition": p.partition,

@@ -20,6 +20,8 @@ from hotstate.controller.requests import (
     ListTablesResponse,
     RegisterServerRequest,
     RegisterServerResponse,
+    RegisterWriterRequest,
+    RegisterWriterResponse,
     ServerHeartbeatRequest,
     ServerHeartbeatResponse,
 )
@@ -70,7 +72,6 @@ for type_id, cls in (
     (61, RegisterServerResponse),
     (62, ServerHeartbeatRequest),
     (63, ServerHeartbeatResponse),
-    (64, CreateTableRequest),
     (65, CreateTableResponse),
     (66, DeleteTableRequest),
     (67, DeleteTableResponse),
@@ -79,6 +80,8 @@ for type_id, cls in (
     (70, ForwardedControllerRequest),
     (71, AlterPartitionRequest),
     (72, AlterPartitionResponse),
+    (73, RegisterWriterRequest),
+    (74, RegisterWriterResponse),
     # Cluster status (100-)
     (100, DescribeClusterRequest),
     (101, ServerStatus),
@@ -108,3 +111,5 @@ for type_id, cls in (
     (171, replica.LagReport),
 ):
     MESSAGES.register(type_id, cls)
+# Version 2 appended writer_rack.
+MESSAGES.register(64, CreateTableRequest, version=2)

@@ -71,8 +71,8 @@ def materialize(
     definition = TableDefinition(
         table, partitions, standby_replicas, key_columns_for(df.schema, key), acceptable_lag
     )
-    ensure_table(servers, cluster_id, secret, definition)
     rack = writer_rack(df.sparkSession)
+    ensure_table(servers, cluster_id, secret, definition, rack=rack)
     config = config_for_schema(
         df.schema,
         servers=servers,

@@ -108,28 +108,40 @@ def key_columns_for(schema: StructType, key: str | Sequence[str]) -> tuple[KeyCo
 
 
 def ensure_table(
-    servers: Sequence[tuple[str, int]], cluster_id: str, secret: str, wanted: TableDefinition
+    servers: Sequence[tuple[str, int]],
+    cluster_id: str,
+    secret: str,
+    wanted: TableDefinition,
+    *,
+    rack: str | None = None,
 ) -> None:
-    """Create the table, or check that the existing one has this definition (TableDefinitionError)."""
+    """Create the table, or check that the existing one has this definition (TableDefinitionError).
+
+    `rack`: the writers' rack, added to the table's writer racks (the assignor places actives near it)."""
+    work = _ensure_table(servers, cluster_id, secret, wanted, rack)
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        asyncio.run(_ensure_table(servers, cluster_id, secret, wanted))
+        asyncio.run(work)
         return
     # Called with an event loop running in this thread (a notebook): run on a thread of its own.
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        pool.submit(asyncio.run, _ensure_table(servers, cluster_id, secret, wanted)).result()
+        pool.submit(asyncio.run, work).result()
 
 
 async def _ensure_table(
-    servers: Sequence[tuple[str, int]], cluster_id: str, secret: str, wanted: TableDefinition
+    servers: Sequence[tuple[str, int]],
+    cluster_id: str,
+    secret: str,
+    wanted: TableDefinition,
+    rack: str | None,
 ) -> None:
     async with AdminClient(servers, cluster_id=cluster_id, secret=secret) as admin:
         try:
-            reply = await _create(admin, wanted)
+            reply = await _create(admin, wanted, rack)
         except OutcomeUnknownError:
             # Maybe created: ask again; a second create answers TABLE_EXISTS and the check below runs.
-            reply = await _create(admin, wanted)
+            reply = await _create(admin, wanted, rack)
         if reply.error is ControllerError.NONE:
             return
         if reply.error is not ControllerError.TABLE_EXISTS:
@@ -137,11 +149,18 @@ async def _ensure_table(
                 f"cannot create table {wanted.name!r}: {reply.error.name}: {reply.message}"
             )
         existing = await _existing(admin, servers, cluster_id, secret, wanted.name)
-    if not existing.matches(wanted):
-        raise TableDefinitionError(
-            f"table {wanted.name!r} exists with another definition: it is {existing.describe()}, "
-            f"the materialization asks for {wanted.describe()}; delete the table or use another name"
-        )
+        if not existing.matches(wanted):
+            raise TableDefinitionError(
+                f"table {wanted.name!r} exists with another definition: it is {existing.describe()}, "
+                f"the materialization asks for {wanted.describe()}; delete the table or use another name"
+            )
+        if rack is not None:
+            registered = await admin.register_writer(wanted.name, rack)
+            if registered.error is not ControllerError.NONE:
+                raise TableDefinitionError(
+                    f"cannot register the writers' rack {rack!r} for table {wanted.name!r}: "
+                    f"{registered.error.name}: {registered.message}"
+                )
 
 
 async def _existing(
@@ -165,13 +184,14 @@ async def _existing(
     return TableDefinition(name, len(meta.partitions), None, meta.key_columns, meta.acceptable_lag)
 
 
-async def _create(admin: AdminClient, wanted: TableDefinition) -> CreateTableResponse:
+async def _create(admin: AdminClient, wanted: TableDefinition, rack: str | None) -> CreateTableResponse:
     return await admin.create_table(
         wanted.name,
         partitions=wanted.partitions,
         standby_replicas=wanted.standby_replicas or 0,
         key_columns=wanted.key_columns,
         acceptable_lag=wanted.acceptable_lag,
+        writer_rack=rack,
     )
 
 
