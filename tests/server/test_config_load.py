@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from hotstate.assignor import AssignorConfig
 from hotstate.raft.config import RaftConfig
 from hotstate.replica.core import ReplicaConfig
 from hotstate.routing.heartbeat import HeartbeatConfig
@@ -695,16 +696,23 @@ def test_env_var_names() -> None:
 
 def test_every_key_is_documented() -> None:
     text = DOCS.read_text(encoding="utf-8")
-    documented = set(re.findall(r"^\| `([a-z.]+)` \|", text, re.MULTILINE))
+    documented = set(re.findall(r"^\| `([a-z._]+)` \|", text, re.MULTILINE))
     assert documented == set(KNOWN_KEYS)
 
 
 def test_docs_examples_load(tmp_path: Path) -> None:
     blocks = re.findall(r"```toml\n(.*?)```", DOCS.read_text(encoding="utf-8"), re.DOTALL)
-    assert len(blocks) == 3
+    assert len(blocks) == 4
     env = {"HOTSTATE_CLUSTER_SECRET": "a-secret-from-the-environment"}
     configs = [load_toml(tmp_path, block, env=env) for block in blocks]
-    combined_1, combined_2, broker = configs
+    combined_1, combined_2, broker, controller = configs
+    assert controller.process_roles == frozenset({"controller"}) and controller.rack == "eu-west-1a"
+    assert controller.assignor == AssignorConfig(
+        rack_aware_assignment_strategy="balance_subtopology",
+        rack_aware_assignment_tags=("zone", "rack"),
+        traffic_cost=20,
+    )
+    assert broker.assignor == AssignorConfig()
     assert combined_1.is_controller and combined_1.is_broker and combined_2.node_id == 2
     assert combined_1.voters == combined_2.voters
     assert broker.process_roles == frozenset({"broker"}) and broker.tags == (

@@ -9,6 +9,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from hotstate.assignor import STRATEGIES, AssignorConfig
 from hotstate.raft.config import RaftConfig
 from hotstate.replica.core import ReplicaConfig
 from hotstate.routing.heartbeat import HeartbeatConfig
@@ -203,6 +204,21 @@ def liveness_configs(draw: st.DrawFn) -> LivenessConfig:
     )
 
 
+_TAG_KEYS = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,10}", fullmatch=True)
+
+
+@st.composite
+def assignor_configs(draw: st.DrawFn) -> AssignorConfig:
+    return AssignorConfig(
+        rack_aware_assignment_strategy=draw(st.sampled_from(STRATEGIES)),
+        rack_aware_assignment_tags=tuple(draw(st.lists(_TAG_KEYS, max_size=3, unique=True))),
+        traffic_cost=draw(st.integers(0, MAX_INT32)),
+        non_overlap_cost=draw(st.integers(0, MAX_INT32)),
+        acceptable_recovery_lag=draw(st.integers(0, MAX_INT32)),
+        max_warmup_replicas=draw(st.integers(1, MAX_INT32)),
+    )
+
+
 @st.composite
 def server_configs(draw: st.DrawFn) -> ServerConfig:
     node_id = draw(st.integers(1, MAX_INT32))
@@ -236,7 +252,7 @@ def server_configs(draw: st.DrawFn) -> ServerConfig:
         2 * max(replica.fetch_max_bytes, produce_max_bytes),
     )
     session = draw(st.integers(2, 600_000))
-    tag_keys = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,10}", fullmatch=True).filter(lambda k: k != "rack")
+    tag_keys = _TAG_KEYS.filter(lambda k: k != "rack")
     return ServerConfig(
         node_id=node_id,
         process_roles=roles,
@@ -260,6 +276,7 @@ def server_configs(draw: st.DrawFn) -> ServerConfig:
         replica_log_fsync=draw(st.sampled_from(REPLICA_LOG_FSYNC_POLICIES)),
         produce_max_bytes=produce_max_bytes,
         liveness=draw(st.one_of(st.just(LivenessConfig()), liveness_configs())),
+        assignor=draw(st.one_of(st.just(AssignorConfig()), assignor_configs())),
         log_level=draw(st.sampled_from(LOG_LEVELS)),
     )
 

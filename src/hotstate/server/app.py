@@ -176,7 +176,7 @@ class Server:
         self.controller = ControllerHost(
             self.driver,
             self.metadata,
-            ControllerConfig(session_timeout_ms=config.session_timeout_ms),
+            ControllerConfig(session_timeout_ms=config.session_timeout_ms, assignor=config.assignor),
             forward=self._forward,
             clock=monotonic_ms,
         )

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Literal, TypeVar
 
+from hotstate.assignor.config import PROPERTY_NAMES, STRATEGIES, AssignorConfig
 from hotstate.raft.config import RaftConfig
 from hotstate.replica.core import ReplicaConfig
 from hotstate.routing.heartbeat import HeartbeatConfig
@@ -99,6 +100,25 @@ LAG_REPORTING_KEYS: Final[Mapping[str, str]] = {
 }
 # Every key of ServerConfig.liveness.
 LIVENESS_KEYS: Final = (*HEARTBEAT_KEYS, *LAG_REPORTING_KEYS)
+# Kafka Streams name -> AssignorConfig field (the names are AssignorConfig.PROPERTY_NAMES'). Not
+# num.standby.replicas: every table sets its own standby count.
+ASSIGNOR_KEYS: Final[Mapping[str, str]] = {
+    PROPERTY_NAMES[name]: name
+    for name in (
+        "rack_aware_assignment_strategy",
+        "rack_aware_assignment_tags",
+        "traffic_cost",
+        "non_overlap_cost",
+        "acceptable_recovery_lag",
+        "max_warmup_replicas",
+    )
+}
+STRATEGY_KEY: Final = "rack.aware.assignment.strategy"
+ASSIGNMENT_TAGS_KEY: Final = "rack.aware.assignment.tags"
+# The integer keys of ServerConfig.assignor.
+ASSIGNOR_INT_KEYS: Final = tuple(
+    key for key in ASSIGNOR_KEYS if key not in (STRATEGY_KEY, ASSIGNMENT_TAGS_KEY)
+)
 OPTIONAL_KEYS: Final = (
     "rack",
     "tags",
@@ -107,6 +127,7 @@ OPTIONAL_KEYS: Final = (
     *REPLICA_KEYS,
     "replica.log.fsync",
     *LIVENESS_KEYS,
+    *ASSIGNOR_KEYS,
     "log.level",
 )
 KNOWN_KEYS: Final = (*REQUIRED_KEYS, *OPTIONAL_KEYS)
@@ -114,6 +135,7 @@ KNOWN_KEYS: Final = (*REQUIRED_KEYS, *OPTIONAL_KEYS)
 _RAFT_DEFAULTS: Final = RaftConfig()
 _REPLICA_DEFAULTS: Final = ReplicaConfig()
 _LIVENESS_DEFAULTS: Final = LivenessConfig()
+_ASSIGNOR_DEFAULTS: Final = AssignorConfig()
 DEFAULTS: Final[Mapping[str, object]] = {
     "rack": None,
     "tags": "",
@@ -128,6 +150,9 @@ DEFAULTS: Final[Mapping[str, object]] = {
     "replica.log.fsync": "never",
     **{key: getattr(_LIVENESS_DEFAULTS.heartbeat, name) for key, name in HEARTBEAT_KEYS.items()},
     **{key: getattr(_LIVENESS_DEFAULTS, name) for key, name in LAG_REPORTING_KEYS.items()},
+    STRATEGY_KEY: _ASSIGNOR_DEFAULTS.rack_aware_assignment_strategy,
+    ASSIGNMENT_TAGS_KEY: ",".join(_ASSIGNOR_DEFAULTS.rack_aware_assignment_tags),
+    **{key: getattr(_ASSIGNOR_DEFAULTS, ASSIGNOR_KEYS[key]) for key in ASSIGNOR_INT_KEYS},
     "log.level": "INFO",
 }
 
@@ -158,6 +183,11 @@ _INT_RULES: Final[Mapping[str, tuple[int, str]]] = {
     "heartbeat.missed.threshold": (1, "send intervals"),
     "heartbeat.received.threshold": (1, "send intervals"),
     "lag.reporting.send.interval.ms": (1, "ms"),
+    "rack.aware.assignment.traffic_cost": (0, ""),
+    "rack.aware.assignment.non_overlap_cost": (0, ""),
+    "acceptable.recovery.lag": (0, "records"),
+    # Kafka requires at least one warmup: with none, an active could never move to a new server.
+    "max.warmup.replicas": (1, "replicas"),
 }
 
 
@@ -295,6 +325,7 @@ class ServerConfig:
     replica_log_fsync: str = "never"
     produce_max_bytes: int = 8 * 1024 * 1024
     liveness: LivenessConfig = field(default_factory=LivenessConfig)
+    assignor: AssignorConfig = field(default_factory=AssignorConfig)
     log_level: str = "INFO"
 
     def __post_init__(self) -> None:
@@ -486,6 +517,7 @@ def _problems(c: ServerConfig) -> list[ConfigError]:
     if c.replica_log_fsync not in REPLICA_LOG_FSYNC_POLICIES:
         errors.append(ConfigError("replica.log.fsync", c.replica_log_fsync, _FSYNC_ALLOWED))
     _check_liveness(c, errors)
+    _check_assignor(c, errors)
     if c.log_level not in LOG_LEVELS:
         errors.append(ConfigError("log.level", c.log_level, f"must be one of {', '.join(LOG_LEVELS)}"))
     return errors
@@ -576,6 +608,72 @@ _WINDOW_RULE_KEYS: Final = (
     "heartbeat.missed.threshold",
     "heartbeat.received.threshold",
 )
+
+
+def _check_assignor(c: ServerConfig, errors: list[ConfigError]) -> None:
+    """The AssignorConfig keys (ASSIGNOR_KEYS)."""
+    assignor: object = c.assignor
+    if not isinstance(assignor, AssignorConfig):
+        errors.append(ConfigError("assignor", assignor, "must be an AssignorConfig"))
+        return
+    standbys = assignor.num_standby_replicas
+    if standbys != _ASSIGNOR_DEFAULTS.num_standby_replicas:
+        # Not a server key, so render_toml could not write it: keep every valid config round-tripping.
+        errors.append(
+            ConfigError(
+                "assignor",
+                f"num_standby_replicas={standbys}",
+                f"must leave num_standby_replicas at {_ASSIGNOR_DEFAULTS.num_standby_replicas}: "
+                "it is not a server setting, every table sets its own standby count",
+            )
+        )
+    errors += _assignor_problems(_assignor_values(assignor))
+
+
+def _assignor_values(assignor: AssignorConfig) -> dict[str, object]:
+    """Kafka Streams name -> value, for every key in ASSIGNOR_KEYS."""
+    return {key: getattr(assignor, name) for key, name in ASSIGNOR_KEYS.items()}
+
+
+_STRATEGY_ALLOWED: Final = f"must be {', '.join(STRATEGIES[:-1])} or {STRATEGIES[-1]}"
+_ASSIGNMENT_TAGS_ALLOWED: Final = (
+    "must be tag keys, comma-separated (e.g. rack,zone), or empty for no spread over tags"
+)
+
+
+def _assignor_problems(values: Mapping[str, object]) -> list[ConfigError]:
+    """The rules on the assignor keys given in `values` (Kafka Streams name -> value).
+
+    They include every rule of AssignorConfig.__post_init__, which raises a bare ValueError: `load_config`
+    checks them before it builds an AssignorConfig, so a bad value is reported naming its key.
+    """
+    errors: list[ConfigError] = []
+    for key, value in values.items():
+        if key == STRATEGY_KEY:
+            if value not in STRATEGIES:
+                errors.append(ConfigError(key, value, _STRATEGY_ALLOWED))
+        elif key == ASSIGNMENT_TAGS_KEY:
+            _check_assignment_tags(value, errors)
+        else:
+            _check_int(key, value, errors)
+    return errors
+
+
+def _check_assignment_tags(tags: object, errors: list[ConfigError]) -> None:
+    key = ASSIGNMENT_TAGS_KEY
+    if not isinstance(tags, tuple) or not all(isinstance(tag, str) for tag in tags):
+        errors.append(ConfigError(key, tags, "must be a tuple of tag keys"))
+        return
+    seen: set[str] = set()
+    for tag in tags:
+        # `rack` is allowed here: it is the tag that stands for a server's rack key.
+        if not _TAG_KEY_RE.fullmatch(tag):
+            errors.append(ConfigError(key, tag, f"{_ASSIGNMENT_TAGS_ALLOWED}; {_TAG_KEY_ALLOWED}"))
+        elif tag in seen:
+            errors.append(
+                ConfigError(key, ",".join(tags), f"must give each tag key once; {tag!r} is repeated")
+            )
+        seen.add(tag)
 
 
 def _check_frame(c: ServerConfig, *, quorum_ok: bool, data_ok: bool, errors: list[ConfigError]) -> None:
@@ -909,6 +1007,35 @@ def _parse_fsync(raw: object) -> str:
     return policy
 
 
+def _parse_strategy(raw: object) -> str:
+    strategy = _to_str(STRATEGY_KEY, raw, _STRATEGY_ALLOWED).strip().lower()
+    if strategy not in STRATEGIES:
+        near = _nearest(strategy, STRATEGIES)
+        hint = f"; did you mean {near!r}?" if near else ""
+        raise ConfigError(STRATEGY_KEY, raw, _STRATEGY_ALLOWED + hint)
+    return strategy
+
+
+def _parse_assignment_tags(raw: object) -> tuple[str, ...]:
+    """One comma-separated string or, in TOML, an array of strings; empty (`""`, `[]`) for no tags.
+
+    Unlike the other lists, an empty item is an error rather than skipped: an empty value means something
+    here (no spread over tags), so `rack,,zone` is more likely a mistake than a shortcut."""
+    key = ASSIGNMENT_TAGS_KEY
+    if isinstance(raw, list) and all(isinstance(item, str) for item in raw):
+        items = [str(item) for item in raw]
+    elif isinstance(raw, str):
+        items = raw.split(",") if raw.strip() else []
+    else:
+        raise ConfigError(key, raw, _ASSIGNMENT_TAGS_ALLOWED)
+    tags = tuple(_to_str(key, item, _ASSIGNMENT_TAGS_ALLOWED).strip() for item in items)
+    if "" in tags:
+        raise ConfigError(key, raw, f"{_ASSIGNMENT_TAGS_ALLOWED}; a tag key must not be empty")
+    # Order matters (the earlier keys are spread over first) and duplicates must survive until the rules
+    # see them, so the tags stay as given.
+    return tags
+
+
 def _parse_raft(raw: Mapping[str, object], errors: list[ConfigError]) -> RaftConfig:
     values: dict[str, int] = {}
     for key, name in RAFT_KEYS.items():
@@ -948,6 +1075,42 @@ def _parse_liveness(raw: Mapping[str, object], errors: list[ConfigError]) -> Liv
         heartbeat=HeartbeatConfig(**{name: values[key] for key, name in HEARTBEAT_KEYS.items()}),
         **{name: values[key] for key, name in LAG_REPORTING_KEYS.items()},
     )
+
+
+def _parse_assignor(raw: Mapping[str, object], errors: list[ConfigError]) -> AssignorConfig:
+    """AssignorConfig checks itself and raises a bare ValueError, so its rules are checked first, here,
+    naming the key; with any bad assignor key the defaults stand in (ServerConfig finds nothing wrong with
+    them) and the bad keys are reported from `errors`."""
+    count = len(errors)
+    values: dict[str, object] = {}
+    parsers: dict[str, Callable[[object], object]] = {
+        STRATEGY_KEY: _parse_strategy,
+        ASSIGNMENT_TAGS_KEY: _parse_assignment_tags,
+    }
+    for key in ASSIGNOR_KEYS:
+        value = raw.get(key, DEFAULTS[key])
+        try:
+            values[key] = parsers[key](value) if key in parsers else _to_int(key, value)
+        except ConfigError as error:
+            errors.append(error)
+    # The values that did parse are checked too, so one run reports every bad key.
+    errors += _assignor_problems(values)
+    if len(errors) > count:
+        return _ASSIGNOR_DEFAULTS
+    try:
+        # ASSIGNOR_KEYS are AssignorConfig's property names.
+        return AssignorConfig.from_properties(values)
+    except ValueError as error:  # a rule of AssignorConfig's that the rules above do not have
+        errors.append(_assignor_error(error, values))
+        return _ASSIGNOR_DEFAULTS
+
+
+def _assignor_error(error: ValueError, values: Mapping[str, object]) -> ConfigError:
+    # AssignorConfig words its errors as "FIELD (KEY) = VALUE is invalid: allowed is RULE".
+    match = re.fullmatch(r"\w+ \(([a-z._]+)\) = .*? is invalid: allowed is (.*)", str(error), re.DOTALL)
+    if match is None or match[1] not in values:
+        return ConfigError("assignor", dict(values), str(error))
+    return ConfigError(match[1], values[match[1]], f"must be {match[2]}")
 
 
 def _raft_error(error: ValueError, values: Mapping[str, int]) -> ConfigError:
@@ -1005,7 +1168,10 @@ def _flatten(
     """`[controller.quorum] voters = ...` and `"controller.quorum.voters" = ...` both give one dotted key."""
     for name, value in table.items():
         key = prefix + name
-        if key in KNOWN_KEYS:
+        # A table is read as one first: `rack` is a key, and `[rack.aware.assignment]` a table of keys.
+        if isinstance(value, dict) and any(known.startswith(key + ".") for known in KNOWN_KEYS):
+            _flatten(value, key + ".", out, errors)
+        elif key in KNOWN_KEYS:
             if key in out:
                 errors.append(
                     ConfigError(
@@ -1013,8 +1179,6 @@ def _flatten(
                     )
                 )
             out[key] = value
-        elif isinstance(value, dict) and any(known.startswith(key + ".") for known in KNOWN_KEYS):
-            _flatten(value, key + ".", out, errors)
         else:
             errors.append(_unknown_key(key, value))
 
@@ -1172,6 +1336,7 @@ def _build(raw: Mapping[str, object]) -> ServerConfig:
     replica = ReplicaConfig(**{name: to_int(key) for key, name in REPLICA_KEYS.items()})
     fsync = get("replica.log.fsync", _parse_fsync, "never")
     liveness = _parse_liveness(raw, errors)
+    assignor = _parse_assignor(raw, errors)
     # Check the values that did parse too, so one run reports every bad key. A placeholder stands in for
     # each value that did not parse; errors about placeholders are dropped below.
     failed = {error.key for error in errors}
@@ -1197,6 +1362,7 @@ def _build(raw: Mapping[str, object]) -> ServerConfig:
             replica_log_fsync=fsync,
             produce_max_bytes=ints["produce_max_bytes"],
             liveness=liveness,
+            assignor=assignor,
             log_level=log_level,
         )
     except ConfigError as error:
@@ -1261,6 +1427,10 @@ def render_toml(config: ServerConfig, *, include_defaults: bool = False) -> str:
         **{key: getattr(config.replica, name) for key, name in REPLICA_KEYS.items()},
         "replica.log.fsync": config.replica_log_fsync,
         **_liveness_values(config.liveness),
+        **{
+            key: ",".join(value) if isinstance(value, tuple) else value
+            for key, value in _assignor_values(config.assignor).items()
+        },
         "log.level": config.log_level,
     }
     lines = ["# hotstate server configuration; docs/configuration.md describes every key."]
@@ -1273,6 +1443,9 @@ def render_toml(config: ServerConfig, *, include_defaults: bool = False) -> str:
 
 
 __all__ = [
+    "ASSIGNMENT_TAGS_KEY",
+    "ASSIGNOR_INT_KEYS",
+    "ASSIGNOR_KEYS",
     "DEFAULTS",
     "HEARTBEAT_KEYS",
     "KNOWN_KEYS",
@@ -1284,6 +1457,7 @@ __all__ = [
     "REPLICA_LOG_FSYNC_POLICIES",
     "REQUIRED_KEYS",
     "ROLES",
+    "STRATEGY_KEY",
     "ConfigError",
     "Listener",
     "ServerConfig",
