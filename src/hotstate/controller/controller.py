@@ -13,12 +13,14 @@ cost of one metadata commit per request — fine for metadata, and heartbeats ar
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass, field
 
-from hotstate.assignor import AssignorConfig
+from hotstate.assignor import AssignorConfig, AssignorInternalError
 from hotstate.controller.image import ImageBuilder, MetadataImage, PartitionInfo, TableInfo
 from hotstate.controller.placement import place_table
+from hotstate.controller.reassign import desired_placement, reassignment_records
 from hotstate.controller.records import (
     CreateTable,
     DeleteTable,
@@ -51,6 +53,8 @@ from hotstate.controller.requests import (
     ServerHeartbeatResponse,
 )
 
+log = logging.getLogger(__name__)
+
 TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 MAX_PARTITIONS = 10_000
 MAX_STANDBYS = 10
@@ -62,6 +66,11 @@ MAX_WRITER_RACKS = 64
 class ControllerConfig:
     session_timeout_ms: int = 2000
     assignor: AssignorConfig = field(default_factory=AssignorConfig)
+    # How often the assignor may run to move existing partitions (0: never; placement of new tables only).
+    reassign_interval_ms: int = 2000
+    # A broker fenced this long is taken for gone: its replicas are placed elsewhere. A broker fenced for
+    # less may be restarting, and nothing is reassigned meanwhile.
+    broker_removal_delay_ms: int = 30_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +94,13 @@ class QuorumController:
         self._shutting_down: set[int] = set()
         # Log end offsets the servers last reported per replica: (table id, partition, node) -> end.
         self._replica_ends: dict[tuple[int, int, int], int] = {}
+        # Brokers that reported their replicas' ends to this controller: lags are known only for them.
+        self._reported: set[int] = set()
+        self._reported_keys: dict[int, list[tuple[int, int, int]]] = {}
+        self._fenced_since: dict[int, int] = {}
+        self._started_at = now
+        self._last_reassign_at: int | None = None
+        self._last_reassign_offset = -1
         self._next_offset = next_offset
 
     @property
@@ -115,16 +131,82 @@ class QuorumController:
                 return self._register_writer(request)
 
     def tick(self, now: int, next_offset: int) -> list[MetadataBatch]:
-        """Fence every server whose session expired, moving its actives away, one batch per server."""
+        """Fence every server whose session expired, moving its actives away, one batch per server; then,
+        when the cluster is settled, one step towards the assignor's placement of existing partitions."""
         self._next_offset = next_offset
         batches = []
         for node_id, server in sorted(self._view.servers.items()):
             if server.fenced:
+                self._fenced_since.setdefault(node_id, now)
                 continue
+            self._fenced_since.pop(node_id, None)
             last = self._sessions.setdefault(node_id, now)
             if now - last > self.config.session_timeout_ms:
                 batches.append(self._propose(self._fence_records(node_id, "session expired")))
+        reassign = self._maybe_reassign(now)
+        if reassign is not None:
+            batches.append(reassign)
         return batches
+
+    def _maybe_reassign(self, now: int) -> MetadataBatch | None:
+        interval = self.config.reassign_interval_ms
+        if interval <= 0 or not self._view.tables:
+            return None
+        if self._last_reassign_at is not None and now - self._last_reassign_at < interval:
+            return None
+        if self._shutting_down or not self._settled(now):
+            return None
+        # Without a metadata change since the last run the answer would be the same, except that lags move:
+        # re-run then only as often as a warmup could have caught up (probing, KIP-441).
+        has_warmups = any(p.warmups for parts in self._view.partitions.values() for p in parts)
+        if self._view.offset == self._last_reassign_offset and not has_warmups:
+            return None
+        self._last_reassign_at = now
+        brokers = self._view.live_brokers()
+        try:
+            desired = desired_placement(self._view, brokers, self._replica_ends, self.config.assignor)
+        except (ValueError, AssignorInternalError) as error:
+            log.error("reassignment skipped: the assignor failed: %s", error)
+            return None
+        records = reassignment_records(self._view, desired)
+        self._last_reassign_offset = self._view.offset
+        if not records:
+            return None
+        moved = sum(1 for r in records if r.active != self._active_of(r.table_id, r.partition))
+        log.info(
+            "reassignment: %d partition(s) change, %d active(s) move (strategy %s, cost %d)",
+            len(records),
+            moved,
+            desired.explanation.strategy,
+            desired.explanation.cost.active,
+        )
+        batch = self._propose(tuple(records))
+        # The batch changes the view: the next run must see its effect before deciding again.
+        self._last_reassign_offset = self._view.offset
+        return batch
+
+    def _settled(self, now: int) -> bool:
+        """Every broker is live and has told this controller where its replicas are, or has been fenced
+        for so long that it is taken for gone."""
+        if now - self._started_at < self.config.session_timeout_ms:
+            return False  # a new controller first hears from every server
+        live = False
+        for node_id, server in self._view.servers.items():
+            if not server.is_broker:
+                continue
+            if server.fenced:
+                since = self._fenced_since.get(node_id, now)
+                if now - since < self.config.broker_removal_delay_ms:
+                    return False
+            elif node_id not in self._reported:
+                return False
+            else:
+                live = True
+        return live
+
+    def _active_of(self, table_id: int, partition: int) -> int | None:
+        parts = self._view.partitions.get(table_id, ())
+        return parts[partition].active if partition < len(parts) else None
 
     # ------------------------------------------------------------------ servers
     def _register(self, request: RegisterServerRequest, now: int) -> Decision:
@@ -162,8 +244,16 @@ class QuorumController:
             )
             return Decision((), reply, wait=False)
         self._sessions[request.node_id] = now
+        self._reported.add(request.node_id)
+        # The report is complete: a replica it no longer lists has been removed from that server.
+        for key in self._reported_keys.pop(request.node_id, ()):
+            self._replica_ends.pop(key, None)
+        keys = []
         for table_id, partition, end in request.replica_ends:
-            self._replica_ends[(table_id, partition, request.node_id)] = end
+            key = (table_id, partition, request.node_id)
+            self._replica_ends[key] = end
+            keys.append(key)
+        self._reported_keys[request.node_id] = keys
         if request.want_shutdown:
             if request.node_id in self._shutting_down or server.fenced:
                 self._shutting_down.add(request.node_id)

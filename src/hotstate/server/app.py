@@ -176,7 +176,12 @@ class Server:
         self.controller = ControllerHost(
             self.driver,
             self.metadata,
-            ControllerConfig(session_timeout_ms=config.session_timeout_ms, assignor=config.assignor),
+            ControllerConfig(
+                session_timeout_ms=config.session_timeout_ms,
+                assignor=config.assignor,
+                reassign_interval_ms=config.reassign_interval_ms,
+                broker_removal_delay_ms=config.broker_removal_delay_ms,
+            ),
             forward=self._forward,
             clock=monotonic_ms,
         )

@@ -74,6 +74,8 @@ INT_KEYS: Final[Mapping[str, str]] = {
     "metadata.snapshot.interval.ms": "snapshot_interval_ms",
     "rpc.max.frame.bytes": "max_frame_bytes",
     "produce.max.bytes": "produce_max_bytes",
+    "reassign.interval.ms": "reassign_interval_ms",
+    "broker.removal.delay.ms": "broker_removal_delay_ms",
 }
 # Kafka name -> ReplicaConfig field.
 REPLICA_KEYS: Final[Mapping[str, str]] = {
@@ -146,6 +148,8 @@ DEFAULTS: Final[Mapping[str, object]] = {
     "metadata.snapshot.interval.ms": 60_000,
     "rpc.max.frame.bytes": 16 * 1024 * 1024,
     "produce.max.bytes": 8 * 1024 * 1024,
+    "reassign.interval.ms": 2000,
+    "broker.removal.delay.ms": 30_000,
     **{key: getattr(_REPLICA_DEFAULTS, name) for key, name in REPLICA_KEYS.items()},
     "replica.log.fsync": "never",
     **{key: getattr(_LIVENESS_DEFAULTS.heartbeat, name) for key, name in HEARTBEAT_KEYS.items()},
@@ -169,6 +173,8 @@ _INT_RULES: Final[Mapping[str, tuple[int, str]]] = {
     "metadata.snapshot.interval.ms": (1, "ms"),
     "rpc.max.frame.bytes": (1024, "bytes"),
     "produce.max.bytes": (1, "bytes"),
+    "reassign.interval.ms": (0, "ms"),
+    "broker.removal.delay.ms": (1, "ms"),
     "replica.fetch.max.wait.ms": (1, "ms"),
     "replica.fetch.max.bytes": (1, "bytes"),
     "replica.fetch.timeout.ms": (1, "ms"),
@@ -324,6 +330,8 @@ class ServerConfig:
     replica: ReplicaConfig = field(default_factory=ReplicaConfig)
     replica_log_fsync: str = "never"
     produce_max_bytes: int = 8 * 1024 * 1024
+    reassign_interval_ms: int = 2000
+    broker_removal_delay_ms: int = 30_000
     liveness: LivenessConfig = field(default_factory=LivenessConfig)
     assignor: AssignorConfig = field(default_factory=AssignorConfig)
     log_level: str = "INFO"
@@ -510,6 +518,8 @@ def _problems(c: ServerConfig) -> list[ConfigError]:
         )
     _check_int("metadata.snapshot.max.records", c.snapshot_max_records, errors)
     _check_int("metadata.snapshot.interval.ms", c.snapshot_interval_ms, errors)
+    _check_int("reassign.interval.ms", c.reassign_interval_ms, errors)
+    _check_int("broker.removal.delay.ms", c.broker_removal_delay_ms, errors)
     data_sizes_ok = _check_replica(c, errors)
     data_sizes_ok = _check_int("produce.max.bytes", c.produce_max_bytes, errors) and data_sizes_ok
     if _check_int("rpc.max.frame.bytes", c.max_frame_bytes, errors):
@@ -1361,6 +1371,8 @@ def _build(raw: Mapping[str, object]) -> ServerConfig:
             replica=replica,
             replica_log_fsync=fsync,
             produce_max_bytes=ints["produce_max_bytes"],
+            reassign_interval_ms=ints["reassign_interval_ms"],
+            broker_removal_delay_ms=ints["broker_removal_delay_ms"],
             liveness=liveness,
             assignor=assignor,
             log_level=log_level,

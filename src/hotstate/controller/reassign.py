@@ -1,0 +1,101 @@
+"""Moving existing partitions towards the assignor's placement, safely (KIP-441's probing rebalances).
+
+The controller runs the assignor over the live brokers with the current placement as the previous
+assignment and the replicas' reported log ends as lags, then turns its answer into one
+`PartitionAssignment` per partition that must change. Each step is safe on its own, so the placement
+converges over several runs while every partition stays writable and readable:
+
+- the active moves only to a replica in the ISR (it holds every committed record), with a new leader epoch;
+- a new owner is added as a replica (a warmup when the assignor says so) and catches up by fetching;
+- an in-sync replica the assignor no longer wants is dropped only once every replica it wants is in sync,
+  so a partition never has fewer in-sync copies than before the move began.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from hotstate.assignor import Assignment, AssignorConfig, PartitionId, Server, assign
+from hotstate.assignor import PartitionAssignment as Placement
+from hotstate.controller.image import MetadataImage, PartitionInfo, ServerInfo
+from hotstate.controller.placement import assignor_table, previous_placement
+from hotstate.controller.records import PartitionAssignment
+
+# (table id, partition, node id) -> the log end offset that node last reported for its replica.
+ReplicaEnds = Mapping[tuple[int, int, int], int]
+
+
+def desired_placement(
+    image: MetadataImage, brokers: list[ServerInfo], ends: ReplicaEnds, config: AssignorConfig
+) -> Assignment:
+    """The assignor's placement of every table over `brokers`, from the current one."""
+    return assign(
+        [Server(str(b.node_id), b.rack, dict(b.tags)) for b in brokers],
+        [assignor_table(t) for t in image.tables.values()],
+        previous_placement(image, exclude=""),
+        replica_lags(image, ends, config.acceptable_recovery_lag),
+        config,
+    )
+
+
+def replica_lags(
+    image: MetadataImage, ends: ReplicaEnds, acceptable_lag: int
+) -> dict[PartitionId, dict[str, int]]:
+    """Offset lag per partition and server (KIP-535: the highest reported end minus the replica's end).
+
+    A replica outside the ISR is never reported as caught up, however small its lag: the active may only
+    move to an in-sync replica, so the assignor must keep it where it is and warm the target up instead."""
+    out: dict[PartitionId, dict[str, int]] = {}
+    for table in image.tables.values():
+        for part in image.partitions.get(table.table_id, ()):
+            reported = {
+                r: ends[(table.table_id, part.partition, r)]
+                for r in part.replicas
+                if (table.table_id, part.partition, r) in ends
+            }
+            if not reported:
+                continue
+            top = max(reported.values())
+            lags = {}
+            for r, end in reported.items():
+                lag = top - end
+                if r not in part.isr:
+                    lag = max(lag, acceptable_lag + 1)
+                lags[str(r)] = lag
+            out[PartitionId(table.name, part.partition)] = lags
+    return out
+
+
+def reassignment_records(image: MetadataImage, desired: Assignment) -> list[PartitionAssignment]:
+    """One record per partition whose replicas or active must change to move towards `desired`."""
+    records = []
+    for table in sorted(image.tables.values(), key=lambda t: t.table_id):
+        for part in image.partitions.get(table.table_id, ()):
+            placed = desired.partitions.get(PartitionId(table.name, part.partition))
+            if placed is None or part.active is None:
+                continue  # an offline partition waits for one of its in-sync replicas to return
+            record = partition_step(part, placed)
+            if record is not None:
+                records.append(record)
+    return records
+
+
+def partition_step(part: PartitionInfo, placed: Placement) -> PartitionAssignment | None:
+    """The next safe step of one partition towards `placed` (None: nothing to do now)."""
+    assert part.active is not None
+    target = int(placed.active)
+    active, epoch = part.active, part.leader_epoch
+    if target != active and target in part.isr:
+        active, epoch = target, epoch + 1
+    wanted = list(dict.fromkeys((active, target, *map(int, placed.standbys), *map(int, placed.warmups))))
+    all_in_sync = all(r in part.isr for r in wanted)
+    # Old in-sync copies stay until the new ones are in sync; old copies out of sync are no help.
+    kept = [r for r in part.replicas if r not in wanted and r in part.isr and not all_in_sync]
+    replicas = (*wanted, *kept)
+    warmups = tuple(w for w in map(int, placed.warmups) if w != active)
+    if active == part.active and set(replicas) == set(part.replicas) and set(warmups) == set(part.warmups):
+        return None
+    isr = tuple(r for r in part.isr if r in replicas)
+    return PartitionAssignment(
+        part.table_id, part.partition, replicas, active, warmups, epoch, isr, part.partition_epoch + 1
+    )

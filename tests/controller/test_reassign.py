@@ -1,0 +1,224 @@
+"""Moving existing partitions towards the assignor's placement: each step's rules, and whole runs of the
+controller with replicas that catch up, checked after every step."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from hotstate.assignor import PartitionAssignment as Placement
+from hotstate.controller.controller import ControllerConfig, QuorumController
+from hotstate.controller.image import PartitionInfo
+from hotstate.controller.reassign import partition_step, replica_lags
+from hotstate.controller.records import KeyColumn, KeyType, PartitionAssignment
+from hotstate.controller.requests import (
+    AlterPartitionRequest,
+    ControllerError,
+    CreateTableRequest,
+    RegisterWriterRequest,
+    ServerHeartbeatRequest,
+)
+
+from .test_controller import SESSION, Harness
+
+KEY = (KeyColumn("user", KeyType.STRING),)
+
+
+def part(replicas, active, isr, warmups=(), epoch=3, partition_epoch=7) -> PartitionInfo:
+    return PartitionInfo(1, 0, tuple(replicas), active, tuple(warmups), epoch, tuple(isr), partition_epoch)
+
+
+def placed(active, standbys=(), warmups=()) -> Placement:
+    return Placement(str(active), tuple(map(str, standbys)), tuple(map(str, warmups)))
+
+
+# ---------------------------------------------------------------------------------------------- one step
+def test_the_active_moves_to_an_in_sync_target_with_a_new_leader_epoch() -> None:
+    step = partition_step(part((1, 2), 1, (1, 2)), placed(2, (1,)))
+    assert step == PartitionAssignment(1, 0, (2, 1), 2, (), 4, (1, 2), 8)
+
+
+def test_a_target_out_of_sync_gets_a_replica_and_the_active_stays() -> None:
+    step = partition_step(part((1, 2), 1, (1, 2)), placed(1, (2,), warmups=(3,)))
+    assert step is not None
+    assert (step.active, step.leader_epoch, set(step.replicas), step.warmups) == (1, 3, {1, 2, 3}, (3,))
+    assert step.isr == (1, 2)
+    # The target is already a replica but not in sync: the active still stays.
+    later = partition_step(part((1, 2, 3), 1, (1, 2), warmups=(3,)), placed(3, (2,)))
+    assert later is not None and later.active == 1 and later.leader_epoch == 3
+
+
+def test_an_old_in_sync_copy_stays_until_every_wanted_copy_is_in_sync() -> None:
+    moving = part((1, 2, 3), 1, (1, 2))  # 3 is the new standby, still catching up; 2 is the old one
+    step = partition_step(moving, placed(1, (3,)))
+    assert step is None  # nothing can change yet: 2 must stay, 3 is there already
+    done = partition_step(part((1, 2, 3), 1, (1, 2, 3)), placed(1, (3,)))
+    assert done is not None and done.replicas == (1, 3) and done.isr == (1, 3)
+
+
+def test_an_unwanted_copy_out_of_sync_is_dropped_at_once() -> None:
+    step = partition_step(part((1, 2, 3), 1, (1, 3)), placed(1, (3,)))
+    assert step is not None and step.replicas == (1, 3) and step.isr == (1, 3)
+
+
+def test_a_partition_already_where_the_assignor_wants_it_is_left_alone() -> None:
+    assert partition_step(part((1, 2), 1, (1, 2)), placed(1, (2,))) is None
+
+
+def test_a_replica_outside_the_isr_never_looks_caught_up_to_the_assignor() -> None:
+    h = Harness()
+    for node_id in (1, 2, 3):
+        h.register(node_id, "az-a")
+    h.handle(CreateTableRequest("t", 1, 1, KEY, None))
+    p = h.image.partitions_of("t")[0]
+    assert p.active is not None
+    ends = {(p.table_id, 0, r): 100 for r in p.replicas}
+    assert replica_lags(h.image, ends, 10)[next(iter(replica_lags(h.image, ends, 10)))] == {
+        str(r): 0 for r in p.replicas
+    }
+    follower = next(r for r in p.replicas if r != p.active)
+    h.handle(AlterPartitionRequest(p.active, p.table_id, 0, p.leader_epoch, p.partition_epoch, (p.active,)))
+    lags = next(iter(replica_lags(h.image, ends, 10).values()))
+    assert lags[str(follower)] == 11 and lags[str(p.active)] == 0
+
+
+# ---------------------------------------------------------------------------------------------- whole runs
+class Cluster(Harness):
+    """A controller with servers whose replicas catch up at once: each round every live server reports
+    its replicas at the partition's end, and every active asks to add its caught-up followers to the ISR,
+    as a real active would. Invariants are checked after every change."""
+
+    def __init__(self, racks: dict[int, str], **config: int) -> None:
+        super().__init__()
+        self.controller = QuorumController(
+            self.image, ControllerConfig(SESSION, **config), now=0, next_offset=1
+        )
+        self.racks = racks
+        self.down: set[int] = set()
+        self.moves = 0
+        for node_id, rack in racks.items():
+            self.register(node_id, rack)
+
+    def add(self, node_id: int, rack: str) -> None:
+        self.racks[node_id] = rack
+        self.register(node_id, rack)
+
+    def round(self) -> None:
+        self.now += 250
+        for node_id in sorted(self.racks):
+            if node_id in self.down:
+                continue
+            ends = tuple(
+                (p.table_id, p.partition, 1000)
+                for parts in self.image.partitions.values()
+                for p in parts
+                if node_id in p.replicas
+            )
+            request = ServerHeartbeatRequest(node_id, f"a{node_id}", self.next_offset, False, ends)
+            self.handle(request)
+        before = {(p.table_id, p.partition): p for parts in self.image.partitions.values() for p in parts}
+        self.commit(self.controller.tick(self.now, self.next_offset))
+        for parts in self.image.partitions.values():
+            for p in parts:
+                old = before[(p.table_id, p.partition)]
+                self.check(old, p)
+                if p.active is None:
+                    continue
+                live = tuple(r for r in p.replicas if r not in self.down)
+                if set(live) - set(p.isr):
+                    isr = tuple(dict.fromkeys((*p.isr, *live)))
+                    reply = self.handle(
+                        AlterPartitionRequest(
+                            p.active, p.table_id, p.partition, p.leader_epoch, p.partition_epoch, isr
+                        )
+                    ).reply
+                    assert reply.error is ControllerError.NONE, reply
+
+    def check(self, old: PartitionInfo, new: PartitionInfo) -> None:
+        assert new.active is not None and new.active in new.isr and set(new.isr) <= set(new.replicas)
+        assert new.leader_epoch >= old.leader_epoch and new.partition_epoch >= old.partition_epoch
+        if new.active != old.active:
+            self.moves += 1
+            assert new.leader_epoch > old.leader_epoch
+            assert new.active in old.isr, "the active moved to a replica that was not in sync"
+        live_in_sync = [r for r in new.isr if r not in self.down]
+        old_live_in_sync = [r for r in old.isr if r not in self.down]
+        assert len(live_in_sync) >= min(len(old_live_in_sync), 1 + 1), (old, new)
+
+    def settle(self, rounds: int = 80) -> int:
+        """Rounds until nothing changes for 20 rounds in a row."""
+        quiet = 0
+        for n in range(rounds):
+            offset = self.image.offset
+            self.round()
+            changed = any(
+                p.warmups or set(p.replicas) - set(p.isr)
+                for parts in self.image.partitions.values()
+                for p in parts
+            )
+            quiet = quiet + 1 if not changed and self.image.offset - offset <= len(self.racks) else 0
+            if quiet >= 20:
+                return n
+        raise AssertionError("placement did not settle")
+
+    def actives(self) -> Counter[int]:
+        return Counter(p.active for parts in self.image.partitions.values() for p in parts if p.active)
+
+
+def test_a_new_server_gets_its_share_of_actives_and_standbys_without_a_partition_going_offline() -> None:
+    cluster = Cluster({1: "az-a", 2: "az-b"})
+    cluster.handle(CreateTableRequest("t", 6, 1, KEY, None))
+    cluster.settle()
+    assert cluster.actives() == {1: 3, 2: 3}
+    cluster.add(3, "az-c")
+    cluster.settle()
+    assert cluster.actives() == {1: 2, 2: 2, 3: 2}
+    for p in cluster.image.partitions_of("t"):
+        assert len(p.replicas) == 2 and set(p.isr) == set(p.replicas) and p.warmups == ()
+        assert cluster.racks[p.standbys[0]] != cluster.racks[p.active]
+    assert 0 < cluster.moves <= 4
+
+
+def test_actives_move_near_a_writer_rack_registered_after_the_table_was_created() -> None:
+    racks = {1: "az-a", 2: "az-a", 3: "az-b", 4: "az-b", 5: "az-c", 6: "az-c"}
+    cluster = Cluster(dict(racks))
+    cluster.handle(CreateTableRequest("t", 4, 1, KEY, None))
+    cluster.settle()
+    per_rack = Counter(racks[p.active] for p in cluster.image.partitions_of("t") if p.active)
+    writers = min(("az-a", "az-b", "az-c"), key=lambda rack: per_rack[rack])
+    assert per_rack[writers] < 2
+    cluster.handle(RegisterWriterRequest("t", writers))
+    cluster.settle()
+    # 4 actives on 6 servers: one each at most, so two can be in the writers' rack, and both are.
+    assert sum(racks[p.active] == writers for p in cluster.image.partitions_of("t") if p.active) == 2
+    assert max(cluster.actives().values()) == 1
+
+
+def test_nothing_moves_while_a_broker_is_fenced_and_its_replicas_are_replaced_once_it_is_taken_for_gone() -> (
+    None
+):
+    cluster = Cluster({1: "az-a", 2: "az-b", 3: "az-c"}, broker_removal_delay_ms=10_000)
+    cluster.handle(CreateTableRequest("t", 6, 1, KEY, None))
+    cluster.settle()
+    cluster.down.add(3)
+    for _ in range(12):  # 3 s: fenced (session 2 s), and nothing reassigned
+        cluster.round()
+    assert cluster.image.servers[3].fenced
+    assert any(3 in p.replicas for p in cluster.image.partitions_of("t"))
+    before = cluster.image.partitions_of("t")
+    for _ in range(8):
+        cluster.round()
+    assert [p.replicas for p in cluster.image.partitions_of("t")] == [p.replicas for p in before]
+    for _ in range(40):  # past the removal delay
+        cluster.round()
+    parts = cluster.image.partitions_of("t")
+    assert all(3 not in p.replicas and len(p.replicas) == 2 and set(p.isr) == {1, 2} for p in parts)
+    assert cluster.actives() == {1: 3, 2: 3}
+
+
+def test_reassignment_can_be_switched_off() -> None:
+    cluster = Cluster({1: "az-a", 2: "az-b"}, reassign_interval_ms=0)
+    cluster.handle(CreateTableRequest("t", 6, 1, KEY, None))
+    cluster.settle()
+    cluster.add(3, "az-c")
+    cluster.settle()
+    assert cluster.actives() == {1: 3, 2: 3}
