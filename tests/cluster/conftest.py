@@ -64,14 +64,17 @@ class RunningCluster:
 def start_cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[..., RunningCluster]]:
     started: list[RunningCluster] = []
 
-    def start(count: int = 3, **overrides: object) -> RunningCluster:
+    def start(count: int = 3, *, hold: tuple[int, ...] = (), **overrides: object) -> RunningCluster:
+        """`hold`: node ids not started (yet): `running.restart(node_id)` starts one."""
         cluster = LocalCluster.create(tmp_path / f"cluster-{len(started)}", count)
         cluster.write_configs(**overrides)
         cluster.save()
-        cluster.start_all()
+        for server in cluster.servers:
+            if server.node_id not in hold:
+                cluster.start(server)
         running = RunningCluster(cluster)
         started.append(running)
-        running.status(30.0)
+        running.run(cluster.wait_ready(30.0, expect=count - len(hold)))
         return running
 
     yield start
