@@ -65,8 +65,9 @@ class TableWriter:
         if not servers:
             raise ValueError("no servers to talk to")
         self.table = table
-        # The writer's rack (the Spark sink reports spark.hotstate.rack / HOTSTATE_RACK), for the
-        # assignor's traffic cost (KIP-925). Kept here only: the servers do not take it yet.
+        # The writer's rack (spark.hotstate.rack / HOTSTATE_RACK). The controller learns it once per job,
+        # from the driver (spark.table.ensure_table: CreateTable / RegisterWriter), not from every writer:
+        # executors open writers per task, and each report would be a metadata commit.
         self.rack = rack
         self._bootstrap = list(servers)
         self._cluster_id = cluster_id
