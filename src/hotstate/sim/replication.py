@@ -1,19 +1,26 @@
 """The deterministic simulator for partition replication: replica cores, a model controller, clients.
 
-One partition, N replicas. Everything is drawn from the seed: message delays, drops, duplicates,
-network partitions (between replicas, and between a replica and the controller, which then fences a
-replica that is still running: a zombie active), crashes that lose the write in flight, stale metadata
-(each replica learns the controller's decisions after its own delay), store snapshots for replicas
-that fall behind the log start, and clients writing upserts with acks=all.
+One partition, N replicas on a pool of N + 1 or N + 2 nodes. Everything is drawn from the seed: message
+delays, drops, duplicates, network partitions (between nodes, and between a node and the controller, which
+then fences a replica that is still running: a zombie active), crashes that lose the write in flight, stale
+metadata (each node learns the controller's decisions after its own delay), store snapshots for replicas
+that fall behind the log start, clients writing upserts with acks=all, and reassignments: the controller
+model draws a placement now and then and walks the partition towards it with the real controller's
+`partition_step` (add the new replicas, let them join the ISR, move the active, drop the old copies). A node
+holds a replica only while the metadata it last learned lists it, as the real server does: it opens an
+empty one when it is added and deletes the replica's log and store when it is removed.
 
 Invariants, checked after every event:
 - one active per leader epoch, and only the one the controller chose;
+- the committed ISR is a subset of the replicas and holds the active (checked at every commit);
 - every replica of the controller's committed ISR holds every committed record (durably, unchanged):
   this is what makes an acknowledged write survive while any in-sync replica does;
 - stores at equal positions are equal (each applied record is the one every other store applied there);
 - no store holds a record above the highest HW an active ever reached;
 - an acknowledged write's records are the committed records at its offsets.
-After the faults stop, every replica must converge to the same store holding every acknowledged write.
+After the faults stop (a reassignment under way is finished, none is started), every replica of the final
+replica set must converge to the same store holding every acknowledged write, and no other node may hold
+anything.
 
 `python -m hotstate.sim.replication --seed N` replays one seed with its event log.
 """
@@ -31,8 +38,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from hotstate.assignor import PartitionAssignment as Placement
+from hotstate.controller.image import PartitionInfo
+from hotstate.controller.reassign import partition_step
+from hotstate.controller.records import PartitionAssignment
 from hotstate.log.batch import RecordBatch
-from hotstate.replica.batchlog import BatchLog
+from hotstate.replica.batchlog import BatchLog, BatchLogError
 from hotstate.replica.core import (
     AdvanceStart,
     AppendBatches,
@@ -50,10 +61,23 @@ from hotstate.replica.messages import ReplicaError, ReplicaMessage
 
 CoreFactory = Callable[..., ReplicaCore]
 
-_DELIVER, _TICK, _DISK_DONE, _CRASH, _RESTART, _PARTITION, _HEAL, _PRODUCE, _CALM, _META, _ISR, _SNAP = range(
-    12
-)
+(
+    _DELIVER,
+    _TICK,
+    _DISK_DONE,
+    _CRASH,
+    _RESTART,
+    _PARTITION,
+    _HEAL,
+    _PRODUCE,
+    _CALM,
+    _META,
+    _ISR,
+    _SNAP,
+    _REASSIGN,
+) = range(13)
 SESSION_TIMEOUT_MS = 300
+TABLE_ID, PARTITION = 1, 0
 
 
 class ReplicationInvariantViolation(Exception):
@@ -87,6 +111,8 @@ class ReplicationProfile:
     disk_max_ms: int
     meta_delay_max_ms: int
     config: ReplicaConfig
+    spares: int = 0  # nodes of the pool beyond the initial replicas: where reassignments can move to
+    reassign_every_ms: int = 0  # mean gap between the controller's reassignment ticks (0: never)
 
     @staticmethod
     def from_seed(seed: int) -> ReplicationProfile:
@@ -119,7 +145,13 @@ class ReplicationProfile:
             ),
         )
         config = dataclasses.replace(profile.config, min_insync_replicas=profile.min_insync)
-        return dataclasses.replace(profile, config=config)
+        # Drawn after everything else, so every other choice of a seed is what it was before reassignments.
+        return dataclasses.replace(
+            profile,
+            config=config,
+            spares=rng.choice([1, 2]),
+            reassign_every_ms=rng.choice([0, 80, 200, 500]),
+        )
 
 
 @dataclass
@@ -179,12 +211,17 @@ class SimDiskLog:
 
 
 @dataclass
-class Replica:
+class Node:
+    """One server of the pool: its disk outlives crashes; it holds a replica only while assigned one."""
+
     id: int
     disk: SimDiskLog = field(default_factory=SimDiskLog)
     store: SimStore = field(default_factory=SimStore)
     core: ReplicaCore | None = None
-    incarnation: int = 0
+    up: bool = True
+    boot: int = 0  # the server process: metadata sent to an earlier one is lost with it
+    incarnation: int = 0  # the replica core: disk writes, snapshots and produces of an earlier one are void
+    meta_epoch: int = 0  # newest partition epoch this process learned: only newer metadata adds or removes
     writing: Ready | None = None
     tick_at: int | None = None
     cut_from_controller: bool = False
@@ -199,11 +236,24 @@ class ControllerModel:
     leader_epoch: int
     isr: tuple[int, ...]
     partition_epoch: int = 1
+    warmups: tuple[int, ...] = ()
     fenced: set[int] = field(default_factory=set)
     last_heartbeat: dict[int, int] = field(default_factory=dict)
 
     def view(self) -> PartitionView:
         return PartitionView(self.active, self.leader_epoch, self.isr, self.replicas, self.partition_epoch)
+
+    def info(self) -> PartitionInfo:
+        return PartitionInfo(
+            TABLE_ID,
+            PARTITION,
+            self.replicas,
+            self.active,
+            self.warmups,
+            self.leader_epoch,
+            self.isr,
+            self.partition_epoch,
+        )
 
 
 @dataclass
@@ -214,7 +264,24 @@ class Stats:
     committed_end: int = 0
     actives: int = 0
     snapshots: int = 0
+    reassign_steps: int = 0  # PartitionAssignment records committed
+    moves_done: int = 0  # placements reached that took at least one record
+    multi_step_moves: int = 0  # of those, the ones that took more than one record
+    # Of those, the whole KIP-441 walk: a new replica added, in sync, made the active, an old copy dropped.
+    full_moves: int = 0
+    active_moves: int = 0  # reassignment records that moved the active
+    replicas_removed: int = 0  # replicas a node deleted on learning it no longer holds one
     log: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Move:
+    """What the steps towards one placement did so far."""
+
+    steps: int = 0
+    added: set[int] = field(default_factory=set)
+    removed: set[int] = field(default_factory=set)
+    active_to_added: bool = False  # the active moved to a replica this move added (once it was in sync)
 
 
 class ReplicationWorld:
@@ -235,13 +302,16 @@ class ReplicationWorld:
         self._seq = 0
         self._events: list[tuple[int, int, int, int, Any]] = []
         ids = tuple(range(1, profile.replicas + 1))
-        self.replicas = {i: Replica(i) for i in ids}
+        self.nodes = {i: Node(i) for i in range(1, profile.replicas + profile.spares + 1)}
         self.controller = ControllerModel(ids, ids[0], 0, ids)
         self.stats = Stats(seed)
         self._partition: dict[int, int] | None = None
         self._calm = False
         self._value = 0
         self._produce_tokens: dict[tuple[int, int, int], tuple[RecordBatch | None, tuple[bytes, ...]]] = {}
+        # The reassignment under way: the placement the controller walks the partition towards.
+        self._desired: Placement | None = None
+        self._move = _Move()
         # The invariants' memory.
         self.committed: list[bytes] = []  # committed[o] = the record every store applies at offset o
         self.max_hw = 0
@@ -251,14 +321,16 @@ class ReplicationWorld:
     # ------------------------------------------------------------------ running
     def run(self) -> Stats:
         profile = self.profile
-        for replica in self.replicas.values():
-            self._start(replica)
+        for node in self.nodes.values():
+            self._boot(node)
         self._schedule(profile.chaos_ms, _CALM, 0, None)
         self._schedule(1, _PRODUCE, 0, None)
         if profile.crash_every_ms:
             self._schedule(self._gap(profile.crash_every_ms), _CRASH, 0, None)
         if profile.partition_every_ms:
             self._schedule(self._gap(profile.partition_every_ms), _PARTITION, 0, None)
+        if profile.reassign_every_ms:
+            self._schedule(self._gap(profile.reassign_every_ms), _REASSIGN, 0, None)
         end = profile.chaos_ms + profile.calm_ms
         try:
             while self._events and self._events[0][0] <= end:
@@ -268,7 +340,8 @@ class ReplicationWorld:
                 self._controller_tick()
                 self._check()
             self._check_converged()
-        except (ReplicationInvariantViolation, ReplicaSafetyError, AssertionError) as error:
+        # BatchLogError: the core asked its log for a gap or an older epoch after a newer one.
+        except (ReplicationInvariantViolation, ReplicaSafetyError, BatchLogError, AssertionError) as error:
             broken = getattr(self.core_factory, "rule", None)
             raise ReplicationSimFailure(
                 self.seed, self.now, f"{type(error).__name__}: {error}", broken
@@ -288,42 +361,41 @@ class ReplicationWorld:
             self.stats.log.append(f"{self.now:6d} {text}")
 
     def _handle(self, kind: int, target: int, payload: Any) -> None:
-        replica = self.replicas.get(target)
+        node = self.nodes.get(target)
         if kind == _DELIVER:
             message: ReplicaMessage = payload
-            destination = self.replicas[message.dst]
+            destination = self.nodes[message.dst]
             if destination.core is not None:
                 destination.core.step(message, self.now)
                 self._pump(destination)
         elif kind == _TICK:
-            assert replica is not None
-            if replica.core is not None and replica.tick_at == self.now:
-                replica.tick_at = None
-                replica.core.tick(self.now)
-                self._pump(replica)
+            assert node is not None
+            if node.core is not None and node.tick_at == self.now:
+                node.tick_at = None
+                node.core.tick(self.now)
+                self._pump(node)
         elif kind == _DISK_DONE:
-            assert replica is not None
-            if replica.core is not None and replica.incarnation == payload:
-                self._finish_write(replica)
+            assert node is not None
+            if node.core is not None and node.incarnation == payload:
+                self._finish_write(node)
         elif kind == _META:
-            assert replica is not None
-            incarnation, view = payload
-            if replica.core is not None and replica.incarnation == incarnation:
-                replica.core.set_metadata(view, self.now)
-                self._pump(replica)
+            assert node is not None
+            boot, view = payload
+            if node.up and node.boot == boot:
+                self._on_metadata(node, view)
         elif kind == _ISR:
             self._on_isr_change(target, payload)
         elif kind == _SNAP:
-            assert replica is not None
-            self._finish_snapshot(replica, payload)
+            assert node is not None
+            self._finish_snapshot(node, payload)
         elif kind == _CRASH:
             if not self._calm:
                 self._crash_someone()
                 self._schedule(self.now + self._gap(self.profile.crash_every_ms), _CRASH, 0, None)
         elif kind == _RESTART:
-            assert replica is not None
-            if replica.core is None:
-                self._start(replica)
+            assert node is not None
+            if not node.up:
+                self._boot(node)
         elif kind == _PARTITION:
             if not self._calm:
                 self._make_partition()
@@ -334,149 +406,182 @@ class ReplicationWorld:
             self._produce()
             if self.now < self.profile.chaos_ms + 1000:
                 self._schedule(self.now + self._gap(self.profile.produce_every_ms), _PRODUCE, 0, None)
+        elif kind == _REASSIGN:
+            self._reassign()
+            # In the calm no new placement is drawn, but the one under way is walked to its end.
+            if not self._calm or self._desired is not None:
+                self._schedule(self.now + self._gap(self.profile.reassign_every_ms), _REASSIGN, 0, None)
         elif kind == _CALM:
             self._calm = True
             self._heal()
-            for r in self.replicas.values():
-                if r.core is None:
-                    self._start(r)
+            for n in self.nodes.values():
+                if not n.up:
+                    self._boot(n)
 
-    # ------------------------------------------------------------------ replicas
-    def _start(self, replica: Replica) -> None:
-        replica.incarnation += 1
-        replica.core = self.core_factory(
-            replica.id,
-            1,
-            0,
+    # ------------------------------------------------------------------ nodes and their replicas
+    def _boot(self, node: Node) -> None:
+        """The server (re)starts: it opens its replica once the metadata says it has one (as on_image)."""
+        node.up = True
+        node.boot += 1
+        node.meta_epoch = 0
+        self.controller.last_heartbeat[node.id] = self.now
+        self._note(f"node {node.id} starts: store at {node.store.position}, log end {node.disk.end}")
+        self._publish_to(node)
+
+    def _on_metadata(self, node: Node, view: PartitionView) -> None:
+        if view.partition_epoch > node.meta_epoch:
+            node.meta_epoch = view.partition_epoch
+            if node.id in view.replicas:
+                if node.core is None:
+                    self._open(node)
+            else:
+                self._remove(node)
+        # An older view still reaches an open core (metadata arrives out of order): it must ignore it.
+        if node.core is not None:
+            node.core.set_metadata(view, self.now)
+            self._pump(node)
+
+    def _open(self, node: Node) -> None:
+        node.incarnation += 1
+        node.core = self.core_factory(
+            node.id,
+            TABLE_ID,
+            PARTITION,
             self.profile.config,
-            log=replica.disk.load(),
-            store_position=replica.store.position,
-            store_epoch=replica.store.epoch,
+            log=node.disk.load(),
+            store_position=node.store.position,
+            store_epoch=node.store.epoch,
             now=self.now,
         )
-        replica.writing = None
-        replica.tick_at = None
-        self.controller.last_heartbeat[replica.id] = self.now
-        self._note(
-            f"replica {replica.id} starts: store at {replica.store.position}, log end {replica.disk.end}"
-        )
-        self._publish_to(replica)
-        self._pump(replica)
+        node.writing = None
+        node.tick_at = None
+        self._note(f"replica {node.id} opens: store at {node.store.position}, log end {node.disk.end}")
 
-    def _crash(self, replica: Replica, down_ms: int) -> None:
-        self._note(f"replica {replica.id} crashes for {down_ms} ms")
-        replica.core = None
-        replica.writing = None
-        replica.tick_at = None
-        self._schedule(self.now + down_ms, _RESTART, replica.id, None)
+    def _remove(self, node: Node) -> None:
+        """The node learned it holds no replica: close it and delete its log and store."""
+        if node.core is None and not node.disk.end and not node.store.position:
+            return
+        self.stats.replicas_removed += 1
+        self._note(f"replica {node.id} removed: its log and store are deleted")
+        node.core = None
+        node.incarnation += 1  # what the closed core had in flight never lands
+        node.writing = None
+        node.tick_at = None
+        node.disk = SimDiskLog()
+        node.store = SimStore()
+
+    def _crash(self, node: Node, down_ms: int) -> None:
+        self._note(f"node {node.id} crashes for {down_ms} ms")
+        node.up = False
+        node.core = None
+        node.writing = None
+        node.tick_at = None
+        self._schedule(self.now + down_ms, _RESTART, node.id, None)
 
     def _crash_someone(self) -> None:
-        up = [r for r in self.replicas.values() if r.core is not None]
+        up = [n for n in self.nodes.values() if n.up]
         if not up:
             return
         active = self.controller.active
-        if active is not None and self.rng.random() < 0.5 and self.replicas[active].core is not None:
-            victim = self.replicas[active]
+        if active is not None and self.rng.random() < 0.5 and self.nodes[active].up:
+            victim = self.nodes[active]
         else:
             victim = self.rng.choice(up)
         self._crash(victim, self.rng.randint(1, self.profile.down_max_ms))
 
-    def _pump(self, replica: Replica) -> None:
-        core = replica.core
-        if core is None or replica.writing is not None:
-            self._arm_tick(replica)
+    def _pump(self, node: Node) -> None:
+        core = node.core
+        if core is None or node.writing is not None:
+            self._arm_tick(node)
             return
         ready = core.ready()
         if ready.is_empty():
-            self._arm_tick(replica)
+            self._arm_tick(node)
             return
-        replica.writing = ready
+        node.writing = ready
         if ready.log_ops and self.profile.disk_max_ms:
             self._schedule(
                 self.now + self.rng.randint(0, self.profile.disk_max_ms),
                 _DISK_DONE,
-                replica.id,
-                replica.incarnation,
+                node.id,
+                node.incarnation,
             )
         else:
-            self._finish_write(replica)
+            self._finish_write(node)
 
-    def _finish_write(self, replica: Replica) -> None:
-        ready = replica.writing
-        core = replica.core
+    def _finish_write(self, node: Node) -> None:
+        ready = node.writing
+        core = node.core
         assert ready is not None and core is not None
         if core.role is Role.LEADER:
             self.max_hw = max(self.max_hw, ready.high_watermark)
         for op in ready.log_ops:
-            if isinstance(op, TruncateTo) and op.offset < replica.store.position:
+            if isinstance(op, TruncateTo) and op.offset < node.store.position:
                 raise ReplicationInvariantViolation(
-                    f"replica {replica.id} truncates to {op.offset}, below its store position "
-                    f"{replica.store.position}"
+                    f"replica {node.id} truncates to {op.offset}, below its store position "
+                    f"{node.store.position}"
                 )
-            replica.disk.apply(op)
+            node.disk.apply(op)
         for message in ready.messages:
-            self._send(replica.id, message)
+            self._send(node.id, message)
         for result in ready.produce_results:
-            self._on_produce_result(replica, result)
+            self._on_produce_result(node, result)
         for batch in ready.committed:
-            if batch.next_offset <= replica.store.position:
+            if batch.next_offset <= node.store.position:
                 continue
-            if batch.base_offset != replica.store.position:
+            if batch.base_offset != node.store.position:
                 raise ReplicationInvariantViolation(
-                    f"replica {replica.id} applies {batch.base_offset} but its store is at "
-                    f"{replica.store.position}"
+                    f"replica {node.id} applies {batch.base_offset} but its store is at {node.store.position}"
                 )
-            replica.store.apply(batch)
-            self._check_applied(replica, batch)
+            node.store.apply(batch)
+            self._check_applied(node, batch)
         if ready.isr_change is not None:
-            self._send_isr_change(replica.id, ready.isr_change)
+            self._send_isr_change(node.id, ready.isr_change)
         if ready.snapshot_needed is not None:
             self._schedule(
                 self.now + self.rng.randint(1, 20),
                 _SNAP,
-                replica.id,
-                (replica.incarnation, ready.snapshot_needed),
+                node.id,
+                (node.incarnation, ready.snapshot_needed),
             )
-        replica.writing = None
+        node.writing = None
         core.advance(ready)
-        self._pump(replica)
+        self._pump(node)
 
-    def _arm_tick(self, replica: Replica) -> None:
-        core = replica.core
+    def _arm_tick(self, node: Node) -> None:
+        core = node.core
         if core is None:
             return
         deadline = core.next_deadline()
         if deadline is None:
             deadline = self.now + 100
         deadline = max(deadline, self.now + 1)
-        if replica.tick_at is None or deadline < replica.tick_at:
-            replica.tick_at = deadline
-            self._schedule(deadline, _TICK, replica.id, None)
+        if node.tick_at is None or deadline < node.tick_at:
+            node.tick_at = deadline
+            self._schedule(deadline, _TICK, node.id, None)
 
-    def _finish_snapshot(self, replica: Replica, payload: Any) -> None:
+    def _finish_snapshot(self, node: Node, payload: Any) -> None:
         incarnation, needed = payload
-        if replica.core is None or replica.incarnation != incarnation:
+        if node.core is None or node.incarnation != incarnation:
             return
-        leader = self.replicas[needed.leader]
+        leader = self.nodes[needed.leader]
         if (
             leader.core is None
             or leader.core.role is not Role.LEADER
             or leader.core.leader_epoch != needed.leader_epoch
-            or self._cut(leader.id, replica.id)
+            or self._cut(leader.id, node.id)
         ):
-            replica.core.snapshot_failed(self.now)
+            node.core.snapshot_failed(self.now)
         else:
             snapshot = leader.store.copy()
-            if snapshot.position < replica.store.position:
-                replica.core.snapshot_failed(self.now)
+            if snapshot.position < node.store.position:
+                node.core.snapshot_failed(self.now)
             else:
                 self.stats.snapshots += 1
-                self._note(
-                    f"replica {replica.id} installs a snapshot at {snapshot.position} from {leader.id}"
-                )
-                replica.store = snapshot
-                replica.core.snapshot_installed(snapshot.position, snapshot.epoch, self.now)
-        self._pump(replica)
+                self._note(f"replica {node.id} installs a snapshot at {snapshot.position} from {leader.id}")
+                node.store = snapshot
+                node.core.snapshot_installed(snapshot.position, snapshot.epoch, self.now)
+        self._pump(node)
 
     # ------------------------------------------------------------------ network
     def _cut(self, a: int, b: int) -> bool:
@@ -490,12 +595,12 @@ class ReplicationWorld:
             self._schedule(self.now + self.rng.randint(0, self.profile.delay_max_ms), _DELIVER, 0, message)
 
     def _make_partition(self) -> None:
-        ids = list(self.replicas)
+        ids = list(self.nodes)
         if self.rng.random() < 0.3:
-            # Cut one replica off from the controller only: it is fenced while it keeps running.
-            victim = self.replicas[self.rng.choice(ids)]
+            # Cut one node off from the controller only: it is fenced while it keeps running.
+            victim = self.nodes[self.rng.choice(ids)]
             victim.cut_from_controller = True
-            self._note(f"replica {victim.id} cut off from the controller")
+            self._note(f"node {victim.id} cut off from the controller")
         else:
             self._partition = {i: self.rng.randint(0, 1) for i in ids}
             self._note(f"network partition {self._partition}")
@@ -503,24 +608,23 @@ class ReplicationWorld:
 
     def _heal(self) -> None:
         self._partition = None
-        for r in self.replicas.values():
-            if r.cut_from_controller:
-                r.cut_from_controller = False
-                self._publish_to(r)  # it catches up on the metadata log it missed
+        for n in self.nodes.values():
+            if n.cut_from_controller:
+                n.cut_from_controller = False
+                self._publish_to(n)  # it catches up on the metadata log it missed
 
     # ------------------------------------------------------------------ controller model
     def _controller_tick(self) -> None:
         c = self.controller
-        for replica in self.replicas.values():
-            if replica.core is not None and not replica.cut_from_controller:
-                c.last_heartbeat[replica.id] = self.now
-                if replica.id in c.fenced:
-                    self._unfence(replica.id)
-            elif (
-                replica.id not in c.fenced
-                and self.now - c.last_heartbeat.get(replica.id, 0) > SESSION_TIMEOUT_MS
-            ):
-                self._fence(replica.id)
+        # Every running server heartbeats, with or without a replica (a spare is fenced and unfenced too:
+        # it changes nothing unless it is in the ISR, and the ISR refuses to take it in while fenced).
+        for node in self.nodes.values():
+            if node.up and not node.cut_from_controller:
+                c.last_heartbeat[node.id] = self.now
+                if node.id in c.fenced:
+                    self._unfence(node.id)
+            elif node.id not in c.fenced and self.now - c.last_heartbeat.get(node.id, 0) > SESSION_TIMEOUT_MS:
+                self._fence(node.id)
 
     def _fence(self, node: int) -> None:
         c = self.controller
@@ -531,10 +635,11 @@ class ReplicationWorld:
         if active == node:
             candidates = [r for r in isr if r not in c.fenced]
             # Prefer the most caught-up in-sync replica (as the real controller does from heartbeats).
-            candidates.sort(key=lambda r: -self.replicas[r].disk.end)
+            candidates.sort(key=lambda r: -self.nodes[r].disk.end)
             active = candidates[0] if candidates else None
             epoch += 1
-        self._note(f"controller fences {node}: active {active} epoch {epoch} isr {isr}")
+        if (active, epoch, isr) != (c.active, c.leader_epoch, c.isr):
+            self._note(f"controller fences {node}: active {active} epoch {epoch} isr {isr}")
         self._commit(active, epoch, isr)
 
     def _unfence(self, node: int) -> None:
@@ -550,18 +655,22 @@ class ReplicationWorld:
             return
         c.active, c.leader_epoch, c.isr = active, epoch, isr
         c.partition_epoch += 1
-        self._check_isr_complete()
-        for replica in self.replicas.values():
-            self._publish_to(replica)
+        self._committed_changed()
 
-    def _publish_to(self, replica: Replica) -> None:
-        if replica.core is None or replica.cut_from_controller:
+    def _committed_changed(self) -> None:
+        self._check_partition_state()
+        self._check_isr_complete()
+        for node in self.nodes.values():
+            self._publish_to(node)
+
+    def _publish_to(self, node: Node) -> None:
+        if not node.up or node.cut_from_controller:
             return
         delay = self.rng.randint(0, self.profile.meta_delay_max_ms)
-        self._schedule(self.now + delay, _META, replica.id, (replica.incarnation, self.controller.view()))
+        self._schedule(self.now + delay, _META, node.id, (node.boot, self.controller.view()))
 
     def _send_isr_change(self, src: int, change: IsrChange) -> None:
-        if self.replicas[src].cut_from_controller or self.rng.random() < self.profile.drop:
+        if self.nodes[src].cut_from_controller or self.rng.random() < self.profile.drop:
             return
         self._schedule(self.now + self.rng.randint(0, self.profile.delay_max_ms), _ISR, src, change)
 
@@ -578,23 +687,106 @@ class ReplicationWorld:
             or not set(change.isr) <= set(c.replicas)
             or set(change.isr) & (c.fenced - set(c.isr))
         ):
-            replica = self.replicas[src]
-            if replica.core is not None:
-                replica.core.isr_change_rejected(change, self.now)
-                self._pump(replica)
+            node = self.nodes[src]
+            if node.core is not None:
+                node.core.isr_change_rejected(change, self.now)
+                self._pump(node)
             return
         self._note(f"controller: ISR of epoch {c.leader_epoch} becomes {change.isr}")
         self._commit(c.active, c.leader_epoch, tuple(change.isr))
+
+    # ------------------------------------------------------------------ reassignment
+    def _reassign(self) -> None:
+        """One tick of the controller's reassignment: maybe draw a placement, then take the real
+        controller's next safe step towards it (one record, or none once it is reached)."""
+        c = self.controller
+        # Now and then a new placement comes before the last one was reached.
+        if not self._calm and self.rng.random() < (0.6 if self._desired is None else 0.15):
+            self._desired = self._random_placement()
+            self._move = _Move()
+            self._note(
+                f"controller wants active {self._desired.active}, standbys {self._desired.standbys}, "
+                f"warmups {self._desired.warmups}"
+            )
+        if self._desired is None or c.active is None:
+            return  # an offline partition waits for an in-sync replica to return (as reassignment_records)
+        desired = self._desired
+        record = partition_step(c.info(), desired)
+        if record is not None:
+            move = self._move
+            move.steps += 1
+            move.added |= set(record.replicas) - set(c.replicas)
+            move.removed |= set(c.replicas) - set(record.replicas)
+            if record.active != c.active and record.active in move.added:
+                move.active_to_added = True
+            self._commit_assignment(record)
+            return
+        # None means "nothing to do now": either the placement is reached, or the next step waits for the
+        # new replicas to join the ISR (through the active's own ISR change) and comes on a later tick.
+        warmups = {int(w) for w in desired.warmups} - {int(desired.active)}
+        if (
+            c.active == int(desired.active)
+            and set(c.replicas) == {int(r) for r in desired.replicas()}
+            and set(c.warmups) == warmups
+        ):
+            move = self._move
+            if move.steps:
+                self.stats.moves_done += 1
+            if move.steps > 1:
+                self.stats.multi_step_moves += 1
+                if move.active_to_added and move.removed:
+                    self.stats.full_moves += 1
+            self._note(f"controller: placement reached in {move.steps} step(s)")
+            self._desired = None
+
+    def _random_placement(self) -> Placement:
+        c = self.controller
+        nodes = list(self.nodes)
+        # Mostly the live nodes, as the real controller places on live brokers only; sometimes any node,
+        # so a down or fenced one can be wanted too (it must then wait to catch up before it counts).
+        live = [n for n in nodes if self.nodes[n].up and n not in c.fenced]
+        pool = live if live and self.rng.random() < 0.8 else nodes
+        size = self.rng.choice([1, 0, 0, -1]) + self.profile.replicas
+        size = max(1, min(size, len(pool)))
+        chosen = self.rng.sample(pool, size)
+        if c.active in chosen and self.rng.random() < 0.4:
+            chosen.remove(c.active)  # keep the active where it is: a move of standbys only
+            chosen.insert(0, c.active)
+        rest = [n for n in nodes if n not in chosen]
+        warmups = self.rng.sample(rest, 1) if rest and self.rng.random() < 0.3 else []
+        return Placement(str(chosen[0]), tuple(map(str, chosen[1:])), tuple(map(str, warmups)))
+
+    def _commit_assignment(self, record: PartitionAssignment) -> None:
+        c = self.controller
+        if record.partition_epoch != c.partition_epoch + 1:
+            raise ReplicationInvariantViolation(
+                f"reassignment record at partition epoch {record.partition_epoch}, expected "
+                f"{c.partition_epoch + 1}"
+            )
+        if record.active != c.active:
+            if record.leader_epoch <= c.leader_epoch:
+                raise ReplicationInvariantViolation(
+                    f"reassignment moves the active {c.active} -> {record.active} without a new leader epoch"
+                )
+            self.stats.active_moves += 1
+        self.stats.reassign_steps += 1
+        self._note(
+            f"controller reassigns: replicas {record.replicas}, active {record.active} epoch "
+            f"{record.leader_epoch}, isr {record.isr}, warmups {record.warmups}"
+        )
+        c.replicas, c.active, c.leader_epoch = record.replicas, record.active, record.leader_epoch
+        c.isr, c.warmups, c.partition_epoch = record.isr, record.warmups, record.partition_epoch
+        self._committed_changed()
 
     # ------------------------------------------------------------------ clients
     def _produce(self) -> None:
         c = self.controller
         # The client's idea of the active may be stale: it uses an earlier view now and then.
-        target = c.active if self.rng.random() < 0.8 else self.rng.choice(list(self.replicas))
+        target = c.active if self.rng.random() < 0.8 else self.rng.choice(list(self.nodes))
         if target is None:
             return
-        replica = self.replicas[target]
-        if replica.core is None:
+        node = self.nodes[target]
+        if node.core is None:
             return
         count = self.rng.randint(1, 4)
         records = []
@@ -602,15 +794,15 @@ class ReplicationWorld:
             self._value += 1
             records.append(f"k{self.rng.randrange(12)}={self._value}".encode())
         epoch = c.leader_epoch if self.rng.random() < 0.9 else max(0, c.leader_epoch - 1)
-        result = replica.core.produce(records, epoch, self.now, 1000)
+        result = node.core.produce(records, epoch, self.now, 1000)
         if isinstance(result, int):
-            self._produce_tokens[(target, replica.incarnation, result)] = (None, tuple(records))
+            self._produce_tokens[(target, node.incarnation, result)] = (None, tuple(records))
         else:
             self.stats.produce_errors += 1
-        self._pump(replica)
+        self._pump(node)
 
-    def _on_produce_result(self, replica: Replica, result: Any) -> None:
-        entry = self._produce_tokens.pop((replica.id, replica.incarnation, result.token), None)
+    def _on_produce_result(self, node: Node, result: Any) -> None:
+        entry = self._produce_tokens.pop((node.id, node.incarnation, result.token), None)
         if entry is None:
             return
         records = entry[1]
@@ -630,46 +822,58 @@ class ReplicationWorld:
     # ------------------------------------------------------------------ invariants
     def _check(self) -> None:
         c = self.controller
-        for replica in self.replicas.values():
-            core = replica.core
+        for node in self.nodes.values():
+            core = node.core
             if core is None:
                 continue
             if core.role is Role.LEADER:
-                leader = self.epoch_leaders.setdefault(core.leader_epoch, replica.id)
-                if leader != replica.id:
+                leader = self.epoch_leaders.setdefault(core.leader_epoch, node.id)
+                if leader != node.id:
                     raise ReplicationInvariantViolation(
-                        f"two actives in epoch {core.leader_epoch}: {leader} and {replica.id}"
+                        f"two actives in epoch {core.leader_epoch}: {leader} and {node.id}"
                     )
                 self.max_hw = max(self.max_hw, core.high_watermark)
         for member in c.isr:
             self._check_holds_hw(member)
 
-    def _check_holds_hw(self, member: int) -> Replica:
+    def _check_holds_hw(self, member: int) -> Node:
         c = self.controller
-        replica = self.replicas[member]
-        held = max(replica.disk.end, replica.store.position)
+        node = self.nodes[member]
+        held = max(node.disk.end, node.store.position)
         if held < self.max_hw:
             raise ReplicationInvariantViolation(
                 f"ISR {c.isr} (epoch {c.leader_epoch}) has replica {member} holding {held} < HW {self.max_hw}"
             )
-        return replica
+        return node
 
-    def _check_applied(self, replica: Replica, batch: RecordBatch) -> None:
-        if replica.store.position > self.max_hw:
+    def _check_partition_state(self) -> None:
+        """The committed ISR only names replicas and holds the active: an election from it is safe."""
+        c = self.controller
+        if not c.isr or not set(c.isr) <= set(c.replicas):
             raise ReplicationInvariantViolation(
-                f"replica {replica.id} store at {replica.store.position}, above every HW ({self.max_hw})"
+                f"ISR {c.isr} is not a non-empty subset of replicas {c.replicas}"
+            )
+        if c.active is not None and c.active not in c.isr:
+            raise ReplicationInvariantViolation(f"active {c.active} is not in the ISR {c.isr}")
+        if len(set(c.replicas)) != len(c.replicas) or not set(c.warmups) <= set(c.replicas):
+            raise ReplicationInvariantViolation(f"replicas {c.replicas} with warmups {c.warmups}")
+
+    def _check_applied(self, node: Node, batch: RecordBatch) -> None:
+        if node.store.position > self.max_hw:
+            raise ReplicationInvariantViolation(
+                f"replica {node.id} store at {node.store.position}, above every HW ({self.max_hw})"
             )
         for offset, record in enumerate(batch.records, start=batch.base_offset):
             if offset < len(self.committed):
                 if self.committed[offset] != record:
                     raise ReplicationInvariantViolation(
-                        f"replica {replica.id} applied {record!r} at {offset}, others applied "
+                        f"replica {node.id} applied {record!r} at {offset}, others applied "
                         f"{self.committed[offset]!r}"
                     )
             elif offset == len(self.committed):
                 self.committed.append(record)
             else:
-                raise ReplicationInvariantViolation(f"replica {replica.id} applied {offset} past a gap")
+                raise ReplicationInvariantViolation(f"replica {node.id} applied {offset} past a gap")
 
     def _check_acked(self, base: int, records: tuple[bytes, ...]) -> None:
         for offset, record in enumerate(records, start=base):
@@ -678,8 +882,8 @@ class ReplicationWorld:
                     f"acked {record!r} at {offset} but {self.committed[offset]!r} committed"
                 )
 
-    def _durable_record(self, replica: Replica, offset: int) -> bytes | None:
-        disk = replica.disk
+    def _durable_record(self, node: Node, offset: int) -> bytes | None:
+        disk = node.disk
         for batch in disk.batches:
             if batch.base_offset <= offset < batch.next_offset:
                 return batch.records[offset - batch.base_offset]
@@ -689,11 +893,11 @@ class ReplicationWorld:
         """Every member of the committed ISR durably holds every record below the highest HW."""
         c = self.controller
         for member in c.isr:
-            replica = self._check_holds_hw(member)
+            node = self._check_holds_hw(member)
             for offset in range(
-                max(replica.disk.start, replica.store.position), min(self.max_hw, len(self.committed))
+                max(node.disk.start, node.store.position), min(self.max_hw, len(self.committed))
             ):
-                record = self._durable_record(replica, offset)
+                record = self._durable_record(node, offset)
                 if record is not None and record != self.committed[offset]:
                     raise ReplicationInvariantViolation(
                         f"ISR replica {member} holds {record!r} at committed offset {offset}"
@@ -701,18 +905,27 @@ class ReplicationWorld:
 
     def _check_converged(self) -> None:
         c = self.controller
+        if self._desired is not None:
+            raise ReplicationInvariantViolation(
+                f"the reassignment to {self._desired} did not finish in the calm period: replicas "
+                f"{c.replicas}, active {c.active}, isr {c.isr}"
+            )
         assert c.active is not None, "no active after the calm period"
-        leader = self.replicas[c.active]
+        leader = self.nodes[c.active]
         assert leader.core is not None and leader.core.role is Role.LEADER, "the chosen active is not leading"
         end = leader.core.log_end_offset
-        for replica in self.replicas.values():
-            if replica.store.position != end:
+        for node in self.nodes.values():
+            if node.id not in c.replicas:
+                if node.core is not None or node.disk.end or node.store.position:
+                    raise ReplicationInvariantViolation(f"node {node.id} keeps a replica it is not assigned")
+                continue
+            if node.store.position != end:
                 raise ReplicationInvariantViolation(
-                    f"no convergence: replica {replica.id} store at {replica.store.position}, "
+                    f"no convergence: replica {node.id} store at {node.store.position}, "
                     f"the active's log ends at {end}"
                 )
-            if replica.store.chain[-1] != leader.store.chain[-1] or replica.store.data != leader.store.data:
-                raise ReplicationInvariantViolation(f"replica {replica.id} store differs from the active's")
+            if node.store.chain[-1] != leader.store.chain[-1] or node.store.data != leader.store.data:
+                raise ReplicationInvariantViolation(f"replica {node.id} store differs from the active's")
         for base, records in self.acked:
             for offset, record in enumerate(records, start=base):
                 if offset >= len(self.committed) or self.committed[offset] != record:
@@ -754,7 +967,11 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(stats.log[-30:]))
         print(
             f"seed {args.seed}: ok; {stats.acked} acked writes, {stats.committed_end} records committed, "
-            f"{stats.snapshots} snapshots, {stats.produce_errors} produce errors"
+            f"{stats.snapshots} snapshots, {stats.produce_errors} produce errors; {stats.moves_done} "
+            f"placements reached ({stats.multi_step_moves} in several steps, {stats.full_moves} moving the "
+            f"active to a new replica) in {stats.reassign_steps} "
+            f"reassignment steps, {stats.active_moves} moving the active, {stats.replicas_removed} replicas "
+            "deleted"
         )
         return 0
     started = time.monotonic()
