@@ -2,9 +2,10 @@
 
 One partition, N replicas on a pool of N + 1 or N + 2 nodes. Everything is drawn from the seed: message
 delays, drops, duplicates, network partitions (between nodes, and between a node and the controller, which
-then fences a replica that is still running: a zombie active), crashes that lose the write in flight, stale
-metadata (each node learns the controller's decisions after its own delay), store snapshots for replicas
-that fall behind the log start, clients writing upserts with acks=all, and reassignments: the controller
+then fences a replica that is still running: a zombie active), crashes that lose the write in flight (a
+restarted node registers again and is fenced first), stale metadata (each node learns the controller's
+decisions after its own delay), store snapshots for replicas that fall behind the log start, clients
+writing upserts with acks=all, and reassignments: the controller
 model draws a placement now and then and walks the partition towards it with the real controller's
 `partition_step` (add the new replicas, let them join the ISR, move the active, drop the old copies). A node
 holds a replica only while the metadata it last learned lists it, as the real server does: it opens an
@@ -426,6 +427,11 @@ class ReplicationWorld:
         node.meta_epoch = 0
         self.controller.last_heartbeat[node.id] = self.now
         self._note(f"node {node.id} starts: store at {node.store.position}, log end {node.disk.end}")
+        if node.boot > 1 and not node.cut_from_controller and node.id not in self.controller.fenced:
+            # It registers again, and the controller fences a restarted server before anything else (as
+            # QuorumController._register): it must not lead again in the epoch of its previous process,
+            # whose requests (an ISR change the new process knows nothing of) may still be on their way.
+            self._fence(node.id)
         self._publish_to(node)
 
     def _on_metadata(self, node: Node, view: PartitionView) -> None:
