@@ -53,6 +53,8 @@ def test_an_old_in_sync_copy_stays_until_every_wanted_copy_is_in_sync() -> None:
     assert step is None  # nothing can change yet: 2 must stay, 3 is there already
     done = partition_step(part((1, 2, 3), 1, (1, 2, 3)), placed(1, (3,)))
     assert done is not None and done.replicas == (1, 3) and done.isr == (1, 3)
+    # Dropping a copy bumps the leader epoch: the dropped replica's late fetches are fenced.
+    assert done.active == 1 and done.leader_epoch == 4
 
 
 def test_an_unwanted_copy_out_of_sync_is_dropped_at_once() -> None:

@@ -11,18 +11,17 @@ from hotstate.sim.replication import ReplicationProfile, ReplicationSimFailure, 
 
 SEEDS = 400
 CHUNK = 50
-# Seeds that hit a bug of the controller's partition_step, not of the simulator or the core: a step removes a
-# replica without a new leader epoch, so when the replica is added back before its server learned of the
-# removal, its old core (or a fetch it sent before it was closed) fetches its way back into the ISR in the
-# same epoch; the server then learns of the removal and deletes the replica's log and store while it is in
-# the committed ISR (a later election could pick it: every acknowledged write lost). Bumping the leader
-# epoch whenever a step drops a replica fences those fetches; then these seeds pass: take them out of here.
-KNOWN_PARTITION_STEP_BUG = {47}
+# Seeds that found a bug of the controller's partition_step: a step removed a replica without a new leader
+# epoch, so when the replica was added back before its server learned of the removal, its old core (or a
+# fetch sent before it was closed) fetched its way back into the ISR in that epoch; the server then deleted
+# the replica's log and store while it was in the committed ISR (a later election could pick it: every
+# acknowledged write lost). Fixed by bumping the leader epoch whenever a step drops a replica.
+PARTITION_STEP_REGRESSIONS = (47, 434, 619, 940, 1847, 1980, 2026, 2413)
 
 
 @pytest.mark.parametrize("start", range(0, SEEDS, CHUNK), ids=lambda s: f"seeds{s}-{s + CHUNK - 1}")
 def test_every_invariant_holds_for_every_seed(start: int) -> None:
-    seeds = [seed for seed in range(start, start + CHUNK) if seed not in KNOWN_PARTITION_STEP_BUG]
+    seeds = list(range(start, start + CHUNK))
     stats = [run_seed(seed) for seed in seeds]
     # The schedules must do real work: acked writes, failovers, snapshots somewhere in the chunk.
     assert sum(s.acked for s in stats) > 100 * CHUNK
@@ -37,12 +36,9 @@ def test_every_invariant_holds_for_every_seed(start: int) -> None:
     assert sum(s.replicas_removed for s in stats) > CHUNK
 
 
-@pytest.mark.xfail(
-    raises=ReplicationSimFailure, strict=True, reason="partition_step: no epoch bump on removal"
-)
-@pytest.mark.parametrize("seed", sorted(KNOWN_PARTITION_STEP_BUG))
-def test_known_partition_step_bug_is_still_caught(seed: int) -> None:
-    run_seed(seed)
+@pytest.mark.parametrize("seed", PARTITION_STEP_REGRESSIONS)
+def test_a_dropped_replica_added_back_never_fetches_its_way_into_the_isr(seed: int) -> None:
+    assert run_seed(seed).reassign_steps > 0
 
 
 def test_a_reassignment_moves_the_active_to_a_new_replica_and_drops_the_old_one() -> None:

@@ -8,7 +8,8 @@ converges over several runs while every partition stays writable and readable:
 - the active moves only to a replica in the ISR (it holds every committed record), with a new leader epoch;
 - a new owner is added as a replica (a warmup when the assignor says so) and catches up by fetching;
 - an in-sync replica the assignor no longer wants is dropped only once every replica it wants is in sync,
-  so a partition never has fewer in-sync copies than before the move began.
+  so a partition never has fewer in-sync copies than before the move began; dropping one bumps the leader
+  epoch, which fences the dropped replica's late fetches.
 """
 
 from __future__ import annotations
@@ -95,6 +96,11 @@ def partition_step(part: PartitionInfo, placed: Placement) -> PartitionAssignmen
     warmups = tuple(w for w in map(int, placed.warmups) if w != active)
     if active == part.active and set(replicas) == set(part.replicas) and set(warmups) == set(part.warmups):
         return None
+    if active == part.active and not set(part.replicas) <= set(replicas):
+        # A dropped replica's server learns of it late: until then its old replica fetches in this epoch,
+        # and were it added back meanwhile, those fetches could put it in the ISR just before its server
+        # deletes its data. A new epoch fences them (as Kafka's controller does when a reassignment ends).
+        epoch += 1
     isr = tuple(r for r in part.isr if r in replicas)
     return PartitionAssignment(
         part.table_id, part.partition, replicas, active, warmups, epoch, isr, part.partition_epoch + 1
