@@ -45,6 +45,7 @@ bench: $(STAMP) java
 	$(PY) bench/replication.py
 	$(PY) bench/pull_queries.py
 	$(PY) bench/spark_sink.py
+	$(PY) bench/freshness.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
