@@ -77,3 +77,13 @@ def test_flags_and_timeouts_are_checked() -> None:
     for bad in ("soon", 0, 10**9):
         with pytest.raises(QueryError, match="timeout_ms"):
             _timeout_ms({"timeout_ms": bad})
+
+
+def test_the_active_is_behind_only_by_what_is_committed_and_not_applied() -> None:
+    from hotstate.server.queries import local_lag
+
+    # An active with 5,000 rows appended and not yet committed is not behind: nobody can serve them.
+    assert local_lag(leader=True, position=100, high_watermark=100, known_end=5100) == 0
+    assert local_lag(leader=True, position=40, high_watermark=100, known_end=5100) == 60  # restoring
+    assert local_lag(leader=False, position=100, high_watermark=100, known_end=5100) == 5000
+    assert local_lag(leader=False, position=120, high_watermark=100, known_end=110) == 0

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from hotstate.controller.image import MetadataImage, PartitionInfo, TableInfo
 from hotstate.query.plan import FullScan, KeyLookup, KeyRange, QueryPlan, UnknownTableError, find_table, plan
 from hotstate.query.sql import parse
+from hotstate.replica.core import Role
 from hotstate.replica.messages import (
     PartitionQueryRequest,
     PartitionQueryResponse,
@@ -239,9 +240,25 @@ class QueryService:
 
     def _local_lag(self, replica: LocalReplica) -> tuple[str, int, int]:
         core = replica.core
-        end = max(core.known_end_offset, self._lags.partition_end(replica.table.table_id, replica.partition))
-        position = core.position
-        return replica_state(replica), position, max(0, end - position)
+        reported_end = self._lags.partition_end(replica.table.table_id, replica.partition)
+        lag = local_lag(
+            leader=core.role is Role.LEADER,
+            position=core.position,
+            high_watermark=core.high_watermark,
+            known_end=max(core.known_end_offset, reported_end),
+        )
+        return replica_state(replica), core.position, lag
+
+
+def local_lag(*, leader: bool, position: int, high_watermark: int, known_end: int) -> int:
+    """How far a local replica's store is behind, for the query's staleness bound.
+
+    The active's log end includes records appended but not yet committed, which no replica can serve: its
+    store is behind only by what is committed and not yet applied (0 when running, more while restoring).
+    Otherwise a write of more rows than the bound, while in flight, would make the freshest replica refuse.
+    A follower is behind the partition's end as far as anyone knows it (KIP-535)."""
+    end = high_watermark if leader else known_end
+    return max(0, end - position)
 
 
 def _max_lag(properties: Mapping[str, object], table: TableInfo) -> int | None:
