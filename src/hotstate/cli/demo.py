@@ -4,9 +4,10 @@ A local 3-server cluster (racks az-a, az-b, az-c); a clickstream generator dropp
 folder; a PySpark Structured Streaming pipeline (clicks and last-seen per user) materialized into hotstate
 (8 partitions, 1 standby) while files keep arriving; pull queries through one server showing who served
 each and its lag; kill -9 of the server holding the most actives; queries still answered (by standbys) and
-how long the reroute took; the controller moving the actives; then a summary: events/s, freshness p50/p99
-(file landed -> visible to a pull query), query latency, failed queries. Every process it starts is
-stopped at the end, also on Ctrl-C.
+how long the reroute took; the controller moving the actives; the killed server restarted, catching up
+and getting its share of actives back from the controller's assignor; then a summary: events/s,
+freshness p50/p99 (file landed -> visible to a pull query), query latency, failed queries. Every process
+it starts is stopped at the end, also on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -275,6 +276,25 @@ def run(root: Path) -> bool:
             console.print(
                 f"the controller moved server {victim_id}'s actives {moved_at:.1f} s after the kill"
             )
+        # Bring it back: it catches up from the others, rejoins the ISR, and the controller's assignor
+        # gives it its share of actives again, each moved only to an in-sync replica (KIP-441).
+        console.print(f"\n[green bold]restart server {victim_id}[/green bold]")
+        cluster.start(victim)
+        restarted = time.monotonic()
+        back_at = None
+        while time.monotonic() - restarted < 30:
+            try:
+                mine = sum(1 for info in placement(client).values() if info["active"] == victim_id)
+            except Exception:
+                mine = 0
+            if mine:
+                back_at = time.monotonic() - restarted
+                console.print(
+                    f"server {victim_id} caught up and holds {mine} active(s) again "
+                    f"{back_at:.1f} s after its restart"
+                )
+                break
+            time.sleep(0.1)
         time.sleep(max(0.0, AFTER_KILL_S - (time.monotonic() - killed)))
         show_queries(client, [keys[p] for p in moved[:3]])
         stop.set()
@@ -299,6 +319,9 @@ def run(root: Path) -> bool:
                 "reroute to a standby after the kill", f"{reroute * 1000:.0f} ms" if reroute else "-"
             )
             summary.add_row("actives moved by the controller after", f"{moved_at:.1f} s" if moved_at else "-")
+            summary.add_row(
+                "restarted server holds actives again after", f"{back_at:.1f} s" if back_at else "-"
+            )
             summary.add_row("streaming query still active", str(query.isActive))
             durations = [p["durationMs"].get("triggerExecution", 0) for p in query.recentProgress]
             if durations:
