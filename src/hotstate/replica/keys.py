@@ -272,7 +272,11 @@ def partition_for(encoded_key: bytes, partitions: int) -> int:
 
 
 def prefix_end(prefix: bytes) -> bytes | None:
-    """The smallest bytes above every bytes starting with `prefix`; None when there is none (all 0xFF)."""
+    """The smallest bytes above every bytes starting with `prefix`; None when there is none (all 0xFF).
+
+    A bound on byte prefixes, not on key components: a STRING or BYTES 'a' encodes as a byte prefix of
+    'a\x00', so this bound takes in greater strings. For the keys whose first components equal an encoded
+    prefix, the bound is `prefix + b"\xff"` (what query.plan uses)."""
     stripped = prefix.rstrip(b"\xff")
     if not stripped:
         return None
