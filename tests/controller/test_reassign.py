@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
+
 from hotstate.assignor import PartitionAssignment as Placement
 from hotstate.controller.controller import ControllerConfig, QuorumController
 from hotstate.controller.image import PartitionInfo
-from hotstate.controller.reassign import partition_step, replica_lags
+from hotstate.controller.reassign import ReassignJob, partition_step, replica_lags
 from hotstate.controller.records import KeyColumn, KeyType, PartitionAssignment
 from hotstate.controller.requests import (
     AlterPartitionRequest,
@@ -89,8 +91,10 @@ class Cluster(Harness):
     its replicas at the partition's end, and every active asks to add its caught-up followers to the ISR,
     as a real active would. Invariants are checked after every change."""
 
-    def __init__(self, racks: dict[int, str], **config: int) -> None:
+    def __init__(self, racks: dict[int, str], *, split: bool = False, **config: int) -> None:
         super().__init__()
+        self.split = split
+        self.job: ReassignJob | None = None
         self.controller = QuorumController(
             self.image, ControllerConfig(SESSION, **config), now=0, next_offset=1
         )
@@ -118,7 +122,16 @@ class Cluster(Harness):
             request = ServerHeartbeatRequest(node_id, f"a{node_id}", self.next_offset, False, ends)
             self.handle(request)
         before = {(p.table_id, p.partition): p for parts in self.image.partitions.values() for p in parts}
-        self.commit(self.controller.tick(self.now, self.next_offset))
+        if self.split:
+            # As the server runs it: the assignor on a thread, its answer applied a round later, after the
+            # view moved on (heartbeats, ISR changes).
+            self.commit(self.controller.tick(self.now, self.next_offset, reassign=False))
+            if self.job is not None:
+                batch = self.controller.apply_reassignment(self.job.run(), self.now, self.next_offset)
+                self.commit([batch] if batch is not None else [])
+            self.job = self.controller.reassignment_job(self.now)
+        else:
+            self.commit(self.controller.tick(self.now, self.next_offset))
         for parts in self.image.partitions.values():
             for p in parts:
                 old = before[(p.table_id, p.partition)]
@@ -166,8 +179,11 @@ class Cluster(Harness):
         return Counter(p.active for parts in self.image.partitions.values() for p in parts if p.active)
 
 
-def test_a_new_server_gets_its_share_of_actives_and_standbys_without_a_partition_going_offline() -> None:
-    cluster = Cluster({1: "az-a", 2: "az-b"})
+@pytest.mark.parametrize("split", [False, True], ids=["inline", "assignor-on-a-thread"])
+def test_a_new_server_gets_its_share_of_actives_and_standbys_without_a_partition_going_offline(
+    split: bool,
+) -> None:
+    cluster = Cluster({1: "az-a", 2: "az-b"}, split=split)
     cluster.handle(CreateTableRequest("t", 6, 1, KEY, None))
     cluster.settle()
     assert cluster.actives() == {1: 3, 2: 3}
@@ -195,10 +211,11 @@ def test_actives_move_near_a_writer_rack_registered_after_the_table_was_created(
     assert max(cluster.actives().values()) == 1
 
 
-def test_nothing_moves_while_a_broker_is_fenced_and_its_replicas_are_replaced_once_it_is_taken_for_gone() -> (
-    None
-):
-    cluster = Cluster({1: "az-a", 2: "az-b", 3: "az-c"}, broker_removal_delay_ms=10_000)
+@pytest.mark.parametrize("split", [False, True], ids=["inline", "assignor-on-a-thread"])
+def test_nothing_moves_while_a_broker_is_fenced_and_its_replicas_are_replaced_once_it_is_taken_for_gone(
+    split: bool,
+) -> None:
+    cluster = Cluster({1: "az-a", 2: "az-b", 3: "az-c"}, split=split, broker_removal_delay_ms=10_000)
     cluster.handle(CreateTableRequest("t", 6, 1, KEY, None))
     cluster.settle()
     cluster.down.add(3)

@@ -17,10 +17,10 @@ import logging
 import re
 from dataclasses import dataclass, field
 
-from hotstate.assignor import AssignorConfig, AssignorInternalError
+from hotstate.assignor import Assignment, AssignorConfig, AssignorInternalError
 from hotstate.controller.image import ImageBuilder, MetadataImage, PartitionInfo, TableInfo
 from hotstate.controller.placement import place_table
-from hotstate.controller.reassign import desired_placement, reassignment_records
+from hotstate.controller.reassign import ReassignJob, reassignment_records
 from hotstate.controller.records import (
     CreateTable,
     DeleteTable,
@@ -130,9 +130,12 @@ class QuorumController:
             case RegisterWriterRequest():
                 return self._register_writer(request)
 
-    def tick(self, now: int, next_offset: int) -> list[MetadataBatch]:
+    def tick(self, now: int, next_offset: int, *, reassign: bool = True) -> list[MetadataBatch]:
         """Fence every server whose session expired, moving its actives away, one batch per server; then,
-        when the cluster is settled, one step towards the assignor's placement of existing partitions."""
+        when the cluster is settled, one step towards the assignor's placement of existing partitions.
+
+        `reassign=False` leaves that step to the caller (`reassignment_job`, then `apply_reassignment`),
+        which may run the assignor on another thread."""
         self._next_offset = next_offset
         batches = []
         for node_id, server in sorted(self._view.servers.items()):
@@ -143,12 +146,22 @@ class QuorumController:
             last = self._sessions.setdefault(node_id, now)
             if now - last > self.config.session_timeout_ms:
                 batches.append(self._propose(self._fence_records(node_id, "session expired")))
-        reassign = self._maybe_reassign(now)
-        if reassign is not None:
-            batches.append(reassign)
+        job = self.reassignment_job(now) if reassign else None
+        if job is not None:
+            desired: Assignment | Exception
+            try:
+                desired = job.run()
+            except (ValueError, AssignorInternalError) as error:
+                desired = error
+            batch = self.apply_reassignment(desired, now, self._next_offset)
+            if batch is not None:
+                batches.append(batch)
         return batches
 
-    def _maybe_reassign(self, now: int) -> MetadataBatch | None:
+    def reassignment_job(self, now: int) -> ReassignJob | None:
+        """The assignor's inputs, when a reassignment step is due: at most every `reassign_interval_ms`,
+        with the cluster settled, and only if the metadata changed since the last run or warmups are
+        catching up (without either the answer would be the same)."""
         interval = self.config.reassign_interval_ms
         if interval <= 0 or not self._view.tables:
             return None
@@ -156,20 +169,27 @@ class QuorumController:
             return None
         if self._shutting_down or not self._settled(now):
             return None
-        # Without a metadata change since the last run the answer would be the same, except that lags move:
-        # re-run then only as often as a warmup could have caught up (probing, KIP-441).
         has_warmups = any(p.warmups for parts in self._view.partitions.values() for p in parts)
         if self._view.offset == self._last_reassign_offset and not has_warmups:
             return None
         self._last_reassign_at = now
-        brokers = self._view.live_brokers()
-        try:
-            desired = desired_placement(self._view, brokers, self._replica_ends, self.config.assignor)
-        except (ValueError, AssignorInternalError) as error:
-            log.error("reassignment skipped: the assignor failed: %s", error)
+        self._last_reassign_offset = self._view.offset
+        brokers = tuple(self._view.live_brokers())
+        return ReassignJob(self._view, brokers, dict(self._replica_ends), self.config.assignor)
+
+    def apply_reassignment(
+        self, desired: Assignment | Exception, now: int, next_offset: int
+    ) -> MetadataBatch | None:
+        """One safe step per partition from the current view towards `desired` (a job's result, or the
+        error it raised). Each step checks the partition as it is now, so a result computed from a slightly
+        older view is still safe to apply; one computed before the cluster unsettled is dropped."""
+        self._next_offset = next_offset
+        if isinstance(desired, Exception):
+            log.error("reassignment skipped: the assignor failed: %s", desired)
+            return None
+        if self._shutting_down or not self._settled(now):
             return None
         records = reassignment_records(self._view, desired)
-        self._last_reassign_offset = self._view.offset
         if not records:
             return None
         moved = sum(1 for r in records if r.active != self._active_of(r.table_id, r.partition))

@@ -15,6 +15,7 @@ converges over several runs while every partition stays writable and readable:
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from hotstate.assignor import Assignment, AssignorConfig, PartitionId, Server, assign
 from hotstate.assignor import PartitionAssignment as Placement
@@ -24,6 +25,20 @@ from hotstate.controller.records import PartitionAssignment
 
 # (table id, partition, node id) -> the log end offset that node last reported for its replica.
 ReplicaEnds = Mapping[tuple[int, int, int], int]
+
+
+@dataclass(frozen=True, slots=True)
+class ReassignJob:
+    """The assignor's inputs at one moment. Plain immutable data, so a shell may run it on a worker thread
+    (it takes about a second for 10,000 partitions) while the controller goes on."""
+
+    image: MetadataImage
+    brokers: tuple[ServerInfo, ...]
+    ends: Mapping[tuple[int, int, int], int]
+    config: AssignorConfig
+
+    def run(self) -> Assignment:
+        return desired_placement(self.image, list(self.brokers), self.ends, self.config)
 
 
 def desired_placement(

@@ -15,9 +15,11 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 
+from hotstate.assignor import Assignment, AssignorInternalError
 from hotstate.controller.codec import encode_batch
 from hotstate.controller.controller import ControllerConfig, QuorumController
 from hotstate.controller.image import MetadataImage
+from hotstate.controller.reassign import ReassignJob
 from hotstate.controller.records import MetadataBatch
 from hotstate.controller.requests import (
     ControllerError,
@@ -61,6 +63,7 @@ class ControllerHost:
         self._lost_from: int | None = None
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._tick_task: asyncio.Task[None] | None = None
+        self._reassigning: asyncio.Task[None] | None = None
         metadata.add_listener(self._on_image)
 
     @property
@@ -71,10 +74,11 @@ class ControllerHost:
         self._tick_task = asyncio.create_task(self._tick_loop(), name="controller-tick")
 
     async def stop(self) -> None:
-        if self._tick_task is not None:
-            self._tick_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._tick_task
+        for task in (self._tick_task, self._reassigning):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         self._deactivate("server stopping")
 
     # ------------------------------------------------------------------ events from the quorum
@@ -182,9 +186,36 @@ class ControllerHost:
             if controller is None:
                 continue
             try:
-                self._propose(controller.tick(self._clock(), self._driver.next_proposal_offset()))
+                now = self._clock()
+                self._propose(controller.tick(now, self._driver.next_proposal_offset(), reassign=False))
             except (NotLeaderError, ProposalRejectedError) as error:
                 self._deactivate(str(error))
+                continue
+            if self._reassigning is None:
+                job = controller.reassignment_job(now)
+                if job is not None:
+                    self._reassigning = asyncio.create_task(
+                        self._reassign(controller, job), name="controller-reassign"
+                    )
+
+    async def _reassign(self, controller: QuorumController, job: ReassignJob) -> None:
+        """Run the assignor off the event loop (heartbeats and requests go on), then apply its answer if
+        this controller is still the active one."""
+        try:
+            desired: Assignment | Exception
+            try:
+                desired = await asyncio.to_thread(job.run)
+            except (ValueError, AssignorInternalError) as error:
+                desired = error
+            if self._controller is not controller:
+                return
+            batch = controller.apply_reassignment(desired, self._clock(), self._driver.next_proposal_offset())
+            if batch is not None:
+                self._propose([batch])
+        except (NotLeaderError, ProposalRejectedError) as error:
+            self._deactivate(str(error))
+        finally:
+            self._reassigning = None
 
 
 class _NotController(Exception):
