@@ -83,7 +83,10 @@ def test_the_active_is_behind_only_by_what_is_committed_and_not_applied() -> Non
     from hotstate.server.queries import local_lag
 
     # An active with 5,000 rows appended and not yet committed is not behind: nobody can serve them.
-    assert local_lag(leader=True, position=100, high_watermark=100, known_end=5100) == 0
-    assert local_lag(leader=True, position=40, high_watermark=100, known_end=5100) == 60  # restoring
-    assert local_lag(leader=False, position=100, high_watermark=100, known_end=5100) == 5000
-    assert local_lag(leader=False, position=120, high_watermark=100, known_end=110) == 0
+    assert local_lag(leader=True, position=100, high_watermark=100, epoch_start=90, known_end=5100) == 0
+    restoring = local_lag(leader=True, position=40, high_watermark=100, epoch_start=90, known_end=5100)
+    assert restoring == 60
+    # A new active whose HW has not reached its epoch's start may lack what its predecessor acked.
+    assert local_lag(leader=True, position=80, high_watermark=80, epoch_start=100, known_end=100) == 20
+    assert local_lag(leader=False, position=100, high_watermark=100, epoch_start=0, known_end=5100) == 5000
+    assert local_lag(leader=False, position=120, high_watermark=100, epoch_start=0, known_end=110) == 0

@@ -153,7 +153,7 @@ class QuorumController:
                 desired = job.run()
             except (ValueError, AssignorInternalError) as error:
                 desired = error
-            batch = self.apply_reassignment(desired, now, self._next_offset)
+            batch = self.apply_reassignment(job, desired, now, self._next_offset)
             if batch is not None:
                 batches.append(batch)
         return batches
@@ -167,10 +167,13 @@ class QuorumController:
             return None
         if self._last_reassign_at is not None and now - self._last_reassign_at < interval:
             return None
-        if self._shutting_down or not self._settled(now):
+        # A server shutting down is fenced with its actives moved in the same batch: from then on it counts as
+        # any fenced broker (nothing moves until it is back, or gone for broker_removal_delay_ms).
+        if not self._settled(now):
             return None
-        has_warmups = any(p.warmups for parts in self._view.partitions.values() for p in parts)
-        if self._view.offset == self._last_reassign_offset and not has_warmups:
+        # Without a metadata change the answer would be the same: lags decide only through the ISR (a
+        # replica joining it is a metadata change), never through the reports' own timing.
+        if self._view.offset == self._last_reassign_offset:
             return None
         self._last_reassign_at = now
         self._last_reassign_offset = self._view.offset
@@ -178,7 +181,7 @@ class QuorumController:
         return ReassignJob(self._view, brokers, dict(self._replica_ends), self.config.assignor)
 
     def apply_reassignment(
-        self, desired: Assignment | Exception, now: int, next_offset: int
+        self, job: ReassignJob, desired: Assignment | Exception, now: int, next_offset: int
     ) -> MetadataBatch | None:
         """One safe step per partition from the current view towards `desired` (a job's result, or the
         error it raised). Each step checks the partition as it is now, so a result computed from a slightly
@@ -187,8 +190,10 @@ class QuorumController:
         if isinstance(desired, Exception):
             log.error("reassignment skipped: the assignor failed: %s", desired)
             return None
-        if self._shutting_down or not self._settled(now):
+        if not self._settled(now):
             return None
+        # What committed while the job ran was not seen by it: then the next interval runs it again.
+        seen_all = self._view.offset == job.image.offset
         records = reassignment_records(self._view, desired)
         if not records:
             return None
@@ -201,8 +206,9 @@ class QuorumController:
             desired.explanation.cost.active,
         )
         batch = self._propose(tuple(records))
-        # The batch changes the view: the next run must see its effect before deciding again.
-        self._last_reassign_offset = self._view.offset
+        if seen_all:
+            # The batch changes the view: the next run must see its effect before deciding again.
+            self._last_reassign_offset = self._view.offset
         return batch
 
     def _settled(self, now: int) -> bool:
@@ -248,6 +254,8 @@ class QuorumController:
         batch = self._propose(tuple(records))
         self._sessions[request.node_id] = now
         self._shutting_down.discard(request.node_id)
+        # Back: not on its way to being taken for gone (broker_removal_delay_ms counts from its next fence).
+        self._fenced_since.pop(request.node_id, None)
         return Decision((batch,), RegisterServerResponse(ControllerError.NONE, "", offset))
 
     def _heartbeat(self, request: ServerHeartbeatRequest, now: int) -> Decision:
@@ -388,7 +396,14 @@ class QuorumController:
             request.acceptable_lag,
             writer_racks,
         )
-        batch = self._propose((create, *place_table(self._view, info, self.config.assignor)))
+        try:
+            placement = place_table(self._view, info, self.config.assignor)
+        except (ValueError, AssignorInternalError) as error:
+            log.error("cannot place table %r: %s", request.name, error)
+            return self._error(
+                CreateTableResponse(ControllerError.INVALID_REQUEST, f"cannot place the table: {error}", -1)
+            )
+        batch = self._propose((create, *placement))
         return Decision((batch,), CreateTableResponse(ControllerError.NONE, "", table_id))
 
     def _register_writer(self, request: RegisterWriterRequest) -> Decision:

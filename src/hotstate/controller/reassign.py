@@ -57,10 +57,13 @@ def desired_placement(
 def replica_lags(
     image: MetadataImage, ends: ReplicaEnds, acceptable_lag: int
 ) -> dict[PartitionId, dict[str, int]]:
-    """Offset lag per partition and server (KIP-535: the highest reported end minus the replica's end).
+    """Offset lag per partition and server, as the assignor reads it: the ISR decides who is caught up.
 
-    A replica outside the ISR is never reported as caught up, however small its lag: the active may only
-    move to an in-sync replica, so the assignor must keep it where it is and warm the target up instead."""
+    An in-sync replica holds every committed record, so it is caught up (0), whatever its server's last
+    report says: reports are taken at different moments, and comparing them would make the active look
+    behind its own follower under load and swap back and forth. A replica outside the ISR is never caught
+    up (the active may only move to an in-sync one); its lag behind the in-sync replicas' ends orders the
+    warmups (closest first)."""
     out: dict[PartitionId, dict[str, int]] = {}
     for table in image.tables.values():
         for part in image.partitions.get(table.table_id, ()):
@@ -69,16 +72,14 @@ def replica_lags(
                 for r in part.replicas
                 if (table.table_id, part.partition, r) in ends
             }
-            if not reported:
-                continue
-            top = max(reported.values())
-            lags = {}
+            in_sync = [end for r, end in reported.items() if r in part.isr]
+            top = max(in_sync, default=max(reported.values(), default=0))
+            lags = {str(r): 0 for r in part.isr if r in part.replicas}
             for r, end in reported.items():
-                lag = top - end
                 if r not in part.isr:
-                    lag = max(lag, acceptable_lag + 1)
-                lags[str(r)] = lag
-            out[PartitionId(table.name, part.partition)] = lags
+                    lags[str(r)] = max(top - end, acceptable_lag + 1)
+            if lags:
+                out[PartitionId(table.name, part.partition)] = lags
     return out
 
 

@@ -229,6 +229,11 @@ class ReplicaCore:
         return self._hw
 
     @property
+    def epoch_start_offset(self) -> int:
+        """The log end when this replica became the active of its epoch (0 otherwise)."""
+        return self._epoch_start_offset
+
+    @property
     def position(self) -> int:
         """Offset of the last record applied to the store + 1 (once the shell applied what it was given)."""
         return self._applied

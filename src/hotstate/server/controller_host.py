@@ -209,11 +209,15 @@ class ControllerHost:
                 desired = error
             if self._controller is not controller:
                 return
-            batch = controller.apply_reassignment(desired, self._clock(), self._driver.next_proposal_offset())
+            batch = controller.apply_reassignment(
+                job, desired, self._clock(), self._driver.next_proposal_offset()
+            )
             if batch is not None:
                 self._propose([batch])
         except (NotLeaderError, ProposalRejectedError) as error:
             self._deactivate(str(error))
+        except Exception:
+            log.exception("reassignment failed; it runs again at the next metadata change")
         finally:
             self._reassigning = None
 

@@ -245,19 +245,22 @@ class QueryService:
             leader=core.role is Role.LEADER,
             position=core.position,
             high_watermark=core.high_watermark,
+            epoch_start=core.epoch_start_offset,
             known_end=max(core.known_end_offset, reported_end),
         )
         return replica_state(replica), core.position, lag
 
 
-def local_lag(*, leader: bool, position: int, high_watermark: int, known_end: int) -> int:
+def local_lag(*, leader: bool, position: int, high_watermark: int, epoch_start: int, known_end: int) -> int:
     """How far a local replica's store is behind, for the query's staleness bound.
 
     The active's log end includes records appended but not yet committed, which no replica can serve: its
     store is behind only by what is committed and not yet applied (0 when running, more while restoring).
     Otherwise a write of more rows than the bound, while in flight, would make the freshest replica refuse.
-    A follower is behind the partition's end as far as anyone knows it (KIP-535)."""
-    end = high_watermark if leader else known_end
+    Until its high watermark reaches its epoch's start, though, a new active may hold records its
+    predecessor acknowledged above that HW: then it is behind its log end, like a follower. A follower is
+    behind the partition's end as far as anyone knows it (KIP-535)."""
+    end = high_watermark if leader and high_watermark >= epoch_start else known_end
     return max(0, end - position)
 
 

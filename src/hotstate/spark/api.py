@@ -98,7 +98,8 @@ def materialize(
 
 def writer_rack(spark: SparkSession) -> str | None:
     """The rack the sink reports with the table's writers: spark.hotstate.rack, else env HOTSTATE_RACK."""
-    return spark.conf.get(RACK_CONF, None) or os.environ.get(ENV_RACK) or None
+    rack = spark.conf.get(RACK_CONF, None) or os.environ.get(ENV_RACK) or ""
+    return rack.strip() or None
 
 
 def parse_cluster(cluster: Cluster | None) -> tuple[tuple[str, int], ...]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +35,8 @@ from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.controller.requests import ControllerError, CreateTableResponse
 
 __all__ = ["TableDefinition", "TableDefinitionError", "ensure_table", "key_columns_for"]
+
+log = logging.getLogger(__name__)
 
 # Spark type of a key column -> the table's key type (what replica.keys encodes).
 _KEY_TYPES: tuple[tuple[type[DataType], KeyType], ...] = (
@@ -155,12 +158,20 @@ async def _ensure_table(
                 f"the materialization asks for {wanted.describe()}; delete the table or use another name"
             )
         if rack is not None:
-            registered = await admin.register_writer(wanted.name, rack)
-            if registered.error is not ControllerError.NONE:
-                raise TableDefinitionError(
-                    f"cannot register the writers' rack {rack!r} for table {wanted.name!r}: "
-                    f"{registered.error.name}: {registered.message}"
-                )
+            # The rack only steers placement: a job whose rack cannot be registered still writes.
+            try:
+                registered = await admin.register_writer(wanted.name, rack)
+            except Exception as error:
+                log.warning("table %r: writers' rack %r not registered: %s", wanted.name, rack, error)
+            else:
+                if registered.error is not ControllerError.NONE:
+                    log.warning(
+                        "table %r: writers' rack %r not registered: %s: %s",
+                        wanted.name,
+                        rack,
+                        registered.error.name,
+                        registered.message,
+                    )
 
 
 async def _existing(
