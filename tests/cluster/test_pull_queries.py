@@ -89,14 +89,20 @@ def test_a_standby_answers_when_the_active_is_down_and_the_most_caught_up_one_is
 
     # (b) One standby restarts with a fetch size of one batch and falls far behind, while alive.
     running.kill(second)
-    writer_rows = 1500
+    # Many one-row batches (the restarted standby fetches one batch per round trip), written by concurrent
+    # tasks so that there are enough of them for it to stay behind for seconds even on a quiet machine.
+    writer_rows, tasks = 6000, 8
 
     async def many_batches() -> None:
         writer = TableWriter(
             cluster.addresses(), "clicks", cluster_id=cluster.cluster_id, secret=cluster.secret
         )
-        for i in range(writer_rows):
-            await writer.upsert([{"user": f"u{i}", "clicks": 1000 + i}])
+
+        async def write(task: int) -> None:
+            for i in range(task, writer_rows, tasks):
+                await writer.upsert([{"user": f"u{i}", "clicks": 1000 + i}])
+
+        await asyncio.gather(*(write(t) for t in range(tasks)))
         await writer.close()
 
     running.run(many_batches())
