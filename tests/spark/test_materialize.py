@@ -126,12 +126,17 @@ def test_the_sinks_rack_reaches_the_tables_writer_racks(spark, start_cluster, tm
     running = start_cluster(1)
     cluster = running.cluster
     (tmp_path / "in").mkdir()
+    session_rack = spark.conf.get("spark.hotstate.rack", None)
     spark.conf.set("spark.hotstate.rack", "az-b")
     try:
         query = _materialize(running, clicks(spark, tmp_path / "in"), "racked", tmp_path / "chk")
         query.stop()
     finally:
-        spark.conf.unset("spark.hotstate.rack")
+        # Back to the session's rack (the other tests expect it), not to no rack at all.
+        if session_rack is None:
+            spark.conf.unset("spark.hotstate.rack")
+        else:
+            spark.conf.set("spark.hotstate.rack", session_rack)
     schema = spark.readStream.schema(SCHEMA).json(str(tmp_path / "in")).schema
     # A second job, elsewhere, writing the same table: the rack is added once, however often it starts.
     again = TableDefinition("racked", 4, 1, key_columns_for(schema, "user"), None)
