@@ -50,19 +50,10 @@ def write_input(directory: Path) -> None:
 
 
 def session() -> Any:
-    from pyspark.sql import SparkSession
+    from hotstate.spark.pipeline import build_session
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("hotstate-bench")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark, _ = build_session("local[2]", 2, app_name="hotstate-bench")
     return spark
 
 

@@ -19,7 +19,7 @@ import re
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -110,11 +110,14 @@ def build_session(
     shuffle_partitions: int = DEFAULT_SHUFFLE_PARTITIONS,
     *,
     app_name: str = "hotstate-sql",
+    conf: Mapping[str, str] | None = None,
+    java_options: str = "",
 ) -> tuple[SparkSession, bool]:
     """A SparkSession for running pipelines, and whether this call created it (the caller then stops it).
 
     An active session of this process is reused as it is. A new one logs errors only (no progress bars,
-    no UI) and uses `shuffle_partitions`."""
+    no UI) and uses `shuffle_partitions`; `conf` adds Spark settings and `java_options` JVM flags (both
+    driver and executors)."""
     from pyspark import SparkContext
 
     quiet_python_logs()
@@ -128,17 +131,19 @@ def build_session(
     # -Xss: a query stopped while its foreachBatch runs fails with a long Python traceback, which Spark
     # 4.3 matches against a backtracking regex (StreamExecution.isInterruptionException); with the
     # default 1 MB thread stacks that overflows and the stream thread dumps a StackOverflowError.
-    java_options = f"-Dlog4j2.configurationFile=file:{log4j} -Xss{STREAM_THREAD_STACK}"
-    session = (
+    jvm = f"-Dlog4j2.configurationFile=file:{log4j} -Xss{STREAM_THREAD_STACK} {java_options}".strip()
+    builder = (
         SparkSession.builder.master(master)
         .appName(app_name)
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.extraJavaOptions", java_options)
-        .config("spark.executor.extraJavaOptions", java_options)
-        .getOrCreate()
+        .config("spark.driver.extraJavaOptions", jvm)
+        .config("spark.executor.extraJavaOptions", jvm)
     )
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session, True
 
