@@ -8,6 +8,7 @@ from collections import Counter
 import pytest
 
 from hotstate.assignor import PartitionAssignment as Placement
+from hotstate.assignor import PartitionId
 from hotstate.controller.controller import ControllerConfig, QuorumController
 from hotstate.controller.image import PartitionInfo
 from hotstate.controller.reassign import ReassignJob, partition_step, replica_lags
@@ -68,20 +69,25 @@ def test_a_partition_already_where_the_assignor_wants_it_is_left_alone() -> None
     assert partition_step(part((1, 2), 1, (1, 2)), placed(1, (2,))) is None
 
 
-def test_a_replica_outside_the_isr_never_looks_caught_up_to_the_assignor() -> None:
+def one_partition(standbys: int) -> tuple[Harness, PartitionInfo]:
+    """Three brokers and a table of one partition with `standbys` standbys."""
     h = Harness()
     for node_id in (1, 2, 3):
         h.register(node_id, "az-a")
-    h.handle(CreateTableRequest("t", 1, 1, KEY, None))
+    h.handle(CreateTableRequest("t", 1, standbys, KEY, None))
     p = h.image.partitions_of("t")[0]
     assert p.active is not None
+    return h, p
+
+
+def test_a_replica_outside_the_isr_never_looks_caught_up_to_the_assignor() -> None:
+    h, p = one_partition(1)
+    assert p.active is not None
     ends = {(p.table_id, 0, r): 100 for r in p.replicas}
-    assert replica_lags(h.image, ends, 10)[next(iter(replica_lags(h.image, ends, 10)))] == {
-        str(r): 0 for r in p.replicas
-    }
+    assert replica_lags(h.image, ends, 10) == {PartitionId("t", 0): {str(r): 0 for r in p.replicas}}
     follower = next(r for r in p.replicas if r != p.active)
     h.handle(AlterPartitionRequest(p.active, p.table_id, 0, p.leader_epoch, p.partition_epoch, (p.active,)))
-    lags = next(iter(replica_lags(h.image, ends, 10).values()))
+    lags = replica_lags(h.image, ends, 10)[PartitionId("t", 0)]
     assert lags[str(follower)] == 11 and lags[str(p.active)] == 0
 
 
@@ -248,16 +254,11 @@ def test_reassignment_can_be_switched_off() -> None:
 def test_in_sync_replicas_are_caught_up_whatever_their_reports_say() -> None:
     # Reports are taken at different moments: an active reported 50,000 behind its in-sync follower is not
     # behind (or the assignor would swap actives back and forth under load).
-    h = Harness()
-    for node_id in (1, 2, 3):
-        h.register(node_id, "az-a")
-    h.handle(CreateTableRequest("t", 1, 2, KEY, None))
-    p = h.image.partitions_of("t")[0]
+    h, p = one_partition(2)
     assert p.active is not None
     ends = {(p.table_id, 0, r): 100_000 for r in p.replicas}
     ends[(p.table_id, 0, p.active)] = 50_000
-    lags = next(iter(replica_lags(h.image, ends, 10_000).values()))
-    assert lags == {str(r): 0 for r in p.replicas}
+    assert replica_lags(h.image, ends, 10_000) == {PartitionId("t", 0): {str(r): 0 for r in p.replicas}}
 
 
 def test_a_controlled_shutdown_of_a_server_that_never_returns_does_not_stop_reassignment() -> None:
