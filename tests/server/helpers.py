@@ -37,6 +37,20 @@ def load(overrides: Mapping[str, str] | None = None, *, drop: tuple[str, ...] = 
     return load_config(env={}, flags=flags)
 
 
+def built_in_code(loaded: ServerConfig) -> ServerConfig:
+    """A ServerConfig built in code with only the required settings of `loaded`: the rest defaulted."""
+    return ServerConfig(
+        node_id=loaded.node_id,
+        process_roles=loaded.process_roles,
+        rpc=loaded.rpc,
+        http=loaded.http,
+        voters=loaded.voters,
+        data_dir=loaded.data_dir,
+        cluster_id=loaded.cluster_id,
+        cluster_secret=loaded.cluster_secret,
+    )
+
+
 def load_toml(
     tmp_path: Path,
     text: str,

@@ -29,7 +29,7 @@ from hotstate.server.config import (
     render_toml,
 )
 
-from .helpers import BASE, BASE_TOML, assert_reports, error_for, load, load_toml
+from .helpers import BASE, BASE_TOML, assert_reports, built_in_code, error_for, load, load_toml
 
 STRATEGY = STRATEGY_KEY
 TAGS = ASSIGNMENT_TAGS_KEY
@@ -86,16 +86,7 @@ def test_defaults() -> None:
     assert [DEFAULTS[key] for key in (TRAFFIC, NON_OVERLAP, LAG, WARMUPS)] == [10, 1, 10_000, 2]
     # Built in code, a ServerConfig gets the same assignor as a loaded one.
     loaded = load()
-    built = ServerConfig(
-        node_id=loaded.node_id,
-        process_roles=loaded.process_roles,
-        rpc=loaded.rpc,
-        http=loaded.http,
-        voters=loaded.voters,
-        data_dir=loaded.data_dir,
-        cluster_id=loaded.cluster_id,
-        cluster_secret=loaded.cluster_secret,
-    )
+    built = built_in_code(loaded)
     assert built.assignor == loaded.assignor == AssignorConfig()
 
 

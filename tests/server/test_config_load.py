@@ -31,7 +31,7 @@ from hotstate.server.config import (
 )
 from hotstate.server.liveness import LivenessConfig
 
-from .helpers import BASE, BASE_TOML, assert_reports, load, load_toml
+from .helpers import BASE, BASE_TOML, assert_reports, built_in_code, load, load_toml
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
@@ -663,16 +663,7 @@ def test_documented_defaults() -> None:
     assert [DEFAULTS[key] for key in LIVENESS_KEYS] == [100, 200, 2000, 3, 2, 500]
     # ServerConfig built in code falls back to the same defaults as a loaded one.
     loaded = load()
-    built = ServerConfig(
-        node_id=loaded.node_id,
-        process_roles=loaded.process_roles,
-        rpc=loaded.rpc,
-        http=loaded.http,
-        voters=loaded.voters,
-        data_dir=loaded.data_dir,
-        cluster_id=loaded.cluster_id,
-        cluster_secret=loaded.cluster_secret,
-    )
+    built = built_in_code(loaded)
     assert built == loaded
 
 
