@@ -140,3 +140,13 @@ def test_a_create_table_record_of_version_1_still_decodes() -> None:
     data = old.encode(_CreateTableV1("clicks", 1, 4, 1, (), None))
     record = RECORDS.decode(data)
     assert record == CreateTable("clicks", 1, 4, 1, (), None, ())
+
+
+def test_a_table_the_assignor_cannot_place_is_a_clear_error_and_nothing_is_written() -> None:
+    # The controller takes a server's rack as registered; the assignor refuses an empty one.
+    harness = Harness()
+    harness.register(1, "")
+    reply = harness.handle(CreateTableRequest("clicks", 4, 0, KEY, None)).reply
+    assert reply.error is ControllerError.INVALID_REQUEST
+    assert "cannot place the table" in reply.message and "rack" in reply.message, reply.message
+    assert "clicks" not in harness.image.tables
