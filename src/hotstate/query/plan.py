@@ -35,8 +35,7 @@ from hotstate.replica.keys import (
     InvalidKeyError,
     KeyEncodeError,
     KeyValue,
-    coerce_key,
-    encode_key,
+    encode_component,
     partition_for,
     short_repr,
 )
@@ -195,7 +194,7 @@ def _access(conditions: Sequence[Predicate], table: TableInfo, max_keys: int) ->
             pins.append(_Pin(indexes, _rows(indexes, predicate.rows, key)))
         elif predicate.op in (Op.EQ, Op.IN):
             index = resolve(predicate.column)
-            pins.append(_Pin((index,), _rows((index,), [(value,) for value in predicate.values], key)))
+            pins.append(_Pin((index,), _column_rows(index, predicate.values, key[index])))
         else:
             index = resolve(predicate.column)
             for op, value in _bounds(predicate):
@@ -211,10 +210,14 @@ def _access(conditions: Sequence[Predicate], table: TableInfo, max_keys: int) ->
         return NOTHING
 
     # Bounds on a pinned column filter its listed values before they multiply with the other lists.
-    pins = [_Pin(pin.columns, [row for row in pin.rows if _within(row, bounds)]) for pin in pins]
+    if any(bounds):
+        pins = [_Pin(pin.columns, [row for row in pin.rows if _within(row, bounds)]) for pin in pins]
     assignments = _combine(pins, max_keys)
     if prefix_length == len(key):
-        encoded = sorted({b"".join(row[index] for index in range(len(key))) for row in assignments})
+        if len(key) == 1:
+            encoded = sorted({row[0] for row in assignments})
+        else:
+            encoded = sorted({b"".join(row[index] for index in range(len(key))) for row in assignments})
         return KeyLookup(tuple(encoded), tuple(partition_for(k, table.partitions) for k in encoded))
     if not assignments:
         return NOTHING
@@ -232,11 +235,12 @@ def _check_prefix_shape(
     key: Sequence[KeyColumn], pinned: set[int], bounds: Sequence[list[_Bound]], prefix_length: int
 ) -> None:
     """Only the leading key columns may have = / IN, and a range only the column right after them."""
-    rule = f"rows are found by equality on the leading key columns ({_names(key)}) and a range on the next"
     for index in range(prefix_length + 1, len(key)):
         what = "equality on" if index in pinned else "a range on" if bounds[index] else None
         if what is not None:
             missing = key[prefix_length].name
+            rule = f"rows are found by equality on the leading key columns ({_names(key)}) and a range on "
+            rule += "the next"
             raise UnsupportedQueryError(
                 f"{what} key column {key[index].name!r} needs equality on key column {missing!r} too: {rule}"
             )
@@ -267,6 +271,11 @@ def _range(prefix: bytes, bounds: Iterable[_Bound]) -> Access:
 
 def _combine(pins: Sequence[_Pin], max_keys: int) -> list[_Assignment]:
     """Every assignment of the pinned columns that all pins allow: a join on the columns pins share."""
+    if len(pins) == 1:  # one = or IN: its rows as they are
+        rows = pins[0].rows
+        if len(rows) > max_keys:
+            raise _too_many(len(rows), max_keys)
+        return rows
     assignments: list[_Assignment] = [{}]
     assigned: set[int] = set()
     for pin in pins:
@@ -277,12 +286,16 @@ def _combine(pins: Sequence[_Pin], max_keys: int) -> list[_Assignment]:
         matched = [by_shared.get(tuple(a[index] for index in shared), []) for a in assignments]
         count = sum(len(rows) for rows in matched)
         if count > max_keys:
-            raise TooManyKeysError(
-                f"the WHERE clause expands to {count:,} keys, more than the limit of {max_keys:,}"
-            )
+            raise _too_many(count, max_keys)
         assignments = [a | row for a, rows in zip(assignments, matched, strict=True) for row in rows]
         assigned.update(pin.columns)
     return assignments
+
+
+def _too_many(count: int, max_keys: int) -> TooManyKeysError:
+    return TooManyKeysError(
+        f"the WHERE clause expands to {count:,} keys, more than the limit of {max_keys:,}"
+    )
 
 
 def _within(row: _Assignment, bounds: Sequence[list[_Bound]]) -> bool:
@@ -310,6 +323,17 @@ def _rows(
     return list(found.values())
 
 
+def _column_rows(index: int, values: Iterable[KeyValue], column: KeyColumn) -> list[_Assignment]:
+    """`_rows` for one column's = or IN list (the common case, kept cheap): its distinct non-NULL values."""
+    found: dict[bytes, _Assignment] = {}
+    for value in values:
+        if value is not None:
+            encoded = _component(column, value)
+            if encoded not in found:
+                found[encoded] = {index: encoded}
+    return list(found.values())
+
+
 def _bounds(condition: Condition) -> list[tuple[Op, KeyValue]]:
     if condition.op is Op.BETWEEN:
         if len(condition.values) != 2:
@@ -323,16 +347,19 @@ def _bounds(condition: Condition) -> list[tuple[Op, KeyValue]]:
 
 def _component(column: KeyColumn, value: KeyValue) -> bytes:
     """The value coerced to the column's type, encoded as one key component."""
-    expected = _EXPECTED.get(column.type, column.type.name)
     if column.type is KeyType.TIMESTAMP and isinstance(value, str):
         try:
             value = parse_timestamp(value)
         except ValueError:
-            raise InvalidKeyValueError(column.name, value, expected) from None
+            raise InvalidKeyValueError(column.name, value, _expected(column)) from None
     try:
-        return encode_key(coerce_key((value,), (column,)))
+        return encode_component(column, value)
     except (InvalidKeyError, KeyEncodeError):
-        raise InvalidKeyValueError(column.name, value, expected) from None
+        raise InvalidKeyValueError(column.name, value, _expected(column)) from None
+
+
+def _expected(column: KeyColumn) -> str:
+    return _EXPECTED.get(column.type, column.type.name)
 
 
 def _resolver(key: Sequence[KeyColumn]) -> Callable[[str], int]:

@@ -41,6 +41,7 @@ __all__ = [
     "KeyValue",
     "coerce_key",
     "decode_key",
+    "encode_component",
     "encode_key",
     "key_from_row",
     "partition_for",
@@ -345,6 +346,11 @@ def coerce_key(values: Sequence[object], key_columns: Sequence[KeyColumn]) -> tu
             "", tuple(values), f"has {len(values)} values but the table's key columns are ({names})"
         )
     return tuple(_coerce_value(column, value) for column, value in zip(key_columns, values, strict=True))
+
+
+def encode_component(column: KeyColumn, value: object) -> bytes:
+    """`encode_key(coerce_key((value,), (column,)))`, without the tuples: one key component."""
+    return _encode_component(_coerce_value(column, value))
 
 
 def key_from_row(row: Mapping[str, object], key_columns: Sequence[KeyColumn]) -> tuple[KeyValue, ...]:

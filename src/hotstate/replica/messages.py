@@ -228,8 +228,9 @@ class ReadPartitionResponse:
 
 @dataclass(frozen=True, slots=True)
 class PartitionQueryRequest:
-    """One partition's part of a pull query, forwarded to the server chosen to serve it. Never forwarded
-    again: the receiver answers from its local replica or refuses (KLIP-12)."""
+    """One partition's part of a pull query, forwarded (inside a `QueryPartitionsRequest`) to the server
+    chosen to serve it. Never forwarded again: the receiver answers from its local replica or refuses
+    (KLIP-12)."""
 
     table: str
     partition: int
@@ -249,6 +250,19 @@ class PartitionQueryResponse:
     position: int = 0
     offset_lag: int = 0
     items: tuple[tuple[bytes, bytes], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class QueryPartitionsRequest:
+    """Every partition of one pull query that the coordinator sends to one server: one round trip per
+    server, not per partition or key. Each part is answered (or refused) on its own."""
+
+    parts: tuple[PartitionQueryRequest, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class QueryPartitionsResponse:
+    answers: tuple[PartitionQueryResponse, ...]  # in the order of the request's parts
 
 
 @dataclass(frozen=True, slots=True)

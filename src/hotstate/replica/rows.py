@@ -37,6 +37,7 @@ __all__ = [
     "decode_row",
     "encode_record",
     "encode_row",
+    "may_hold_non_finite",
 ]
 
 EXT_NAIVE_DATETIME = 1
@@ -176,6 +177,26 @@ def _ext_hook(code: int, payload: bytes) -> object:
     except (struct.error, ValueError, OverflowError, ArithmeticError) as error:
         raise RowDecodeError(f"bad payload for row ext type {code}: {error}") from None
     raise RowDecodeError(f"unknown row ext type {code}")
+
+
+# Every float is written as msgpack float 64 (0xcb, then the IEEE 754 bytes big-endian); NaN and the
+# infinities are exactly those whose exponent bits are all set: first byte 0x7f or 0xff, second >= 0xf0.
+
+
+def may_hold_non_finite(data: bytes) -> bool:
+    """False when the row's bytes hold no NaN or infinity (true may be a false alarm): a byte search, so
+    encoders with no JSON number for them can skip walking every row that cannot hold one."""
+    return (b"\xcb\x7f" in data or b"\xcb\xff" in data) and _non_finite_float_in(data)
+
+
+def _non_finite_float_in(data: bytes) -> bool:
+    for mark in (b"\xcb\x7f", b"\xcb\xff"):
+        at = data.find(mark)
+        while at != -1:
+            if at + 2 < len(data) and data[at + 2] >= 0xF0:
+                return True
+            at = data.find(mark, at + 1)
+    return False
 
 
 def decode_row(data: bytes) -> dict[str, object]:

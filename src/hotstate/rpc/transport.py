@@ -25,7 +25,7 @@ import inspect
 import logging
 import random
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from hotstate.rpc.errors import (
     ConnectionLost,
@@ -122,8 +122,8 @@ class _Channel(asyncio.Protocol):
     # -- asyncio.Protocol ---------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # A stream transport; uvloop's are not subclasses of asyncio.Transport, so no isinstance check.
+        self._transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple) and len(peer) >= 2:
             self.remote_host, self.remote_port = str(peer[0]), int(peer[1])

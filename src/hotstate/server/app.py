@@ -46,6 +46,7 @@ from hotstate.raft.records import Entry, Snapshot
 from hotstate.raft.storage import RaftStorage
 from hotstate.replica import messages as replica_messages
 from hotstate.rpc import NOT_SENT, Connection, PeerInfo, PeerPool, RpcError, RpcServer
+from hotstate.server import runtime
 from hotstate.server.config import ServerConfig
 from hotstate.server.controller_host import ControllerHost
 from hotstate.server.http import HttpContext, build_app, http_server
@@ -264,6 +265,7 @@ class Server:
 
     async def run_until_signalled(self) -> None:
         await self.start()
+        runtime.settle_gc()
         loop = asyncio.get_running_loop()
         stop_requested = asyncio.Event()
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -333,8 +335,8 @@ class Server:
             return await replicas.produce(message)
         if isinstance(message, replica_messages.FetchStoreSnapshotRequest):
             return await replicas.serve_snapshot(message)
-        if isinstance(message, replica_messages.PartitionQueryRequest) and self.queries is not None:
-            return self.queries.serve_local(message)
+        if isinstance(message, replica_messages.QueryPartitionsRequest) and self.queries is not None:
+            return self.queries.serve_partitions(message)
         if isinstance(message, replica_messages.ReadPartitionRequest):
             return replicas.read_partition(message)
         if isinstance(message, replica_messages.LagInfoRequest):
@@ -420,4 +422,4 @@ def run_server(config: ServerConfig) -> None:
     async def main() -> None:
         await Server(config).run_until_signalled()
 
-    asyncio.run(main())
+    runtime.run(main())

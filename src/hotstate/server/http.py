@@ -1,5 +1,6 @@
 """The HTTP API: ksqlDB-compatible (`POST /query`, `/info`, `/healthcheck`, `/clusterStatus`) and native
-(`POST /v1/query`, `/v1/tables`, `/v1/lag`, `/metrics`), FastAPI on uvicorn in the server's event loop.
+(`POST /v1/query`, `/v1/tables`, `/v1/lag`, `/metrics`), FastAPI on uvicorn in the server's event loop,
+with the two query endpoints answered in front of FastAPI (query_http.py) for speed.
 
 The caller's mistakes get a 4xx with a ksqlDB-shaped error (`@type`, `error_code`, `message`); 503 only
 when no replica can serve; never a stack trace in a body.
@@ -7,67 +8,73 @@ when no replica can serve; never a stack trace in a body.
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import datetime as dt
-import decimal
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from hotstate import __version__
 from hotstate.controller.image import MetadataImage
-from hotstate.controller.records import KeyType
+from hotstate.server.http_limits import LimitedHttpToolsProtocol
 from hotstate.server.liveness import Liveness
 from hotstate.server.metrics import Metrics
-from hotstate.server.queries import QueryError, QueryResult, QueryService
+from hotstate.server.queries import MAX_LAG_LIMIT, MAX_TIMEOUT_MS, QueryService
+from hotstate.server.query_http import (
+    KEY_SQL_TYPES,
+    SERVER_ERROR,
+    BadRequest,
+    QueryEndpoints,
+    QueryRoutes,
+    error_body,
+    read_body,
+)
 from hotstate.server.raft_driver import monotonic_ms
 from hotstate.server.replicas import ReplicaManager
 
 log = logging.getLogger(__name__)
 
-# ksqlDB's error codes (io.confluent.ksql.rest.Errors).
-BAD_REQUEST = 40000
-BAD_STATEMENT = 40001
-NOT_FOUND = 40400
-SERVER_ERROR = 50000
-UNAVAILABLE = 50300
-
-_KIND = {
-    "bad_request": (400, "statement_error", BAD_STATEMENT),
-    "not_found": (404, "statement_error", NOT_FOUND),
-    "unavailable": (503, "generic_error", UNAVAILABLE),
-    "timeout": (503, "generic_error", UNAVAILABLE),
-}
-_KEY_SQL_TYPES = {
-    KeyType.STRING: "STRING",
-    KeyType.INT: "BIGINT",
-    KeyType.FLOAT: "DOUBLE",
-    KeyType.BOOL: "BOOLEAN",
-    KeyType.BYTES: "BYTES",
-    KeyType.TIMESTAMP: "TIMESTAMP",
-}
-
 
 class KsqlRequest(BaseModel):
+    """What `POST /query` takes (documentation only: query_http.py reads the body)."""
+
+    model_config = ConfigDict(extra="forbid")
     ksql: str = Field(description="The pull query, e.g. SELECT * FROM t WHERE k = 'x';")
-    streamsProperties: dict[str, Any] = Field(default_factory=dict)
-    properties: dict[str, Any] = Field(default_factory=dict)
+    streamsProperties: dict[str, Any] = Field(
+        default_factory=dict,
+        description="max_lag / ksql.query.pull.max.allowed.offset.lag, standby_reads / "
+        "ksql.query.pull.enable.standby.reads, timeout_ms; any other name is refused",
+    )
+    properties: dict[str, Any] = Field(default_factory=dict, description="the same as streamsProperties")
+    sessionVariables: dict[str, Any] = Field(default_factory=dict, description="must be empty")
+    commandSequenceNumber: int | None = Field(default=None, description="accepted and ignored")
 
 
 class NativeQuery(BaseModel):
+    """What `POST /v1/query` takes (documentation only: query_http.py reads the body)."""
+
+    model_config = ConfigDict(extra="forbid")
     sql: str
-    max_lag: int | None = Field(default=None, ge=0, description="staleness bound in records")
-    timeout_ms: int | None = Field(default=None, ge=1)
+    max_lag: int | None = Field(
+        default=None, ge=0, le=MAX_LAG_LIMIT, description="staleness bound in records"
+    )
+    timeout_ms: int | None = Field(default=None, ge=1, le=MAX_TIMEOUT_MS)
     standby_reads: bool = Field(default=True, description="false: only actives serve (KLIP-12 off)")
+
+
+def _documented_body(model: type[BaseModel]) -> dict[str, Any]:
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": model.model_json_schema()}},
+        }
+    }
 
 
 @dataclass
@@ -82,81 +89,41 @@ class HttpContext:
     leader_id: Callable[[], int | None]
 
 
-def build_app(ctx: HttpContext) -> FastAPI:
+def build_app(ctx: HttpContext) -> QueryRoutes:
+    endpoints = QueryEndpoints(ctx.node_id, ctx.queries, ctx.metrics)
     app = FastAPI(
         title="hotstate",
         version=__version__,
         description="Pull queries on tables materialized from PySpark; ksqlDB-compatible and native APIs.",
     )
 
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(request: Request, error: RequestValidationError) -> JSONResponse:
-        if any(e.get("type") == "json_invalid" for e in error.errors()):
-            detail = next(e for e in error.errors() if e.get("type") == "json_invalid")
-            where = detail.get("loc", ("body", "?"))[-1]
-            reason = detail.get("ctx", {}).get("error", "invalid JSON")
-            return _error(400, "generic_error", BAD_REQUEST, f"malformed JSON at position {where}: {reason}")
-        if any(tuple(e.get("loc", ())) == ("body",) for e in error.errors()):
-            return _error(
-                400,
-                "generic_error",
-                BAD_REQUEST,
-                'malformed request: the body must be a JSON object, e.g. {"ksql": "SELECT * FROM t;"}',
-            )
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e.get('loc', ()) if p != 'body') or 'body'}: {e.get('msg')}"
-            for e in error.errors()
-        )
-        return _error(400, "generic_error", BAD_REQUEST, f"malformed request: {problems}")
-
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, error: Exception) -> JSONResponse:
         log.exception("unexpected error answering %s", request.url.path)
         return _error(500, "generic_error", SERVER_ERROR, f"internal error: {type(error).__name__}")
 
-    @app.post("/query", summary="ksqlDB-compatible pull query")
-    async def ksql_query(body: KsqlRequest) -> Response:
-        properties = {**body.properties, **body.streamsProperties}
+    async def _answer(
+        request: Request, endpoint: Callable[[bytes], Awaitable[tuple[int, bytes]]]
+    ) -> Response:
         try:
-            result = await _run(ctx, body.ksql, properties)
-        except QueryError as error:
-            return _query_error(error, body.ksql)
-        header = {"header": {"queryId": result.query_id, "schema": _schema(result)}}
-        rows = [{"row": {"columns": [_json(v) for v in row]}} for row in result.rows]
-        return JSONResponse([header, *rows])
+            status, payload = await endpoint(await read_body(request.receive) or b"")
+        except BadRequest as error:
+            status, payload = error_body(error.status, "generic_error", error.code, error.message)
+        return Response(payload, status_code=status, media_type="application/json")
 
-    @app.post("/v1/query", summary="Pull query with per-partition serving details")
-    async def native_query(body: NativeQuery) -> Response:
-        properties: dict[str, object] = {}
-        if body.max_lag is not None:
-            properties["max_lag"] = body.max_lag
-        if body.timeout_ms is not None:
-            properties["timeout_ms"] = body.timeout_ms
-        properties["standby_reads"] = body.standby_reads
-        try:
-            result = await _run(ctx, body.sql, properties)
-        except QueryError as error:
-            return _query_error(error, body.sql)
-        return JSONResponse(
-            {
-                "query_id": result.query_id,
-                "table": result.table.name,
-                "columns": result.columns,
-                "rows": [[_json(v) for v in row] for row in result.rows],
-                "partitions": [
-                    {
-                        "partition": p.partition,
-                        "served_by": p.served_by,
-                        "state": p.state,
-                        "offset_lag": p.offset_lag,
-                        "position": p.position,
-                    }
-                    for p in result.partitions
-                ],
-                "served_locally": ctx.node_id,
-                "took_ms": round(result.took_ms, 3),
-            }
-        )
+    # Reached only where QueryRoutes does not answer first (it always does for these paths); here so that
+    # OpenAPI documents them.
+    @app.post("/query", summary="ksqlDB-compatible pull query", openapi_extra=_documented_body(KsqlRequest))
+    async def ksql_query(request: Request) -> Response:
+        return await _answer(request, endpoints.ksql)
+
+    @app.post(
+        "/v1/query",
+        summary="Pull query with per-partition serving details",
+        openapi_extra=_documented_body(NativeQuery),
+    )
+    async def native_query(request: Request) -> Response:
+        return await _answer(request, endpoints.native)
 
     @app.get("/v1/tables", summary="Tables, their keys and placement")
     async def tables() -> Response:
@@ -168,7 +135,7 @@ def build_app(ctx: HttpContext) -> FastAPI:
                 {
                     "name": table.name,
                     "key_columns": [
-                        {"name": c.name, "type": _KEY_SQL_TYPES[c.type]} for c in table.key_columns
+                        {"name": c.name, "type": KEY_SQL_TYPES[c.type]} for c in table.key_columns
                     ],
                     "partitions": table.partitions,
                     "standby_replicas": table.standby_replicas,
@@ -249,89 +216,11 @@ def build_app(ctx: HttpContext) -> FastAPI:
         _refresh_gauges(ctx)
         return Response(ctx.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
-    return app
-
-
-async def _run(ctx: HttpContext, sql: str, properties: dict[str, object]) -> QueryResult:
-    started = time.perf_counter()
-    try:
-        result = await ctx.queries.execute(sql, properties)
-    except QueryError as error:
-        ctx.metrics.queries.labels(error.kind).inc()
-        ctx.metrics.failures.labels(error.kind).inc()
-        raise
-    finally:
-        ctx.metrics.latency.observe(time.perf_counter() - started)
-    ctx.metrics.queries.labels("ok").inc()
-    return result
-
-
-def _query_error(error: QueryError, statement: str) -> JSONResponse:
-    status, kind, code = _KIND.get(error.kind, (400, "statement_error", BAD_STATEMENT))
-    body = {
-        "@type": kind,
-        "error_code": code,
-        "message": error.message,
-        "statementText": statement,
-        "entities": [],
-    }
-    return JSONResponse(body, status_code=status)
+    return QueryRoutes(endpoints, app)
 
 
 def _error(status: int, kind: str, code: int, message: str) -> JSONResponse:
     return JSONResponse({"@type": kind, "error_code": code, "message": message}, status_code=status)
-
-
-def _schema(result: QueryResult) -> str:
-    key_types = {c.name.lower(): _KEY_SQL_TYPES[c.type] for c in result.table.key_columns}
-    parts = []
-    for index, name in enumerate(result.columns):
-        sql_type = key_types.get(name.lower())
-        if sql_type is None:
-            sql_type = next(
-                (_sql_type(row[index]) for row in result.rows if row[index] is not None), "STRING"
-            )
-        suffix = " KEY" if name.lower() in key_types else ""
-        parts.append(f"`{name}` {sql_type}{suffix}")
-    return ", ".join(parts)
-
-
-def _sql_type(value: object) -> str:
-    if isinstance(value, bool):
-        return "BOOLEAN"
-    if isinstance(value, int):
-        return "BIGINT"
-    if isinstance(value, float):
-        return "DOUBLE"
-    if isinstance(value, dt.datetime):
-        return "TIMESTAMP"
-    if isinstance(value, dt.date):
-        return "DATE"
-    if isinstance(value, decimal.Decimal):
-        return "DECIMAL"
-    if isinstance(value, bytes):
-        return "BYTES"
-    if isinstance(value, list):
-        return "ARRAY"
-    if isinstance(value, dict):
-        return "MAP"
-    return "STRING"
-
-
-def _json(value: object) -> object:
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    if isinstance(value, dt.datetime | dt.date):
-        return value.isoformat()
-    if isinstance(value, decimal.Decimal):
-        return str(value)
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode()
-    if isinstance(value, list | tuple):
-        return [_json(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _json(v) for k, v in value.items()}
-    return str(value)
 
 
 def _wall_ms(monotonic_value: int) -> int:
@@ -406,6 +295,14 @@ class _QuietServer(uvicorn.Server):
         yield
 
 
-def http_server(app: FastAPI, host: str, port: int) -> uvicorn.Server:
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="off")
+def http_server(app: QueryRoutes, host: str, port: int) -> uvicorn.Server:
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        http=LimitedHttpToolsProtocol,
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+    )
     return _QuietServer(config)

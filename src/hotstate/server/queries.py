@@ -2,42 +2,57 @@
 
 The receiving server plans the query (hotstate.query), asks the router (hotstate.routing) for each
 partition's candidates in order (active if alive, then standbys by lag, none over the bound), and tries
-them in turn within the query's timeout: the local replica is read directly, a remote one is asked with a
-`PartitionQueryRequest`, which that server answers from its own replica or refuses, never forwarding it
-again. Whichever server serves a partition checks its own lag against the bound before answering, so a
-replica without a lag report yet is judged where its data is.
+them in turn within the query's timeout. The coordinator works in rounds: each partition's next
+candidate is read directly when it is local, and the partitions whose candidate is remote are sent, one
+`QueryPartitionsRequest` per server per round, to be answered from that server's replicas or refused,
+never forwarded again. A partition refused or unanswered goes to its next candidate in the next round.
+Whichever server serves a partition checks its own lag against the bound before answering, so a replica
+without a lag report yet is judged where its data is.
+
+The common case (every partition local, or one server) takes no task, gather or lock: this runs once per
+HTTP request, and its cost is most of a lookup's CPU.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import heapq
 import itertools
+import os
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from hotstate.controller.image import MetadataImage, PartitionInfo, TableInfo
 from hotstate.query.plan import FullScan, KeyLookup, KeyRange, QueryPlan, UnknownTableError, find_table, plan
-from hotstate.query.sql import parse
+from hotstate.query.sql import PullQuery, parse
 from hotstate.replica.core import Role
 from hotstate.replica.messages import (
     PartitionQueryRequest,
     PartitionQueryResponse,
+    QueryPartitionsRequest,
+    QueryPartitionsResponse,
     ReplicaError,
 )
-from hotstate.replica.rows import decode_row
+from hotstate.replica.rows import decode_row, may_hold_non_finite
 from hotstate.routing.lags import LagTable
-from hotstate.routing.router import NoReplicaError, Skip, route
+from hotstate.routing.router import Candidate, NoReplicaError, Route, Skip, route
 from hotstate.rpc import NOT_SENT, RpcError, RpcTimeout
+from hotstate.rpc.schema import CodecError
 from hotstate.server.replicas import LocalReplica, ReplicaManager, replica_state
 
 MAX_LAG_PROPERTIES = ("max_lag", "ksql.query.pull.max.allowed.offset.lag")
 STANDBY_READS_PROPERTIES = ("standby_reads", "ksql.query.pull.enable.standby.reads")
+TIMEOUT_PROPERTY = "timeout_ms"
+KNOWN_PROPERTIES = frozenset((*MAX_LAG_PROPERTIES, *STANDBY_READS_PROPERTIES, TIMEOUT_PROPERTY))
+# Push-query settings that ksqlDB's clients send with every statement; they mean nothing to a pull query.
+IGNORED_PROPERTIES = frozenset(("auto.offset.reset", "ksql.streams.auto.offset.reset"))
 DEFAULT_TIMEOUT_MS = 10_000
 MAX_TIMEOUT_MS = 300_000
+MAX_LAG_LIMIT = 2**63 - 1  # what every API and the wire can carry; larger means unbounded: pass null
+# Statements longer than this are parsed on a worker thread: a thread hop (~0.1 ms) is nothing beside the
+# lookups such a statement asks for, and the full parser takes ~10 ms per 1,000 IN-list keys.
+SLOW_PARSE_CHARS = 4096
 MAX_ROWS = 100_000  # the most rows one query returns; more needs a LIMIT and key ranges
 # Heartbeats keep a connection open to every live peer, so one that is not connected is most likely dead:
 # it gets this long to connect before the next candidate is tried.
@@ -71,12 +86,37 @@ class QueryResult:
     partitions: list[PartitionServed] = field(default_factory=list)
     forwarded: int = 0
     took_ms: float = 0.0
+    # Some row may hold a NaN or an infinity, which JSON has no number for (the answer's encoder decides).
+    non_finite: bool = False
 
 
 @dataclass(slots=True)
 class _PartitionAnswer:
     served: PartitionServed
-    items: list[tuple[bytes, bytes]]
+    items: list[tuple[bytes, bytes]] | tuple[tuple[bytes, bytes], ...]
+
+
+@dataclass(slots=True)
+class _Attempts:
+    """One partition's way through its route: the candidate being tried and what went wrong so far."""
+
+    part: PartitionInfo
+    spec: PartitionQueryRequest
+    route: Route
+    index: int = -1
+    skipped: list[Skip] = field(default_factory=list)
+
+    def next_candidate(self) -> Candidate | None:
+        self.index += 1
+        return self.route.candidates[self.index] if self.index < len(self.route.candidates) else None
+
+    @property
+    def candidate(self) -> Candidate:
+        return self.route.candidates[self.index]
+
+    @property
+    def on_last(self) -> bool:
+        return self.index == len(self.route.candidates) - 1
 
 
 class QueryService:
@@ -100,15 +140,16 @@ class QueryService:
         self._request = request
         self._connected = connected
         self._on_forward = on_forward
+        # Query ids: unique per server run without a uuid per query.
+        self._id_prefix = f"{node_id}-{os.urandom(4).hex()}-"
+        self._ids = itertools.count(1)
 
     # ------------------------------------------------------------------ the coordinator
     async def execute(self, sql: str, properties: Mapping[str, object] | None = None) -> QueryResult:
         started = time.monotonic()
         properties = properties or {}
-        try:
-            query = parse(sql)
-        except ValueError as error:  # InvalidSqlError, UnsupportedQueryError: messages name the problem
-            raise QueryError("bad_request", str(error)) from error
+        check_properties(properties)
+        query = await _parse(sql)
         image = self._image()
         try:
             table = find_table(image.tables, query.table)
@@ -123,96 +164,132 @@ class QueryService:
         standby_reads = _flag(properties, STANDBY_READS_PROPERTIES, default=True)
         deadline = started + timeout_ms / 1000
         parts = image.partitions.get(table.table_id, ())
-        work = _partition_work(query_plan, table)
-        answers = await asyncio.gather(
-            *(
-                self._serve_partition(table, parts[p], spec, max_lag, deadline, standby_reads)
-                for p, spec in work.items()
-            ),
-            return_exceptions=True,
-        )
-        problems = [a for a in answers if isinstance(a, BaseException)]
-        if problems:
-            first = problems[0]
-            if isinstance(first, QueryError):
-                raise first
-            if isinstance(first, NoReplicaError):
-                raise QueryError("unavailable", str(first)) from first
-            raise first
-        done = [a for a in answers if isinstance(a, _PartitionAnswer)]
-        columns, rows = _rows(query_plan, table, done)
-        result = QueryResult(
-            uuid.uuid4().hex[:16],
+        work = _partition_work(query_plan, table, max_lag)
+        try:
+            answers = await self._serve(table, parts, work, deadline, standby_reads)
+        except NoReplicaError as error:
+            raise QueryError("unavailable", str(error)) from error
+        columns, rows = _rows(query_plan, table, answers)
+        non_finite = any(may_hold_non_finite(row) for a in answers for _, row in a.items)
+        return QueryResult(
+            f"{self._id_prefix}{next(self._ids)}",
             table,
             columns,
             rows,
-            sorted((a.served for a in done), key=lambda s: s.partition),
-            sum(1 for a in done if a.served.served_by != self.node_id),
+            [a.served for a in answers],
+            sum(1 for a in answers if a.served.served_by != self.node_id),
             (time.monotonic() - started) * 1000,
+            non_finite,
         )
-        return result
 
-    async def _serve_partition(
+    async def _serve(
         self,
         table: TableInfo,
-        part: PartitionInfo,
-        spec: PartitionQueryRequest,
-        max_lag: int | None,
+        parts: tuple[PartitionInfo, ...],
+        work: dict[int, PartitionQueryRequest],
         deadline: float,
         standby_reads: bool,
-    ) -> _PartitionAnswer:
-        spec = dataclasses.replace(spec, max_lag=max_lag)
-        decision = route(
-            part,
-            table=table.name,
-            alive=self._alive,
-            lags=self._lags,
-            local_node=self.node_id,
-            max_lag=max_lag,
-        )
-        skipped: list[Skip] = []
-        for index, candidate in enumerate(decision.candidates):
-            if not standby_reads and candidate.role != "active":
-                skipped.append(candidate.skip("standby reads are off for this query"))
-                continue
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                skipped.append(Skip(candidate.node_id, "query timed out before trying it"))
-                continue
-            if candidate.node_id == self.node_id:
-                answer = self.serve_local(spec)
-            else:
-                # One slow or dead server must not eat the whole budget while others could answer.
-                attempt = remaining if index == len(decision.candidates) - 1 else max(0.5, remaining / 2)
-                if not self._connected(candidate.node_id):
-                    attempt = min(attempt, UNCONNECTED_ATTEMPT_S)
-                try:
-                    reply = await self._request(candidate.node_id, spec, min(attempt, remaining))
-                except NOT_SENT as error:
-                    self._on_forward("unreachable")
-                    skipped.append(Skip(candidate.node_id, f"unreachable ({type(error).__name__})"))
-                    continue
-                except RpcTimeout:
-                    self._on_forward("timeout")
-                    skipped.append(Skip(candidate.node_id, "timed out"))
-                    continue
-                except RpcError as error:
-                    self._on_forward("error")
-                    skipped.append(Skip(candidate.node_id, f"failed: {error}"))
-                    continue
-                assert isinstance(reply, PartitionQueryResponse)
-                answer = reply
-                self._on_forward("ok" if reply.error is ReplicaError.NONE else "refused")
-            if answer.error is not ReplicaError.NONE:
-                skipped.append(Skip(candidate.node_id, f"refused: {answer.message}"))
-                continue
-            served = PartitionServed(
-                part.partition, candidate.node_id, answer.state, answer.offset_lag, answer.position
+    ) -> list[_PartitionAnswer]:
+        """Every partition's answer, in partition order; raises NoReplicaError for the first partition (in
+        partition order, within a round) that no candidate could serve."""
+        answers: dict[int, _PartitionAnswer] = {}
+        pending: list[_Attempts] = []
+        for partition, spec in work.items():
+            part = parts[partition]
+            decision = route(
+                part,
+                table=table.name,
+                alive=self._alive,
+                lags=self._lags,
+                local_node=self.node_id,
+                max_lag=spec.max_lag,
             )
-            return _PartitionAnswer(served, list(answer.items))
-        raise decision.error(skipped)
+            pending.append(_Attempts(part, spec, decision))
+        while pending:
+            remote: dict[int, list[_Attempts]] = {}
+            for attempts in pending:
+                answer = self._advance(attempts, deadline, standby_reads)
+                if answer is not None:
+                    answers[attempts.part.partition] = answer
+                else:
+                    remote.setdefault(attempts.candidate.node_id, []).append(attempts)
+            if len(remote) == 1:
+                [(node_id, group)] = remote.items()
+                answers.update(await self._forward(node_id, group, deadline))
+            elif remote:
+                rounds = await asyncio.gather(*(self._forward(n, g, deadline) for n, g in remote.items()))
+                for answered in rounds:
+                    answers.update(answered)
+            pending = [a for group in remote.values() for a in group if a.part.partition not in answers]
+            pending.sort(key=lambda a: a.part.partition)
+        return [answers[partition] for partition in sorted(answers)]
+
+    def _advance(self, attempts: _Attempts, deadline: float, standby_reads: bool) -> _PartitionAnswer | None:
+        """Moves to the partition's next candidate that can be tried: answers it here when it is local
+        (None when it is remote, to be sent in this round); raises once no candidate is left."""
+        while (candidate := attempts.next_candidate()) is not None:
+            if not standby_reads and candidate.role != "active":
+                attempts.skipped.append(candidate.skip("standby reads are off for this query"))
+                continue
+            if deadline - time.monotonic() <= 0:
+                attempts.skipped.append(Skip(candidate.node_id, "query timed out before trying it"))
+                continue
+            if candidate.node_id != self.node_id:
+                return None
+            answer = self.serve_local(attempts.spec)
+            if answer.error is ReplicaError.NONE:
+                return _answered(attempts, answer)
+            attempts.skipped.append(Skip(candidate.node_id, f"refused: {answer.message}"))
+        raise attempts.route.error(attempts.skipped)
+
+    async def _forward(
+        self, node_id: int, group: list[_Attempts], deadline: float
+    ) -> dict[int, _PartitionAnswer]:
+        """Asks `node_id` for every partition in `group` at once; what it could not serve stays pending,
+        with the reason recorded."""
+        remaining = deadline - time.monotonic()
+        # One slow or dead server must not eat the whole budget while others could answer.
+        attempt = remaining if any(a.on_last for a in group) else max(0.5, remaining / 2)
+        if not self._connected(node_id):
+            attempt = min(attempt, UNCONNECTED_ATTEMPT_S)
+        request = QueryPartitionsRequest(tuple(a.spec for a in group))
+        failure: tuple[str, str]
+        try:
+            reply = await self._request(node_id, request, min(attempt, remaining))
+        except NOT_SENT as error:
+            failure = ("unreachable", f"unreachable ({type(error).__name__})")
+        except RpcTimeout:
+            failure = ("timeout", "timed out")
+        except (RpcError, CodecError) as error:
+            failure = ("error", f"failed: {error}")
+        else:
+            if isinstance(reply, QueryPartitionsResponse) and len(reply.answers) == len(group):
+                return self._answers(node_id, group, reply.answers)
+            failure = ("error", f"failed: answered {type(reply).__name__} to {len(group)} partitions")
+        outcome, reason = failure
+        for attempts in group:
+            self._on_forward(outcome)
+            attempts.skipped.append(Skip(node_id, reason))
+        return {}
+
+    def _answers(
+        self, node_id: int, group: list[_Attempts], replies: tuple[PartitionQueryResponse, ...]
+    ) -> dict[int, _PartitionAnswer]:
+        out: dict[int, _PartitionAnswer] = {}
+        for attempts, answer in zip(group, replies, strict=True):
+            if answer.error is ReplicaError.NONE:
+                self._on_forward("ok")
+                out[attempts.part.partition] = _answered(attempts, answer)
+            else:
+                self._on_forward("refused")
+                attempts.skipped.append(Skip(node_id, f"refused: {answer.message}"))
+        return out
 
     # ------------------------------------------------------------------ the serving side
+    def serve_partitions(self, request: QueryPartitionsRequest) -> QueryPartitionsResponse:
+        """Answer a coordinator's partitions from this server's replicas, each on its own."""
+        return QueryPartitionsResponse(tuple(self.serve_local(part) for part in request.parts))
+
     def serve_local(self, request: PartitionQueryRequest) -> PartitionQueryResponse:
         """Answer one partition from this server's replica, or refuse; never forwards."""
         image = self._image()
@@ -230,11 +307,16 @@ class QueryService:
                 ReplicaError.LAG_OVER_BOUND, f"lag {lag} > bound {request.max_lag}", state, position, lag
             )
         store = replica.store
+        items: tuple[tuple[bytes, bytes], ...]
         if request.scan:
             limit = MAX_ROWS + 1 if request.limit is None else min(request.limit, MAX_ROWS + 1)
             items = tuple(store.scan(request.start, request.end, limit=limit))
+        elif len(request.keys) == 1:
+            [key] = request.keys
+            value = store.get(key)
+            items = () if value is None else ((key, value),)
         else:
-            values = store.get_many(list(request.keys))
+            values = store.get_many(request.keys)
             items = tuple((k, v) for k, v in zip(request.keys, values, strict=True) if v is not None)
         return PartitionQueryResponse(ReplicaError.NONE, "", state, position, lag, items)
 
@@ -249,6 +331,36 @@ class QueryService:
             known_end=max(core.known_end_offset, reported_end),
         )
         return replica_state(replica), core.position, lag
+
+
+def _answered(attempts: _Attempts, answer: PartitionQueryResponse) -> _PartitionAnswer:
+    served = PartitionServed(
+        attempts.part.partition, attempts.candidate.node_id, answer.state, answer.offset_lag, answer.position
+    )
+    return _PartitionAnswer(served, answer.items)
+
+
+async def _parse(sql: str) -> PullQuery:
+    """The statement parsed; a long one on a worker thread, so that no statement holds the event loop
+    (heartbeats, RPC) for the milliseconds to seconds the full parser can take on it."""
+    try:
+        if len(sql) > SLOW_PARSE_CHARS:
+            return await asyncio.to_thread(parse, sql)
+        return parse(sql)
+    except ValueError as error:  # InvalidSqlError, UnsupportedQueryError: messages name the problem
+        raise QueryError("bad_request", str(error)) from error
+
+
+def check_properties(properties: Mapping[str, object]) -> None:
+    """Refuses property names this server does not know: a typo must not run an unbounded query."""
+    unknown = [name for name in properties if name not in KNOWN_PROPERTIES and name not in IGNORED_PROPERTIES]
+    if unknown:
+        names = ", ".join(repr(name) for name in sorted(unknown))
+        raise QueryError(
+            "bad_request",
+            f"unknown {'property' if len(unknown) == 1 else 'properties'} {names}; "
+            f"known: {', '.join(sorted(KNOWN_PROPERTIES))}",
+        )
 
 
 def local_lag(*, leader: bool, position: int, high_watermark: int, epoch_start: int, known_end: int) -> int:
@@ -270,12 +382,13 @@ def _max_lag(properties: Mapping[str, object], table: TableInfo) -> int | None:
             value = properties[key]
             if value is None:
                 return None
+            problem = f"{key}={value!r}: must be an integer from 0 to {MAX_LAG_LIMIT}, or null for no bound"
             try:
                 number = int(str(value))
             except ValueError:
-                raise QueryError("bad_request", f"{key}={value!r}: must be a non-negative integer") from None
-            if number < 0:
-                raise QueryError("bad_request", f"{key}={value!r}: must be a non-negative integer")
+                raise QueryError("bad_request", problem) from None
+            if not 0 <= number <= MAX_LAG_LIMIT:
+                raise QueryError("bad_request", problem)
             return number
     return table.acceptable_lag
 
@@ -296,7 +409,7 @@ def _flag(properties: Mapping[str, object], names: tuple[str, ...], *, default: 
 
 
 def _timeout_ms(properties: Mapping[str, object]) -> int:
-    value = properties.get("timeout_ms", DEFAULT_TIMEOUT_MS)
+    value = properties.get(TIMEOUT_PROPERTY, DEFAULT_TIMEOUT_MS)
     try:
         number = int(str(value))
     except ValueError:
@@ -306,67 +419,76 @@ def _timeout_ms(properties: Mapping[str, object]) -> int:
     return number
 
 
-def _partition_work(query_plan: QueryPlan, table: TableInfo) -> dict[int, PartitionQueryRequest]:
+def _partition_work(
+    query_plan: QueryPlan, table: TableInfo, max_lag: int | None = None
+) -> dict[int, PartitionQueryRequest]:
+    """What to ask of each partition the plan touches, in partition order."""
     access = query_plan.access
-    out: dict[int, PartitionQueryRequest] = {}
     if isinstance(access, KeyLookup):
         by_partition: dict[int, list[bytes]] = {}
         for key, partition in zip(access.keys, access.partitions, strict=True):
             by_partition.setdefault(partition, []).append(key)
-        for partition, keys in by_partition.items():
-            out[partition] = PartitionQueryRequest(
-                table.name, partition, tuple(keys), False, None, None, None, None
+        return {
+            partition: PartitionQueryRequest(
+                table.name, partition, tuple(by_partition[partition]), False, None, None, None, max_lag
             )
-        return out
+            for partition in sorted(by_partition)
+        }
     start, end = (access.start, access.end) if isinstance(access, KeyRange) else (None, None)
     assert isinstance(access, KeyRange | FullScan)
-    for partition in range(table.partitions):
-        out[partition] = PartitionQueryRequest(
-            table.name, partition, (), True, start, end, query_plan.limit, None
-        )
-    return out
+    # A LIMIT above what one query returns reads no more than that (and fits the wire).
+    limit = None if query_plan.limit is None else min(query_plan.limit, MAX_ROWS + 1)
+    return {
+        partition: PartitionQueryRequest(table.name, partition, (), True, start, end, limit, max_lag)
+        for partition in range(table.partitions)
+    }
+
+
+_MISSING = object()
 
 
 def _rows(
     query_plan: QueryPlan, table: TableInfo, answers: Iterable[_PartitionAnswer]
 ) -> tuple[list[str], list[list[object]]]:
     """Merge the partitions' rows in key order, apply the LIMIT, and project the columns."""
-    ordered = heapq.merge(*(a.items for a in answers), key=lambda item: item[0])
-    limit = query_plan.limit if query_plan.limit is not None else MAX_ROWS + 1
-    items = list(itertools.islice(ordered, limit))
+    sources = [a.items for a in answers if a.items]
+    limit = MAX_ROWS + 1 if query_plan.limit is None else min(query_plan.limit, MAX_ROWS + 1)
+    if len(sources) == 1:  # each partition's items are already in key order
+        items = sources[0][:limit]
+    else:
+        ordered = heapq.merge(*sources, key=lambda item: item[0])
+        items = list(itertools.islice(ordered, limit))
     if query_plan.limit is None and len(items) > MAX_ROWS:
         raise QueryError("bad_request", f"more than {MAX_ROWS} rows: add a LIMIT or narrow the key range")
     decoded = [decode_row(row) for _, row in items]
-    key_names = [c.name for c in table.key_columns]
     if query_plan.columns is None:
-        columns = list(key_names)
+        columns = [c.name for c in table.key_columns]
         for row in decoded:
             for name in row:
                 if name not in columns:
                     columns.append(name)
     else:
         columns = list(query_plan.columns)
-    lookup = [_column_resolver(name) for name in columns]
-    rows = [[resolve(row) for resolve in lookup] for row in decoded]
-    if query_plan.columns is not None and decoded:
         for name in columns:
-            if all(_missing(row, name) for row in decoded):
+            if decoded and all(_missing(row, name) for row in decoded):
                 raise QueryError("bad_request", f"column {name!r} is not in table {table.name!r}")
+    rows = []
+    for row in decoded:
+        values = [row.get(name, _MISSING) for name in columns]
+        if _MISSING in values:  # a name that matches a column only when case is ignored, or none
+            values = [_value(row, name) for name in columns]
+        rows.append(values)
     return columns, rows
 
 
-def _column_resolver(name: str) -> Callable[[dict[str, object]], object]:
+def _value(row: dict[str, object], name: str) -> object:
+    if name in row:
+        return row[name]
     lowered = name.lower()
-
-    def resolve(row: dict[str, object]) -> object:
-        if name in row:
-            return row[name]
-        for key, value in row.items():
-            if key.lower() == lowered:
-                return value
-        return None
-
-    return resolve
+    for key, value in row.items():
+        if key.lower() == lowered:
+            return value
+    return None
 
 
 def _missing(row: dict[str, object], name: str) -> bool:

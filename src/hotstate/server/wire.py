@@ -109,6 +109,8 @@ for type_id, cls in (
     (169, replica.PartitionQueryResponse),
     (170, replica.Heartbeat),
     (171, replica.LagReport),
+    (172, replica.QueryPartitionsRequest),
+    (173, replica.QueryPartitionsResponse),
 ):
     MESSAGES.register(type_id, cls)
 # Version 2 appended writer_rack.

@@ -1,0 +1,387 @@
+"""The pull-query endpoints, `POST /v1/query` and ksqlDB's `POST /query`, on the hot path.
+
+Every lookup pays for this code, so it is plain ASGI in front of the FastAPI app: the body is read as
+bytes, checked by hand against the fields each endpoint takes (an unknown field is refused, naming the
+known ones), and the answer is encoded with orjson. The FastAPI app declares the same two routes, so
+OpenAPI documents them, and calls the same `QueryEndpoints` methods: `QueryRoutes` only saves the
+framework's per-request cost (routing, dependency injection, model validation), a third of a lookup's CPU.
+
+JSON has no number for NaN or the infinities: answers carry them as the strings "NaN", "Infinity" and
+"-Infinity", as ksqlDB's JSON writer (Jackson) does. Decimals travel as strings, bytes as base64, dates
+and timestamps as ISO-8601 strings.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import decimal
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+import orjson
+
+from hotstate.controller.records import KeyType
+from hotstate.server.metrics import Metrics
+from hotstate.server.queries import QueryError, QueryResult, QueryService
+
+log = logging.getLogger(__name__)
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+# ksqlDB's error codes (io.confluent.ksql.rest.Errors).
+BAD_REQUEST = 40000
+BAD_STATEMENT = 40001
+NOT_FOUND = 40400
+TOO_LARGE = 41300
+SERVER_ERROR = 50000
+UNAVAILABLE = 50300
+
+# A request body larger than this is refused unread: the biggest statement the parser takes
+# (hotstate.query.sql.MAX_STATEMENT_CHARS) fits, with room for JSON escapes.
+MAX_BODY_BYTES = 4 * 1024 * 1024
+
+NATIVE_FIELDS = ("sql", "max_lag", "timeout_ms", "standby_reads")
+# ksqlDB's KsqlRequest fields, and `properties` (hotstate's name for streamsProperties since the start).
+KSQL_FIELDS = ("ksql", "streamsProperties", "properties", "sessionVariables", "commandSequenceNumber")
+
+_KIND = {
+    "bad_request": (400, "statement_error", BAD_STATEMENT),
+    "not_found": (404, "statement_error", NOT_FOUND),
+    "unavailable": (503, "generic_error", UNAVAILABLE),
+    "timeout": (503, "generic_error", UNAVAILABLE),
+}
+KEY_SQL_TYPES = {
+    KeyType.STRING: "STRING",
+    KeyType.INT: "BIGINT",
+    KeyType.FLOAT: "DOUBLE",
+    KeyType.BOOL: "BOOLEAN",
+    KeyType.BYTES: "BYTES",
+    KeyType.TIMESTAMP: "TIMESTAMP",
+}
+_JSON_HEADERS = [(b"content-type", b"application/json")]
+_NON_FINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}
+
+
+class BadRequest(Exception):
+    """A body that is not the request the endpoint takes; the message says what is wrong."""
+
+    def __init__(self, message: str, status: int = 400, code: int = BAD_REQUEST) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.code = code
+
+
+class QueryEndpoints:
+    """The two query endpoints as functions of the body bytes: (status, JSON bytes)."""
+
+    def __init__(self, node_id: int, queries: QueryService, metrics: Metrics) -> None:
+        self._node_id = node_id
+        self._queries = queries
+        self._metrics = metrics
+        # Counters bound once: a label lookup per query costs more than the count itself.
+        self._ok = metrics.queries.labels("ok")
+        self._latency = metrics.latency
+
+    async def native(self, body: bytes) -> tuple[int, bytes]:
+        try:
+            sql, properties = _native_request(_json_object(body))
+        except BadRequest as error:
+            return error_body(error.status, "generic_error", error.code, error.message)
+        try:
+            result = await self._run(sql, properties)
+        except QueryError as error:
+            return query_error(error, sql)
+        rows = _finite_rows(result.rows) if result.non_finite else result.rows
+        return 200, dumps(
+            {
+                "query_id": result.query_id,
+                "table": result.table.name,
+                "columns": result.columns,
+                "rows": rows,
+                "partitions": [
+                    {
+                        "partition": p.partition,
+                        "served_by": p.served_by,
+                        "state": p.state,
+                        "offset_lag": p.offset_lag,
+                        "position": p.position,
+                    }
+                    for p in result.partitions
+                ],
+                "served_locally": self._node_id,
+                "took_ms": round(result.took_ms, 3),
+            }
+        )
+
+    async def ksql(self, body: bytes) -> tuple[int, bytes]:
+        try:
+            statement, properties = _ksql_request(_json_object(body))
+        except BadRequest as error:
+            return error_body(error.status, "generic_error", error.code, error.message)
+        try:
+            result = await self._run(statement, properties)
+        except QueryError as error:
+            return query_error(error, statement)
+        rows = _finite_rows(result.rows) if result.non_finite else result.rows
+        header = {"header": {"queryId": result.query_id, "schema": _schema(result)}}
+        return 200, dumps([header, *({"row": {"columns": row}} for row in rows)])
+
+    async def _run(self, sql: str, properties: dict[str, object]) -> QueryResult:
+        started = time.perf_counter()
+        try:
+            result = await self._queries.execute(sql, properties)
+        except QueryError as error:
+            self._metrics.queries.labels(error.kind).inc()
+            self._metrics.failures.labels(error.kind).inc()
+            raise
+        finally:
+            self._latency.observe(time.perf_counter() - started)
+        self._ok.inc()
+        return result
+
+
+class QueryRoutes:
+    """ASGI: `POST /v1/query` and `POST /query` answered by `QueryEndpoints`, everything else by `app`."""
+
+    def __init__(self, endpoints: QueryEndpoints, app: ASGIApp) -> None:
+        self._app = app
+        self._routes: dict[str, Callable[[bytes], Awaitable[tuple[int, bytes]]]] = {
+            "/v1/query": endpoints.native,
+            "/query": endpoints.ksql,
+        }
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            endpoint = self._routes.get(scope["path"])
+            if endpoint is not None:
+                try:
+                    body = await read_body(receive)
+                except BadRequest as error:
+                    await send_json(
+                        send, *error_body(error.status, "generic_error", error.code, error.message)
+                    )
+                    return
+                if body is None:
+                    return  # the client has gone
+                try:
+                    status, payload = await endpoint(body)
+                except Exception as error:  # never a stack trace in a body
+                    log.exception("unexpected error answering %s", scope["path"])
+                    status, payload = error_body(
+                        500, "generic_error", SERVER_ERROR, f"internal error: {type(error).__name__}"
+                    )
+                await send_json(send, status, payload)
+                return
+        await self._app(scope, receive, send)
+
+
+async def read_body(receive: Receive) -> bytes | None:
+    """The whole request body; None when the client went away first. Refuses (413) a body larger than
+    MAX_BODY_BYTES without keeping the rest."""
+    chunks: list[bytes] = []
+    size = 0
+    more = True
+    while more:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunk: bytes = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise BadRequest(f"request body larger than {MAX_BODY_BYTES} bytes", 413, TOO_LARGE)
+        chunks.append(chunk)
+        more = message.get("more_body", False)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+async def send_json(send: Send, status: int, payload: bytes) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [*_JSON_HEADERS, (b"content-length", str(len(payload)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": payload})
+
+
+def error_body(status: int, kind: str, code: int, message: str) -> tuple[int, bytes]:
+    return status, dumps({"@type": kind, "error_code": code, "message": message})
+
+
+def query_error(error: QueryError, statement: str) -> tuple[int, bytes]:
+    status, kind, code = _KIND.get(error.kind, (400, "statement_error", BAD_STATEMENT))
+    body = {
+        "@type": kind,
+        "error_code": code,
+        "message": error.message,
+        "statementText": statement,
+        "entities": [],
+    }
+    return status, dumps(body)
+
+
+def dumps(value: object) -> bytes:
+    try:
+        return orjson.dumps(value, default=_default, option=orjson.OPT_NON_STR_KEYS)
+    except TypeError:  # what orjson cannot write (text with lone surrogates, odd map keys): the slow way
+        return orjson.dumps(plain_json(value))
+
+
+def _default(value: object) -> object:
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return base64.b64encode(value).decode()
+    raise TypeError(type(value).__name__)
+
+
+def plain_json(value: object) -> object:
+    """`value` as JSON types only, each the way `dumps` writes it."""
+    if value is None or isinstance(value, bool | int | str):
+        return value.encode("utf-8", "replace").decode() if isinstance(value, str) else value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else _NON_FINITE.get(value, "NaN")
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return base64.b64encode(value).decode()
+    if isinstance(value, list | tuple):
+        return [plain_json(v) for v in value]
+    if isinstance(value, dict):
+        return {str(plain_json(k)): plain_json(v) for k, v in value.items()}
+    return str(value)
+
+
+def _finite_rows(rows: list[list[object]]) -> list[list[object]]:
+    return [[_finite(value) for value in row] for row in rows]
+
+
+def _finite(value: object) -> object:
+    if type(value) is float:
+        return value if math.isfinite(value) else _NON_FINITE.get(value, "NaN")
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    return value
+
+
+# ---------------------------------------------------------------------------------------------- requests
+def _json_object(body: bytes) -> dict[str, Any]:
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as error:
+        raise BadRequest(f"malformed JSON at position {error.pos}: {error.msg}") from None
+    if not isinstance(data, dict):
+        raise BadRequest(
+            'malformed request: the body must be a JSON object, e.g. {"ksql": "SELECT * FROM t;"}'
+        )
+    return data
+
+
+def _refuse_unknown(data: dict[str, Any], known: tuple[str, ...]) -> None:
+    unknown = [name for name in data if name not in known]
+    if unknown:
+        names = ", ".join(repr(name) for name in unknown)
+        raise BadRequest(
+            f"malformed request: unknown field{'s' if len(unknown) > 1 else ''} {names}; "
+            f"known: {', '.join(known)}"
+        )
+
+
+def _statement(data: dict[str, Any], name: str) -> str:
+    value = data.get(name)
+    if value is None:
+        raise BadRequest(f"malformed request: {name}: Field required")
+    if not isinstance(value, str):
+        raise BadRequest(f"malformed request: {name}: must be a string")
+    return value
+
+
+def _native_request(data: dict[str, Any]) -> tuple[str, dict[str, object]]:
+    _refuse_unknown(data, NATIVE_FIELDS)
+    sql = _statement(data, "sql")
+    properties: dict[str, object] = {}
+    for name, least in (("max_lag", 0), ("timeout_ms", 1)):
+        value = data.get(name)
+        if value is None:
+            continue
+        if type(value) is not int or value < least:
+            raise BadRequest(f"malformed request: {name}: must be an integer >= {least}, or null")
+        properties[name] = value
+    standby_reads = data.get("standby_reads", True)
+    if type(standby_reads) is not bool:
+        raise BadRequest("malformed request: standby_reads: must be true or false")
+    properties["standby_reads"] = standby_reads
+    return sql, properties
+
+
+def _ksql_request(data: dict[str, Any]) -> tuple[str, dict[str, object]]:
+    _refuse_unknown(data, KSQL_FIELDS)
+    statement = _statement(data, "ksql")
+    properties: dict[str, object] = {}
+    for name in ("properties", "streamsProperties"):
+        value = data.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, dict):
+            raise BadRequest(f"malformed request: {name}: must be a JSON object")
+        properties.update(value)
+    variables = data.get("sessionVariables")
+    if variables is not None and not isinstance(variables, dict):
+        raise BadRequest("malformed request: sessionVariables: must be a JSON object")
+    if variables:
+        raise BadRequest("malformed request: sessionVariables: variable substitution is not supported")
+    sequence = data.get("commandSequenceNumber")
+    if sequence is not None and type(sequence) is not int:
+        raise BadRequest("malformed request: commandSequenceNumber: must be an integer")
+    return statement, properties
+
+
+# ---------------------------------------------------------------------------------------------- answers
+def _schema(result: QueryResult) -> str:
+    key_types = {c.name.lower(): KEY_SQL_TYPES[c.type] for c in result.table.key_columns}
+    parts = []
+    for index, name in enumerate(result.columns):
+        sql_type = key_types.get(name.lower())
+        if sql_type is None:
+            sql_type = next(
+                (_sql_type(row[index]) for row in result.rows if row[index] is not None), "STRING"
+            )
+        suffix = " KEY" if name.lower() in key_types else ""
+        parts.append(f"`{name}` {sql_type}{suffix}")
+    return ", ".join(parts)
+
+
+def _sql_type(value: object) -> str:
+    if isinstance(value, bool):
+        return "BOOLEAN"
+    if isinstance(value, int):
+        return "BIGINT"
+    if isinstance(value, float):
+        return "DOUBLE"
+    if isinstance(value, dt.datetime):
+        return "TIMESTAMP"
+    if isinstance(value, dt.date):
+        return "DATE"
+    if isinstance(value, decimal.Decimal):
+        return "DECIMAL"
+    if isinstance(value, bytes):
+        return "BYTES"
+    if isinstance(value, list):
+        return "ARRAY"
+    if isinstance(value, dict):
+        return "MAP"
+    return "STRING"
