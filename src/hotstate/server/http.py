@@ -301,6 +301,8 @@ def http_server(app: QueryRoutes, host: str, port: int) -> uvicorn.Server:
         host=host,
         port=port,
         http=LimitedHttpToolsProtocol,
+        proxy_headers=False,  # no proxy is trusted; the middleware would cost every request
+        server_header=False,
         log_level="warning",
         access_log=False,
         lifespan="off",

@@ -1,0 +1,171 @@
+"""The coordinator's rounds: one request per server per round, a partition refused or unanswered goes to
+its next candidate, and the error names every replica tried. Peers are in-memory stand-ins that answer
+QueryPartitionsRequest the way a server does (or fail the way a transport does)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from hotstate.controller.image import MetadataImage, PartitionInfo, TableInfo
+from hotstate.controller.records import KeyColumn, KeyType
+from hotstate.replica.keys import encode_key, partition_for
+from hotstate.replica.messages import (
+    PartitionQueryResponse,
+    QueryPartitionsRequest,
+    QueryPartitionsResponse,
+    ReplicaError,
+)
+from hotstate.replica.rows import encode_row
+from hotstate.routing.lags import LagTable
+from hotstate.rpc import NotConnected, RpcTimeout
+from hotstate.server.queries import QueryError, QueryService
+
+PARTITIONS = 4
+TABLE = TableInfo("clicks", 1, PARTITIONS, 1, (KeyColumn("user", KeyType.STRING),), acceptable_lag=None)
+# Actives on 2 and 3, each partition's standby on the other one; the coordinator (1) holds nothing.
+PLACEMENT = {0: (2, 3), 1: (3, 2), 2: (2, 3), 3: (3, 2)}
+
+
+def _image() -> MetadataImage:
+    parts = tuple(
+        PartitionInfo(1, p, (active, standby), active, (), 1, (active, standby))
+        for p, (active, standby) in sorted(PLACEMENT.items())
+    )
+    return MetadataImage(1, {}, {"clicks": TABLE}, {1: parts})
+
+
+USERS = [f"u{i}" for i in range(40)]
+
+
+def _partition(user: str) -> int:
+    return partition_for(encode_key((user,)), PARTITIONS)
+
+
+class Peers:
+    """Answers like servers holding every row; `refuse`, `timeout` and `down` make a node fail."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, tuple[int, ...]]] = []
+        self.refuse: set[int] = set()
+        self.timeout: set[int] = set()
+        self.down: set[int] = set()
+
+    async def request(self, node: int, message: object, timeout_s: float) -> object:
+        assert isinstance(message, QueryPartitionsRequest)
+        self.calls.append((node, tuple(p.partition for p in message.parts)))
+        if node in self.down:
+            raise NotConnected(f"node {node} is down")
+        if node in self.timeout:
+            raise RpcTimeout(f"node {node} took longer than {timeout_s:.3f} s")
+        answers = []
+        for part in message.parts:
+            if node in self.refuse:
+                answers.append(PartitionQueryResponse(ReplicaError.LAG_OVER_BOUND, "lag 9 > bound 0"))
+                continue
+            items = tuple(
+                sorted(
+                    (encode_key((u,)), encode_row({"user": u, "n": int(u[1:])}))
+                    for u in USERS
+                    if _partition(u) == part.partition and encode_key((u,)) in part.keys
+                )
+            )
+            answers.append(PartitionQueryResponse(ReplicaError.NONE, "", "active", 10, 0, items))
+        return QueryPartitionsResponse(tuple(answers))
+
+
+def _service(peers: Peers, forwards: list[str] | None = None) -> QueryService:
+    return QueryService(
+        1,
+        image=_image,
+        replicas=None,
+        lags=LagTable(),
+        alive=lambda node: True,
+        request=peers.request,
+        on_forward=(forwards.append if forwards is not None else lambda outcome: None),
+    )
+
+
+def _in_list(users: list[str]) -> str:
+    return "SELECT * FROM clicks WHERE user IN (" + ", ".join(f"'{u}'" for u in users) + ")"
+
+
+def test_one_request_per_server_carries_all_its_partitions() -> None:
+    peers = Peers()
+    forwards: list[str] = []
+    result = asyncio.run(_service(peers, forwards).execute(_in_list(USERS)))
+    assert [row[0] for row in result.rows] == sorted(USERS)
+    assert sorted(node for node, _ in peers.calls) == [2, 3]  # one round, one request each
+    assert dict(peers.calls) == {2: (0, 2), 3: (1, 3)}
+    assert forwards == ["ok"] * PARTITIONS  # the metric still counts partitions
+    assert [p.served_by for p in result.partitions] == [2, 3, 2, 3]
+
+
+def test_partitions_a_server_refuses_go_to_their_next_candidate_in_one_more_request() -> None:
+    peers = Peers()
+    peers.refuse.add(2)
+    forwards: list[str] = []
+    result = asyncio.run(_service(peers, forwards).execute(_in_list(USERS)))
+    assert [row[0] for row in result.rows] == sorted(USERS)
+    # Round 1: 2 refuses 0 and 2; round 2: 3 (their standby) serves them in one request.
+    assert peers.calls == [(2, (0, 2)), (3, (1, 3)), (3, (0, 2))]
+    assert [p.served_by for p in result.partitions] == [3, 3, 3, 3]
+    assert sorted(forwards) == ["ok"] * 4 + ["refused"] * 2
+
+
+def test_a_server_that_times_out_costs_its_partitions_one_try_each() -> None:
+    peers = Peers()
+    peers.timeout.add(3)
+    result = asyncio.run(_service(peers).execute(_in_list(USERS)))
+    assert [row[0] for row in result.rows] == sorted(USERS)
+    assert peers.calls == [(2, (0, 2)), (3, (1, 3)), (2, (1, 3))]
+
+
+def test_when_no_replica_can_serve_the_error_names_each_and_why() -> None:
+    peers = Peers()
+    peers.down.add(2)
+    peers.refuse.add(3)
+    with pytest.raises(QueryError) as error:
+        asyncio.run(_service(peers).execute("SELECT * FROM clicks WHERE user = 'u1'"))
+    assert error.value.kind == "unavailable"
+    partition = _partition("u1")
+    active, standby = PLACEMENT[partition]
+    message = error.value.message
+    assert f"clicks/{partition}" in message
+    assert f"{active}: unreachable (NotConnected)" in message or f"{active}: refused" in message
+    assert f"{standby}: " in message
+
+
+def test_standby_reads_off_never_asks_a_standby() -> None:
+    peers = Peers()
+    peers.refuse.add(2)
+    with pytest.raises(QueryError, match="standby reads are off"):
+        asyncio.run(_service(peers).execute(_in_list(USERS), {"standby_reads": False}))
+    assert all(node == 2 for node, parts in peers.calls if 0 in parts or 2 in parts)
+
+
+def test_unknown_properties_are_refused_with_the_known_ones() -> None:
+    with pytest.raises(QueryError, match=r"unknown property 'max_lags'; known: .*max_lag") as error:
+        asyncio.run(_service(Peers()).execute("SELECT * FROM clicks WHERE user = 'u1'", {"max_lags": 3}))
+    assert error.value.kind == "bad_request"
+    # What ksqlDB's clients send with every statement is accepted.
+    result = asyncio.run(
+        _service(Peers()).execute(
+            "SELECT * FROM clicks WHERE user = 'u1'", {"ksql.streams.auto.offset.reset": "earliest"}
+        )
+    )
+    assert result.rows == [["u1", 1]]
+
+
+def test_a_bound_beyond_what_the_wire_carries_is_a_clear_error() -> None:
+    for bound in (2**63, 2**64, "1" * 30):
+        with pytest.raises(QueryError, match=r"max_lag=.*from 0 to 9223372036854775807") as error:
+            asyncio.run(
+                _service(Peers()).execute("SELECT * FROM clicks WHERE user = 'u1'", {"max_lag": bound})
+            )
+        assert error.value.kind == "bad_request"
+    result = asyncio.run(
+        _service(Peers()).execute("SELECT * FROM clicks WHERE user = 'u1'", {"max_lag": 2**63 - 1})
+    )
+    assert result.rows == [["u1", 1]]
