@@ -1,0 +1,114 @@
+"""The request limits uvicorn lacks (http_limits.py), on a real uvicorn server in this process: a slow
+client is answered 408 and closed, an oversized head 431, and a normal request is untouched."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+import uvicorn
+
+from hotstate.server import http_limits
+from hotstate.server.http_limits import LimitedHttpToolsProtocol
+
+
+async def _app(
+    scope: MutableMapping[str, Any],
+    receive: Callable[[], Awaitable[MutableMapping[str, Any]]],
+    send: Callable[[MutableMapping[str, Any]], Awaitable[None]],
+) -> None:
+    body = b""
+    more = True
+    while more:
+        message = await receive()
+        body += message.get("body", b"")
+        more = message.get("more_body", False)
+    await send(
+        {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"%d" % len(body))]}
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+@asynccontextmanager
+async def _server() -> AsyncIterator[int]:
+    config = uvicorn.Config(
+        _app, host="127.0.0.1", port=0, http=LimitedHttpToolsProtocol, log_level="error", lifespan="off"
+    )
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield port
+    finally:
+        server.should_exit = True
+        await task
+
+
+async def _exchange(port: int, *parts: bytes, pause_s: float = 0.0) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    for part in parts:
+        writer.write(part)
+        await writer.drain()
+        await asyncio.sleep(pause_s)
+    answer = await asyncio.wait_for(reader.read(), 5.0)
+    writer.close()
+    return answer
+
+
+@pytest.fixture
+def short_timeout(monkeypatch: pytest.MonkeyPatch) -> float:
+    monkeypatch.setattr(http_limits, "REQUEST_READ_TIMEOUT_S", 0.3)
+    return 0.3
+
+
+def test_a_request_not_read_in_time_is_answered_408_and_closed(short_timeout: float) -> None:
+    async def run() -> None:
+        async with _server() as port:
+            # Headers that never end (slowloris), a body that never comes, and a connection that says nothing.
+            half_head = await _exchange(port, b"POST / HTTP/1.1\r\nHost: x\r\n")
+            assert half_head.startswith(b"HTTP/1.1 408"), half_head
+            assert b"not received within 0.3 s" in half_head
+            no_body = await _exchange(port, b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc")
+            assert no_body == b"", no_body  # the app had started on it: closed, nothing half-sent
+            silent = await _exchange(port)
+            assert silent.startswith(b"HTTP/1.1 408"), silent
+
+    asyncio.run(run())
+
+
+def test_a_request_sent_in_pieces_within_the_limit_is_answered(short_timeout: float) -> None:
+    async def run() -> None:
+        async with _server() as port:
+            answer = await _exchange(
+                port,
+                b"POST / HTTP/1.1\r\nHost: x\r\n",
+                b"Content-Length: 5\r\nConnection: close\r\n\r\n",
+                b"hello",
+                pause_s=0.05,
+            )
+            assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"hello"), answer
+
+    asyncio.run(run())
+
+
+def test_an_oversized_head_is_answered_431() -> None:
+    async def run() -> None:
+        async with _server() as port:
+            big = (
+                b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: "
+                + b"a" * (http_limits.MAX_HEAD_BYTES + 1)
+                + b"\r\n\r\n"
+            )
+            answer = await _exchange(port, big)
+            assert answer.startswith(b"HTTP/1.1 431"), answer[:100]
+            long_url = b"GET /" + b"a" * (http_limits.MAX_HEAD_BYTES + 1) + b" HTTP/1.1\r\nHost: x\r\n\r\n"
+            assert (await _exchange(port, long_url)).startswith(b"HTTP/1.1 431")
+            fine = b"GET / HTTP/1.1\r\nHost: x\r\nX-Ok: " + b"a" * 1000 + b"\r\nConnection: close\r\n\r\n"
+            assert (await _exchange(port, fine)).startswith(b"HTTP/1.1 200")
+
+    asyncio.run(run())
