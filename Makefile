@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest bench clean venv java
+.PHONY: demo test lint typecheck pytest bench bench-tools clean venv java
 
 # Re-install when pyproject.toml changes (the stamp is older) or the venv is missing.
 $(STAMP): pyproject.toml
@@ -36,13 +36,22 @@ pytest: $(STAMP) java
 
 test: lint typecheck pytest
 
-bench: $(STAMP) java
+# bench/pull_queries.py and bench/http_servers.py: wrk (HTTP/1.1 load), h2load (HTTP/2 load, nghttp2-client),
+# redis-server + redis-benchmark (the Redis baseline).
+bench-tools: $(STAMP)
+	$(PY) -m pip install --quiet --no-cache-dir -e '.[dev,bench]'
+	@command -v wrk >/dev/null && command -v h2load >/dev/null && command -v redis-server >/dev/null \
+		&& command -v redis-benchmark >/dev/null \
+		|| (apt-get update && apt-get install -y --no-install-recommends wrk nghttp2-client redis-server redis-tools)
+
+bench: $(STAMP) java bench-tools
 	$(PY) bench/log_append.py
 	$(PY) bench/raft_sim.py
 	$(PY) bench/assignor.py
 	$(PY) bench/rpc.py
 	$(PY) bench/metadata.py
 	$(PY) bench/replication.py
+	$(PY) bench/http_servers.py
 	$(PY) bench/pull_queries.py
 	$(PY) bench/spark_sink.py
 	$(PY) bench/freshness.py
