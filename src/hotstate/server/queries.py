@@ -197,6 +197,16 @@ class QueryService:
         pending: list[_Attempts] = []
         for partition, spec in work.items():
             part = parts[partition]
+            if part.active == self.node_id and deadline > time.monotonic():
+                # The router would put this server's active first whatever the lags say (a restoring
+                # one is held to the bound, which serve_local checks with its real lag): skip routing.
+                answer = self.serve_local(spec)
+                if answer.error is ReplicaError.NONE:
+                    served = PartitionServed(
+                        partition, self.node_id, answer.state, answer.offset_lag, answer.position
+                    )
+                    answers[partition] = _PartitionAnswer(served, answer.items)
+                    continue
             decision = route(
                 part,
                 table=table.name,
