@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -9,8 +10,14 @@ from hypothesis import strategies as st
 
 from hotstate.controller.image import TableInfo
 from hotstate.controller.records import KeyColumn, KeyType
+from hotstate.query import fast
 from hotstate.query.plan import plan
 from hotstate.query.sql import (
+    MAX_ANDS,
+    MAX_LIMIT,
+    MAX_NESTING,
+    MAX_STATEMENT_CHARS,
+    SLOW_PARSE_CHARS,
     Condition,
     InvalidSqlError,
     Op,
@@ -19,8 +26,10 @@ from hotstate.query.sql import (
     TupleIn,
     UnsupportedQueryError,
     parse,
+    parse_fast,
     parse_timestamp,
 )
+from hotstate.query.sql import _parse_cached as parse_cached
 from hotstate.replica.keys import KeyValue
 
 
@@ -241,11 +250,109 @@ def test_error_kinds_are_value_errors() -> None:
 
 
 def test_long_chains_do_not_hit_the_recursion_limit() -> None:
-    query = parse("SELECT * FROM t WHERE " + " AND ".join(["k = 1"] * 3000))
-    assert len(query.conditions) == 3000
+    query = parse("SELECT * FROM t WHERE " + " AND ".join(["k = TIMESTAMP '2026-01-02'"] * 1001))
+    assert len(query.conditions) == 1001
     assert where("k = " + "- " * 100 + "5") == (eq("k", 5),)
     with pytest.raises(InvalidSqlError, match="the query is nested too deeply"):
         parse("SELECT * FROM t WHERE k = " + "- " * 3000 + "5")
+
+
+# --- limits: what would crash or stall the server later is refused up front, with a message ----------------
+
+
+def test_a_statement_longer_than_the_limit_is_refused_before_parsing() -> None:
+    padded = "SELECT * FROM t"
+    assert parse(padded + " " * (MAX_STATEMENT_CHARS - len(padded))).table == "t"
+    for sql in (padded + " " * (MAX_STATEMENT_CHARS + 1 - len(padded)), "(" * (MAX_STATEMENT_CHARS + 1)):
+        with pytest.raises(UnsupportedQueryError) as caught:
+            parse(sql)
+        assert str(caught.value) == (
+            f"the statement is {MAX_STATEMENT_CHARS + 1:,} characters long; at most "
+            f"{MAX_STATEMENT_CHARS:,} are allowed"
+        )
+
+
+def test_the_planners_key_limit_fits_and_takes_the_fast_path() -> None:
+    keys = [f"{i:020d}" for i in range(10_000)]  # 20-character string keys
+    sql = "SELECT * FROM t WHERE k IN (" + ", ".join(f"'{key}'" for key in keys) + ");"
+    assert len(sql) <= MAX_STATEMENT_CHARS
+    assert parse_fast(sql) == PullQuery("t", None, (Condition("k", Op.IN, tuple(keys)),), None)
+    assert len(sql) > SLOW_PARSE_CHARS
+
+
+@pytest.mark.parametrize(
+    ("sql", "where"),
+    [
+        ("SELECT * FROM t WHERE k = '\ud800'", "U+D800 at line 1, column 28"),
+        ("SELECT *\nFROM t\nWHERE k = 'é\udfff'", "U+DFFF at line 3, column 13"),
+        ("SELECT * FROM t -- \ud83d", "U+D83D at line 1, column 20"),
+        ("SELECT * FROM t WHERE k = TIMESTAMP '\ud800'", "U+D800 at line 1, column 38"),
+    ],
+)
+def test_a_lone_surrogate_is_an_error_naming_its_position(sql: str, where: str) -> None:
+    with pytest.raises(InvalidSqlError) as caught:
+        parse(sql)
+    message = str(caught.value)
+    assert where in message
+    message.encode("utf-8")  # the message itself can be sent back
+
+
+def test_a_limit_beyond_64_bits_is_refused_by_both_paths() -> None:
+    assert parse(f"SELECT * FROM t LIMIT {MAX_LIMIT}").limit == MAX_LIMIT
+    assert parse(f"SELECT * FROM t LIMIT 000{MAX_LIMIT}").limit == MAX_LIMIT
+    for count in (str(MAX_LIMIT + 1), "9" * 5000):
+        for sql in (f"SELECT * FROM t LIMIT {count}", f"SELECT * FROM t /* slow path */ LIMIT {count}"):
+            with pytest.raises(UnsupportedQueryError, match=f"^LIMIT must be at most {MAX_LIMIT}, got"):
+                parse(sql)
+    with pytest.raises(UnsupportedQueryError, match="LIMIT must be at most"):
+        fast.recognize(f"SELECT * FROM t LIMIT {MAX_LIMIT + 1}")
+
+
+def test_deep_nesting_is_refused_before_sqlglot() -> None:
+    def nested(depth: int) -> str:
+        return "SELECT * FROM t WHERE " + "(" * depth + "k = 1" + ")" * depth
+
+    assert where(f"k = {'(' * 20}1{')' * 20} AND k IN ('((((((((((((((((((((((((((((((((((((((')") == (
+        eq("k", 1),
+        Condition("k", Op.IN, ("(" * 38,)),
+    )
+    with pytest.raises(
+        InvalidSqlError, match=f"nested too deeply \\(33 levels of parentheses; at most {MAX_NESTING}"
+    ):
+        parse(nested(MAX_NESTING + 1))
+    started = time.monotonic()
+    with pytest.raises(InvalidSqlError, match="nested too deeply"):
+        parse(nested(200_000))
+    assert time.monotonic() - started < 1
+
+
+def test_too_many_ands_are_refused_by_both_paths() -> None:
+    fast_shape = "SELECT * FROM t WHERE " + " AND ".join(["k = 1"] * (MAX_ANDS + 1))
+    assert len(parse(fast_shape).conditions) == MAX_ANDS + 1
+    between = "SELECT * FROM t WHERE " + " AND ".join(["k = 1"] * MAX_ANDS) + " AND k BETWEEN 1 AND 2"
+    slow_shape = "SELECT * FROM t WHERE " + " AND ".join(["k = TIMESTAMP '2026-01-02'"] * (MAX_ANDS + 2))
+    started = time.monotonic()
+    for sql in (
+        fast_shape + " AND k = 1",
+        between,
+        slow_shape,
+        "SELECT * FROM t WHERE " + "k=1 AND " * 20_000,
+    ):
+        assert fast.recognize(sql) is None
+        with pytest.raises(UnsupportedQueryError, match=f"ANDs; at most {MAX_ANDS:,} are allowed"):
+            parse(sql)
+    assert time.monotonic() - started < 1
+    in_strings = "SELECT * FROM t /* slow path */ WHERE " + " AND ".join(["k = 'a AND b'"] * MAX_ANDS)
+    assert len(parse(in_strings).conditions) == MAX_ANDS  # ANDs in strings do not count
+
+
+def test_the_full_parser_caches_short_statements() -> None:
+    sql = "SELECT * FROM t WHERE k = TIMESTAMP '2026-01-02' -- cached"
+    assert parse_fast(sql) is None
+    first = parse(sql)
+    hits = parse_cached.cache_info().hits
+    assert parse(sql) is first
+    assert parse_cached.cache_info().hits == hits + 1
 
 
 # --- round trip: every PullQuery the parser can produce, rendered as SQL, parses back to itself ----------
@@ -313,7 +420,7 @@ def conditions(draw: st.DrawFn) -> tuple[Condition | TupleIn, str]:
     NAMES,
     st.none() | st.lists(NAMES, min_size=1, max_size=3),
     st.lists(conditions(), max_size=4),
-    st.none() | st.integers(0, 2**70),
+    st.none() | st.integers(0, MAX_LIMIT),
 )
 def test_round_trip(
     table: str,

@@ -18,17 +18,24 @@ columns), so `id`, `ID` and `Id` are one column whether quoted or not: tables ar
 DataFrames, whose column names are case-insensitive by default.
 
 Which columns are key columns and whether values fit their types is the planner's business (plan.py).
+
+Parsing is fast for the common shapes (fast.py recognizes them without sqlglot in a few microseconds); the
+rest goes to sqlglot, behind a cache of recent statements. Before any parsing a statement is refused if it
+is longer than MAX_STATEMENT_CHARS or holds a lone surrogate, and before sqlglot if it nests parentheses
+deeper than MAX_NESTING or has more than MAX_ANDS ANDs. A server should parse a statement that
+`parse_fast` leaves to the full parser in a worker thread when it is longer than SLOW_PARSE_CHARS.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import itertools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, ClassVar, TypeAlias
+from typing import Any, ClassVar, Final, TypeAlias
 
 import sqlglot
 from sqlglot import exp
@@ -39,6 +46,11 @@ from sqlglot.tokens import Tokenizer as _BaseTokenizer
 from hotstate.replica.keys import KeyValue
 
 __all__ = [
+    "MAX_ANDS",
+    "MAX_LIMIT",
+    "MAX_NESTING",
+    "MAX_STATEMENT_CHARS",
+    "SLOW_PARSE_CHARS",
     "Condition",
     "InvalidSqlError",
     "Op",
@@ -47,9 +59,33 @@ __all__ = [
     "QueryError",
     "TupleIn",
     "UnsupportedQueryError",
+    "limit_count",
     "parse",
+    "parse_fast",
     "parse_timestamp",
 ]
+
+# The planner looks up at most 10,000 keys (plan's max_keys); as an IN list of typical 20-character string
+# keys that is 10,000 x len("'<20 chars>', ") = 240,000 characters, so twice that still fits. Longer text
+# is refused before any parsing: sqlglot takes 0.4-1.2 us per character.
+MAX_STATEMENT_CHARS: Final = 512 * 1024
+# At 0.4-1.2 us per character, sqlglot takes at most ~5 ms for a statement this long that the fast path
+# leaves to it: about the GIL's switch interval, which is what parsing it in a worker thread would make
+# the event loop wait anyway. Longer ones should be parsed in a worker thread.
+SLOW_PARSE_CHARS: Final = 4096
+# sqlglot recurses ~20 Python frames per parenthesis and fails at about 49 levels with the default
+# recursion limit (fewer on a deeper call stack); refusing beyond 32 makes the outcome not depend on
+# where parse() is called from.
+MAX_NESTING: Final = 32
+# sqlglot takes ~40 us per condition (1.2 s for 20,000 ANDs); no pull query needs this many (many keys
+# go in one IN list).
+MAX_ANDS: Final = 1000
+# LIMIT is a signed 64-bit integer wherever it goes next (msgpack between nodes, ksqlDB clients).
+MAX_LIMIT: Final = 2**63 - 1
+# Statements the full parser answered, by their exact text; only short ones, so that the cache holds at
+# most a few MB (a client sending distinct long statements must not pin 1,024 x 512 KiB).
+_CACHE_ENTRIES = 1024
+_CACHED_CHARS = SLOW_PARSE_CHARS
 
 
 class QueryError(ValueError):
@@ -116,6 +152,15 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _CLASS_REPR = re.compile(r"<class '(?:[\w.]+\.)?(\w+)'>")
 _TOKEN_REPR = re.compile(r"<Token token_type: TokenType\.(\w+), text: (.*?), line: [^>]*>")
 _DIGITS = re.compile(r"[0-9]+")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+# What nesting and AND counts are taken from: strings, quoted names and comments are skipped, roughly as
+# sqlglot reads them. An unterminated one runs to the end of the text (sqlglot then fails early, or reads
+# a comment to the end); stopping it anywhere else would rescan the rest from each such start.
+_SKIPPED = re.compile(
+    r"""'[^']*+(?:'|\Z)|`[^`]*+(?:`|\Z)|"[^"]*+(?:"|\Z)|--[^\n\r]*+|/\*[\s\S]*?(?:\*/|\Z)"""
+)
+_AND = re.compile(r"\bAND\b|&&", re.IGNORECASE)
+_NOT_PAREN = re.compile(r"[^()]+")
 _TIMESTAMP_TYPES = frozenset(
     {
         exp.DataType.Type.TIMESTAMP,
@@ -164,12 +209,78 @@ _PUSH_QUERY = "push queries (EMIT CHANGES / EMIT FINAL) are not supported: only 
 
 def parse(sql: str) -> PullQuery:
     """The pull query in `sql`; raises InvalidSqlError or UnsupportedQueryError, never anything else."""
+    query = parse_fast(sql)
+    if query is not None:
+        return query
+    return _parse_cached(sql) if len(sql) <= _CACHED_CHARS else _parse_full(sql)
+
+
+def parse_fast(sql: str) -> PullQuery | None:
+    """The pull query in `sql` if it has one of the common shapes (a few microseconds), None if it needs
+    the full parser: then call `parse`, in a worker thread if `len(sql) > SLOW_PARSE_CHARS`. Raises as
+    `parse` does for a statement that is too long, is not valid Unicode or has a LIMIT beyond 64 bits."""
+    if len(sql) > MAX_STATEMENT_CHARS:
+        raise UnsupportedQueryError(
+            f"the statement is {len(sql):,} characters long; at most {MAX_STATEMENT_CHARS:,} are allowed"
+        )
+    if not sql.isascii():
+        _check_surrogates(sql)
+    return _fast.recognize(sql)
+
+
+def limit_count(digits: str) -> int:
+    """LIMIT's count from its digits; shared with fast.py so that both paths refuse the same counts."""
+    significant = digits.lstrip("0") or "0"
+    if len(significant) > len(str(MAX_LIMIT)) or int(significant) > MAX_LIMIT:
+        raise UnsupportedQueryError(f"LIMIT must be at most {MAX_LIMIT}, got {_short(digits)}")
+    return int(significant)
+
+
+def _check_surrogates(sql: str) -> None:
+    # Python strings from JSON may hold lone surrogates ("\ud800"), which cannot be encoded as UTF-8: the
+    # statement (echoed in a response) would fail later, far from its cause.
+    found = _SURROGATE.search(sql)
+    if found is None:
+        return
+    at = found.start()
+    line, column = sql.count("\n", 0, at) + 1, at - sql.rfind("\n", 0, at)
+    raise InvalidSqlError(
+        f"invalid SQL: a lone surrogate U+{ord(found[0]):04X} at line {line}, column {column} is not a "
+        "character (the text must be valid Unicode)"
+    )
+
+
+@functools.lru_cache(maxsize=_CACHE_ENTRIES)
+def _parse_cached(sql: str) -> PullQuery:
+    return _parse_full(sql)  # PullQuery is immutable, so callers can share one
+
+
+def _parse_full(sql: str) -> PullQuery:
+    """The full parser: what `parse` does with a statement after its text checks, if the fast path
+    leaves it (uncached)."""
+    _check_complexity(sql)
     statements = [statement for statement in _sqlglot_parse(sql) if statement is not None]
     if not statements:
         raise InvalidSqlError("the query is empty")
     if len(statements) > 1:
         raise UnsupportedQueryError(f"one statement per query, got {len(statements)}")
     return _query(statements[0])
+
+
+def _check_complexity(sql: str) -> None:
+    """Refuses what sqlglot would take seconds or its whole recursion limit over."""
+    text = _SKIPPED.sub(" ", sql)
+    ands = len(_AND.findall(text))
+    if ands > MAX_ANDS:
+        raise UnsupportedQueryError(f"the query has {ands:,} ANDs; at most {MAX_ANDS:,} are allowed")
+    parens = _NOT_PAREN.sub("", text)
+    if parens.count("(") > MAX_NESTING:
+        depth = max(itertools.accumulate(1 if paren == "(" else -1 for paren in parens))
+        if depth > MAX_NESTING:
+            raise InvalidSqlError(
+                f"invalid SQL: the query is nested too deeply ({depth} levels of parentheses; at most "
+                f"{MAX_NESTING} are allowed)"
+            )
 
 
 def parse_timestamp(text: str) -> dt.datetime:
@@ -345,10 +456,7 @@ def _limit(node: object) -> int | None:
         raise UnsupportedQueryError(f"{_show(node)} is not supported: LIMIT takes one number")
     count = node.args.get("expression")
     if isinstance(count, exp.Literal) and not count.is_string and _DIGITS.fullmatch(str(count.this)):
-        try:
-            return int(count.this)
-        except ValueError:  # more digits than int() will read
-            pass
+        return limit_count(str(count.this))
     raise UnsupportedQueryError(f"LIMIT must be a non-negative integer, got {_show(count)}")
 
 
@@ -553,3 +661,7 @@ def _typed_literal(node: exp.Cast) -> KeyValue:
             f"invalid TIMESTAMP literal {_short(str(text.this))!r}: expected ISO-8601 such as "
             "'2026-01-02 03:04:05'"
         ) from None
+
+
+# Last, as fast.py builds this module's types (and imports them from here).
+from hotstate.query import fast as _fast  # noqa: E402

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from hotstate.controller.image import MetadataImage, PartitionInfo, TableInfo
 from hotstate.query.plan import FullScan, KeyLookup, KeyRange, QueryPlan, UnknownTableError, find_table, plan
-from hotstate.query.sql import PullQuery, parse
+from hotstate.query.sql import SLOW_PARSE_CHARS, PullQuery, parse, parse_fast
 from hotstate.replica.core import Role
 from hotstate.replica.messages import (
     PartitionQueryRequest,
@@ -50,9 +50,6 @@ IGNORED_PROPERTIES = frozenset(("auto.offset.reset", "ksql.streams.auto.offset.r
 DEFAULT_TIMEOUT_MS = 10_000
 MAX_TIMEOUT_MS = 300_000
 MAX_LAG_LIMIT = 2**63 - 1  # what every API and the wire can carry; larger means unbounded: pass null
-# Statements longer than this are parsed on a worker thread: a thread hop (~0.1 ms) is nothing beside the
-# lookups such a statement asks for, and the full parser takes ~10 ms per 1,000 IN-list keys.
-SLOW_PARSE_CHARS = 4096
 MAX_ROWS = 100_000  # the most rows one query returns; more needs a LIMIT and key ranges
 # Heartbeats keep a connection open to every live peer, so one that is not connected is most likely dead:
 # it gets this long to connect before the next candidate is tried.
@@ -200,12 +197,12 @@ class QueryService:
             if part.active == self.node_id and deadline > time.monotonic():
                 # The router would put this server's active first whatever the lags say (a restoring
                 # one is held to the bound, which serve_local checks with its real lag): skip routing.
-                answer = self.serve_local(spec)
-                if answer.error is ReplicaError.NONE:
+                reply = self.serve_local(spec)
+                if reply.error is ReplicaError.NONE:
                     served = PartitionServed(
-                        partition, self.node_id, answer.state, answer.offset_lag, answer.position
+                        partition, self.node_id, reply.state, reply.offset_lag, reply.position
                     )
-                    answers[partition] = _PartitionAnswer(served, answer.items)
+                    answers[partition] = _PartitionAnswer(served, reply.items)
                     continue
             decision = route(
                 part,
@@ -219,9 +216,9 @@ class QueryService:
         while pending:
             remote: dict[int, list[_Attempts]] = {}
             for attempts in pending:
-                answer = self._advance(attempts, deadline, standby_reads)
-                if answer is not None:
-                    answers[attempts.part.partition] = answer
+                answered = self._advance(attempts, deadline, standby_reads)
+                if answered is not None:
+                    answers[attempts.part.partition] = answered
                 else:
                     remote.setdefault(attempts.candidate.node_id, []).append(attempts)
             if len(remote) == 1:
@@ -229,8 +226,8 @@ class QueryService:
                 answers.update(await self._forward(node_id, group, deadline))
             elif remote:
                 rounds = await asyncio.gather(*(self._forward(n, g, deadline) for n, g in remote.items()))
-                for answered in rounds:
-                    answers.update(answered)
+                for round_answers in rounds:
+                    answers.update(round_answers)
             pending = [a for group in remote.values() for a in group if a.part.partition not in answers]
             pending.sort(key=lambda a: a.part.partition)
         return [answers[partition] for partition in sorted(answers)]
@@ -352,9 +349,13 @@ def _answered(attempts: _Attempts, answer: PartitionQueryResponse) -> _Partition
 
 
 async def _parse(sql: str) -> PullQuery:
-    """The statement parsed; a long one on a worker thread, so that no statement holds the event loop
-    (heartbeats, RPC) for the milliseconds to seconds the full parser can take on it."""
+    """The statement parsed; one that only the full parser reads and that is long is parsed on a worker
+    thread, so that no statement holds the event loop (heartbeats, RPC) for the milliseconds to seconds
+    the full parser can take on it."""
     try:
+        query = parse_fast(sql)
+        if query is not None:
+            return query
         if len(sql) > SLOW_PARSE_CHARS:
             return await asyncio.to_thread(parse, sql)
         return parse(sql)

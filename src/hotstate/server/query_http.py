@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import decimal
+import functools
 import logging
 import math
 import time
@@ -24,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from hotstate.controller.records import KeyType
+from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.server.metrics import Metrics
 from hotstate.server.queries import QueryError, QueryResult, QueryService
 
@@ -352,20 +353,43 @@ def _ksql_request(data: dict[str, Any]) -> tuple[str, dict[str, object]]:
 
 # ---------------------------------------------------------------------------------------------- answers
 def _schema(result: QueryResult) -> str:
-    key_types = {c.name.lower(): KEY_SQL_TYPES[c.type] for c in result.table.key_columns}
+    """ksqlDB's schema string; a non-key column's type is that of its first non-null value."""
+    key_types = _key_types(result.table.key_columns)
+    rows = result.rows
     parts = []
     for index, name in enumerate(result.columns):
         sql_type = key_types.get(name.lower())
-        if sql_type is None:
-            sql_type = next(
-                (_sql_type(row[index]) for row in result.rows if row[index] is not None), "STRING"
-            )
-        suffix = " KEY" if name.lower() in key_types else ""
-        parts.append(f"`{name}` {sql_type}{suffix}")
+        if sql_type is not None:
+            parts.append(f"`{name}` {sql_type} KEY")
+            continue
+        value = next((row[index] for row in rows if row[index] is not None), None)
+        parts.append(f"`{name}` {'STRING' if value is None else _sql_type(value)}")
     return ", ".join(parts)
 
 
+@functools.lru_cache(maxsize=256)
+def _key_types(key_columns: tuple[KeyColumn, ...]) -> dict[str, str]:
+    return {c.name.lower(): KEY_SQL_TYPES[c.type] for c in key_columns}
+
+
+_SQL_TYPES: dict[type, str] = {
+    bool: "BOOLEAN",
+    int: "BIGINT",
+    float: "DOUBLE",
+    str: "STRING",
+    dt.datetime: "TIMESTAMP",
+    dt.date: "DATE",
+    decimal.Decimal: "DECIMAL",
+    bytes: "BYTES",
+    list: "ARRAY",
+    dict: "MAP",
+}
+
+
 def _sql_type(value: object) -> str:
+    exact = _SQL_TYPES.get(type(value))
+    if exact is not None:
+        return exact
     if isinstance(value, bool):
         return "BOOLEAN"
     if isinstance(value, int):
