@@ -93,39 +93,19 @@ class QueryEndpoints:
         self._latency = metrics.latency
 
     async def native(self, body: bytes) -> tuple[int, bytes]:
-        try:
-            sql, properties = _native_request(_json_object(body))
-        except BadRequest as error:
-            return error_body(error.status, "generic_error", error.code, error.message)
-        try:
-            result = await self._run(sql, properties)
-        except QueryError as error:
-            return query_error(error, sql)
-        rows = _finite_rows(result.rows) if result.non_finite else result.rows
-        return 200, dumps(
-            {
-                "query_id": result.query_id,
-                "table": result.table.name,
-                "columns": result.columns,
-                "rows": rows,
-                "partitions": [
-                    {
-                        "partition": p.partition,
-                        "served_by": p.served_by,
-                        "state": p.state,
-                        "offset_lag": p.offset_lag,
-                        "position": p.position,
-                    }
-                    for p in result.partitions
-                ],
-                "served_locally": self._node_id,
-                "took_ms": round(result.took_ms, 3),
-            }
-        )
+        return await self._answer(body, _native_request, self._native_answer)
 
     async def ksql(self, body: bytes) -> tuple[int, bytes]:
+        return await self._answer(body, _ksql_request, _ksql_answer)
+
+    async def _answer(
+        self,
+        body: bytes,
+        read: Callable[[dict[str, Any]], tuple[str, dict[str, object]]],
+        shape: Callable[[QueryResult, list[list[object]]], object],
+    ) -> tuple[int, bytes]:
         try:
-            statement, properties = _ksql_request(_json_object(body))
+            statement, properties = read(_json_object(body))
         except BadRequest as error:
             return error_body(error.status, "generic_error", error.code, error.message)
         try:
@@ -133,8 +113,27 @@ class QueryEndpoints:
         except QueryError as error:
             return query_error(error, statement)
         rows = _finite_rows(result.rows) if result.non_finite else result.rows
-        header = {"header": {"queryId": result.query_id, "schema": _schema(result)}}
-        return 200, dumps([header, *({"row": {"columns": row}} for row in rows)])
+        return 200, dumps(shape(result, rows))
+
+    def _native_answer(self, result: QueryResult, rows: list[list[object]]) -> object:
+        return {
+            "query_id": result.query_id,
+            "table": result.table.name,
+            "columns": result.columns,
+            "rows": rows,
+            "partitions": [
+                {
+                    "partition": p.partition,
+                    "served_by": p.served_by,
+                    "state": p.state,
+                    "offset_lag": p.offset_lag,
+                    "position": p.position,
+                }
+                for p in result.partitions
+            ],
+            "served_locally": self._node_id,
+            "took_ms": round(result.took_ms, 3),
+        }
 
     async def _run(self, sql: str, properties: dict[str, object]) -> QueryResult:
         started = time.perf_counter()
@@ -352,6 +351,11 @@ def _ksql_request(data: dict[str, Any]) -> tuple[str, dict[str, object]]:
 
 
 # ---------------------------------------------------------------------------------------------- answers
+def _ksql_answer(result: QueryResult, rows: list[list[object]]) -> object:
+    header = {"header": {"queryId": result.query_id, "schema": _schema(result)}}
+    return [header, *({"row": {"columns": row}} for row in rows)]
+
+
 def _schema(result: QueryResult) -> str:
     """ksqlDB's schema string; a non-key column's type is that of its first non-null value."""
     key_types = _key_types(result.table.key_columns)
