@@ -160,8 +160,8 @@ class QuorumController:
 
     def reassignment_job(self, now: int) -> ReassignJob | None:
         """The assignor's inputs, when a reassignment step is due: at most every `reassign_interval_ms`,
-        with the cluster settled, and only if the metadata changed since the last run or warmups are
-        catching up (without either the answer would be the same)."""
+        with the cluster settled, and only if the metadata changed since the last run (a warmup that caught
+        up joins the ISR, which is such a change; without one the answer would be the same)."""
         interval = self.config.reassign_interval_ms
         if interval <= 0 or not self._view.tables:
             return None

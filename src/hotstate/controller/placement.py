@@ -2,8 +2,9 @@
 
 The assignor sees every table, with the current placement as its previous assignment, so the new table
 is balanced against the load that is already there; only the new table's part of the answer is written.
-Existing partitions stay where they are (moving them needs warmups and a reassignment, which the
-controller does not do yet); should balance still make the assignor move one, that is logged, not done.
+Existing partitions stay where they are here: moving them takes warmups and safe steps, which
+controller/reassign.py does once the cluster is settled; should balance make the assignor move one at
+create time, that is logged, not done.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Where a pull query on one partition goes: a pure function of image, liveness, lags and the bound.
 
-Rules (KLIP-12, KIP-535, DESIGN §5):
+Rules (KLIP-12, KIP-535, docs/architecture.md §5):
 - the active first when alive: it holds the freshest data. A restoring active (KIP-535) is held to the
   bound like any other replica, so an active rebuilding from scratch does not serve very stale rows;
 - then the live standbys and warmups, freshest (lowest lag) first;

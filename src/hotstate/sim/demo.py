@@ -1,4 +1,4 @@
-"""`make demo` until the real cluster exists: the real Raft core, run in the deterministic simulator.
+"""The simulated demo (`python -m hotstate.sim.demo`): the real Raft core in the deterministic simulator.
 
 Three voters elect a leader and commit a stream of proposals; the leader is killed; the other two elect a
 new leader in a higher epoch and go on; the old leader restarts and catches up as a follower.
