@@ -496,3 +496,43 @@ def test_arbitrary_conditions_only_raise_query_errors(data: st.DataObject, kind:
         plan(PullQuery("t", None, tuple(conditions), None), info, max_keys=5)
     except QueryError as e:
         assert str(e)
+
+
+_KEY_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**64), max_value=2**64),
+    st.floats(allow_nan=True),
+    st.text(max_size=6),
+    st.binary(max_size=4),
+    st.datetimes(timezones=st.sampled_from([None, dt.UTC])),
+    st.sampled_from(["2026-01-02T03:04:05", "2026-01-02 03:04:05+01:00", "not a time"]),
+)
+
+
+@settings(max_examples=300)
+@given(
+    key_type=st.sampled_from(list(KeyType)),
+    column=st.sampled_from(["k", "K", "other"]),
+    values=st.lists(_KEY_VALUES, min_size=1, max_size=6),
+    max_keys=st.integers(min_value=0, max_value=4),
+)
+def test_the_one_column_lookup_plans_exactly_as_the_general_path(
+    key_type: KeyType, column: str, values: list[Any], max_keys: int
+) -> None:
+    from hotstate.query.plan import _general_access, _one_column_lookup
+
+    info = TableInfo("t", 1, 4, 0, (KeyColumn("k", key_type),), None)
+    for condition in (Condition(column, Op.IN, tuple(values)), Condition(column, Op.EQ, tuple(values[:1]))):
+        try:
+            fast: object = _one_column_lookup([condition], info, max_keys)
+        except Exception as error:
+            fast = (type(error), str(error))
+        try:
+            general: object = _general_access([condition], info, max_keys)
+        except Exception as error:
+            general = (type(error), str(error))
+        if column == "other":
+            assert fast is None  # the general path words the non-key-column error
+        else:
+            assert fast == general, (condition, fast, general)
