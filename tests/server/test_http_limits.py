@@ -112,3 +112,44 @@ def test_an_oversized_head_is_answered_431() -> None:
             assert (await _exchange(port, fine)).startswith(b"HTTP/1.1 200")
 
     asyncio.run(run())
+
+
+class _Transport:
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        assert not self.closed
+        self.writes.append(data)
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def get_extra_info(self, name: str) -> str:
+        return f"info:{name}"
+
+
+def test_a_response_head_and_body_leave_in_one_write() -> None:
+    async def run() -> None:
+        transport = _Transport()
+        joined = http_limits._JoinedWrites(transport, asyncio.get_running_loop())  # type: ignore[arg-type]
+        joined.write(b"HTTP/1.1 200 OK\r\n\r\n")
+        joined.write(b"body")
+        assert transport.writes == [] and joined.get_write_buffer_size() == 23
+        await asyncio.sleep(0)
+        assert transport.writes == [b"HTTP/1.1 200 OK\r\n\r\nbody"]
+        joined.write(b"last")
+        joined.close()  # what was written goes out before the close
+        assert transport.writes[-1] == b"last" and transport.closed
+        await asyncio.sleep(0)  # the scheduled flush finds nothing left and a closed transport
+        assert len(transport.writes) == 2
+        assert joined.get_extra_info("peername") == "info:peername"
+
+    asyncio.run(run())

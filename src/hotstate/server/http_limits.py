@@ -7,7 +7,7 @@ Idle keep-alive connections are closed by uvicorn itself (`timeout_keep_alive`).
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, cast
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -19,6 +19,36 @@ class _HeadTooLarge(Exception):
     pass
 
 
+class _JoinedWrites:
+    """The transport as uvicorn sees it: what it writes in one loop iteration (a response's head and its
+    body are two writes, each a send(2) on uvloop) leaves in one write at the end of the iteration."""
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._held: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        if not self._held:
+            self._loop.call_soon(self._flush)
+        self._held.append(data)
+
+    def _flush(self) -> None:
+        held, self._held = self._held, []
+        if held and not self._transport.is_closing():
+            self._transport.write(held[0] if len(held) == 1 else b"".join(held))
+
+    def close(self) -> None:
+        self._flush()
+        self._transport.close()
+
+    def get_write_buffer_size(self) -> int:
+        return sum(map(len, self._held)) + self._transport.get_write_buffer_size()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
 class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -27,7 +57,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._read_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+        super().connection_made(cast(asyncio.Transport, _JoinedWrites(transport, self.loop)))
         self._arm()
 
     def connection_lost(self, exc: Exception | None) -> None:
