@@ -394,22 +394,6 @@ def _sql_type(value: object) -> str:
     exact = _SQL_TYPES.get(type(value))
     if exact is not None:
         return exact
-    if isinstance(value, bool):
-        return "BOOLEAN"
-    if isinstance(value, int):
-        return "BIGINT"
-    if isinstance(value, float):
-        return "DOUBLE"
-    if isinstance(value, dt.datetime):
-        return "TIMESTAMP"
-    if isinstance(value, dt.date):
-        return "DATE"
-    if isinstance(value, decimal.Decimal):
-        return "DECIMAL"
-    if isinstance(value, bytes):
-        return "BYTES"
-    if isinstance(value, list):
-        return "ARRAY"
-    if isinstance(value, dict):
-        return "MAP"
-    return "STRING"
+    # A subclass (an IntEnum, a pandas Timestamp): the first listed type it is an instance of (the table
+    # lists bool before int and datetime before date).
+    return next((name for kind, name in _SQL_TYPES.items() if isinstance(value, kind)), "STRING")
