@@ -185,17 +185,11 @@ def _ext_hook(code: int, payload: bytes) -> object:
     raise RowDecodeError(f"unknown row ext type {code}")
 
 
-# Every float is written as msgpack float 64 (0xcb, then the IEEE 754 bytes big-endian); NaN and the
-# infinities are exactly those whose exponent bits are all set: first byte 0x7f or 0xff, second >= 0xf0.
-
-
 def may_hold_non_finite(data: bytes) -> bool:
     """False when the row's bytes hold no NaN or infinity (true may be a false alarm): a byte search, so
     encoders with no JSON number for them can skip walking every row that cannot hold one."""
-    return (b"\xcb\x7f" in data or b"\xcb\xff" in data) and _non_finite_float_in(data)
-
-
-def _non_finite_float_in(data: bytes) -> bool:
+    # Every float is written as msgpack float 64 (0xcb, then the IEEE 754 bytes big-endian); NaN and the
+    # infinities are exactly those whose exponent bits are all set: first byte 0x7f or 0xff, second >= 0xf0.
     for mark in (b"\xcb\x7f", b"\xcb\xff"):
         at = data.find(mark)
         while at != -1:

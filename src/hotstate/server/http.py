@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,12 +28,12 @@ from hotstate.server.metrics import Metrics
 from hotstate.server.queries import MAX_LAG_LIMIT, MAX_TIMEOUT_MS, QueryService
 from hotstate.server.query_http import (
     KEY_SQL_TYPES,
-    SERVER_ERROR,
     BadRequest,
+    Endpoint,
     QueryEndpoints,
     QueryRoutes,
-    error_body,
-    read_body,
+    answer_request,
+    internal_error,
 )
 from hotstate.server.raft_driver import monotonic_ms
 from hotstate.server.replicas import ReplicaManager
@@ -98,18 +98,13 @@ def build_app(ctx: HttpContext) -> QueryRoutes:
     )
 
     @app.exception_handler(Exception)
-    async def _unexpected(request: Request, error: Exception) -> JSONResponse:
+    async def _unexpected(request: Request, error: Exception) -> Response:
         log.exception("unexpected error answering %s", request.url.path)
-        return _error(500, "generic_error", SERVER_ERROR, f"internal error: {type(error).__name__}")
+        return _json_response(internal_error(error))
 
-    async def _answer(
-        request: Request, endpoint: Callable[[bytes], Awaitable[tuple[int, bytes]]]
-    ) -> Response:
-        try:
-            status, payload = await endpoint(await read_body(request.receive) or b"")
-        except BadRequest as error:
-            status, payload = error_body(error.status, "generic_error", error.code, error.message)
-        return Response(payload, status_code=status, media_type="application/json")
+    async def _answer(request: Request, endpoint: Endpoint) -> Response:
+        answer = await answer_request(endpoint, request.receive)
+        return _json_response(answer or BadRequest("the body never arrived: the client went away").refusal())
 
     # Reached only where QueryRoutes does not answer first (it always does for these paths); here so that
     # OpenAPI documents them.
@@ -219,8 +214,9 @@ def build_app(ctx: HttpContext) -> QueryRoutes:
     return QueryRoutes(endpoints, app)
 
 
-def _error(status: int, kind: str, code: int, message: str) -> JSONResponse:
-    return JSONResponse({"@type": kind, "error_code": code, "message": message}, status_code=status)
+def _json_response(answer: tuple[int, bytes]) -> Response:
+    status, payload = answer
+    return Response(payload, status_code=status, media_type="application/json")
 
 
 def _wall_ms(monotonic_value: int) -> int:

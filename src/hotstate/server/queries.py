@@ -198,10 +198,7 @@ class QueryService:
                 # one is held to the bound, which serve_local checks with its real lag): skip routing.
                 reply = self.serve_local(spec)
                 if reply.error is ReplicaError.NONE:
-                    served = PartitionServed(
-                        partition, self.node_id, reply.state, reply.offset_lag, reply.position
-                    )
-                    answers[partition] = _PartitionAnswer(served, reply.items)
+                    answers[partition] = _answered(partition, self.node_id, reply)
                     continue
             decision = route(
                 part,
@@ -245,7 +242,7 @@ class QueryService:
                 return None
             answer = self.serve_local(attempts.spec)
             if answer.error is ReplicaError.NONE:
-                return _answered(attempts, answer)
+                return _answered(attempts.part.partition, candidate.node_id, answer)
             attempts.skipped.append(Skip(candidate.node_id, f"refused: {answer.message}"))
         raise attempts.route.error(attempts.skipped)
 
@@ -286,7 +283,7 @@ class QueryService:
         for attempts, answer in zip(group, replies, strict=True):
             if answer.error is ReplicaError.NONE:
                 self._on_forward("ok")
-                out[attempts.part.partition] = _answered(attempts, answer)
+                out[attempts.part.partition] = _answered(attempts.part.partition, node_id, answer)
             else:
                 self._on_forward("refused")
                 attempts.skipped.append(Skip(node_id, f"refused: {answer.message}"))
@@ -340,10 +337,8 @@ class QueryService:
         return replica_state(replica), core.position, lag
 
 
-def _answered(attempts: _Attempts, answer: PartitionQueryResponse) -> _PartitionAnswer:
-    served = PartitionServed(
-        attempts.part.partition, attempts.candidate.node_id, answer.state, answer.offset_lag, answer.position
-    )
+def _answered(partition: int, node_id: int, answer: PartitionQueryResponse) -> _PartitionAnswer:
+    served = PartitionServed(partition, node_id, answer.state, answer.offset_lag, answer.position)
     return _PartitionAnswer(served, answer.items)
 
 

@@ -80,6 +80,9 @@ class BadRequest(Exception):
         self.status = status
         self.code = code
 
+    def refusal(self) -> tuple[int, bytes]:
+        return error_body(self.status, "generic_error", self.code, self.message)
+
 
 class QueryEndpoints:
     """The two query endpoints as functions of the body bytes: (status, JSON bytes)."""
@@ -107,7 +110,7 @@ class QueryEndpoints:
         try:
             statement, properties = read(_json_object(body))
         except BadRequest as error:
-            return error_body(error.status, "generic_error", error.code, error.message)
+            return error.refusal()
         try:
             result = await self._run(statement, properties)
         except QueryError as error:
@@ -154,7 +157,7 @@ class QueryRoutes:
 
     def __init__(self, endpoints: QueryEndpoints, app: ASGIApp) -> None:
         self._app = app
-        self._routes: dict[str, Callable[[bytes], Awaitable[tuple[int, bytes]]]] = {
+        self._routes: dict[str, Endpoint] = {
             "/v1/query": endpoints.native,
             "/query": endpoints.ksql,
         }
@@ -164,24 +167,27 @@ class QueryRoutes:
             endpoint = self._routes.get(scope["path"])
             if endpoint is not None:
                 try:
-                    body = await read_body(receive)
-                except BadRequest as error:
-                    await send_json(
-                        send, *error_body(error.status, "generic_error", error.code, error.message)
-                    )
-                    return
-                if body is None:
-                    return  # the client has gone
-                try:
-                    status, payload = await endpoint(body)
+                    answer = await answer_request(endpoint, receive)
                 except Exception as error:  # never a stack trace in a body
                     log.exception("unexpected error answering %s", scope["path"])
-                    status, payload = error_body(
-                        500, "generic_error", SERVER_ERROR, f"internal error: {type(error).__name__}"
-                    )
-                await send_json(send, status, payload)
+                    answer = internal_error(error)
+                if answer is not None:  # None: the client has gone
+                    await send_json(send, *answer)
                 return
         await self._app(scope, receive, send)
+
+
+Endpoint = Callable[[bytes], Awaitable[tuple[int, bytes]]]
+
+
+async def answer_request(endpoint: Endpoint, receive: Receive) -> tuple[int, bytes] | None:
+    """The endpoint's (status, JSON) for the request body `receive` gives; None when the client went away
+    before it was read."""
+    try:
+        body = await read_body(receive)
+    except BadRequest as error:
+        return error.refusal()
+    return None if body is None else await endpoint(body)
 
 
 async def read_body(receive: Receive) -> bytes | None:
@@ -212,6 +218,10 @@ async def send_json(send: Send, status: int, payload: bytes) -> None:
         }
     )
     await send({"type": "http.response.body", "body": payload})
+
+
+def internal_error(error: Exception) -> tuple[int, bytes]:
+    return error_body(500, "generic_error", SERVER_ERROR, f"internal error: {type(error).__name__}")
 
 
 def error_body(status: int, kind: str, code: int, message: str) -> tuple[int, bytes]:
