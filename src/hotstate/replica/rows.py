@@ -23,7 +23,7 @@ import decimal
 import functools
 import struct
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 import msgpack
@@ -34,8 +34,11 @@ __all__ = [
     "RowDecodeError",
     "RowEncodeError",
     "decode_record",
+    "decode_records",
     "decode_row",
+    "decode_rows",
     "encode_record",
+    "encode_records",
     "encode_row",
     "may_hold_non_finite",
 ]
@@ -212,6 +215,18 @@ def decode_row(data: bytes) -> dict[str, object]:
     return row
 
 
+def decode_rows(rows: Sequence[bytes]) -> list[dict[str, object]]:
+    """`decode_row` of every row, in one pass (an active checks a whole Produce); the same errors."""
+    unpack = msgpack.unpackb
+    try:
+        out = [unpack(data, ext_hook=_ext_hook, strict_map_key=False) for data in rows]
+    except (ValueError, TypeError, OverflowError):
+        out = []
+    if len(out) == len(rows) and all(type(row) is dict for row in out):
+        return out
+    return [decode_row(data) for data in rows]  # raises on the first bad one, saying what is wrong
+
+
 _BIN8 = struct.Struct(">BB")
 _BIN16 = struct.Struct(">BH")
 _BIN32 = struct.Struct(">BI")
@@ -253,3 +268,41 @@ def decode_record(data: bytes) -> tuple[bytes, bytes | None]:
     ):
         raise RowDecodeError(f"record bytes hold {short_repr(record)}, not [key bytes, row bytes or nil]")
     return cast(tuple[bytes, bytes | None], record)
+
+
+def encode_records(keys: Sequence[bytes], rows: Sequence[bytes | None]) -> list[bytes]:
+    """`encode_record(keys[i], rows[i])` for every i, the same bytes at a third of the cost per record."""
+    if len(keys) != len(rows):
+        raise ValueError(f"{len(keys)} keys for {len(rows)} rows")
+    if not all(type(key) is bytes for key in keys) or not all(
+        type(row) is bytes or row is None for row in rows
+    ):
+        for key, row in zip(keys, rows, strict=True):
+            encode_record(key, row)  # raises the TypeError naming the types
+    # A Packer of its own per call: it holds state mid-pack, and callers may run on several threads.
+    pack = msgpack.Packer(use_bin_type=True).pack
+    try:
+        return [pack((key, row)) for key, row in zip(keys, rows, strict=True)]
+    except ValueError as error:  # a field over msgpack's 4 GiB
+        raise ValueError(f"a record field is larger than msgpack allows: {error}") from None
+
+
+def decode_records(records: Sequence[bytes]) -> list[tuple[bytes, bytes | None]]:
+    """`decode_record` of every record (a store applies a whole batch): the same checks, in one pass."""
+    unpack = msgpack.unpackb
+    try:
+        out = [unpack(record, use_list=False) for record in records]
+    except (ValueError, TypeError, OverflowError):
+        out = []
+    if len(out) == len(records):
+        for record in out:
+            if (
+                type(record) is not tuple
+                or len(record) != 2
+                or type(record[0]) is not bytes
+                or not (record[1] is None or type(record[1]) is bytes)
+            ):
+                break
+        else:
+            return cast(list[tuple[bytes, bytes | None]], out)
+    return [decode_record(record) for record in records]  # raises on the first bad one, naming it

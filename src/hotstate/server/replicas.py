@@ -43,6 +43,7 @@ from hotstate.replica.core import (
     SnapshotNeeded,
     TruncateTo,
 )
+from hotstate.replica.ingest import records_for_rows
 from hotstate.replica.keys import encode_key, key_from_row, partition_for
 from hotstate.replica.messages import (
     FetchRequest,
@@ -61,7 +62,7 @@ from hotstate.replica.messages import (
     ServerAddress,
     TableMetadataResponse,
 )
-from hotstate.replica.rows import decode_record, decode_row, encode_record
+from hotstate.replica.rows import decode_records, decode_row
 from hotstate.replica.store import Store, StoreError, StoreSnapshot
 from hotstate.server.raft_driver import monotonic_ms
 
@@ -278,7 +279,7 @@ class ReplicaManager:
             if batch.next_offset <= store.position:
                 continue
             records = batch.records[max(0, store.position - batch.base_offset) :]
-            store.apply([decode_record(r) for r in records], batch.next_offset, batch.leader_epoch)
+            store.apply(decode_records(records), batch.next_offset, batch.leader_epoch)
 
     def _spawn(self, coro: Awaitable[None], name: str) -> None:
         task = asyncio.ensure_future(coro)
@@ -531,21 +532,7 @@ def _epoch_before(plog: Log) -> int:
 
 def _records_for(table: TableInfo, request: ProduceRequest) -> tuple[list[bytes], str | None]:
     """The log records for the rows, or the first problem (naming the row and column); all or nothing."""
-    records = []
-    for index, row_bytes in enumerate(request.rows):
-        try:
-            row = decode_row(row_bytes)
-            key = encode_key(key_from_row(row, table.key_columns))
-        except ValueError as error:  # InvalidKeyError, RowDecodeError, KeyEncodeError: each names the problem
-            return [], f"row {index} of {table.name}: {error}"
-        partition = partition_for(key, table.partitions)
-        if partition != request.partition:
-            return [], (
-                f"row {index} of {table.name}: its key belongs to partition {partition}, "
-                f"not {request.partition} (partition = murmur3(key) mod {table.partitions})"
-            )
-        records.append(encode_record(key, row_bytes))
-    return records, None
+    return records_for_rows(request.rows, table.key_columns, table.partitions, request.partition, table.name)
 
 
 def _produce_response(result: ProduceResult, replica: LocalReplica) -> ProduceResponse:
