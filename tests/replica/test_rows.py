@@ -223,3 +223,50 @@ def test_record_fields_must_be_bytes() -> None:
 def test_malformed_records_raise_row_decode_error(data: bytes) -> None:
     with pytest.raises(RowDecodeError, match="record bytes"):
         decode_record(data)
+
+
+# ------------------------------------------------------------------------------------------ nesting
+
+
+def nested(depth: int, leaf: object = 1) -> object:
+    """A list holding a list ... `depth` levels of lists around `leaf`."""
+    value: object = leaf
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_nesting_up_to_the_limit_round_trips_and_one_more_level_is_refused_naming_the_column() -> None:
+    from hotstate.replica.rows import MAX_NESTING
+
+    row = {"deep": nested(MAX_NESTING), "map": {"a": nested(MAX_NESTING - 1)}}
+    assert same(decode_row(encode_row(row)), row)
+    for value in (nested(MAX_NESTING + 1), {"a": nested(MAX_NESTING)}):
+        with pytest.raises(RowEncodeError) as error:
+            encode_row({"k": "x", "deep": value})
+        assert error.value.column == "deep" and f"nested more than {MAX_NESTING} levels" in str(error.value)
+
+
+def test_a_value_nested_5000_deep_or_containing_itself_is_a_clear_error_not_a_recursion_error() -> None:
+    with pytest.raises(RowEncodeError) as error:
+        encode_row({"deep": nested(5000)})
+    assert "column 'deep'" in str(error.value) and "nested too deeply to show" in str(error.value)
+    looped: list[object] = []
+    looped.append(looped)
+    with pytest.raises(RowEncodeError, match="nested more than"):
+        encode_row({"loop": looped})
+
+
+def test_check_nesting_refuses_decoded_rows_deeper_than_the_limit_and_decode_refuses_absurd_depth() -> None:
+    from hotstate.replica.rows import MAX_NESTING, check_nesting
+
+    # Bytes another writer could send: {"a": [[...[nil]...]]}.
+    def row_bytes(depth: int) -> bytes:
+        return b"\x81\xa1a" + b"\x91" * depth + b"\xc0"
+
+    check_nesting(decode_row(row_bytes(MAX_NESTING)))
+    check_nesting({"flat": 1, "text": "x"})
+    with pytest.raises(RowDecodeError, match="column 'a': lists and maps nested more than"):
+        check_nesting(decode_row(row_bytes(MAX_NESTING + 1)))
+    with pytest.raises(RowDecodeError, match="nest deeper than msgpack reads"):
+        decode_row(row_bytes(100_000))

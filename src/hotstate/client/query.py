@@ -5,7 +5,11 @@ of addresses to try. Each call goes to the last server that answered and moves o
 server cannot be reached or does not answer in time; every address is tried at most once per call, all
 within the call's deadline. The caller's mistakes (4xx) are raised at once: another server would refuse
 the same request. A 503 (no replica of some partition can serve) is tried on the other servers, since
-each one judges liveness for itself, and raised once every server was asked.
+each one judges liveness for itself, and raised once every server was asked. A server that has just
+(re)started answers 503 with error code 50302 (SERVER_NOT_READY: its metadata has not caught up, so it
+cannot yet tell whether a table exists) and the next server is asked; when no server could answer and
+some said they are starting (a whole cluster restarting), they are all asked again after a short pause,
+until the call's deadline.
 
     import hotstate
 
@@ -22,7 +26,9 @@ each one judges liveness for itself, and raised once every server was asked.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -50,6 +56,11 @@ SERVER_DEFAULT_TIMEOUT_MS = 10_000
 ANSWER_SLACK_S = 2.0
 # Status calls do no routing; a server that takes longer than this is treated as unreachable.
 STATUS_TIMEOUT_S = 5.0
+# A server that has just started and not caught up with the cluster's metadata answers 503 with this
+# error code (ksqlDB's ERROR_CODE_SERVER_NOT_READY); hotstate.server.query_http.SERVER_NOT_READY.
+SERVER_NOT_READY = 50302
+# When every server was unreachable or starting, the next round begins after about this long.
+NOT_READY_PAUSE_S = 0.2
 
 Servers: TypeAlias = str | Sequence[str]
 
@@ -167,17 +178,31 @@ class _Call:
 
     def __init__(self, servers: list[str], start: int, deadline: float, attempt_s: float) -> None:
         self.servers = servers
-        self.order = [(start + i) % len(servers) for i in range(len(servers))]
+        self.start = start
+        self.order = self._round()
         self.deadline = deadline
         self.attempt_s = attempt_s
         self.last_error: BaseException | None = None
         self.last_failure: QueryFailed | None = None
+        # This round: some server said it is starting, and none gave any other 5xx.
+        self.starting = False
+        self.other_failure = False
 
-    def next(self) -> tuple[int, float] | None:
-        remaining = self.deadline - time.monotonic()
+    def _round(self) -> list[int]:
+        return [(self.start + i) % len(self.servers) for i in range(len(self.servers))]
+
+    def next(self) -> tuple[int, float, float] | None:
+        """(server index, attempt timeout, pause before the attempt), or None: give up."""
+        pause = 0.0
+        if not self.order and self.starting and not self.other_failure:
+            # Servers were starting and none could answer: another round once they may have caught up.
+            self.order = self._round()
+            self.starting = False
+            pause = NOT_READY_PAUSE_S * (0.5 + random.random())
+        remaining = self.deadline - time.monotonic() - pause
         if not self.order or remaining <= 0:
             return None
-        return self.order.pop(0), min(self.attempt_s, remaining)
+        return self.order.pop(0), min(self.attempt_s, remaining), pause
 
     def unreachable(self, error: BaseException) -> None:
         self.last_error = error
@@ -194,6 +219,12 @@ class _Call:
         failure = _failure(response, server)
         if response.status_code < 500:
             raise failure
+        if failure.status == 503 and failure.error_code == SERVER_NOT_READY:
+            self.starting = True
+            if self.last_failure is not None and self.last_failure.error_code != SERVER_NOT_READY:
+                return None  # a real failure says more than a server that is starting
+        else:
+            self.other_failure = True
         self.last_failure = failure
         return None
 
@@ -324,7 +355,9 @@ class Client(_Base):
     ) -> tuple[Any, str]:
         call = self._call(attempt_s)
         while (step := call.next()) is not None:
-            index, timeout = step
+            index, timeout, pause = step
+            if pause:
+                time.sleep(pause)
             try:
                 response = self._http.request(
                     method, self._urls[index] + path, json=body, timeout=self._timeout(timeout)
@@ -396,7 +429,9 @@ class AsyncClient(_Base):
     ) -> tuple[Any, str]:
         call = self._call(attempt_s)
         while (step := call.next()) is not None:
-            index, timeout = step
+            index, timeout, pause = step
+            if pause:
+                await asyncio.sleep(pause)
             try:
                 response = await self._http.request(
                     method, self._urls[index] + path, json=body, timeout=self._timeout(timeout)

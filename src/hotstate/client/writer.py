@@ -2,22 +2,41 @@
 
 Rows are encoded once (replica.rows), keyed and partitioned with the one shared function (replica.keys),
 grouped by partition and sent as Produce requests to each partition's active, in order per partition.
-NOT_LEADER, FENCED_EPOCH, an unreachable server and the other retriable answers refresh the table's
-metadata and retry with backoff until the deadline: rows are full upserts, so sending one twice is
-harmless. A bad row fails the whole call before anything is sent.
+A bad row (not encodable, nested too deep, or larger than one Produce may carry) fails the whole call
+before anything is sent.
+
+The writer learns where partitions move without polling. Once it has the table's metadata it keeps
+*metadata watches* open (`TableMetadataRequest` with `known_offset` and `max_wait_ms`: the server parks
+the request until its image holds a change of the table newer than what the writer knows), on
+WATCH_FANOUT servers at once so that one paused or cut-off server cannot hide a change. So:
+
+- while a Produce is unanswered, a change that moves its partition to another active (or epoch)
+  abandons it at once and the rows go to the new active;
+- a Produce that failed because the active is gone (connection refused or lost, NOT_LEADER,
+  FENCED_EPOCH, NOT_READY) is retried as soon as a watch shows the partition moved; a NOT_LEADER or
+  FENCED_EPOCH answer that names a newer active and epoch is used at once;
+- answers that give no better information (and the failures above, in case nothing moves: a dropped
+  connection to a live server) are retried after a short jittered backoff (RETRY_BACKOFF_*_S).
+
+Every retriable answer (RETRIABLE, including NOT_READY from a server still catching up with the
+metadata after a restart) is retried until the call's deadline: rows are full upserts, so sending one
+twice is harmless.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import random
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hotstate.replica.keys import encode_key, key_from_row, partition_for
 from hotstate.replica.messages import (
     RETRIABLE,
+    PartitionMetadata,
     ProduceRequest,
     ProduceResponse,
     ReplicaError,
@@ -25,15 +44,32 @@ from hotstate.replica.messages import (
     TableMetadataResponse,
 )
 from hotstate.replica.rows import encode_row
-from hotstate.rpc import PeerPool, RpcError
+from hotstate.rpc import DEFAULT_MAX_FRAME_BYTES, PeerPool, RpcError
 from hotstate.server.wire import MESSAGES
+
+log = logging.getLogger(__name__)
 
 CLIENT_NODE_ID = 0
 MAX_REQUEST_BYTES = 4 * 1024 * 1024
+# The server's default produce.max.bytes, for an answer that does not say (a server before version 2 of
+# TableMetadataResponse).
+DEFAULT_PRODUCE_MAX_BYTES = 8 * 1024 * 1024
+# Room in one RPC frame for everything of a Produce but its rows (names, numbers, msgpack headers).
+FRAME_RESERVE_BYTES = 64 * 1024
 # How long a table unknown to every server is waited for (a create that has not reached the images yet).
 UNKNOWN_TABLE_WAIT_S = 3.0
-# While a Produce is unanswered, the table's metadata is checked this often for a new active.
-METADATA_WATCH_S = 1.0
+# How long one metadata watch is parked on a server; the RPC waits WATCH_SLACK_S longer for the answer.
+WATCH_MAX_WAIT_MS = 10_000
+WATCH_SLACK_S = 2.0
+# Watches open at once, each on another server: a paused server answers no watch, and a change must
+# still reach the writer through another.
+WATCH_FANOUT = 2
+# Retries of answers that give no better information, jittered: the first after about 20 ms.
+RETRY_BACKOFF_MIN_S = 0.02
+RETRY_BACKOFF_MAX_S = 0.25
+# A server whose watch failed (unreachable, not ready, behind) is not asked again for this long if
+# another can be.
+WATCH_AVOID_S = 1.0
 
 
 class WriteError(Exception):
@@ -49,6 +85,21 @@ class WriteResult:
     rows: int
     requests: int
     retries: int
+
+
+@dataclass(slots=True)
+class WriterStats:
+    """What the writer asked and learned, over its life (for tests, benchmarks and logs)."""
+
+    metadata_requests: int = 0  # plain TableMetadataRequests (the first fetch, and when watches stop)
+    watch_requests: int = 0  # metadata watches sent
+    watch_changes: int = 0  # watch answers that brought newer metadata
+    moved_while_waiting: int = 0  # Produces abandoned because a watch showed their partition moved
+    # Retries sent as soon as the partition was seen moved (a watch answer, or a hint), rather than
+    # after a backoff timer.
+    retried_on_move: int = 0
+    produce_requests: int = 0
+    hints_used: int = 0  # NOT_LEADER / FENCED_EPOCH answers whose named active was used at once
 
 
 class TableWriter:
@@ -73,15 +124,38 @@ class TableWriter:
         self._cluster_id = cluster_id
         self._secret = secret
         # Node ids from the metadata; bootstrap addresses go under negative ids so they never collide.
-        self._pool = PeerPool(CLIENT_NODE_ID, cluster_id, secret, MESSAGES, backoff_max=0.25)
+        self._pool = PeerPool(
+            CLIENT_NODE_ID,
+            cluster_id,
+            secret,
+            MESSAGES,
+            max_frame_bytes=DEFAULT_MAX_FRAME_BYTES,
+            backoff_max=0.25,
+        )
         self._addresses: dict[int, tuple[str, int]] = {-(i + 1): a for i, a in enumerate(self._bootstrap)}
         self._pool.update(self._addresses)
         self._request_timeout_s = request_timeout_s
         self._metadata: TableMetadataResponse | None = None
         self._refreshing: asyncio.Task[TableMetadataResponse] | None = None
         self._last_error: Exception | None = None
+        self.stats = WriterStats()
+        # Set (and replaced) whenever newer metadata is installed: what waiting writes wake on.
+        self._changed = asyncio.Event()
+        # A NOT_LEADER / FENCED_EPOCH answer's newer active, per partition, until the metadata catches up.
+        self._hints: dict[int, PartitionMetadata] = {}
+        self._watchers: list[asyncio.Task[None]] = []
+        self._watching: dict[int, int] = {}  # watcher slot -> the server it asks
+        self._avoid: dict[int, float] = {}  # server -> until when a watch should not go to it
+        self._closed = False
 
     async def close(self) -> None:
+        self._closed = True
+        for task in self._watchers:
+            task.cancel()
+        for task in self._watchers:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._watchers.clear()
         await self._pool.close()
 
     async def __aenter__(self) -> TableWriter:
@@ -91,23 +165,36 @@ class TableWriter:
         await self.close()
 
     # ------------------------------------------------------------------ metadata
-    async def metadata(self, *, refresh: bool = False) -> TableMetadataResponse:
+    async def metadata(
+        self, *, refresh: bool = False, deadline_s: float | None = None
+    ) -> TableMetadataResponse:
+        """The table's metadata as this writer knows it (fetched on first use, or with `refresh`).
+
+        A server still catching up after a restart (NOT_READY) or unreachable is skipped; with no server
+        able to answer, the fetch is retried until `deadline_s` (default: the request timeout)."""
         if self._metadata is None or refresh:
             if self._refreshing is None or self._refreshing.done():
-                self._refreshing = asyncio.ensure_future(self._fetch_metadata())
-            self._metadata = await asyncio.shield(self._refreshing)
+                end = time.monotonic() + (self._request_timeout_s if deadline_s is None else deadline_s)
+                self._refreshing = asyncio.ensure_future(self._fetch_metadata(end))
+            self._install(await asyncio.shield(self._refreshing))
+        assert self._metadata is not None
         return self._metadata
 
-    async def _fetch_metadata(self) -> TableMetadataResponse:
-        end = time.monotonic() + UNKNOWN_TABLE_WAIT_S
+    async def _fetch_metadata(self, end: float) -> TableMetadataResponse:
+        unknown_until = time.monotonic() + UNKNOWN_TABLE_WAIT_S
+        backoff = RETRY_BACKOFF_MIN_S
         while True:
             unknown_at: list[int] = []
             reply = await self._metadata_round(unknown_at)
             if reply is not None:
                 return reply
-            if not unknown_at or time.monotonic() >= end:
+            now = time.monotonic()
+            if (unknown_at and now >= unknown_until) or now >= end:
                 break
-            await asyncio.sleep(0.1)
+            # Nobody could answer (unreachable, or starting and not caught up), or the table is not in
+            # any image yet (a create on its way): ask again shortly.
+            await asyncio.sleep(min(_jittered(max(backoff, 0.1 if unknown_at else 0.0)), max(0.0, end - now)))
+            backoff = min(backoff * 2, RETRY_BACKOFF_MAX_S)
         if unknown_at:
             raise WriteError(ReplicaError.UNKNOWN_TABLE, f"no table {self.table!r}")
         raise WriteError(
@@ -124,6 +211,7 @@ class TableWriter:
         for node in known:
             try:
                 timeout = 2.0 if self._pool.is_connected(node) or not connected_somewhere else 0.3
+                self.stats.metadata_requests += 1
                 reply = await self._pool.request(node, TableMetadataRequest(self.table), timeout)
             except RpcError as error:
                 last = error
@@ -134,22 +222,121 @@ class TableWriter:
                 unknown_at.append(node)
                 continue
             if reply.error is not ReplicaError.NONE:
+                # NOT_READY included: a restarted server whose image has not caught up; ask the others.
                 last = WriteError(reply.error, reply.message)
                 continue
             current = self._metadata
             if current is not None and current.metadata_offset > reply.metadata_offset:
                 return current  # a server further behind than what we know already
-            for server in reply.servers:
-                self._addresses[server.node_id] = (server.host, server.port)
-            self._pool.update(self._addresses)
             return reply
         self._last_error = last
         return None
 
+    def _install(self, reply: TableMetadataResponse) -> bool:
+        """Take `reply` as the table's metadata if it is newer than what the writer holds; wake every write
+        waiting for a change. True if it was newer."""
+        current = self._metadata
+        if current is reply or (current is not None and reply.metadata_offset <= current.metadata_offset):
+            return False
+        self._metadata = reply
+        for server in reply.servers:
+            self._addresses[server.node_id] = (server.host, server.port)
+        self._pool.update(self._addresses)
+        for partition, hint in list(self._hints.items()):
+            if (
+                partition >= len(reply.partitions)
+                or reply.partitions[partition].leader_epoch >= hint.leader_epoch
+            ):
+                del self._hints[partition]
+        self._wake()
+        return True
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def _partition(self, partition: int) -> PartitionMetadata:
+        """The partition as the writer knows it: the metadata, or a newer active an answer named."""
+        assert self._metadata is not None
+        parts = self._metadata.partitions
+        if partition >= len(parts):
+            raise WriteError(
+                ReplicaError.UNKNOWN_PARTITION,
+                f"{self.table} now has {len(parts)} partitions, not {partition + 1} or more: it was deleted "
+                "and created again while rows for it were being written",
+            )
+        return self._hints.get(partition) or parts[partition]
+
+    def _moved(self, partition: int, sent_to: PartitionMetadata) -> bool:
+        """The partition has another active or leader epoch than `sent_to` (an ISR change is no move:
+        an active waiting for a follower to leave the ISR is about to answer)."""
+        now = self._partition(partition)
+        return (now.active, now.leader_epoch) != (sent_to.active, sent_to.leader_epoch)
+
+    def _max_row_bytes(self, meta: TableMetadataResponse) -> int:
+        """The most bytes one encoded row may have: the server's produce.max.bytes (a Produce of that
+        row alone), and what one RPC frame of this writer carries."""
+        produce_max = meta.produce_max_bytes if meta.produce_max_bytes > 0 else DEFAULT_PRODUCE_MAX_BYTES
+        return min(produce_max, DEFAULT_MAX_FRAME_BYTES - FRAME_RESERVE_BYTES)
+
+    # ------------------------------------------------------------------ metadata watches
+    def _start_watching(self) -> None:
+        if self._closed:
+            return
+        self._watchers = [t for t in self._watchers if not t.done()]
+        for slot in range(len(self._watchers), WATCH_FANOUT):
+            self._watchers.append(asyncio.ensure_future(self._watch_loop(slot)))
+
+    def _watch_server(self, slot: int) -> int:
+        """A server for watcher `slot`: known from the metadata (bootstrap addresses only before), not
+        watched by another slot, preferably connected and not recently failed."""
+        meta = self._metadata
+        nodes = [s.node_id for s in meta.servers if not s.fenced] if meta is not None else []
+        nodes = nodes or [n for n in self._addresses if n > 0] or list(self._addresses)
+        taken = {node for other, node in self._watching.items() if other != slot}
+        now = time.monotonic()
+        random.shuffle(nodes)
+        nodes.sort(key=lambda n: (n in taken, self._avoid.get(n, 0.0) > now, not self._pool.is_connected(n)))
+        return nodes[0]
+
+    async def _watch_loop(self, slot: int) -> None:
+        backoff = RETRY_BACKOFF_MIN_S
+        while not self._closed:
+            meta = self._metadata
+            if meta is None:
+                return
+            node = self._watch_server(slot)
+            self._watching[slot] = node
+            request = TableMetadataRequest(self.table, meta.metadata_offset, WATCH_MAX_WAIT_MS)
+            self.stats.watch_requests += 1
+            try:
+                reply = await self._pool.request(node, request, WATCH_MAX_WAIT_MS / 1000 + WATCH_SLACK_S)
+            except RpcError as error:
+                log.debug("metadata watch on server %d failed: %s", node, error)
+                reply = None
+            assert reply is None or isinstance(reply, TableMetadataResponse)
+            if reply is not None and reply.error is ReplicaError.NONE:
+                if self._install(reply):
+                    self.stats.watch_changes += 1
+                    backoff = RETRY_BACKOFF_MIN_S
+                    continue
+                if reply.metadata_offset >= meta.metadata_offset:
+                    continue  # the wait ended with nothing new
+            # Unreachable, starting (NOT_READY), behind, or the table is gone: another server, after a
+            # pause (without one, a table deleted under the writer would be asked about in a loop).
+            self._avoid[node] = time.monotonic() + WATCH_AVOID_S
+            await asyncio.sleep(_jittered(backoff))
+            backoff = min(backoff * 2, 1.0)
+
     # ------------------------------------------------------------------ writes
     async def upsert(self, rows: Sequence[Mapping[str, object]], *, deadline_s: float = 60.0) -> WriteResult:
-        """Write `rows`; returns once every partition has committed its rows (acks=all)."""
-        meta = await self.metadata()
+        """Write `rows`; returns once every partition has committed its rows (acks=all).
+
+        Raises WriteError: INVALID_ROW or TOO_LARGE (naming the row) before anything is sent, a
+        non-retriable answer, or TIMEOUT once `deadline_s` passed."""
+        end = time.monotonic() + deadline_s
+        meta = await self.metadata(deadline_s=deadline_s)
+        max_row = self._max_row_bytes(meta)
         by_partition: dict[int, list[bytes]] = {}
         for index, row in enumerate(rows):
             try:
@@ -157,22 +344,45 @@ class TableWriter:
                 encoded = encode_row(row)
             except ValueError as error:
                 raise WriteError(ReplicaError.INVALID_ROW, f"row {index} of {self.table}: {error}") from error
+            if len(encoded) > max_row:
+                raise WriteError(
+                    ReplicaError.TOO_LARGE,
+                    f"row {index} of {self.table}: {len(encoded):,} bytes encoded, the limit is {max_row:,} "
+                    "(the servers' produce.max.bytes: one Produce carries at most that many row bytes)",
+                )
             by_partition.setdefault(partition_for(key, len(meta.partitions)), []).append(encoded)
-        end = time.monotonic() + deadline_s
+        self._start_watching()
+        chunk_bytes = min(MAX_REQUEST_BYTES, max_row)
         results = await asyncio.gather(
-            *(self._write_partition(p, encoded, end) for p, encoded in sorted(by_partition.items()))
+            *(
+                self._write_partition(p, encoded, end, chunk_bytes)
+                for p, encoded in sorted(by_partition.items())
+            )
         )
         return WriteResult(len(rows), sum(r[0] for r in results), sum(r[1] for r in results))
 
-    async def _write_partition(self, partition: int, rows: list[bytes], end: float) -> tuple[int, int]:
+    async def _write_partition(
+        self, partition: int, rows: list[bytes], end: float, chunk_bytes: int | None = None
+    ) -> tuple[int, int]:
         requests = retries = 0
-        for chunk in _chunks(rows, MAX_REQUEST_BYTES):
-            backoff = 0.02
+        self._start_watching()
+        assert self._metadata is not None
+        max_row = self._max_row_bytes(self._metadata)
+        if chunk_bytes is None:
+            chunk_bytes = min(MAX_REQUEST_BYTES, max_row)
+        too_large = next((len(row) for row in rows if len(row) > max_row), None)
+        if too_large is not None:  # upsert checks every row first; this guards any other caller
+            raise WriteError(
+                ReplicaError.TOO_LARGE,
+                f"{self.table}/{partition}: a row of {too_large:,} bytes encoded, the limit is {max_row:,}",
+            )
+        for chunk in _chunks(rows, chunk_bytes):
+            backoff = RETRY_BACKOFF_MIN_S
             while True:
-                meta = await self.metadata()
-                part = meta.partitions[partition]
+                part = self._partition(partition)
                 reply: ProduceResponse | None = None
                 problem = ""
+                moved = False
                 if part.active is None:
                     problem = "no active (every in-sync replica is down)"
                 else:
@@ -181,55 +391,93 @@ class TableWriter:
                         self.table, partition, part.leader_epoch, tuple(chunk), int(timeout_s * 1000)
                     )
                     try:
-                        answer = await self._send_watching(partition, part.active, part.leader_epoch, request)
+                        answer = await self._send_watching(partition, part, request)
                     except RpcError as error:
                         problem = f"server {part.active}: {error}"
                     else:
                         if answer is None:
                             problem = "the partition moved to another active while waiting"
+                            moved = True
                         else:
                             reply = answer
                 requests += 1
+                self.stats.produce_requests += 1
                 if reply is not None and reply.error is ReplicaError.NONE:
                     break
                 if reply is not None:
                     if reply.error not in RETRIABLE:
                         raise WriteError(reply.error, f"{self.table}/{partition}: {reply.message}")
                     problem = f"{reply.error.name}: {reply.message}"
+                    moved = self._take_hint(partition, part, reply)
                 if time.monotonic() >= end:
                     raise WriteError(
                         ReplicaError.TIMEOUT, f"{self.table}/{partition} not written in time: {problem}"
                     )
                 retries += 1
-                await asyncio.sleep(backoff * (0.5 + random.random()))
-                backoff = min(backoff * 2, 0.25)
-                await self.metadata(refresh=True)
+                if moved:
+                    self.stats.retried_on_move += 1
+                    continue  # a newer active is known already: no reason to wait
+                await self._wait_for_move(partition, part, _jittered(backoff), end)
+                backoff = min(backoff * 2, RETRY_BACKOFF_MAX_S)
         return requests, retries
 
+    def _take_hint(self, partition: int, sent_to: PartitionMetadata, reply: ProduceResponse) -> bool:
+        """Use the active a NOT_LEADER / FENCED_EPOCH answer names, if it is newer than what the writer
+        knows and its address is known. True if the partition now has another active or epoch."""
+        if reply.error not in (ReplicaError.NOT_LEADER, ReplicaError.FENCED_EPOCH) or reply.active is None:
+            return self._moved(partition, sent_to)
+        known = self._partition(partition)
+        if reply.leader_epoch > known.leader_epoch and reply.active in self._addresses:
+            self._hints[partition] = replace(known, active=reply.active, leader_epoch=reply.leader_epoch)
+            self.stats.hints_used += 1
+        return self._moved(partition, sent_to)
+
+    async def _wait_for_move(
+        self, partition: int, failed: PartitionMetadata, backoff_s: float, end: float
+    ) -> None:
+        """Wait until the metadata shows the partition with another active or epoch than `failed` (a watch
+        answered), or `backoff_s` passed: the failure may have been passing (a dropped connection to a
+        server that is fine), and nothing else would retry it."""
+        until = min(end, time.monotonic() + backoff_s)
+        while not self._moved(partition, failed):
+            remaining = until - time.monotonic()
+            if remaining <= 0:
+                return
+            changed = self._changed
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), remaining)
+        self.stats.retried_on_move += 1
+
     async def _send_watching(
-        self, partition: int, active: int, leader_epoch: int, request: ProduceRequest
+        self, partition: int, part: PartitionMetadata, request: ProduceRequest
     ) -> ProduceResponse | None:
-        """Send a Produce and wait for its answer, but give up (None) once the metadata shows the partition
-        has a new active: a server that stopped answering (paused, partitioned away) must not hold the
-        write for the whole timeout when the controller has already moved on."""
+        """Send a Produce and wait for its answer, but give up (None) as soon as a metadata watch shows the
+        partition has another active or epoch: a server that stopped answering (killed, paused,
+        partitioned away) must not hold the write for the whole timeout when the controller has moved on."""
+        assert part.active is not None
         timeout_s = request.timeout_ms / 1000 + 1.0
-        sent = asyncio.ensure_future(self._pool.request(active, request, timeout_s))
+        sent = asyncio.ensure_future(self._pool.request(part.active, request, timeout_s))
         try:
             while True:
-                done, _ = await asyncio.wait({sent}, timeout=METADATA_WATCH_S)
-                if done:
+                if self._moved(partition, part):
+                    self.stats.moved_while_waiting += 1
+                    return None
+                changed = asyncio.ensure_future(self._changed.wait())
+                try:
+                    await asyncio.wait({sent, changed}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    changed.cancel()
+                if sent.done():
                     answer = sent.result()
                     assert isinstance(answer, ProduceResponse)
                     return answer
-                try:
-                    fresh = (await self.metadata(refresh=True)).partitions[partition]
-                except WriteError:
-                    continue
-                if (fresh.active, fresh.leader_epoch) != (active, leader_epoch):
-                    return None
         finally:
             if not sent.done():
                 sent.cancel()
+
+
+def _jittered(seconds: float) -> float:
+    return seconds * (0.5 + random.random())
 
 
 def _chunks(rows: list[bytes], max_bytes: int) -> list[list[bytes]]:

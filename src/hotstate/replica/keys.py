@@ -93,7 +93,10 @@ class InvalidKeyError(ValueError):
 
 
 def short_repr(value: object) -> str:
-    text = repr(value)
+    try:
+        text = repr(value)
+    except RecursionError:  # an error message must not fail on the value it describes
+        return f"a {type(value).__name__} nested too deeply to show"
     return text if len(text) <= _MAX_REPR else text[: _MAX_REPR - 3] + "..."
 
 

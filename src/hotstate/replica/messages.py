@@ -27,6 +27,9 @@ class ReplicaError(IntEnum):
     UNKNOWN_PARTITION = 12  # this server hosts no replica of that partition (yet)
     INVALID_REQUEST = 13
     LAG_OVER_BOUND = 14  # this replica is further behind than the query allows
+    # The server (re)started and its metadata image has not yet replayed its own registration: it cannot
+    # tell whether a table exists or who is active. Ask another server, or this one again shortly.
+    NOT_READY = 15
 
 
 RETRIABLE = frozenset(
@@ -38,6 +41,7 @@ RETRIABLE = frozenset(
         ReplicaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
         ReplicaError.TIMEOUT,
         ReplicaError.UNKNOWN_PARTITION,
+        ReplicaError.NOT_READY,
     }
 )
 
@@ -171,11 +175,24 @@ class MetadataForKeyResponse:
     leader_epoch: int = -1
 
 
+# The longest a metadata watch is parked on a server, whatever the request asks.
+MAX_METADATA_WATCH_MS = 30_000
+
+
 @dataclass(frozen=True, slots=True)
 class TableMetadataRequest:
-    """Where a table's partitions live, from the answering server's image (writers refresh on errors)."""
+    """Where a table's partitions live, from the answering server's image.
+
+    With `max_wait_ms` > 0 it is a *metadata watch* (a long poll): the server answers once its image holds
+    a change of the table (its definition or any of its partitions) newer than `known_offset` (the
+    `metadata_offset` of the answer the caller holds), or once `max_wait_ms` (capped at
+    MAX_METADATA_WATCH_MS) has passed, whichever is first; either way with the table's current metadata.
+    Version 2 added `known_offset` and `max_wait_ms`; a version 1 request (the table alone) is answered at
+    once, as before."""
 
     table: str
+    known_offset: int = -1
+    max_wait_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +223,9 @@ class TableMetadataResponse:
     partitions: tuple[PartitionMetadata, ...] = ()
     servers: tuple[ServerAddress, ...] = ()
     metadata_offset: int = 0
+    # The answering server's produce.max.bytes (version 2): the most row bytes one Produce may carry, so
+    # a writer refuses a row that can never be sent before sending anything. 0: not said (version 1).
+    produce_max_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)

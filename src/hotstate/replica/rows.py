@@ -2,7 +2,7 @@
 
 A row is a msgpack map of column name to value. Values: None, bool, int (msgpack's range, -2**63 to
 2**64 - 1), float, str, bytes (a bytearray is written as bytes), lists (tuples are written as lists) and
-dicts nested to any depth - Spark arrays, maps and structs (a struct as a dict, e.g. from
+dicts nested up to MAX_NESTING levels - Spark arrays, maps and structs (a struct as a dict, e.g. from
 `Row.asDict(recursive=True)`). Map keys inside a column may be any hashable supported value, since Spark
 maps have int or timestamp keys too; column names must be str. Types msgpack lacks travel as ext types
 with fixed codes, so these bytes mean the same thing to every server and every version:
@@ -23,7 +23,7 @@ import decimal
 import functools
 import struct
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, cast
 
 import msgpack
@@ -31,8 +31,10 @@ import msgpack
 from hotstate.replica.keys import datetime_micros, short_repr
 
 __all__ = [
+    "MAX_NESTING",
     "RowDecodeError",
     "RowEncodeError",
+    "check_nesting",
     "decode_record",
     "decode_records",
     "decode_row",
@@ -54,6 +56,11 @@ _I = struct.Struct(">i")
 _EPOCH = dt.datetime(1970, 1, 1)
 _ONE_MICRO = dt.timedelta(microseconds=1)
 _MAX_BIN = 2**32 - 1
+
+# The most levels of lists and maps in one column value (a list of lists is 2). msgpack refuses more than
+# 511 with a bare "recursion limit exceeded", and a query answer is JSON, whose encoder stops at 254 levels
+# with the answer's own levels around each row; 100 leaves room for both and for any real Spark schema.
+MAX_NESTING = 100
 
 # Values that need no look inside; anything else is walked for map keys that would not survive decoding.
 _PLAIN = frozenset(
@@ -118,19 +125,49 @@ def _pack(value: object) -> bytes:
         return _PACKER.pack(value)
 
 
-def _check_map_keys(column: str, value: object) -> None:
-    """Refuse a map key that would decode as a list (unhashable): a tuple inside any nested dict."""
-    stack = [value]
+def _too_deep() -> str:
+    return f"lists and maps nested more than {MAX_NESTING} levels deep (the limit)"
+
+
+def _check_value(column: str, value: object) -> None:
+    """Refuse a map key that would decode as a list (unhashable): a tuple inside any nested dict; and
+    nesting deeper than MAX_NESTING (which also ends the walk of a list that contains itself)."""
+    stack = [(value, 1)]
     while stack:
-        item = stack.pop()
+        item, depth = stack.pop()
         if isinstance(item, Mapping):
+            if depth > MAX_NESTING:
+                raise RowEncodeError(column, value, _too_deep())
             for key, inner in item.items():
                 if isinstance(key, tuple):
                     raise RowEncodeError(column, value, f"map key {short_repr(key)} is a tuple")
                 if type(inner) not in _PLAIN:
-                    stack.append(inner)
+                    stack.append((inner, depth + 1))
         elif isinstance(item, list | tuple):
-            stack.extend(inner for inner in item if type(inner) not in _PLAIN)
+            if depth > MAX_NESTING:
+                raise RowEncodeError(column, value, _too_deep())
+            stack.extend((inner, depth + 1) for inner in item if type(inner) not in _PLAIN)
+
+
+def check_nesting(row: Mapping[str, object]) -> None:
+    """Raise RowDecodeError naming the column if a decoded row nests deeper than MAX_NESTING: what a
+    server checks of every row it is sent, since a writer other than `encode_row` may have built it."""
+    for name, value in row.items():
+        if type(value) in _PLAIN:
+            continue
+        stack = [(value, 1)]
+        while stack:
+            item, depth = stack.pop()
+            children: Iterable[object]
+            if type(item) is dict:
+                children = item.values()
+            elif type(item) is list:
+                children = item
+            else:
+                continue
+            if depth > MAX_NESTING:
+                raise RowDecodeError(f"column {name!r}: {_too_deep()}")
+            stack.extend((inner, depth + 1) for inner in children if type(inner) not in _PLAIN)
 
 
 def _reason(error: Exception) -> str:
@@ -147,7 +184,7 @@ def encode_row(row: Mapping[str, object]) -> bytes:
         if type(name) is not str:
             raise RowEncodeError(repr(name), value, "column names must be str")
         if type(value) not in _PLAIN:
-            _check_map_keys(name, value)
+            _check_value(name, value)
     try:
         return _pack(row)
     except (TypeError, ValueError, OverflowError) as error:
@@ -208,6 +245,8 @@ def decode_row(data: bytes) -> dict[str, object]:
         row = msgpack.unpackb(data, ext_hook=_ext_hook, strict_map_key=False)
     except RowDecodeError:
         raise
+    except msgpack.StackError:
+        raise RowDecodeError("row bytes nest deeper than msgpack reads (about 1,000 levels)") from None
     except (ValueError, TypeError, OverflowError) as error:
         raise RowDecodeError(f"row bytes are not valid msgpack: {error}") from None
     if type(row) is not dict:

@@ -56,7 +56,13 @@ from hotstate.server.metadata import MetadataPublisher
 from hotstate.server.metrics import Metrics
 from hotstate.server.queries import QueryService
 from hotstate.server.raft_driver import RaftDriver, monotonic_ms
-from hotstate.server.replicas import ReplicaManager, metadata_for_key, table_metadata
+from hotstate.server.replicas import (
+    NOT_READY_REFUSES,
+    ReplicaManager,
+    answer_table_metadata,
+    metadata_for_key,
+    not_ready_answer,
+)
 from hotstate.server.status import DescribeClusterRequest, describe
 from hotstate.server.wire import MESSAGES, ForwardedControllerRequest
 
@@ -140,6 +146,8 @@ class Server:
             snapshot_max_records=config.snapshot_max_records,
             snapshot_interval_ms=config.snapshot_interval_ms,
             clock=monotonic_ms,
+            # Ready (queries, writes, table metadata) once the image holds this process's registration.
+            incarnation=(config.node_id, self.incarnation_id),
         )
         if config.is_broker:
             pool = self.pool
@@ -172,6 +180,7 @@ class Server:
                 request=self.pool.request,
                 connected=self.pool.is_connected,
                 on_forward=lambda outcome: self.metrics.forwards.labels(outcome).inc(),
+                not_ready=metadata.not_ready,
             )
         self.metadata.add_listener(self._on_image)
         self.controller = ControllerHost(
@@ -324,10 +333,12 @@ class Server:
             return describe(self.driver.node, self.metadata.image)
         if isinstance(message, CONTROLLER_REQUESTS):
             return await self.controller.handle(message)
+        if isinstance(message, replica_messages.TableMetadataRequest):
+            return await answer_table_metadata(self.metadata, message, self.config.produce_max_bytes)
+        if isinstance(message, NOT_READY_REFUSES) and (reason := self.metadata.not_ready()) is not None:
+            return not_ready_answer(message, reason)
         if isinstance(message, replica_messages.MetadataForKeyRequest):
             return metadata_for_key(self.metadata.image, message.table, message.key_row)
-        if isinstance(message, replica_messages.TableMetadataRequest):
-            return table_metadata(self.metadata.image, message.table)
         replicas = self.replicas
         if replicas is None:
             raise ValueError(f"server {self.config.node_id} is not a broker: {type(message).__name__}")
@@ -368,6 +379,7 @@ class Server:
             self.replicas,
             self.metrics,
             lambda: driver.node.leader_id,
+            metadata.not_ready,
         )
         server = http_server(build_app(context), config.http.host, config.http.port)
         self._http = server

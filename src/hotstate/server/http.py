@@ -3,7 +3,9 @@
 with the two query endpoints answered in front of FastAPI (query_http.py) for speed.
 
 The caller's mistakes get a 4xx with a ksqlDB-shaped error (`@type`, `error_code`, `message`); 503 only
-when no replica can serve; never a stack trace in a body.
+when no replica can serve, or while this server is starting (its metadata image has not caught up since
+it started, server/metadata.py: error_code 50302, "server N is starting: ...", so a client asks another
+server instead of being told a table does not exist); never a stack trace in a body.
 """
 
 from __future__ import annotations
@@ -28,11 +30,13 @@ from hotstate.server.metrics import Metrics
 from hotstate.server.queries import MAX_LAG_LIMIT, MAX_TIMEOUT_MS, QueryService
 from hotstate.server.query_http import (
     KEY_SQL_TYPES,
+    SERVER_NOT_READY,
     BadRequest,
     Endpoint,
     QueryEndpoints,
     QueryRoutes,
     answer_request,
+    error_body,
     internal_error,
 )
 from hotstate.server.raft_driver import monotonic_ms
@@ -87,6 +91,8 @@ class HttpContext:
     replicas: ReplicaManager | None
     metrics: Metrics
     leader_id: Callable[[], int | None]
+    # Why this server cannot answer yet (metadata not caught up since it started); None once it can.
+    not_ready: Callable[[], str | None] = lambda: None
 
 
 def build_app(ctx: HttpContext) -> QueryRoutes:
@@ -122,6 +128,9 @@ def build_app(ctx: HttpContext) -> QueryRoutes:
 
     @app.get("/v1/tables", summary="Tables, their keys and placement")
     async def tables() -> Response:
+        reason = ctx.not_ready()
+        if reason is not None:  # a stale image would list too few tables
+            return _json_response(error_body(503, "generic_error", SERVER_NOT_READY, reason))
         image = ctx.image()
         out = []
         for table in sorted(image.tables.values(), key=lambda t: t.name):
@@ -180,26 +189,35 @@ def build_app(ctx: HttpContext) -> QueryRoutes:
                     "version": __version__,
                     "kafkaClusterId": ctx.cluster_id,
                     "ksqlServiceId": f"hotstate-{ctx.cluster_id}",
-                    "serverStatus": "RUNNING",
+                    "serverStatus": "RUNNING" if ctx.not_ready() is None else "STARTING",
                     "serverId": ctx.node_id,
                 }
             }
         )
 
-    @app.get("/healthcheck", summary="ksqlDB-compatible health check")
+    @app.get(
+        "/healthcheck",
+        summary="ksqlDB-compatible health check; 503 without a metadata leader or while starting",
+    )
     async def healthcheck() -> Response:
         metadata_ok = ctx.leader_id() is not None
         replicas_ok = ctx.replicas is not None
-        healthy = metadata_ok
-        body = {
+        not_ready = ctx.not_ready()
+        caught_up = not_ready is None
+        healthy = metadata_ok and caught_up
+        body: dict[str, object] = {
             "isHealthy": healthy,
             "details": {
                 "metastore": {"isHealthy": metadata_ok},
                 "kafka": {"isHealthy": metadata_ok},
                 "replicas": {"isHealthy": replicas_ok},
+                # The image holds this process's registration: queries and writes are answered.
+                "metadataCaughtUp": {"isHealthy": caught_up},
             },
             "ksqlServiceId": f"hotstate-{ctx.cluster_id}",
         }
+        if not_ready is not None:
+            body["message"] = not_ready
         return JSONResponse(body, status_code=200 if healthy else 503)
 
     @app.get("/clusterStatus", summary="ksqlDB-compatible cluster status, as this server sees it")

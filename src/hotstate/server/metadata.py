@@ -1,11 +1,21 @@
 """Every server's metadata image: committed metadata entries replayed in order, and snapshots of it.
 
 Other code reads `MetadataPublisher.image` (immutable) and never the log. The publisher also decides
-when to snapshot (by records applied and by time).
+when to snapshot (by records applied and by time), says whether the image has caught up since the
+process started (`not_ready`), and parks metadata watches until a table changes (`wait_for_change`).
+
+**Caught up.** A restarted server replays its local metadata log only up to the high watermark a leader
+tells it, so for a while its image may lack tables, partitions and moves that were committed long ago.
+Its image has caught up once it holds this process's own registration (the `RegisterServer` record with
+this incarnation id): that record was committed after the process started, so every record committed
+before the start sits below it in the log and is in the image too. Until then the server answers
+"not ready" (HTTP 503, RPC `NOT_READY`) rather than "no such table" from a stale image. Once caught up it
+stays so for the life of the process (a later fall behind is judged like any stale replica, by lag).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Sequence
 
@@ -25,14 +35,26 @@ class MetadataPublisher:
         snapshot_max_records: int,
         snapshot_interval_ms: int,
         clock: Callable[[], int],
+        incarnation: tuple[int, str] | None = None,
     ) -> None:
+        """`incarnation`: this process's (node id, incarnation id); the image is caught up once it holds
+        that registration. None: caught up from the start (no registration to wait for)."""
         self.image = MetadataImage.empty() if snapshot is None else decode_snapshot(snapshot.data)
+        self._incarnation = incarnation
+        self.caught_up = incarnation is None
         self._snapshot_max_records = snapshot_max_records
         self._snapshot_interval_ms = snapshot_interval_ms
         self._clock = clock
         self._records_since_snapshot = 0
         self._last_snapshot_at = clock()
         self._listeners: list[Callable[[MetadataImage, Sequence[Entry]], None]] = []
+        # Per table name, the image offset from which its latest change is visible. Changes before this
+        # process loaded its image count as made at the load offset: a watch may be answered early, never
+        # late.
+        self._loaded_at = self.image.offset
+        self._table_changed_at: dict[str, int] = dict.fromkeys(self.image.tables, self._loaded_at)
+        self._watches: dict[str, list[tuple[int, asyncio.Future[None]]]] = {}
+        self._check_caught_up()
 
     def add_listener(self, listener: Callable[[MetadataImage, Sequence[Entry]], None]) -> None:
         """Called after every change of the image, with the entries that made it."""
@@ -49,10 +71,96 @@ class MetadataPublisher:
                 batch = decode_batch(entry.data)
                 builder.apply_all(batch.records, entry.offset)
                 self._records_since_snapshot += len(batch.records)
+        before = self.image
         if entries:
             self.image = builder.build(entries[-1].offset + 1)
+        self._note_changes(before, self.image, whole=snapshot is not None)
+        self._check_caught_up()
         for listener in self._listeners:
             listener(self.image, entries)
+        self._answer_watches()
+
+    # ------------------------------------------------------------------ readiness
+    def _check_caught_up(self) -> None:
+        if self.caught_up or self._incarnation is None:
+            return
+        node_id, incarnation_id = self._incarnation
+        server = self.image.servers.get(node_id)
+        if server is not None and server.incarnation_id == incarnation_id:
+            self.caught_up = True
+            log.info(
+                "metadata image caught up at offset %d (holds this server's registration)", self.image.offset
+            )
+
+    def not_ready(self) -> str | None:
+        """None once the image has caught up (module docstring); else why this server cannot answer yet."""
+        if self.caught_up:
+            return None
+        node_id = self._incarnation[0] if self._incarnation is not None else "?"
+        return (
+            f"server {node_id} is starting: metadata not caught up (its image is at offset "
+            f"{self.image.offset} and does not hold this server's registration yet); ask another server "
+            "or retry shortly"
+        )
+
+    # ------------------------------------------------------------------ metadata watches
+    def table_changed_at(self, table: str) -> int:
+        """The image offset from which the table's latest change (creation, partitions, deletion) shows."""
+        # A name not seen since the image was loaded: whatever happened to it happened before the load.
+        return self._table_changed_at.get(table, self._loaded_at)
+
+    async def wait_for_change(self, table: str, known_offset: int, timeout_s: float) -> bool:
+        """Wait until the image holds a change of `table` that an image at `known_offset` did not have,
+        or `timeout_s` passed. True if it changed."""
+        if self.table_changed_at(table) > known_offset:
+            return True
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = (known_offset, future)
+        waiting = self._watches.setdefault(table, [])
+        waiting.append(entry)
+        try:
+            done, _ = await asyncio.wait({future}, timeout=max(0.0, timeout_s))
+        finally:
+            if entry in waiting:
+                waiting.remove(entry)
+            if not waiting and self._watches.get(table) is waiting:
+                del self._watches[table]
+        return bool(done)
+
+    @property
+    def watches(self) -> int:
+        """How many metadata watches are parked (for tests and metrics)."""
+        return sum(len(w) for w in self._watches.values())
+
+    def _note_changes(self, before: MetadataImage, after: MetadataImage, *, whole: bool) -> None:
+        offset = after.offset
+        if whole:
+            # Loaded from a snapshot: what changed is unknown, so every table counts as changed now.
+            self._loaded_at = offset
+            self._table_changed_at = dict.fromkeys(after.tables, offset)
+            return
+        # Parts the builder did not touch keep their identity: most commits (heartbeats, fencing with no
+        # partition on the server) cost two comparisons here.
+        if after.tables is before.tables and after.partitions is before.partitions:
+            return
+        for name, info in after.tables.items():
+            old = before.tables.get(name)
+            if (
+                old is None
+                or old is not info
+                or (after.partitions.get(info.table_id) is not before.partitions.get(info.table_id))
+            ):
+                self._table_changed_at[name] = offset
+        for name in before.tables:
+            if name not in after.tables:
+                self._table_changed_at[name] = offset
+
+    def _answer_watches(self) -> None:
+        for table, waiting in self._watches.items():
+            changed_at = self.table_changed_at(table)
+            for known_offset, future in waiting:
+                if changed_at > known_offset and not future.done():
+                    future.set_result(None)
 
     def snapshot_due(self) -> bool:
         if self._records_since_snapshot == 0:

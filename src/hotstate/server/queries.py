@@ -60,7 +60,7 @@ class QueryError(Exception):
 
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
-        self.kind = kind  # bad_request | not_found | unavailable | timeout
+        self.kind = kind  # bad_request | not_found | unavailable | timeout | not_ready
         self.message = message
 
 
@@ -127,8 +127,12 @@ class QueryService:
         request: Callable[[int, object, float], Awaitable[object]],
         connected: Callable[[int], bool] = lambda node: True,
         on_forward: Callable[[str], None] = lambda outcome: None,
+        not_ready: Callable[[], str | None] = lambda: None,
     ) -> None:
+        """`not_ready`: why this server cannot answer yet (its metadata image has not caught up since it
+        started, server.metadata), None once it can."""
         self.node_id = node_id
+        self._not_ready = not_ready
         self._image = image
         self._replicas = replicas
         self._lags = lags
@@ -143,6 +147,10 @@ class QueryService:
     # ------------------------------------------------------------------ the coordinator
     async def execute(self, sql: str, properties: Mapping[str, object] | None = None) -> QueryResult:
         started = time.monotonic()
+        reason = self._not_ready()
+        if reason is not None:
+            # Before anything else: a stale image would call a table that exists "not found".
+            raise QueryError("not_ready", reason)
         properties = properties or {}
         check_properties(properties)
         query = await _parse(sql)

@@ -44,6 +44,7 @@ NOT_FOUND = 40400
 TOO_LARGE = 41300
 SERVER_ERROR = 50000
 UNAVAILABLE = 50300
+SERVER_NOT_READY = 50302  # ksqlDB's ERROR_CODE_SERVER_NOT_READY: retriable, ask another server
 
 # A request body larger than this is refused unread: the biggest statement the parser takes
 # (hotstate.query.sql.MAX_STATEMENT_CHARS) fits, with room for JSON escapes.
@@ -58,6 +59,7 @@ _KIND = {
     "not_found": (404, "statement_error", NOT_FOUND),
     "unavailable": (503, "generic_error", UNAVAILABLE),
     "timeout": (503, "generic_error", UNAVAILABLE),
+    "not_ready": (503, "generic_error", SERVER_NOT_READY),
 }
 KEY_SQL_TYPES = {
     KeyType.STRING: "STRING",

@@ -46,24 +46,31 @@ from hotstate.replica.core import (
 from hotstate.replica.ingest import records_for_rows
 from hotstate.replica.keys import encode_key, key_from_row, partition_for
 from hotstate.replica.messages import (
+    MAX_METADATA_WATCH_MS,
     FetchRequest,
     FetchResponse,
     FetchStoreSnapshotRequest,
     FetchStoreSnapshotResponse,
     LagInfo,
+    MetadataForKeyRequest,
     MetadataForKeyResponse,
     PartitionMetadata,
+    PartitionQueryResponse,
     ProduceRequest,
     ProduceResponse,
+    QueryPartitionsRequest,
+    QueryPartitionsResponse,
     ReadPartitionRequest,
     ReadPartitionResponse,
     ReplicaError,
     ReplicaMessage,
     ServerAddress,
+    TableMetadataRequest,
     TableMetadataResponse,
 )
 from hotstate.replica.rows import decode_records, decode_row
 from hotstate.replica.store import Store, StoreError, StoreSnapshot
+from hotstate.server.metadata import MetadataPublisher
 from hotstate.server.raft_driver import monotonic_ms
 
 log = logging.getLogger(__name__)
@@ -578,7 +585,40 @@ def metadata_for_key(image: MetadataImage, table_name: str, key_row: bytes) -> M
     )
 
 
-def table_metadata(image: MetadataImage, table_name: str) -> TableMetadataResponse:
+# What a server whose metadata has not caught up (server.metadata) refuses with NOT_READY: each would be
+# judged from an image that may lack tables and moves committed long ago.
+NOT_READY_REFUSES = (ProduceRequest, MetadataForKeyRequest, QueryPartitionsRequest)
+
+
+def not_ready_answer(
+    request: ProduceRequest | MetadataForKeyRequest | QueryPartitionsRequest, reason: str
+) -> ProduceResponse | MetadataForKeyResponse | QueryPartitionsResponse:
+    if isinstance(request, ProduceRequest):
+        return ProduceResponse(ReplicaError.NOT_READY, reason)
+    if isinstance(request, MetadataForKeyRequest):
+        return MetadataForKeyResponse(ReplicaError.NOT_READY, reason)
+    return QueryPartitionsResponse(
+        tuple(PartitionQueryResponse(ReplicaError.NOT_READY, reason) for _ in request.parts)
+    )
+
+
+async def answer_table_metadata(
+    metadata: MetadataPublisher, request: TableMetadataRequest, produce_max_bytes: int
+) -> TableMetadataResponse:
+    """A TableMetadataRequest: NOT_READY until the image caught up; a watch (max_wait_ms > 0) is parked
+    until the table changes past the caller's known offset or the (capped) wait ends."""
+    reason = metadata.not_ready()
+    if reason is not None:
+        return TableMetadataResponse(ReplicaError.NOT_READY, reason)
+    if request.max_wait_ms > 0:
+        wait_ms = min(request.max_wait_ms, MAX_METADATA_WATCH_MS)
+        await metadata.wait_for_change(request.table, request.known_offset, wait_ms / 1000)
+    return table_metadata(metadata.image, request.table, produce_max_bytes)
+
+
+def table_metadata(
+    image: MetadataImage, table_name: str, produce_max_bytes: int = 0
+) -> TableMetadataResponse:
     table = image.tables.get(table_name)
     if table is None:
         return TableMetadataResponse(ReplicaError.UNKNOWN_TABLE, f"no table {table_name!r}")
@@ -599,4 +639,5 @@ def table_metadata(image: MetadataImage, table_name: str) -> TableMetadataRespon
         partitions,
         servers,
         image.offset,
+        produce_max_bytes,
     )

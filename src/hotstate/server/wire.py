@@ -99,10 +99,8 @@ for type_id, cls in (
     (159, replica.LagInfoResponse),
     (160, replica.MetadataForKeyRequest),
     (161, replica.MetadataForKeyResponse),
-    (162, replica.TableMetadataRequest),
     (163, replica.PartitionMetadata),
     (164, replica.ServerAddress),
-    (165, replica.TableMetadataResponse),
     (166, replica.ReadPartitionRequest),
     (167, replica.ReadPartitionResponse),
     (168, replica.PartitionQueryRequest),
@@ -115,3 +113,7 @@ for type_id, cls in (
     MESSAGES.register(type_id, cls)
 # Version 2 appended writer_rack.
 MESSAGES.register(64, CreateTableRequest, version=2)
+# Version 2 appended known_offset and max_wait_ms (the metadata watch).
+MESSAGES.register(162, replica.TableMetadataRequest, version=2)
+# Version 2 appended produce_max_bytes.
+MESSAGES.register(165, replica.TableMetadataResponse, version=2)

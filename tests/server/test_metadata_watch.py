@@ -1,0 +1,230 @@
+"""The metadata publisher's readiness ("caught up" = the image holds this process's registration) and its
+metadata watches, driven with real metadata records through the real codec and image builder."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+
+from hotstate.controller.codec import encode_batch
+from hotstate.controller.records import (
+    CreateTable,
+    DeleteTable,
+    Endpoint,
+    FenceServer,
+    KeyColumn,
+    KeyType,
+    MetadataBatch,
+    MetadataRecord,
+    NoOp,
+    PartitionAssignment,
+    PartitionChange,
+    RegisterServer,
+)
+from hotstate.raft.records import Entry
+from hotstate.replica.messages import (
+    ProduceRequest,
+    QueryPartitionsRequest,
+    ReplicaError,
+    TableMetadataRequest,
+)
+from hotstate.server.metadata import MetadataPublisher
+from hotstate.server.replicas import answer_table_metadata, not_ready_answer
+from hotstate.server.wire import MESSAGES
+
+KEY = (KeyColumn("k", KeyType.STRING),)
+
+
+class Log:
+    """Commits records to a publisher one entry at a time, as the Raft driver does."""
+
+    def __init__(self, publisher: MetadataPublisher) -> None:
+        self.publisher = publisher
+        self.offsets: Iterator[int] = iter(range(10_000))
+
+    def commit(self, *records: MetadataRecord) -> int:
+        offset = next(self.offsets)
+        data = encode_batch(MetadataBatch(tuple(records)))
+        self.publisher.on_committed([Entry(offset, 1, data)], None)
+        return offset
+
+
+def publisher(incarnation: tuple[int, str] | None = (1, "me")) -> MetadataPublisher:
+    return MetadataPublisher(
+        snapshot=None,
+        snapshot_max_records=10_000,
+        snapshot_interval_ms=10**9,
+        clock=lambda: 0,
+        incarnation=incarnation,
+    )
+
+
+def register(node_id: int, incarnation: str) -> RegisterServer:
+    return RegisterServer(
+        node_id, incarnation, Endpoint("127.0.0.1", 9000 + node_id), None, None, (), ("broker",)
+    )
+
+
+def create(name: str, table_id: int, partitions: int = 2) -> tuple[MetadataRecord, ...]:
+    return (
+        CreateTable(name, table_id, partitions, 0, KEY, None),
+        *(PartitionAssignment(table_id, p, (1,), 1, (), 0, (1,), 0) for p in range(partitions)),
+    )
+
+
+# ------------------------------------------------------------------------------------------ readiness
+
+
+def test_not_ready_until_the_image_holds_this_incarnations_registration() -> None:
+    pub = publisher((1, "me"))
+    log = Log(pub)
+    assert pub.not_ready() is not None and "server 1 is starting: metadata not caught up" in str(
+        pub.not_ready()
+    )
+    log.commit(*create("t", 1))
+    log.commit(register(1, "my-previous-life"))  # the previous process's registration does not count
+    log.commit(register(2, "me"))  # nor another server's
+    assert pub.not_ready() is not None and not pub.caught_up
+    log.commit(register(1, "me"))
+    assert pub.not_ready() is None and pub.caught_up
+    # Sticky: fenced, or registered again by a later incarnation's stale view, it stays caught up.
+    log.commit(FenceServer(1, "test"))
+    assert pub.not_ready() is None
+
+
+def test_a_publisher_without_an_incarnation_is_ready_at_once() -> None:
+    assert publisher(None).not_ready() is None
+
+
+def test_a_not_ready_server_refuses_table_metadata_produce_and_partition_queries_as_retriable() -> None:
+    pub = publisher((3, "me"))
+    Log(pub).commit(*create("t", 1))  # the table is in the image, but the image has not caught up
+
+    async def ask() -> None:
+        reply = await answer_table_metadata(pub, TableMetadataRequest("t"), 8 << 20)
+        assert reply.error is ReplicaError.NOT_READY and "server 3 is starting" in reply.message
+        # Not "no such table" either, for a table the stale image lacks.
+        reply = await answer_table_metadata(pub, TableMetadataRequest("later"), 8 << 20)
+        assert reply.error is ReplicaError.NOT_READY
+
+    asyncio.run(ask())
+    produce = not_ready_answer(ProduceRequest("t", 0, 1, (b"\x80",)), "starting")
+    assert produce.error is ReplicaError.NOT_READY and produce.message == "starting"
+    query = not_ready_answer(QueryPartitionsRequest(()), "starting")
+    assert query.answers == ()
+
+
+# ------------------------------------------------------------------------------------------ watches
+
+
+def ready_publisher() -> tuple[MetadataPublisher, Log]:
+    pub = publisher((1, "me"))
+    log = Log(pub)
+    log.commit(register(1, "me"))
+    log.commit(*create("t", 1))
+    log.commit(*create("other", 2))
+    return pub, log
+
+
+def test_a_watch_is_answered_by_a_change_of_its_table_and_not_by_other_commits() -> None:
+    pub, log = ready_publisher()
+
+    async def scenario() -> None:
+        known = pub.image.offset
+        watch = asyncio.ensure_future(pub.wait_for_change("t", known, 30.0))
+        await asyncio.sleep(0)
+        assert pub.watches == 1
+        log.commit(NoOp())
+        log.commit(register(2, "x"))  # servers change, the table does not
+        log.commit(PartitionChange(2, 0, 1, 1, (1,)))  # another table's partition
+        await asyncio.sleep(0.01)
+        assert not watch.done()
+        log.commit(PartitionChange(1, 1, None, 1, (1,)))
+        assert await asyncio.wait_for(watch, 1.0) is True
+        assert pub.watches == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_watch_behind_the_image_is_answered_at_once_and_one_ahead_waits() -> None:
+    pub, log = ready_publisher()
+    created_at = pub.image.offset
+    log.commit(PartitionChange(1, 0, None, 1, (1,)))
+    changed_at = pub.image.offset
+    log.commit(NoOp())
+
+    async def scenario() -> None:
+        # The writer's metadata predates the change: answered without waiting.
+        assert await pub.wait_for_change("t", created_at, 30.0) is True
+        # It has seen the change (from this or a server further ahead): nothing new, the wait runs out.
+        assert await pub.wait_for_change("t", changed_at, 0.05) is False
+        assert await pub.wait_for_change("t", changed_at + 100, 0.05) is False
+        assert pub.watches == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_deleted_or_created_table_answers_its_watch() -> None:
+    pub, log = ready_publisher()
+
+    async def scenario() -> None:
+        known = pub.image.offset
+        deleted = asyncio.ensure_future(pub.wait_for_change("t", known, 30.0))
+        created = asyncio.ensure_future(pub.wait_for_change("new", known, 30.0))
+        await asyncio.sleep(0)
+        log.commit(DeleteTable("t", 1))
+        assert await asyncio.wait_for(deleted, 1.0) is True
+        assert not created.done()
+        log.commit(*create("new", 3))
+        assert await asyncio.wait_for(created, 1.0) is True
+
+    asyncio.run(scenario())
+
+
+def test_a_cancelled_watch_leaves_nothing_parked() -> None:
+    pub, _ = ready_publisher()
+
+    async def scenario() -> None:
+        watch = asyncio.ensure_future(pub.wait_for_change("t", pub.image.offset, 30.0))
+        await asyncio.sleep(0)
+        assert pub.watches == 1
+        watch.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await watch
+        assert pub.watches == 0
+
+    asyncio.run(scenario())
+
+
+def test_answer_table_metadata_parks_a_watch_and_answers_with_the_new_metadata() -> None:
+    pub, log = ready_publisher()
+
+    async def scenario() -> None:
+        first = await answer_table_metadata(pub, TableMetadataRequest("t"), 1234)
+        assert first.error is ReplicaError.NONE and first.partitions[0].active == 1
+        assert first.produce_max_bytes == 1234 and first.metadata_offset == pub.image.offset
+        request = TableMetadataRequest("t", first.metadata_offset, 30_000)
+        watch = asyncio.ensure_future(answer_table_metadata(pub, request, 1234))
+        await asyncio.sleep(0.01)
+        assert not watch.done()
+        log.commit(PartitionChange(1, 0, None, 1, (1,)))
+        moved = await asyncio.wait_for(watch, 1.0)
+        assert moved.partitions[0].active is None and moved.partitions[0].leader_epoch == 1
+        assert moved.metadata_offset > first.metadata_offset
+        # A watch whose wait runs out is answered with the metadata as it is.
+        unchanged = await answer_table_metadata(
+            pub, TableMetadataRequest("t", moved.metadata_offset, 20), 1234
+        )
+        assert unchanged.error is ReplicaError.NONE and unchanged.metadata_offset == moved.metadata_offset
+
+    asyncio.run(scenario())
+
+
+def test_a_version_1_table_metadata_request_still_decodes_with_the_defaults() -> None:
+    # What a writer from before the metadata watch sends: [type id, version 1, [table]].
+    decoded = MESSAGES.from_wire([MESSAGES.type_id(TableMetadataRequest), 1, ["t"]])
+    assert decoded == TableMetadataRequest("t", -1, 0)
+    wire = MESSAGES.to_wire(TableMetadataRequest("t", 7, 500))
+    assert wire[1] == 2 and MESSAGES.from_wire(wire) == TableMetadataRequest("t", 7, 500)
