@@ -98,7 +98,7 @@ def test_after_kill_9_of_an_active_the_writer_learns_the_new_active_from_its_wat
             before = _stats(writer)
             running.kill(victim)
             killed_at = time.monotonic()
-            await writer.upsert(_rows(1), deadline_s=30.0)
+            result = await writer.upsert(_rows(1), deadline_s=30.0)
             took = time.monotonic() - killed_at
             after = _stats(writer)
             meta = await writer.metadata()
@@ -108,7 +108,10 @@ def test_after_kill_9_of_an_active_the_writer_learns_the_new_active_from_its_wat
         # plain metadata request was made (no refresh after failures, no polling while waiting).
         assert after.metadata_requests == before.metadata_requests, (before, after)
         assert after.watch_changes > before.watch_changes, (before, after)
-        assert after.retried_on_move > before.retried_on_move, (before, after)
+        # Either a Produce failed against the dead server and was resent when the watch showed the move,
+        # or the watch had shown it before the first Produce went out (the controller can fence a killed
+        # server within milliseconds) and nothing needed a retry.
+        assert after.retried_on_move > before.retried_on_move or result.retries == 0, (before, after)
 
     running.run(scenario())
 
