@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from hotstate.controller.controller import ControllerConfig, Decision, QuorumController
+from hotstate.controller.evidence import ProbeResult
 from hotstate.controller.image import ImageBuilder, MetadataImage
 from hotstate.controller.records import Endpoint, FenceServer, KeyColumn, KeyType, NoOp, UnfenceServer
 from hotstate.controller.requests import (
@@ -285,3 +286,50 @@ def test_a_fenced_active_is_replaced_by_the_most_caught_up_in_sync_replica() -> 
     now = harness.image.partitions_of("clicks")[0]
     assert now.active == second and now.leader_epoch == part.leader_epoch + 1
     assert now.replicas == part.replicas  # the replica set stays; only the roles move
+
+
+def _probe(harness: Harness, node_id: int, result: ProbeResult, incarnation: str = "a") -> bool:
+    batch = harness.controller.on_probe(node_id, f"{incarnation}{node_id}", result, harness.next_offset)
+    if batch is not None:
+        harness.commit([batch])
+    return batch is not None
+
+
+def test_a_refused_probe_fences_at_once_and_moves_the_actives_as_a_session_expiry_would() -> None:
+    harness = three_brokers()
+    create(harness, partitions=6, standbys=1)
+    held = [p.partition for p in harness.image.partitions_of("clicks") if p.active == 3]
+    assert _probe(harness, 3, ProbeResult.REFUSED)  # no time has passed: the session is still fresh
+    assert harness.image.servers[3].fenced
+    for part in harness.image.partitions_of("clicks"):
+        assert part.active not in (3, None) and 3 not in part.isr
+        assert part.leader_epoch == (1 if part.partition in held else 0)
+    # Fenced once: a second refusal changes nothing.
+    assert not _probe(harness, 3, ProbeResult.REFUSED)
+
+
+def test_silence_or_an_answer_never_fences() -> None:
+    harness = three_brokers()
+    create(harness)
+    for result in (ProbeResult.SILENT, ProbeResult.ANSWERED):
+        assert not _probe(harness, 2, result)
+    assert not harness.image.servers[2].fenced
+
+
+def test_a_refusal_seen_before_the_server_registered_again_does_not_fence_the_new_process() -> None:
+    harness = three_brokers()
+    create(harness)
+    harness.register(2, "az-b", incarnation="b")  # restarted: registering fenced the old process
+    harness.heartbeat(2, incarnation="b")
+    assert not harness.image.servers[2].fenced
+    assert not _probe(harness, 2, ProbeResult.REFUSED, incarnation="a")
+    assert not harness.image.servers[2].fenced
+    assert not _probe(harness, 9, ProbeResult.REFUSED)  # never registered
+
+
+def test_a_live_server_fenced_by_a_wrong_probe_is_unfenced_by_its_next_heartbeat() -> None:
+    harness = three_brokers()
+    create(harness)
+    assert _probe(harness, 1, ProbeResult.REFUSED)
+    reply = harness.heartbeat(1)
+    assert not reply.fenced and not harness.image.servers[1].fenced

@@ -311,3 +311,38 @@ def test_bad_config_is_named(field: str, value: int, message: str) -> None:
 def test_empty_voter_set_is_refused() -> None:
     with pytest.raises(ValueError, match="voters is empty"):
         RaftNode(1, (), CONFIG, seed=0, now=0)
+
+
+def test_a_follower_told_its_leader_is_gone_stands_at_once_and_wins() -> None:
+    cluster = Cluster(voters=(1, 2, 3))
+    cluster.elect(1)
+    cluster.crash(1)
+    follower = cluster.nodes[2]
+    assert follower.role is Role.FOLLOWER and follower.leader_id == 1
+    follower.leader_gone(1, cluster.now + 1)  # long before its fetch timeout
+    assert follower.role is Role.CANDIDATE and follower.epoch == 2
+    cluster.flush_all()
+    cluster.deliver_all(drop_to=frozenset({1}))
+    assert follower.role is Role.LEADER and follower.epoch == 2
+
+
+def test_leader_gone_about_another_node_or_on_a_leader_changes_nothing() -> None:
+    cluster = Cluster(voters=(1, 2, 3))
+    cluster.elect(1)
+    follower = cluster.nodes[2]
+    follower.leader_gone(3, cluster.now + 1)  # not its leader: hearsay about a peer is not its business
+    assert follower.role is Role.FOLLOWER and follower.epoch == 1
+    leader = cluster.nodes[1]
+    leader.leader_gone(1, cluster.now + 1)
+    assert leader.role is Role.LEADER and leader.epoch == 1
+
+
+def test_followers_told_the_leader_is_gone_stand_in_turn_by_node_id() -> None:
+    cluster = Cluster(voters=(1, 2, 3))
+    cluster.elect(1)
+    cluster.crash(1)
+    second = cluster.nodes[3]  # rank 1 among the survivors {2, 3}
+    second.leader_gone(1, cluster.now + 1)
+    assert second.role is Role.FOLLOWER  # waits its turn, so the two do not split the vote
+    cluster.tick(3, now=cluster.now + 1 + CONFIG.election_timeout_ms // 5)
+    assert second.role is Role.CANDIDATE

@@ -644,3 +644,40 @@ def test_peer_pool_routes_by_node_id_and_follows_address_changes() -> None:
                 await pool.request(1, Ping(1), timeout=5)
 
     run(main())
+
+
+def test_lost_connection_hooks_fire_for_the_side_whose_peer_went_away() -> None:
+    """A connection the other end closed is a hint that its process died (server/suspects.py); one this
+    side closed is not."""
+
+    async def main() -> None:
+        server = make_server(REGISTRY)
+        server_heard: list[int] = []
+        server.on_peer_lost = lambda peer: server_heard.append(peer.node_id)
+        await server.start()
+        pool = PeerPool(7, CLUSTER, SECRET, REGISTRY, backoff_initial=0.01, backoff_max=0.2)
+        pool_heard: list[int] = []
+        pool.on_lost = pool_heard.append
+        pool.update({1: ("127.0.0.1", server.port)})
+        assert await pool.request(1, Ping(1), timeout=5) == Pong(1)
+        # The client goes away: the server hears of node 7; the client, which closed, hears nothing.
+        await pool.close()
+        for _ in range(100):
+            if server_heard:
+                break
+            await asyncio.sleep(0.01)
+        assert server_heard == [7] and pool_heard == []
+        # The server goes away: the client hears of node 1; the server, which closed, hears nothing more.
+        pool = PeerPool(8, CLUSTER, SECRET, REGISTRY, backoff_initial=0.01, backoff_max=0.2)
+        pool.on_lost = pool_heard.append
+        pool.update({1: ("127.0.0.1", server.port)})
+        assert await pool.request(1, Ping(2), timeout=5) == Pong(2)
+        await server.close()
+        for _ in range(100):
+            if pool_heard:
+                break
+            await asyncio.sleep(0.01)
+        assert pool_heard == [1] and server_heard == [7]
+        await pool.close()
+
+    run(main())

@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from hotstate.controller.evidence import ProbeResult
 from hotstate.sim.broken_replica import BROKEN_REPLICA_RULES
 from hotstate.sim.replication import ReplicationProfile, ReplicationSimFailure, ReplicationWorld, run_seed
 
@@ -34,6 +35,8 @@ def test_every_invariant_holds_for_every_seed(start: int) -> None:
     assert sum(1 for s in stats if s.active_moves) >= CHUNK // 5
     assert sum(1 for s in stats if s.full_moves) >= 3
     assert sum(s.replicas_removed for s in stats) > CHUNK
+    # Crashes are fenced on a refused probe before their session expires, in many seeds.
+    assert sum(1 for s in stats if s.probe_fences) >= CHUNK // 5
 
 
 @pytest.mark.parametrize("seed", PARTITION_STEP_REGRESSIONS)
@@ -101,3 +104,33 @@ def test_a_seed_replays_exactly() -> None:
     assert trace(7) == trace(7)
     assert trace(7) != trace(8)
     assert trace(9) == trace(9)  # with reassignments
+
+
+def _trusts_silence(
+    result: ProbeResult, *, probed_incarnation: str, registered_incarnation: str | None, fenced: bool
+) -> bool:
+    """Broken: fences on hearsay (a hint whose probe met silence), as if a lost connection proved death."""
+    return result is not ProbeResult.ANSWERED and not fenced
+
+
+def _ignores_incarnation(
+    result: ProbeResult, *, probed_incarnation: str, registered_incarnation: str | None, fenced: bool
+) -> bool:
+    """Broken: a refusal seen before a restart fences the new process that registered since."""
+    return result is ProbeResult.REFUSED and not fenced
+
+
+@pytest.mark.parametrize("rule", [_trusts_silence, _ignores_incarnation], ids=lambda r: r.__name__[1:])
+def test_a_fencing_rule_that_fences_a_live_server_is_caught(rule: object) -> None:
+    caught = []
+    for seed in range(120):
+        try:
+            run_seed(seed, fence_rule=rule)  # type: ignore[arg-type]
+        except ReplicationSimFailure as failure:
+            assert "fenced on a probe" in failure.reason
+            caught.append(seed)
+    assert caught, "no seed caught a rule that fences live servers"
+    # A failing seed replays exactly.
+    with pytest.raises(ReplicationSimFailure) as again:
+        run_seed(caught[0], fence_rule=rule)  # type: ignore[arg-type]
+    assert "fenced on a probe" in again.value.reason

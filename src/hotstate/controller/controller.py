@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass, field
 
 from hotstate.assignor import Assignment, AssignorConfig, AssignorInternalError
+from hotstate.controller.evidence import ProbeResult, fences_on_probe
 from hotstate.controller.image import ImageBuilder, MetadataImage, PartitionInfo, TableInfo
 from hotstate.controller.placement import place_table
 from hotstate.controller.reassign import ReassignJob, reassignment_records
@@ -157,6 +158,25 @@ class QuorumController:
             if batch is not None:
                 batches.append(batch)
         return batches
+
+    def on_probe(
+        self, node_id: int, incarnation_id: str, result: ProbeResult, next_offset: int
+    ) -> MetadataBatch | None:
+        """The result of a probe of `node_id`'s RPC address (started while `incarnation_id` was registered):
+        a refusal fences the server and moves its actives now (`evidence.fences_on_probe`), without waiting
+        for its session to expire. A server fenced this way that is alive after all heartbeats and is
+        unfenced as after any fence: the cost of a wrong probe is a move, never a loss."""
+        self._next_offset = next_offset
+        server = self._view.servers.get(node_id)
+        if not fences_on_probe(
+            result,
+            probed_incarnation=incarnation_id,
+            registered_incarnation=None if server is None else server.incarnation_id,
+            fenced=server is not None and server.fenced,
+        ):
+            return None
+        log.info("server %d refuses connections: fenced without waiting for its session", node_id)
+        return self._propose(self._fence_records(node_id, "connection refused"))
 
     def reassignment_job(self, now: int) -> ReassignJob | None:
         """The assignor's inputs, when a reassignment step is due: at most every `reassign_interval_ms`,

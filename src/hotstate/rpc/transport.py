@@ -104,6 +104,8 @@ class _Channel(asyncio.Protocol):
         self._flush_scheduled = False
         self.closed: asyncio.Future[None] = self._loop.create_future()
         self.close_reason: str | None = None
+        # The other end closed or reset the connection (not this side): a hint that its process died.
+        self.closed_by_peer = False
         self.remote_host = "?"
         self.remote_port = 0
 
@@ -152,6 +154,7 @@ class _Channel(asyncio.Protocol):
         self._closing = True
         if self.close_reason is None:
             self.close_reason = "closed by the peer" if exc is None else f"connection lost: {exc}"
+            self.closed_by_peer = True
         for waiter in self._drain_waiters:
             if not waiter.done():
                 waiter.set_result(None)
@@ -423,6 +426,9 @@ class _ServerChannel(_Channel):
             logger.info("connection %s closed during the handshake", self._who())
         elif self.peer is not None:
             logger.debug("connection from %s ended: %s", self.peer, self.close_reason)
+            on_peer_lost = self._server.on_peer_lost
+            if self.closed_by_peer and on_peer_lost is not None:
+                on_peer_lost(self.peer)
 
     async def cancel_tasks(self) -> None:
         tasks = list(self._tasks)
@@ -441,7 +447,8 @@ class RpcServer:
     `on_oneway(peer, message)` receives ONEWAY frames (it may be a plain function or a coroutine function;
     it is called in arrival order and shares the concurrency limit). When a connection closes, its running
     handlers are cancelled: nobody is left to read their answers, and a long-polling fetch must not outlive
-    its caller.
+    its caller. `on_peer_lost(peer)`, when set, hears of every authenticated connection the peer closed or
+    reset (not one this side closed): the first hint that the peer's process may have died.
     """
 
     def __init__(
@@ -476,6 +483,7 @@ class RpcServer:
         self.max_frame_bytes = max_frame_bytes
         self.handshake_timeout = handshake_timeout
         self.max_concurrent_requests = max_concurrent_requests
+        self.on_peer_lost: Callable[[PeerInfo], None] | None = None
         self._server: asyncio.Server | None = None
         self._channels: set[_ServerChannel] = set()
 
@@ -659,6 +667,7 @@ class Connection:
         handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
         backoff_initial: float = DEFAULT_BACKOFF_INITIAL,
         backoff_max: float = DEFAULT_BACKOFF_MAX,
+        on_lost: Callable[[], None] | None = None,
     ) -> None:
         if not cluster_id:
             raise ValueError("cluster_id must not be empty")
@@ -691,6 +700,7 @@ class Connection:
         self._last_error_class: type[ConnectionLost] = ConnectionLost
         self._logged_refusal: str | None = None
         self._retry_at = 0.0
+        self._on_lost = on_lost
 
     def __str__(self) -> str:
         address = _format_address(self.host, self.port)
@@ -849,6 +859,8 @@ class Connection:
                 self._last_error_class = ConnectionLost
                 if not self._closed:
                     logger.info("lost connection to %s: %s; reconnecting", self, self._last_error)
+                    if channel.closed_by_peer and self._on_lost is not None:
+                        self._on_lost()
             if attempt is not None and not attempt.done():
                 attempt.set_result(None)
             if self.closed:  # close() may have run while we awaited
@@ -899,7 +911,9 @@ class Connection:
 
 
 class PeerPool:
-    """One `Connection` per peer node id, created on first use from the address map given to `update`."""
+    """One `Connection` per peer node id, created on first use from the address map given to `update`.
+
+    `on_lost(peer_id)`, when set, hears of every established connection the peer closed or reset."""
 
     def __init__(
         self,
@@ -929,6 +943,7 @@ class PeerPool:
         self._connections: dict[int, Connection] = {}
         self._closing: set[asyncio.Task[None]] = set()
         self._closed = False
+        self.on_lost: Callable[[int], None] | None = None
 
     @property
     def peers(self) -> dict[int, tuple[str, int]]:
@@ -971,10 +986,15 @@ class PeerPool:
             node_id=self.node_id,
             registry=self.registry,
             peer_node_id=peer_id,
+            on_lost=lambda: self._peer_lost(peer_id),
             **self._options,
         )
         self._connections[peer_id] = connection
         return connection
+
+    def _peer_lost(self, peer_id: int) -> None:
+        if self.on_lost is not None:
+            self.on_lost(peer_id)
 
     def is_connected(self, peer_id: int) -> bool:
         connection = self._connections.get(peer_id)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import cast
 
 from hotstate.controller.controller import ControllerConfig
+from hotstate.controller.evidence import ProbeResult
 from hotstate.controller.image import MetadataImage
 from hotstate.controller.records import Endpoint
 from hotstate.controller.requests import (
@@ -42,6 +43,7 @@ from hotstate.raft.messages import (
     Vote,
     VoteResponse,
 )
+from hotstate.raft.node import Role
 from hotstate.raft.records import Entry, Snapshot
 from hotstate.raft.storage import RaftStorage
 from hotstate.replica import messages as replica_messages
@@ -64,6 +66,7 @@ from hotstate.server.replicas import (
     not_ready_answer,
 )
 from hotstate.server.status import DescribeClusterRequest, describe
+from hotstate.server.suspects import Suspects, probe_after_hint
 from hotstate.server.wire import MESSAGES, ForwardedControllerRequest
 
 log = logging.getLogger(__name__)
@@ -114,6 +117,7 @@ class Server:
         self._http_task: asyncio.Task[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._voter_addresses = {v.node_id: (v.host, v.port) for v in config.voters}
+        self._suspects: Suspects | None = None
 
     # ------------------------------------------------------------------ start and stop
     async def start(self) -> None:
@@ -206,6 +210,11 @@ class Server:
             on_oneway=self._handle_oneway,
             max_frame_bytes=config.max_frame_bytes,
         )
+        # A peer's connection closed or reset is a hint that it died: probe it (server/suspects.py).
+        suspects = self._suspects = Suspects(self._check_suspect)
+        self.controller.on_activated = self._suspect_all
+        self.pool.on_lost = suspects.hint
+        self.rpc.on_peer_lost = lambda peer: suspects.hint(peer.node_id)
         await self.rpc.start()
         rpc_endpoint = Endpoint(config.rpc.host, self.rpc.port)
         http_endpoint = Endpoint(config.http.host, config.http.port) if config.http else None
@@ -262,6 +271,8 @@ class Server:
             await self.liveness.stop()
         if self.replicas is not None:
             await self.replicas.stop()
+        if self._suspects is not None:
+            await self._suspects.close()
         if self.controller is not None:
             await self.controller.stop()
         if self.driver is not None:
@@ -287,6 +298,34 @@ class Server:
     def _send_raft(self, message: Message) -> None:
         assert self.pool is not None
         self.pool.send_oneway(message.dst, message)
+
+    def _suspect_all(self, node_ids: Sequence[int]) -> None:
+        assert self._suspects is not None
+        for node_id in node_ids:
+            self._suspects.hint(node_id)
+
+    async def _check_suspect(self, node_id: int) -> None:
+        """A connection of `node_id`'s closed: if its process is provably gone, act now (suspects.py)."""
+        assert self.driver is not None and self.controller is not None and self.pool is not None
+        pool = self.pool
+
+        def back() -> bool:
+            return pool.is_connected(node_id)
+
+        node = self.driver.node
+        address = self._voter_addresses.get(node_id)
+        if node.role is Role.FOLLOWER and node.leader_id == node_id and address is not None:
+            result = await probe_after_hint(*address, back)
+            if result is ProbeResult.REFUSED:
+                log.info("the metadata leader %d refuses connections: standing for election now", node_id)
+                self.driver.leader_gone(node_id)
+            else:
+                log.info(
+                    "the metadata leader %d lost a connection but is %s: no early election",
+                    node_id,
+                    result.value,
+                )
+        await self.controller.suspect(node_id, back)
 
     def _on_committed(self, entries: Sequence[Entry], snapshot: Snapshot | None) -> None:
         assert self.metadata is not None and self.driver is not None

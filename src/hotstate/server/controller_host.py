@@ -31,6 +31,7 @@ from hotstate.raft.node import NotLeaderError, ProposalRejectedError, RaftNode, 
 from hotstate.raft.records import Entry, EntryKind
 from hotstate.server.metadata import MetadataPublisher
 from hotstate.server.raft_driver import RaftDriver
+from hotstate.server.suspects import probe_after_hint
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,8 @@ class ControllerHost:
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._tick_task: asyncio.Task[None] | None = None
         self._reassigning: asyncio.Task[None] | None = None
+        # Set by the server: called for every registered server when this one takes office.
+        self.on_activated: Callable[[Sequence[int]], None] | None = None
         metadata.add_listener(self._on_image)
 
     @property
@@ -110,6 +113,10 @@ class ControllerHost:
             image, self._config, now=self._clock(), next_offset=self._driver.next_proposal_offset()
         )
         log.info("active controller for epoch %d at metadata offset %d", node.epoch, image.offset)
+        if self.on_activated is not None:
+            # The server that died with the old controller gave this one no hint: look at everyone once.
+            others = [n for n, s in image.servers.items() if n != node.id and not s.fenced]
+            self.on_activated(others)
 
     def _deactivate(self, why: str) -> None:
         if self._controller is not None:
@@ -165,6 +172,27 @@ class ControllerHost:
                 request, ControllerError.TIMEOUT, "the metadata change did not commit in time"
             )
         return decision.reply
+
+    async def suspect(self, node_id: int, back: Callable[[], bool]) -> None:
+        """Probe `node_id`'s registered RPC address; a refusal fences it now (`QuorumController.on_probe`).
+        Does nothing unless this server hosts the active controller before and after the probe. `back()`:
+        whether this server's connection to the node is up again (it is alive: stop probing)."""
+        controller = self._controller
+        server = self._metadata.image.servers.get(node_id)
+        if controller is None or server is None or server.fenced:
+            return
+        result = await probe_after_hint(server.rpc.host, server.rpc.port, back)
+        log.info("probe of server %d at %s:%d: %s", node_id, server.rpc.host, server.rpc.port, result.value)
+        if self._controller is not controller:
+            return
+        try:
+            batch = controller.on_probe(
+                node_id, server.incarnation_id, result, self._driver.next_proposal_offset()
+            )
+            if batch is not None:
+                self._propose([batch])
+        except (NotLeaderError, ProposalRejectedError) as error:
+            self._deactivate(str(error))
 
     def _propose(self, batches: Sequence[MetadataBatch]) -> None:
         for batch in batches:

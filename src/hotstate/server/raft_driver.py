@@ -64,6 +64,7 @@ class RaftDriver:
             entries=loaded.entries,
         )
         self._inbox: asyncio.Queue[Message] = asyncio.Queue()
+        self._gone_leaders: list[int] = []
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._last_role: tuple[Role, int, int | None] = (self.node.role, self.node.epoch, self.node.leader_id)
@@ -79,6 +80,12 @@ class RaftDriver:
         offset = self.node.propose(data, self._clock())
         self._wake.set()
         return offset, self.node.epoch
+
+    def leader_gone(self, leader_id: int) -> None:
+        """Proof that `leader_id`'s process is gone (server.suspects): a follower of it stands now."""
+        # An input like a message: handled by the loop between Readies, never in the middle of one.
+        self._gone_leaders.append(leader_id)
+        self._wake.set()
 
     def next_proposal_offset(self) -> int:
         return self.node.log.end_offset + self.node.pending_proposals
@@ -106,6 +113,8 @@ class RaftDriver:
             now = self._clock()
             while not self._inbox.empty():
                 node.step(self._inbox.get_nowait(), now)
+            while self._gone_leaders:
+                node.leader_gone(self._gone_leaders.pop(), now)
             node.tick(now)
             await self._drain()
             self._notice_role()

@@ -32,6 +32,9 @@ class FaultProfile:
     crash_after_win: float = 0.0
     isolate_leader: float = 0.0  # chance a partition cuts the leader off alone
     raft: RaftConfig = field(default_factory=RaftConfig)
+    # A crashed leader's connections close: followers probe it and, refused, stand at once
+    # (RaftNode.leader_gone) up to this long after the crash. 0: they wait for their fetch timeout.
+    leader_gone_max_ms: int = 0
 
     @staticmethod
     def from_seed(seed: int, voters: int, observers: int) -> FaultProfile:
@@ -69,6 +72,8 @@ class FaultProfile:
                 fetch_max_bytes=fetch_max_bytes,
                 append_linger_ms=rng.choice([0, 2, 5]),
             ),
+            # Drawn last, so a seed's other choices are what they were before this existed.
+            leader_gone_max_ms=rng.choice([0, 2, 20]),
         )
 
     @staticmethod

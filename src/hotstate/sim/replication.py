@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hotstate.assignor import PartitionAssignment as Placement
+from hotstate.controller.evidence import ProbeResult, fences_on_probe
 from hotstate.controller.image import PartitionInfo
 from hotstate.controller.reassign import partition_step
 from hotstate.controller.records import PartitionAssignment
@@ -61,6 +62,8 @@ from hotstate.replica.core import (
 from hotstate.replica.messages import ReplicaError, ReplicaMessage
 
 CoreFactory = Callable[..., ReplicaCore]
+# The controller's rule for a probe's result (controller.evidence.fences_on_probe, or a broken one in tests).
+FenceRule = Callable[..., bool]
 
 (
     _DELIVER,
@@ -76,7 +79,9 @@ CoreFactory = Callable[..., ReplicaCore]
     _ISR,
     _SNAP,
     _REASSIGN,
-) = range(13)
+    _PROBE,
+    _PROBED,
+) = range(15)
 SESSION_TIMEOUT_MS = 300
 TABLE_ID, PARTITION = 1, 0
 
@@ -114,6 +119,9 @@ class ReplicationProfile:
     config: ReplicaConfig
     spares: int = 0  # nodes of the pool beyond the initial replicas: where reassignments can move to
     reassign_every_ms: int = 0  # mean gap between the controller's reassignment ticks (0: never)
+    # Fast fencing (controller.evidence): a hint makes the controller probe a node, whose result it acts on
+    # up to this long later. 0: the controller fences on session expiry only.
+    probe_delay_max_ms: int = 0
 
     @staticmethod
     def from_seed(seed: int) -> ReplicationProfile:
@@ -152,6 +160,7 @@ class ReplicationProfile:
             config=config,
             spares=rng.choice([1, 2]),
             reassign_every_ms=rng.choice([0, 80, 200, 500]),
+            probe_delay_max_ms=rng.choice([0, 5, 40]),
         )
 
 
@@ -240,6 +249,8 @@ class ControllerModel:
     warmups: tuple[int, ...] = ()
     fenced: set[int] = field(default_factory=set)
     last_heartbeat: dict[int, int] = field(default_factory=dict)
+    # The process (boot count) each node last registered or heartbeat as: its incarnation.
+    registered: dict[int, int] = field(default_factory=dict)
 
     def view(self) -> PartitionView:
         return PartitionView(self.active, self.leader_epoch, self.isr, self.replicas, self.partition_epoch)
@@ -272,6 +283,7 @@ class Stats:
     full_moves: int = 0
     active_moves: int = 0  # reassignment records that moved the active
     replicas_removed: int = 0  # replicas a node deleted on learning it no longer holds one
+    probe_fences: int = 0  # fences on a refused probe, before the session expired
     log: list[str] = field(default_factory=list)
 
 
@@ -292,13 +304,17 @@ class ReplicationWorld:
         profile: ReplicationProfile,
         *,
         core_factory: CoreFactory = ReplicaCore,
+        fence_rule: FenceRule = fences_on_probe,
         trace: bool = False,
     ) -> None:
         self.seed = seed
         self.profile = profile
         self.core_factory = core_factory
+        self.fence_rule = fence_rule
         self.trace = trace
         self.rng = random.Random(f"replication-world/{seed}")
+        # Probes draw from their own stream, so a seed without them runs exactly as before they existed.
+        self.probe_rng = random.Random(f"replication-probes/{seed}")
         self.now = 0
         self._seq = 0
         self._events: list[tuple[int, int, int, int, Any]] = []
@@ -412,6 +428,10 @@ class ReplicationWorld:
             # In the calm no new placement is drawn, but the one under way is walked to its end.
             if not self._calm or self._desired is not None:
                 self._schedule(self.now + self._gap(self.profile.reassign_every_ms), _REASSIGN, 0, None)
+        elif kind == _PROBE:
+            self._probe(target, payload)
+        elif kind == _PROBED:
+            self._on_probe(target, *payload)
         elif kind == _CALM:
             self._calm = True
             self._heal()
@@ -483,6 +503,7 @@ class ReplicationWorld:
         node.writing = None
         node.tick_at = None
         self._schedule(self.now + down_ms, _RESTART, node.id, None)
+        self._hint(node.id)  # its connections close: the controller hears of it at once
 
     def _crash_someone(self) -> None:
         up = [n for n in self.nodes.values() if n.up]
@@ -607,9 +628,12 @@ class ReplicationWorld:
             victim = self.nodes[self.rng.choice(ids)]
             victim.cut_from_controller = True
             self._note(f"node {victim.id} cut off from the controller")
+            self._hint(victim.id)  # hearsay: a peer tells the controller it lost the node
         else:
             self._partition = {i: self.rng.randint(0, 1) for i in ids}
             self._note(f"network partition {self._partition}")
+            for i in ids:
+                self._hint(i)  # every node lost someone: hearsay about each of them
         self._schedule(self.now + self.rng.randint(50, self.profile.partition_max_ms), _HEAL, 0, None)
 
     def _heal(self) -> None:
@@ -627,10 +651,51 @@ class ReplicationWorld:
         for node in self.nodes.values():
             if node.up and not node.cut_from_controller:
                 c.last_heartbeat[node.id] = self.now
+                c.registered[node.id] = node.boot
                 if node.id in c.fenced:
                     self._unfence(node.id)
             elif node.id not in c.fenced and self.now - c.last_heartbeat.get(node.id, 0) > SESSION_TIMEOUT_MS:
                 self._fence(node.id)
+
+    def _hint(self, node: int) -> None:
+        """The controller hears that `node` may be gone and probes it (server.suspects) a moment later."""
+        delay_max = self.profile.probe_delay_max_ms
+        if delay_max:
+            incarnation = self.controller.registered.get(node, 0)
+            self._schedule(self.now + self.probe_rng.randint(1, delay_max), _PROBE, node, incarnation)
+
+    def _probe(self, node_id: int, incarnation: int) -> None:
+        """One connect to the node: refused when its process is down, silence when it is cut off from the
+        controller, answered otherwise. The controller acts on the result a moment later."""
+        node = self.nodes[node_id]
+        if not node.up:
+            result = ProbeResult.REFUSED
+        elif node.cut_from_controller:
+            result = ProbeResult.SILENT
+        else:
+            result = ProbeResult.ANSWERED
+        later = self.now + self.probe_rng.randint(0, self.profile.probe_delay_max_ms)
+        self._schedule(later, _PROBED, node_id, (incarnation, result))
+
+    def _on_probe(self, node_id: int, incarnation: int, result: ProbeResult) -> None:
+        c = self.controller
+        registered = c.registered.get(node_id)
+        fence = self.fence_rule(
+            result,
+            probed_incarnation=str(incarnation),
+            registered_incarnation=None if registered is None else str(registered),
+            fenced=node_id in c.fenced,
+        )
+        if not fence:
+            return
+        node = self.nodes[node_id]
+        if node.up and node.boot == registered:
+            raise ReplicationInvariantViolation(
+                f"node {node_id} fenced on a probe ({result.value}) while its registered process runs"
+            )
+        self.stats.probe_fences += 1
+        self._note(f"probe of {node_id} {result.value}: fenced before its session expires")
+        self._fence(node_id)
 
     def _fence(self, node: int) -> None:
         c = self.controller
@@ -944,8 +1009,20 @@ class ReplicationWorld:
             raise ReplicationInvariantViolation("the store is not the replay of the committed records")
 
 
-def run_seed(seed: int, *, core_factory: CoreFactory = ReplicaCore, trace: bool = False) -> Stats:
-    world = ReplicationWorld(seed, ReplicationProfile.from_seed(seed), core_factory=core_factory, trace=trace)
+def run_seed(
+    seed: int,
+    *,
+    core_factory: CoreFactory = ReplicaCore,
+    fence_rule: FenceRule = fences_on_probe,
+    trace: bool = False,
+) -> Stats:
+    world = ReplicationWorld(
+        seed,
+        ReplicationProfile.from_seed(seed),
+        core_factory=core_factory,
+        fence_rule=fence_rule,
+        trace=trace,
+    )
     return world.run()
 
 
@@ -977,7 +1054,7 @@ def main(argv: list[str] | None = None) -> int:
             f"placements reached ({stats.multi_step_moves} in several steps, {stats.full_moves} moving the "
             f"active to a new replica) in {stats.reassign_steps} "
             f"reassignment steps, {stats.active_moves} moving the active, {stats.replicas_removed} replicas "
-            "deleted"
+            f"deleted; {stats.probe_fences} fenced on a refused probe"
         )
         return 0
     started = time.monotonic()

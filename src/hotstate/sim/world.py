@@ -40,7 +40,8 @@ MAX_SLEEP_MS = 100
     _CONVERGED,
     _CRASH_MEMBER,
     _CRASH_LEADER,
-) = range(12)
+    _LEADER_GONE,
+) = range(13)
 
 # Proposals go on this long into the calm period, so that recovery is also tested under load.
 PROPOSALS_INTO_CALM_MS = 500
@@ -113,6 +114,8 @@ class World:
         self.trace = trace
         self.check_liveness = check_liveness
         self.rng = random.Random(f"world/{seed}")
+        # Its own stream: a seed without leader_gone probes runs exactly as it did before they existed.
+        self.probe_rng = random.Random(f"world-probes/{seed}")
         self.now = 0
         self._seq = 0
         self._events: list[tuple[int, int, int, int, Any]] = []
@@ -201,6 +204,11 @@ class World:
             member = self.members[target]
             if not member.up:
                 self._start(member)
+        elif kind == _LEADER_GONE:
+            member = self.members[target]
+            # The probe is refused only while the crashed leader is still down.
+            if member.up and not self.members[payload].up:
+                self._input(member, _LEADER_GONE, payload)
         elif kind == _PARTITION:
             if self._calm:
                 return
@@ -273,6 +281,8 @@ class World:
             core.tick(self.now)
         elif kind == _DELIVER:
             core.step(payload, self.now)
+        elif kind == _LEADER_GONE:
+            core.leader_gone(payload, self.now)
         self._after_input(member)
 
     def _after_input(self, member: Member) -> None:
@@ -397,6 +407,11 @@ class World:
             if self._crashed_leader_at is None:
                 self._crashed_leader_at = self.now
                 self._crashed_leader_epoch = core.epoch
+            if self.profile.leader_gone_max_ms:
+                for other in self.members.values():
+                    if other is not victim and other.up:
+                        later = self.now + self.probe_rng.randint(1, self.profile.leader_gone_max_ms)
+                        self._schedule(later, _LEADER_GONE, other.id, victim.id)
         if victim.writing is not None:
             changed = victim.disk.write_torn(victim.writing, self.rng)
             self.checker.check_disk(victim.id, victim.disk, changed)
