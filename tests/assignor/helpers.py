@@ -32,6 +32,58 @@ def all_caught_up(
     return {pid: dict.fromkeys(pa.replicas(), 0) for pid, pa in parts.items()}
 
 
+def lag_table(
+    servers: Sequence[Server],
+    partitions: Sequence[PartitionId],
+    previous: Mapping[PartitionId, PartitionAssignment] | None,
+    lags: Mapping[PartitionId, Mapping[str, int]] | None,
+) -> dict[PartitionId, dict[str, int]]:
+    """Known lags per partition as the inputs define them: reports of live servers, and a live previous
+    active without a report counts as caught up (lag 0). Empty: the partition has no state anywhere."""
+    live = {s.id for s in servers}
+    out: dict[PartitionId, dict[str, int]] = {}
+    for pid in partitions:
+        known = {s: v for s, v in (lags or {}).get(pid, {}).items() if s in live}
+        prev = (previous or {}).get(pid)
+        if prev is not None and prev.active in live:
+            known.setdefault(prev.active, 0)
+        out[pid] = known
+    return out
+
+
+def restoring(
+    assignment: Assignment, known: Mapping[PartitionId, Mapping[str, int]], acceptable_lag: int
+) -> list[tuple[PartitionId, str]]:
+    """Standbys and warmups on servers not caught up for a partition that has state somewhere."""
+    out = []
+    for pid, pa in assignment.partitions.items():
+        lags = known[pid]
+        if not lags:
+            continue  # a new partition: its replicas start empty and in sync, nothing restores
+        for s in (*pa.standbys, *pa.warmups):
+            if lags.get(s, acceptable_lag + 1) > acceptable_lag:
+                out.append((pid, s))
+    return out
+
+
+def standby_targets(assignment: Assignment) -> dict[PartitionId, list[str]]:
+    """Each partition's balanced standby servers in slot order: where a standby is held on a caught-up
+    server while its target warms up, the target."""
+    out: dict[PartitionId, list[str]] = {pid: [] for pid in assignment.partitions}
+    for r in assignment.explanation.replicas:
+        if r.role == "standby":
+            out[r.partition].append(r.target or r.server)
+    return out
+
+
+def active_warmups(assignment: Assignment) -> dict[PartitionId, list[str]]:
+    out: dict[PartitionId, list[str]] = {pid: [] for pid in assignment.partitions}
+    for r in assignment.explanation.replicas:
+        if r.role == "warmup" and r.reason == "warmup":
+            out[r.partition].append(r.server)
+    return out
+
+
 def bounds(total: int, caps: Sequence[int]) -> list[tuple[int, int]]:
     c = sum(caps)
     return [(total * x // c, -(-total * x // c)) for x in caps]

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from hotstate.assignor import AssignorConfig, PartitionAssignment, PartitionId, Server, Table, assign
-from hotstate.assignor.actives import ActiveChoice, allocate_warmups, choose_active
-from hotstate.assignor.problem import build_problem
+from hotstate.assignor.actives import ActiveChoice, choose_active, warmups_by_partition
 
 LIMIT = 100
 
@@ -30,13 +29,11 @@ def test_no_lags_at_all_means_a_new_partition_on_its_target() -> None:
     assert choose_active(2, -1, {}, LIMIT) == ActiveChoice(2, 2, "no_state", False)
 
 
-def test_warmups_are_capped_cluster_wide_and_running_ones_go_first() -> None:
-    servers = [Server("a"), Server("b")]
-    prev = {PartitionId("t", 3): PartitionAssignment("a", (), ("b",))}
-    problem = build_problem(servers, [Table("t", 4)], prev, None, AssignorConfig(max_warmup_replicas=2))
-    choices = [ActiveChoice(0, 1, "held_for_warmup", True) for _ in range(4)]
-    granted = allocate_warmups(problem, choices)
-    assert len(granted) == 2 and 3 in granted and 0 in granted
+def test_warmups_by_partition_are_on_the_target_when_wanted_or_granted() -> None:
+    choices = [ActiveChoice(0, 1, "held_for_warmup", True), ActiveChoice(0, 0, "caught_up", False)]
+    assert warmups_by_partition(choices) == [(1,), ()]
+    assert warmups_by_partition(choices, {(0, 1)}) == [(1,), ()]
+    assert warmups_by_partition(choices, set()) == [(), ()]
 
 
 def test_new_server_gets_warmups_then_takes_over_once_caught_up() -> None:

@@ -61,12 +61,12 @@ def test_sticky_placement_moves_only_the_overflow_to_a_new_server() -> None:
     assert len(moved) == 3 and all(out[p] == 2 for p in moved)
 
 
-def test_plain_preferences_put_a_caught_up_warmup_first_and_a_restoring_one_last() -> None:
+def test_plain_preferences_put_the_active_then_a_caught_up_warmup_first_and_a_restoring_one_last() -> None:
     servers = [Server(x) for x in "abcde"]
     pid = PartitionId("t", 0)
     prev = {pid: PartitionAssignment("a", ("b", "c"), ("d",))}
     cfg = AssignorConfig(acceptable_recovery_lag=10)
     caught = build_problem(servers, [Table("t", 1)], prev, {pid: {"b": 5, "c": 1, "d": 0}}, cfg)
-    assert plain_preferences(caught, 0) == [3, 0, 2, 1]  # warmup d, active a, then c (lag 1), b (lag 5)
+    assert plain_preferences(caught, 0) == [0, 3, 2, 1]  # active a, warmup d, then c (lag 1), b (lag 5)
     restoring = build_problem(servers, [Table("t", 1)], prev, {pid: {"b": 50, "c": 1, "d": 99}}, cfg)
     assert plain_preferences(restoring, 0) == [0, 2, 3]  # b is not caught up; d still restoring, last

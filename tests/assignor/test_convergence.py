@@ -1,11 +1,12 @@
 """Convergence (KIP-441 probing rebalances) and stability.
 
 Model: after each assignment every assigned replica catches up (lag 0) before the next one, and
-replicas no longer assigned lose their state. Bound under test, for a cluster that gains or loses a
-server: the assignment is stable (the next assignment returns it unchanged) after at most
-2 + ceil(U / max_warmup_replicas) assignments, where U is the number of actives the first
-assignment targets at servers holding no replica of the partition. U <= ceil(P c_new / C) for a
-new server (its share) and U <= the lost server's actives (fewer when they have standbys).
+replicas no longer assigned lose their state. Under test, for a cluster that gains or loses a server:
+no assignment has more than max_warmup_replicas replicas restoring, and the assignment is stable (the
+next assignment returns it unchanged) after at most 2 + ceil(T / max_warmup_replicas) assignments,
+where T is the number of replicas restored on the way: every assignment but the last two starts a full
+budget of restores. T is the copies the final placement needs on servers that held none before (R),
+plus few: a restore is not thrown away.
 """
 
 from __future__ import annotations
@@ -18,7 +19,11 @@ from hypothesis import strategies as st
 
 from hotstate.assignor import Assignment, AssignorConfig, Server, Table, assign
 
-from .helpers import RACKS, all_caught_up, bounds, servers_in_racks, targets_of
+from .helpers import RACKS, all_caught_up, bounds, lag_table, restoring, servers_in_racks, targets_of
+
+# A standby reshuffle after an active moved may restore a copy the final placement drops again; in
+# 600 random runs besides hypothesis's that never came to more than this many.
+SPARE_RESTORES = 2
 
 
 def converge(
@@ -29,6 +34,10 @@ def converge(
     lags = all_caught_up(previous) if previous is not None else {}
     for _ in range(limit):
         out = assign(servers, tables, previous, lags, cfg)
+        if previous is not None:
+            known = lag_table(servers, list(out.partitions), previous.partitions, lags)
+            rest = restoring(out, known, cfg.acceptable_recovery_lag)
+            assert len(rest) <= cfg.max_warmup_replicas, f"assignment {len(history)} restores {rest}"
         history.append(out)
         if previous is not None and out.partitions == previous.partitions:
             return history
@@ -38,6 +47,25 @@ def converge(
 
 def cold_targets(first: Assignment, before: Assignment) -> int:
     return sum(1 for pid, s in targets_of(first).items() if s not in before.partitions[pid].replicas())
+
+
+def restores_started(history: list[Assignment], before: Assignment) -> int:
+    """Standbys and warmups placed on servers that did not hold the partition in the assignment before
+    (in this model every such replica restores, and has caught up by the next assignment)."""
+    started = 0
+    for prev, out in zip([before, *history], history, strict=False):
+        for pid, pa in out.partitions.items():
+            started += sum(1 for s in (*pa.standbys, *pa.warmups) if s not in prev.partitions[pid].replicas())
+    return started
+
+
+def copies_needed(final: Assignment, before: Assignment) -> int:
+    return sum(
+        1
+        for pid, pa in final.partitions.items()
+        for s in (pa.active, *pa.standbys)
+        if s not in before.partitions[pid].replicas()
+    )
 
 
 def assert_balanced_and_settled(out: Assignment, servers: list[Server]) -> None:
@@ -78,19 +106,21 @@ def test_gaining_or_losing_a_server_converges_within_the_bound(
         after = [*servers, Server("joiner", rack=RACKS[index % 3])]
     else:
         after = [s for i, s in enumerate(servers) if i != index]
-    history = converge(after, tables, before, cfg, limit=60)
-    u = cold_targets(history[0], before)
-    bound = 2 + math.ceil(u / cfg.max_warmup_replicas)
+    history = converge(after, tables, before, cfg, limit=200)
+    started = restores_started(history, before)
+    bound = 2 + math.ceil(started / cfg.max_warmup_replicas)
     if cfg.traffic_cost:
-        # The bound is proved for traffic cost 0 only (docs/assignor.md). With traffic costs hypothesis found
-        # a case needing one assignment more (3 servers + a joiner, U=11, warmups 4 at a time, min_traffic,
-        # traffic cost 1): the cost model may move an active once more after the warmups settle.
+        # With traffic costs the cost model may move an active once more after the warmups settle
+        # (hypothesis found such cases, e.g. 3 servers + a joiner, min_traffic, traffic cost 1).
         bound += 1
-    assert len(history) <= bound, f"stable after {len(history)} assignments, bound {bound} (U={u})"
+    assert len(history) <= bound, f"stable after {len(history)} assignments, bound {bound} (T={started})"
+    # Restores are not thrown away: nearly all of them are copies the final placement keeps.
+    needed = copies_needed(history[-1], before)
+    assert started <= needed + SPARE_RESTORES, f"{started} restores for {needed} new copies"
     assert_balanced_and_settled(history[-1], after)
     if change == "add":
         total = sum(t.partitions for t in tables)
-        assert u <= math.ceil(total / len(after))
+        assert cold_targets(history[0], before) <= math.ceil(total / len(after))
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -132,8 +162,11 @@ def test_adding_one_server_with_traffic_costs_moves_about_its_share() -> None:
     results = {}
     for cost in (10, 0):
         cfg = AssignorConfig(num_standby_replicas=1, max_warmup_replicas=4, traffic_cost=cost)
-        history = converge(after, tables, before, cfg, limit=60)
-        assert len(history) <= 2 + math.ceil(cold_targets(history[0], before) / cfg.max_warmup_replicas)
+        history = converge(after, tables, before, cfg, limit=200)
+        rounds = (
+            2 + (1 if cost else 0) + math.ceil(restores_started(history, before) / cfg.max_warmup_replicas)
+        )
+        assert len(history) <= rounds
         final = history[-1]
         moved = sum(1 for pid, pa in final.partitions.items() if pa.active != before.partitions[pid].active)
         results[cost] = (moved, final.explanation.cost.cross_rack_actives)

@@ -37,7 +37,13 @@ def run_article(servers: list[Server], standbys: int, actives: dict[PartitionId,
     prev = {pid: PartitionAssignment(sid) for pid, sid in actives.items()}
     tables = sorted({pid.table for pid in actives})
     sizes = {t: 1 + max(pid.partition for pid in actives if pid.table == t) for t in tables}
-    cfg = AssignorConfig(num_standby_replicas=standbys, rack_aware_assignment_tags=TAGS)
+    # The article places standbys next to running actives and has no restore budget: give every standby
+    # one (each restores, so by default only max_warmup_replicas would be placed per assignment).
+    cfg = AssignorConfig(
+        num_standby_replicas=standbys,
+        rack_aware_assignment_tags=TAGS,
+        max_warmup_replicas=standbys * len(actives),
+    )
     return assign(servers, [Table(t, sizes[t]) for t in tables], prev, None, cfg)
 
 

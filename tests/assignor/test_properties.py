@@ -4,13 +4,26 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hotstate.assignor import Assignment, AssignorConfig, PartitionId, Server, Table, assign
 
-from .helpers import Case, bounds, cases, placement_cost, spread_rank, targets_of, vector
+from .helpers import (
+    Case,
+    active_warmups,
+    bounds,
+    cases,
+    lag_table,
+    placement_cost,
+    restoring,
+    spread_rank,
+    standby_targets,
+    targets_of,
+    vector,
+)
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -19,18 +32,15 @@ def run(case: Case, config: AssignorConfig | None = None) -> Assignment:
     return assign(case.servers, case.tables, case.previous, case.lags, config or case.config)
 
 
-def lag_table(case: Case) -> dict[PartitionId, dict[str, int]]:
-    live = {s.id for s in case.servers}
-    out: dict[PartitionId, dict[str, int]] = {}
-    for t in case.tables:
-        for i in range(t.partitions):
-            pid = PartitionId(t.name, i)
-            lags = {s: v for s, v in case.lags.get(pid, {}).items() if s in live}
-            prev = case.previous.get(pid)
-            if prev is not None and prev.active in live:
-                lags.setdefault(prev.active, 0)
-            out[pid] = lags
-    return out
+def known_lags(case: Case) -> dict[PartitionId, dict[str, int]]:
+    pids = [PartitionId(t.name, i) for t in case.tables for i in range(t.partitions)]
+    return lag_table(case.servers, pids, case.previous, case.lags)
+
+
+def unlimited(cfg: AssignorConfig) -> AssignorConfig:
+    """The config with a restore budget nothing reaches: every standby slot is placed (held on a
+    caught-up server or on its target), so the balanced standby targets can be read off the result."""
+    return replace(cfg, max_warmup_replicas=10_000)
 
 
 def standbys_asked(case: Case, table: Table) -> int:
@@ -45,25 +55,28 @@ def test_structure_and_counts(case: Case) -> None:
     a = run(case)
     ids = {s.id for s in case.servers}
     tables = {t.name: t for t in case.tables}
+    budget = case.config.max_warmup_replicas
+    spent = len(restoring(a, known_lags(case), case.config.acceptable_recovery_lag)) >= budget
     assert set(a.partitions) == {PartitionId(t.name, i) for t in case.tables for i in range(t.partitions)}
-    total_warmups = 0
     for pid, pa in a.partitions.items():
         replicas = pa.replicas()
         assert set(replicas) <= ids
         assert len(set(replicas)) == len(replicas), f"{pid}: two replicas on one server: {pa}"
-        total_warmups += len(pa.warmups)
-        wanted = min(standbys_asked(case, tables[pid.table]), len(ids) - 1 - len(pa.warmups))
-        assert len(pa.standbys) == max(0, wanted)
-    assert total_warmups <= case.config.max_warmup_replicas
+        asked = standbys_asked(case, tables[pid.table])
+        assert len(pa.standbys) <= asked
+        # Fewer standbys than the servers allow only while the restore budget is spent.
+        if len(pa.standbys) < min(asked, len(ids) - 1 - len(pa.warmups)):
+            assert spent, f"{pid}: {len(pa.standbys)} standbys of {asked}, budget not spent"
 
 
 @SETTINGS
 @given(cases())
 def test_actives_go_to_caught_up_or_most_caught_up(case: Case) -> None:
     a = run(case)
-    lags = lag_table(case)
+    lags = known_lags(case)
     limit = case.config.acceptable_recovery_lag
     targets = targets_of(a)
+    warming = active_warmups(a)
     for pid, pa in a.partitions.items():
         known = lags[pid]
         caught_up = {s for s, lag in known.items() if lag <= limit}
@@ -74,11 +87,11 @@ def test_actives_go_to_caught_up_or_most_caught_up(case: Case) -> None:
         else:
             assert pa.active == targets[pid]
         if pa.active != targets[pid]:
-            # Only a lagging target is ever passed over, and only it ever gets a warmup.
+            # Only a lagging target is ever passed over, and only it ever gets the active's warmup.
             assert targets[pid] not in caught_up
-            assert set(pa.warmups) <= {targets[pid]}
+            assert set(warming[pid]) <= {targets[pid]}
         else:
-            assert pa.warmups == ()
+            assert warming[pid] == []
 
 
 @SETTINGS
@@ -104,14 +117,16 @@ def test_targets_are_balanced_by_capacity(case: Case) -> None:
 @SETTINGS
 @given(cases())
 def test_standby_spread_is_the_best_available_at_each_step(case: Case) -> None:
-    a = run(case)
+    a = run(case, unlimited(case.config))
     keys = case.config.rack_aware_assignment_tags
     by_id = {s.id: s for s in case.servers}
-    for pid, pa in a.partitions.items():
-        for j, sb in enumerate(pa.standbys):
-            placed = [pa.active, *pa.standbys[:j]]
+    warming = active_warmups(a)
+    for pid, targets in standby_targets(a).items():
+        active = a.partitions[pid].active
+        for j, sb in enumerate(targets):
+            placed = [active, *targets[:j]]
             used = [{vector(by_id[x], keys)[i] for x in placed} for i in range(len(keys))]
-            eligible = [s for s in by_id if s not in placed and s not in pa.warmups]
+            eligible = [s for s in by_id if s not in placed and s not in warming[pid]]
             best = max(spread_rank(vector(by_id[s], keys), used) for s in eligible)
             got = spread_rank(vector(by_id[sb], keys), used)
             assert got == best, f"{pid} standby {j} on {sb}: spread {got}, best possible {best}"
@@ -121,24 +136,26 @@ def test_standby_spread_is_the_best_available_at_each_step(case: Case) -> None:
 @given(cases())
 def test_standbys_are_balanced_as_far_as_spread_allows(case: Case) -> None:
     # Checked on the KIP-708 placement itself (strategy none; the flows keep per-server counts).
-    cfg = AssignorConfig(**{**_fields(case.config), "rack_aware_assignment_strategy": "none"})
+    cfg = unlimited(replace(case.config, rack_aware_assignment_strategy="none"))
     a = run(case, cfg)
     keys = cfg.rack_aware_assignment_tags
     by_id = {s.id: s for s in case.servers}
-    counts = Counter(s for pa in a.partitions.values() for s in pa.standbys)
+    targets = standby_targets(a)
+    warming = active_warmups(a)
+    counts = Counter(s for row in targets.values() for s in row)
     total = sum(counts.values())
     share = dict(zip(by_id, bounds(total, [s.capacity for s in case.servers]), strict=True))
-    for pid, pa in a.partitions.items():
-        if not pa.standbys:
+    for pid, row in targets.items():
+        if not row:
             continue
-        last = pa.standbys[-1]
-        placed = [pa.active, *pa.standbys[:-1]]
+        last = row[-1]
+        placed = [a.partitions[pid].active, *row[:-1]]
         used = [{vector(by_id[x], keys)[i] for x in placed} for i in range(len(keys))]
         rank = spread_rank(vector(by_id[last], keys), used)
         others = [
             b
             for b in by_id
-            if b not in (*placed, last, *pa.warmups) and spread_rank(vector(by_id[b], keys), used) == rank
+            if b not in (*placed, last, *warming[pid]) and spread_rank(vector(by_id[b], keys), used) == rank
         ]
         # No server above its share keeps a last standby that a server below its share could take
         # just as well, and no server below its lower bound is left out while this one has spare.
@@ -151,8 +168,8 @@ def test_standbys_are_balanced_as_far_as_spread_allows(case: Case) -> None:
 @SETTINGS
 @given(cases())
 def test_flow_never_costs_more_than_plain_balanced(case: Case) -> None:
-    a = run(case)
-    cfg = case.config
+    cfg = unlimited(case.config)
+    a = run(case, cfg)
     targets = targets_of(a)
     cost = placement_cost(targets, case.servers, case.tables, case.previous, cfg)
     assert cost == a.explanation.cost.active_target
@@ -160,14 +177,12 @@ def test_flow_never_costs_more_than_plain_balanced(case: Case) -> None:
     assert a.explanation.cost.standby <= a.explanation.cost.standby_baseline
     standby_cost = sum(
         placement_cost({pid: s}, case.servers, case.tables, case.previous, cfg, role="standby")
-        for pid, pa in a.partitions.items()
-        for s in pa.standbys
+        for pid, row in standby_targets(a).items()
+        for s in row
     )
     assert standby_cost == a.explanation.cost.standby
     # Against the assignor run with strategy none (the plain balanced placement) on the same input:
-    plain = targets_of(
-        run(case, AssignorConfig(**{**_fields(cfg), "rack_aware_assignment_strategy": "none"}))
-    )
+    plain = targets_of(run(case, replace(cfg, rack_aware_assignment_strategy="none")))
     plain_cost = placement_cost(plain, case.servers, case.tables, case.previous, cfg)
     comparable = cfg.rack_aware_assignment_strategy == "min_traffic" or _tables_balanced(case, plain)
     if comparable:
@@ -192,10 +207,6 @@ def test_input_order_does_not_matter(case: Case, seed: int) -> None:
     assert a == b
 
 
-def _fields(cfg: AssignorConfig) -> dict[str, object]:
-    return {name: getattr(cfg, name) for name in cfg.__slots__}  # type: ignore[attr-defined]
-
-
 def _tables_balanced(case: Case, placement: dict[PartitionId, str]) -> bool:
     caps = [s.capacity for s in case.servers]
     for t in case.tables:
@@ -204,3 +215,43 @@ def _tables_balanced(case: Case, placement: dict[PartitionId, str]) -> bool:
             if not lo <= per[s.id] <= hi:
                 return False
     return True
+
+
+def caught_up_in(lags: dict[str, int], limit: int, server: str) -> bool:
+    return lags.get(server, limit + 1) <= limit
+
+
+@SETTINGS
+@given(cases())
+def test_a_caught_up_standby_is_never_given_up_for_a_server_that_is_not_caught_up(case: Case) -> None:
+    a = run(case)
+    known = known_lags(case)
+    limit = case.config.acceptable_recovery_lag
+    live = {s.id for s in case.servers}
+    for pid, pa in a.partitions.items():
+        prev = case.previous.get(pid)
+        if prev is None:
+            continue
+        lags = known[pid]
+        dropped = [
+            s
+            for s in prev.standbys
+            if s in live and caught_up_in(lags, limit, s) and s not in (pa.active, *pa.standbys)
+        ]
+        cold = [s for s in pa.standbys if not caught_up_in(lags, limit, s)]
+        assert not (dropped and cold), f"{pid}: caught-up {dropped} dropped while {cold} restore as standbys"
+
+
+@SETTINGS
+@given(cases())
+def test_new_restores_start_only_within_max_warmup_replicas(case: Case) -> None:
+    a = run(case)
+    known = known_lags(case)
+    live = {s.id for s in case.servers}
+    rest = restoring(a, known, case.config.acceptable_recovery_lag)
+    held = {pid: set(pa.replicas()) & live for pid, pa in case.previous.items()}
+    new = [(pid, s) for pid, s in rest if s not in held.get(pid, set())]
+    # Restores already under way are never cut for the budget (they may exceed it); nothing new starts
+    # unless the total, them included, stays within it.
+    if new:
+        assert len(rest) <= case.config.max_warmup_replicas, f"restoring {rest}, of them new {new}"

@@ -5,8 +5,9 @@ active actually goes there depends on lags:
 
 - target caught up (lag <= acceptable.recovery.lag): the active goes to the target;
 - target not caught up, someone else is: a caught-up server keeps (or takes) the active, preferring
-  the previous active, and the target gets a *warmup* replica if the cluster-wide warmup budget allows;
-  a later assignment promotes the warmup once it has caught up;
+  the previous active, and the target gets a *warmup* replica if the cluster-wide warmup budget allows
+  (shared with standbys that restore, see restoring.py); a later assignment promotes the warmup once
+  it has caught up;
 - nobody caught up: the most caught-up server takes it (lowest lag; the target wins ties, then the
   previous active), again with a warmup on the target when that is someone else. With no lag report
   at all (a new table) the target simply takes it.
@@ -14,7 +15,7 @@ active actually goes there depends on lags:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from hotstate.assignor.problem import Problem
@@ -62,22 +63,11 @@ def choose_actives(problem: Problem, targets: Mapping[int, int]) -> list[ActiveC
     ]
 
 
-def allocate_warmups(problem: Problem, choices: Sequence[ActiveChoice]) -> set[int]:
-    """Partitions that get a warmup on their target, at most ``max_warmup_replicas`` in all.
-
-    Warmups already running on the target go first (abandoning a half-restored replica wastes its
-    work), then the targets closest to caught up (they finish soonest), then partition order.
-    """
-    wanting = [p for p, c in enumerate(choices) if c.wants_warmup]
-
-    def priority(p: int) -> tuple[int, float, int]:
-        target = choices[p].target
-        running = 0 if target in problem.prev_warmups[p] else 1
-        return (running, lag_of(problem.lags[p], target), p)
-
-    wanting.sort(key=priority)
-    return set(wanting[: problem.config.max_warmup_replicas])
-
-
-def warmups_by_partition(choices: Sequence[ActiveChoice], granted: set[int]) -> list[tuple[int, ...]]:
-    return [(c.target,) if p in granted else () for p, c in enumerate(choices)]
+def warmups_by_partition(
+    choices: Sequence[ActiveChoice], granted: Collection[tuple[int, int]] | None = None
+) -> list[tuple[int, ...]]:
+    """Each partition's warmup on its target: every one wanted (``granted`` None), or those granted."""
+    return [
+        (c.target,) if c.wants_warmup and (granted is None or (p, c.target) in granted) else ()
+        for p, c in enumerate(choices)
+    ]

@@ -3,9 +3,12 @@
 Order of decisions (Kafka Streams' HighAvailabilityTaskAssignor):
 1. a balanced *target* for every active: plain and sticky (strategy ``none``) or KIP-925 min-cost
    flow (``min_traffic``, ``balance_subtopology``), checked never to cost more than the plain one;
-2. KIP-441: actives to caught-up replicas, warmups on targets that are not caught up yet;
-3. KIP-708: standbys spread over tag values, first standbys before second ones, balanced;
-4. KIP-925 for standbys: cheaper servers within the same tag class only (spread first).
+2. KIP-441: actives to caught-up replicas; a target that is not caught up wants a warmup;
+3. KIP-708: standby targets spread over tag values, first standbys before second ones, balanced;
+4. KIP-925 for standbys: cheaper servers within the same tag class only (spread first);
+5. KIP-441 for standbys: a standby whose target is not caught up stays on a caught-up server while the
+   target warms up; every replica that restores (warmups, standbys on servers without the data) shares
+   max_warmup_replicas (restoring.py).
 """
 
 from __future__ import annotations
@@ -14,12 +17,18 @@ import logging
 from collections.abc import Iterable, Mapping
 
 from hotstate.assignor.active_flow import flow_active_targets
-from hotstate.assignor.actives import allocate_warmups, choose_actives, warmups_by_partition
+from hotstate.assignor.actives import choose_actives, warmups_by_partition
 from hotstate.assignor.balance import Bounds, balanced_bounds, plain_preferences, sticky_balanced_targets
 from hotstate.assignor.config import AssignorConfig
 from hotstate.assignor.cost import CostModel, actives_cost, cross_rack_count, model_of, standbys_cost
 from hotstate.assignor.errors import AssignorInternalError
-from hotstate.assignor.explain import active_reason, standby_reason, standby_shortfall_notes, warmup_reason
+from hotstate.assignor.explain import (
+    active_reason,
+    standby_reasons,
+    standby_shortfall_notes,
+    waiting_standby_notes,
+    warmup_reason,
+)
 from hotstate.assignor.model import (
     Assignment,
     CostSummary,
@@ -30,6 +39,7 @@ from hotstate.assignor.model import (
     Table,
 )
 from hotstate.assignor.problem import Lags, Previous, Problem, build_problem
+from hotstate.assignor.restoring import grant, plan_standbys, restore_requests, settle_slot
 from hotstate.assignor.standby_flow import optimize_standbys
 from hotstate.assignor.standbys import place_standbys, tag_classes
 
@@ -107,36 +117,51 @@ def assign(
     check_not_worse(target_cost, plain_cost, "actives")
 
     choices = choose_actives(problem, targets)
-    granted = allocate_warmups(problem, choices)
     actives = [c.active for c in choices]
-    warmups = warmups_by_partition(choices, granted)
+    # Standby targets keep clear of every warmup an active wants, granted or not: which are granted is
+    # decided together with the standbys' own restores, below.
+    wanted_warmups = warmups_by_partition(choices)
 
-    slots, wanted = place_standbys(problem, actives, warmups)
+    slots, wanted = place_standbys(problem, actives, wanted_warmups)
     kip708 = [[slot.server for slot in row] for row in slots]
     if problem.config.rack_aware_assignment_strategy == "none":
-        standbys = kip708
+        standby_targets = kip708
     else:
-        standbys = optimize_standbys(problem, model, tag_classes(problem.vectors), slots, actives, warmups)
-    standby_cost = standbys_cost(problem, model, standbys)
+        standby_targets = optimize_standbys(
+            problem, model, tag_classes(problem.vectors), slots, actives, wanted_warmups
+        )
+    standby_cost = standbys_cost(problem, model, standby_targets)
     kip708_cost = standbys_cost(problem, model, kip708)
     check_not_worse(standby_cost, kip708_cost, "standbys")
+
+    plans = [
+        plan_standbys(problem, p, standby_targets[p], actives[p], wanted_warmups[p])
+        for p in range(len(problem.partitions))
+    ]
+    granted = grant(restore_requests(problem, choices, plans), problem.config.max_warmup_replicas)
+    warmups = warmups_by_partition(choices, granted)
+    outcomes = [[settle_slot(p, plan, granted) for plan in row] for p, row in enumerate(plans)]
 
     reasons: list[ReplicaReason] = []
     partitions = {}
     for p, pid in enumerate(problem.partitions):
-        reasons.append(active_reason(problem, model, p, choices[p], p in granted))
-        reasons.extend(
-            standby_reason(problem, model, p, slot, s) for slot, s in zip(slots[p], standbys[p], strict=True)
-        )
+        reasons.append(active_reason(problem, model, p, choices[p], bool(warmups[p])))
+        reasons.extend(standby_reasons(problem, model, p, actives[p], slots[p], outcomes[p]))
         reasons.extend(warmup_reason(problem, model, p, s) for s in warmups[p])
+        standbys = [o.server for o in outcomes[p] if o.server is not None]
+        standby_warmups = [o.plan.target for o in outcomes[p] if o.warmup]
         partitions[pid] = PartitionAssignment(
             active=problem.server_ids[actives[p]],
-            standbys=tuple(problem.server_ids[s] for s in standbys[p]),
-            warmups=tuple(problem.server_ids[s] for s in warmups[p]),
+            standbys=tuple(problem.server_ids[s] for s in standbys),
+            warmups=tuple(problem.server_ids[s] for s in (*warmups[p], *standby_warmups)),
         )
     explanation = Explanation(
         replicas=tuple(reasons),
-        notes=(*problem.notes, *standby_shortfall_notes(problem, wanted)),
+        notes=(
+            *problem.notes,
+            *standby_shortfall_notes(problem, wanted),
+            *waiting_standby_notes(problem, outcomes),
+        ),
         warnings=problem.warnings,
         cost=CostSummary(
             active_target=target_cost,

@@ -41,10 +41,11 @@ class LoadScale:
 def plain_preferences(problem: Problem, p: int) -> list[int]:
     """Servers the plain placement tries for ``p``, best first.
 
-    A caught-up warmup comes before the previous active: it was built to take over, and preferring it
-    is what lets repeated assignments converge. Then the previous active, then other caught-up
-    replicas (lowest lag first), which take over without a warmup when the owner is gone; last a
-    warmup still restoring, so that its target does not change under it.
+    The previous active first: a caught-up warmup may have been built for a standby (restoring.py), and
+    preferring it would move actives that balance leaves where they are. Then caught-up warmups, which
+    take the active whenever balance moves it off its server (that is what they were built for), then
+    other caught-up replicas (lowest lag first), which take over without a warmup when the owner is
+    gone; last a warmup still restoring, so that its target does not change under it.
     """
     prev = problem.prev_active[p]
     warm = [w for w in problem.prev_warmups[p] if problem.caught_up(p, w)]
@@ -53,7 +54,7 @@ def plain_preferences(problem: Problem, p: int) -> list[int]:
         (s for s in problem.held[p] if s != prev and s not in warm and problem.caught_up(p, s)),
         key=lambda s: (lags[s], s),
     )
-    head = [*warm, prev] if prev != NO_SERVER else warm
+    head = [prev, *warm] if prev != NO_SERVER else warm
     restoring = [w for w in problem.prev_warmups[p] if w not in warm]
     return [*head, *others, *restoring]
 

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Final
 
 from hotstate.assignor.actives import ActiveChoice, lag_of
 from hotstate.assignor.cost import CostModel, held_as, replica_cost
 from hotstate.assignor.model import Assignment, ReplicaReason, Role
 from hotstate.assignor.problem import Problem
+from hotstate.assignor.restoring import StandbyOutcome
 from hotstate.assignor.standbys import StandbySlot
-from hotstate.assignor.tags import new_keys, spread_level
+from hotstate.assignor.tags import new_keys, spread_level, spread_score, used_values
 
 REASONS: Final[dict[str, str]] = {
     "caught_up": "active on its balanced target, which is caught up",
@@ -21,6 +23,8 @@ REASONS: Final[dict[str, str]] = {
     "spread_ideal": "standby whose every tag value differs from the active's and the other standbys'",
     "spread_partial": "standby new on some tag keys; the other keys have no unused value left",
     "least_loaded": "standby on the least loaded server; no tag key had an unused value",
+    "standby_held_for_warmup": "standby kept on a caught-up server while its balanced target warms up",
+    "standby_warmup": "warmup on a standby's balanced target; takes the standby once caught up",
 }
 
 
@@ -117,6 +121,99 @@ def standby_reason(
         cost=cost,
         spread=level,
     )
+
+
+def _restore_text(problem: Problem, p: int, s: int) -> str:
+    return (
+        f"restores ({_lag_text(lag_of(problem.lags[p], s))} > acceptable "
+        f"{problem.config.acceptable_recovery_lag}; counts against "
+        f"max_warmup_replicas={problem.config.max_warmup_replicas})"
+    )
+
+
+def _held_standby_reason(
+    problem: Problem, model: CostModel, p: int, earlier: Sequence[int], outcome: StandbyOutcome
+) -> ReplicaReason:
+    keeper = outcome.server
+    assert keeper is not None
+    tag_keys = problem.config.rack_aware_assignment_tags
+    used = used_values([problem.vectors[x] for x in earlier], len(tag_keys))
+    level = spread_level(spread_score(problem.vectors[keeper], used), len(tag_keys))
+    target = problem.server_ids[outcome.plan.target]
+    waits = "warms up" if outcome.warmup else "waits for a warmup slot"
+    cost, cost_text = _cost(problem, model, "standby", p, keeper)
+    return ReplicaReason(
+        partition=problem.partitions[p],
+        server=problem.server_ids[keeper],
+        role="standby",
+        reason="standby_held_for_warmup",
+        detail=(
+            f"caught up (lag {_lag_text(lag_of(problem.lags[p], keeper))}); balanced target {target} "
+            f"{_restore_text(problem, p, outcome.plan.target)} and {waits}; {level} spread; {cost_text}"
+        ),
+        cost=cost,
+        spread=level,
+        target=target,
+    )
+
+
+def _standby_warmup_reason(problem: Problem, model: CostModel, p: int, s: int) -> ReplicaReason:
+    cost, cost_text = _cost(problem, model, "warmup", p, s)
+    return ReplicaReason(
+        partition=problem.partitions[p],
+        server=problem.server_ids[s],
+        role="warmup",
+        reason="standby_warmup",
+        detail=(
+            f"a standby's balanced target, {_restore_text(problem, p, s)}; "
+            f"takes the standby once caught up; {cost_text}"
+        ),
+        cost=cost,
+        target=problem.server_ids[s],
+    )
+
+
+def standby_reasons(
+    problem: Problem,
+    model: CostModel,
+    p: int,
+    active: int,
+    slots: Sequence[StandbySlot],
+    outcomes: Sequence[StandbyOutcome],
+) -> list[ReplicaReason]:
+    """Reasons for one partition's standbys and standby warmups, in slot order."""
+    out: list[ReplicaReason] = []
+    placed = [active]
+    for slot, outcome in zip(slots, outcomes, strict=True):
+        if outcome.server is None:
+            continue  # waiting for the budget: said once per table in the notes
+        if outcome.server == outcome.plan.target:
+            reason = standby_reason(problem, model, p, slot, outcome.server)
+            if outcome.plan.restores:
+                extra = _restore_text(problem, p, outcome.server)
+                reason = replace(reason, detail=f"{reason.detail}; {extra}")
+            out.append(reason)
+        else:
+            out.append(_held_standby_reason(problem, model, p, placed, outcome))
+        if outcome.warmup:
+            out.append(_standby_warmup_reason(problem, model, p, outcome.plan.target))
+        placed.append(outcome.server)
+    return out
+
+
+def waiting_standby_notes(problem: Problem, outcomes: Sequence[Sequence[StandbyOutcome]]) -> list[str]:
+    """One note per table with standbys not placed yet because the restore budget is spent."""
+    waiting: dict[str, int] = {}
+    for p, row in enumerate(outcomes):
+        n = sum(1 for o in row if o.server is None)
+        if n:
+            table = problem.table_names[problem.table_of[p]]
+            waiting[table] = waiting.get(table, 0) + n
+    return [
+        f"table {table!r}: {n} standbys wait: no caught-up server was free for them and "
+        f"max_warmup_replicas={problem.config.max_warmup_replicas} replicas restore already"
+        for table, n in sorted(waiting.items())
+    ]
 
 
 def standby_shortfall_notes(problem: Problem, wanted: Sequence[int]) -> list[str]:

@@ -7,10 +7,12 @@ Rules, each in its own function below:
    (a *tag class*); each class scores by how many tag keys would get a value the partition's active
    and earlier standbys do not use yet. The best score wins: every key new is KIP-708's *ideal*,
    some keys new (no eligible server is new on all of them) is *partial*, none is *least loaded*.
-3. ``keep_previous``: a previous standby stays if it is still eligible and spreads as well as the
-   best choice would.
+3. ``keep_previous``: a previous warmup, then a previous standby, stays if it is still eligible and
+   spreads as well as the best choice would. A warmup comes first so that a standby's target does not
+   change while it warms up (restoring.py keeps the standby on a caught-up server meanwhile).
 4. ``fill_rounds``: every partition's first standby before any partition's second, and so on, each
-   on the least loaded server of the best-spread classes (a previous holder wins a load tie).
+   on the least loaded server of the best-spread classes (a previous holder wins a load tie, a
+   caught-up one first: it needs no restore).
 5. ``rebalance_last_standbys``: last standbys move off servers above their share and onto servers
    below it (a server that just joined), where that spreads them just as well. Only such moves:
    when spread forces a server above its share (a rack with few servers), nothing moves, so a
@@ -95,10 +97,10 @@ def keep_previous(
     warmups: Sequence[int],
     wanted: int,
 ) -> list[StandbySlot]:
-    """Previous standbys of ``p`` that are still eligible and still spread as well as possible."""
+    """Previous warmups and standbys of ``p`` that are still eligible and still spread as well as possible."""
     kept: list[StandbySlot] = []
     num_keys = len(classes.vectors[0]) if classes.vectors else 0
-    for s in problem.prev_standbys[p]:
+    for s in (*problem.prev_warmups[p], *problem.prev_standbys[p]):
         if len(kept) >= wanted:
             break
         current = [k.server for k in kept]
@@ -296,8 +298,10 @@ def fill_rounds(
                 continue  # cannot happen: wanted leaves room for one more eligible server
             chosen = best[1]
             # A previous holder already has the data: prefer it when it is just as lightly loaded.
-            holders = sorted((h not in problem.prev_standbys[p], h) for h in problem.held[p])
-            for _, h in holders:
+            holders = sorted(
+                (not problem.caught_up(p, h), h not in problem.prev_standbys[p], h) for h in problem.held[p]
+            )
+            for _, _, h in holders:
                 if classes.class_of[h] in winners and h not in excluded and heaps.key(h)[0] == best[0]:
                     chosen = h
                     break

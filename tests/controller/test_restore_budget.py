@@ -1,0 +1,159 @@
+"""The restore budget over a whole run of the real controller rules: a server is wiped (it leaves, is taken
+for gone, and comes back empty), and at no step do more replicas restore at once than max.warmup.replicas.
+
+Unlike test_reassign.py's cluster, replicas here catch up over several rounds: a replica outside the ISR
+fetches RATE records a round towards the partition's END and joins the ISR (its active asks for it, as a
+real active would) only once it has them all."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from hotstate.assignor import AssignorConfig
+from hotstate.controller.controller import ControllerConfig, QuorumController
+from hotstate.controller.image import PartitionInfo
+from hotstate.controller.records import KeyColumn, KeyType
+from hotstate.controller.requests import (
+    AlterPartitionRequest,
+    ControllerError,
+    CreateTableRequest,
+    ServerHeartbeatRequest,
+)
+
+from .test_controller import SESSION, Harness
+
+KEY = (KeyColumn("user", KeyType.STRING),)
+END = 1000
+RATE = 250  # a restore takes END / RATE = 4 rounds
+ROUND_MS = 250
+
+
+class RestoringCluster(Harness):
+    def __init__(self, racks: dict[int, str], budget: int) -> None:
+        super().__init__()
+        self.budget = budget
+        self.controller = QuorumController(
+            self.image,
+            ControllerConfig(
+                SESSION,
+                AssignorConfig(max_warmup_replicas=budget),
+                reassign_interval_ms=500,
+                broker_removal_delay_ms=5_000,
+            ),
+            now=0,
+            next_offset=1,
+        )
+        self.racks = dict(racks)
+        self.incarnation = dict.fromkeys(racks, "a")
+        self.down: set[int] = set()
+        # (table id, partition, node) -> records the replica holds; a replica not listed holds none.
+        self.position: dict[tuple[int, int, int], int] = {}
+        self.most_restoring = 0
+        for node_id, rack in racks.items():
+            self.register(node_id, rack)
+
+    def partitions(self) -> list[PartitionInfo]:
+        return [p for parts in self.image.partitions.values() for p in parts]
+
+    def restoring(self) -> list[tuple[int, int, int]]:
+        """Replicas on live servers that are not in sync: each is fetching a copy of its partition."""
+        return [
+            (p.table_id, p.partition, r)
+            for p in self.partitions()
+            for r in p.replicas
+            if r not in p.isr and r not in self.down
+        ]
+
+    def commit(self, decision_or_batches: object) -> None:
+        super().commit(decision_or_batches)  # type: ignore[arg-type]
+        now_restoring = self.restoring()
+        self.most_restoring = max(self.most_restoring, len(now_restoring))
+        assert len(now_restoring) <= self.budget, f"{len(now_restoring)} restore at once: {now_restoring}"
+
+    def wipe_and_rejoin(self, node_id: int) -> None:
+        self.down.discard(node_id)
+        self.incarnation[node_id] = chr(ord(self.incarnation[node_id]) + 1)
+        for key in [k for k in self.position if k[2] == node_id]:
+            del self.position[key]
+        self.register(node_id, self.racks[node_id], incarnation=self.incarnation[node_id])
+
+    def round(self) -> None:
+        self.now += ROUND_MS
+        for node_id in sorted(self.racks):
+            if node_id in self.down:
+                continue
+            ends = []
+            for p in self.partitions():
+                if node_id in p.replicas:
+                    key = (p.table_id, p.partition, node_id)
+                    self.position.setdefault(key, END if node_id in p.isr else 0)
+                    ends.append((p.table_id, p.partition, self.position[key]))
+            request = ServerHeartbeatRequest(
+                node_id, f"{self.incarnation[node_id]}{node_id}", self.next_offset, False, tuple(ends)
+            )
+            self.handle(request)
+        self.commit(self.controller.tick(self.now, self.next_offset))
+        for p in self.partitions():
+            if p.active is None or p.active in self.down:
+                continue
+            caught_up = []
+            for r in p.replicas:
+                key = (p.table_id, p.partition, r)
+                if r in p.isr or r in self.down:
+                    continue
+                self.position[key] = min(END, self.position.get(key, 0) + RATE)
+                if self.position[key] == END:
+                    caught_up.append(r)
+            if caught_up:
+                isr = (*p.isr, *caught_up)
+                request = AlterPartitionRequest(
+                    p.active, p.table_id, p.partition, p.leader_epoch, p.partition_epoch, isr
+                )
+                assert self.handle(request).reply.error is ControllerError.NONE
+
+    def settle(self, rounds: int = 400) -> int:
+        """Rounds until nothing restores and no placement record was written for 20 rounds in a row."""
+        quiet = 0
+        for n in range(rounds):
+            offset = self.image.offset
+            self.round()
+            busy = self.restoring() or any(p.warmups for p in self.partitions())
+            heartbeats = len(self.racks) - len(self.down)
+            quiet = quiet + 1 if not busy and self.image.offset - offset <= heartbeats else 0
+            if quiet >= 20:
+                return n
+        raise AssertionError("placement did not settle")
+
+    def actives(self) -> Counter[int]:
+        return Counter(p.active for p in self.partitions() if p.active is not None)
+
+    def standbys(self) -> Counter[int]:
+        return Counter(s for p in self.partitions() for s in p.standbys)
+
+
+@pytest.mark.parametrize("budget", [1, 2])
+def test_a_wiped_server_rejoins_without_more_replicas_restoring_at_once_than_the_budget(budget: int) -> None:
+    cluster = RestoringCluster({1: "az-a", 2: "az-b", 3: "az-c"}, budget)
+    cluster.handle(CreateTableRequest("t", 12, 1, KEY, None))
+    cluster.settle()
+    assert cluster.most_restoring == 0  # a new table restores nothing: every replica starts in sync
+    assert cluster.actives() == {1: 4, 2: 4, 3: 4} and cluster.standbys() == {1: 4, 2: 4, 3: 4}
+
+    cluster.down.add(3)  # its disk is lost with it
+    for _ in range(40):  # 10 s: fenced after the 2 s session, taken for gone 5 s later
+        cluster.round()
+    cluster.settle()
+    # Taken for gone: 1 and 2 hold every partition, each copy rebuilt at most `budget` at a time.
+    for p in cluster.partitions():
+        assert set(p.replicas) == set(p.isr) == {1, 2}, p
+    assert cluster.most_restoring == budget
+
+    cluster.wipe_and_rejoin(3)
+    cluster.settle()
+    assert cluster.actives() == {1: 4, 2: 4, 3: 4}
+    assert cluster.standbys() == {1: 4, 2: 4, 3: 4}
+    for p in cluster.partitions():
+        assert len(p.replicas) == 2 and set(p.isr) == set(p.replicas) and p.warmups == (), p
+        assert cluster.racks[p.standbys[0]] != cluster.racks[p.active]
