@@ -24,8 +24,23 @@ def test_the_demo_streams_kills_the_busiest_server_and_no_query_fails() -> None:
     out = " ".join(done.stdout.split())
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-3000:]
     assert "kill -9 server" in out and "after the kill" in out
+    assert "micro-batch spanning the kill" in out
     assert "failed pull queries │ 0" in out or "failed pull queries 0" in " ".join(
         out.replace("│", " ").split()
     )
     leftovers = subprocess.run(["pgrep", "-f", "hotstate-demo-"], capture_output=True, text=True, check=False)
     assert leftovers.stdout.strip() == "", f"demo left processes running: {leftovers.stdout}"
+
+
+def test_the_batch_spanning_the_kill_is_the_one_running_then_or_else_the_next() -> None:
+    from hotstate.cli.demo import _batch_spanning
+
+    progress = [
+        {"timestamp": "2026-11-24T00:00:00.000Z", "durationMs": {"triggerExecution": 700}},
+        {"timestamp": "2026-11-24T00:00:01.000Z", "durationMs": {"triggerExecution": 2500}},
+        {"timestamp": "2026-11-24T00:00:04.000Z", "durationMs": {"triggerExecution": 600}},
+    ]
+    at = 1_795_478_400.0  # 2026-11-24T00:00:00Z
+    assert _batch_spanning(progress, at + 1.5) == 2500
+    assert _batch_spanning(progress, at + 3.7) == 600  # between batches: the next one carries its writes
+    assert _batch_spanning(progress, at + 9) is None

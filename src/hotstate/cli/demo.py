@@ -26,8 +26,10 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import SparkSession
 from rich.console import Console
@@ -80,6 +82,19 @@ def generate(folder: Path, staging: Path, stats: Stats, stop: threading.Event) -
             stats.files += 1
             stats.events += len(lines)
         stop.wait(FILE_EVERY_S)
+
+
+def _batch_spanning(progress: Sequence[Mapping[str, Any]], at: float) -> float | None:
+    """The duration (ms) of the micro-batch running at wall time `at`, else of the first one after it."""
+    after = None
+    for p in progress:
+        started = dt.datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp()
+        duration = float(p["durationMs"].get("triggerExecution", 0))
+        if started <= at < started + duration / 1000:
+            return duration
+        if started > at and after is None:
+            after = duration
+    return after
 
 
 def watch_freshness(client: hotstate.Client, stats: Stats, stop: threading.Event) -> None:
@@ -250,6 +265,7 @@ def run(root: Path) -> bool:
         console.print(f"\n[red bold]kill -9 server {victim_id}[/red bold] (active of partitions {moved})")
         cluster.signal(victim, signal.SIGKILL)
         killed = time.monotonic()
+        killed_wall = time.time()
         reroute = None
         while reroute is None and time.monotonic() - killed < 10:
             for partition, user in keys.items():
@@ -323,12 +339,19 @@ def run(root: Path) -> bool:
                 "restarted server holds actives again after", f"{back_at:.1f} s" if back_at else "-"
             )
             summary.add_row("streaming query still active", str(query.isActive))
-            durations = [p["durationMs"].get("triggerExecution", 0) for p in query.recentProgress]
+            progress = list(query.recentProgress)
+            durations = [p["durationMs"].get("triggerExecution", 0) for p in progress]
             if durations:
                 summary.add_row(
                     "micro-batch time p50 / max (last batches)",
                     f"{statistics.median(durations):.0f} / {max(durations):.0f} ms",
                 )
+                spanning = _batch_spanning(progress, killed_wall)
+                if spanning is not None:
+                    summary.add_row(
+                        "micro-batch spanning the kill (its writes failed over)",
+                        f"{spanning:.0f} ms (+{spanning - statistics.median(durations):.0f} over p50)",
+                    )
             console.print(summary)
             for failure in stats.failures[:5]:
                 console.print(f"[red]failed: {failure}[/red]")
