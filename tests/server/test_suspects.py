@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 
 from hotstate.controller.evidence import ProbeResult
@@ -42,10 +43,8 @@ def test_no_answer_in_time_is_silence_not_proof() -> None:
             for _ in range(4):
                 filler = socket.socket()
                 filler.setblocking(False)
-                try:
+                with contextlib.suppress(BlockingIOError):
                     filler.connect(("127.0.0.1", port))
-                except BlockingIOError:
-                    pass
                 fillers.append(filler)
             await asyncio.sleep(0.05)
             assert await probe("127.0.0.1", port, timeout_s=0.3) is ProbeResult.SILENT
