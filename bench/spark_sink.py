@@ -3,9 +3,12 @@
 One streaming aggregation (clicks, total and largest value per user) over the same JSON files, with three
 foreachBatch sinks in turn, each from a fresh checkpoint, on Spark local[2]:
   noop         batch_df.write.format("noop"): Spark alone (the aggregation and its state store)
-  python_rows  foreachPartition turning each row into a dict as the sink does, sending nothing: the price
-               of moving the rows to Python
-  hotstate     hotstate.spark.materialize into a local 3-server cluster (4 partitions, 1 standby, acks=all)
+  python_rows  foreachPartition turning each row into a dict as the Row path of the sink does, sending
+               nothing: the price of moving the rows to Python as Row objects
+  arrow_encode mapInArrow encoding every batch as the sink does (spark/arrow_rows.py: rows, keys,
+               partitions), sending nothing: the sink's floor on the Spark side
+  hotstate     hotstate.spark.materialize into a local 3-server cluster (4 partitions, 1 standby, acks=all),
+               which takes the Arrow path for this schema
 Events/s counts input events over the batches' trigger time (query start-up excluded); per batch also the
 changed rows (state rows updated) and the batch's time. Each sink runs once to warm up, then REPEATS times
 interleaved with the others; the best run of each is reported with the events/s of every run.
@@ -93,6 +96,8 @@ def measure(name: str, start: Callable[[], Any]) -> dict[str, Any]:
 
 def main() -> None:
     import hotstate.spark as hs
+    from hotstate.controller.records import KeyColumn, KeyType
+    from hotstate.spark.arrow_rows import encode_arrow_batch
     from hotstate.spark.sink import SinkConfig, _as_dict
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -115,6 +120,17 @@ def main() -> None:
 
             def python_rows(df: Any, _: int) -> None:
                 df.foreachPartition(lambda rows: [_as_dict(config, r) for r in rows] and None)
+
+            key = (KeyColumn("user", KeyType.STRING),)
+
+            def encode_only(batches: Any) -> Any:
+                import pyarrow as pa
+
+                rows = sum(len(p) for b in batches for p in encode_arrow_batch(b, key, 4).values())
+                yield pa.RecordBatch.from_arrays([pa.array([rows], pa.int64())], names=["written"])
+
+            def arrow_encode(df: Any, _: int) -> None:
+                df.mapInArrow(encode_only, "written long").collect()
 
             def sink(name: str, function: Callable[[Any, int], None]) -> Callable[[], Any]:
                 def start() -> Any:
@@ -146,6 +162,7 @@ def main() -> None:
             starts = {
                 "noop": lambda: sink(f"noop-{next(runs)}", noop)(),
                 "python_rows": lambda: sink(f"rows-{next(runs)}", python_rows)(),
+                "arrow_encode": lambda: sink(f"arrow-{next(runs)}", arrow_encode)(),
                 "hotstate": hotstate_sink,
             }
             for name, start in starts.items():  # warm the JVM, the Python workers and the writers

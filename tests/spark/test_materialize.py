@@ -10,14 +10,17 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 import hotstate
 import hotstate.spark as hs
 from hotstate.controller.records import KeyColumn, KeyType
+from hotstate.replica.keys import encode_key, partition_for
+from hotstate.replica.rows import encode_row
 from hotstate.spark import sink
 from hotstate.spark.api import writer_rack
-from hotstate.spark.sink import config_for_schema, write_rows
+from hotstate.spark.sink import config_for_schema, write_arrow, write_rows
 from hotstate.spark.table import TableDefinition, TableDefinitionError, ensure_table, key_columns_for
 from spark.streams import SCHEMA, clicks, drop_file, recompute, table, wait_equal
 
@@ -189,6 +192,19 @@ def test_a_bad_row_fails_the_batch_naming_table_column_and_value(
     assert write_rows(config, [("a", 1), ("b", 2)]) == 2
     assert sink._worker is not None and sink._worker.writers[config].rack == "az-a"  # spark.hotstate.rack
     assert sorted(r["user"] for r in table_rows(running, "rows")) == ["a", "b"]
+
+    # The Arrow path (this schema takes it): a null key is named as on the Row path, nothing sent; and
+    # the active refuses a row handed to the wrong partition, whatever the writer computed.
+    assert config.arrow
+    bad = pa.RecordBatch.from_pydict({"user": ["c", None], "n": [3, 4]})
+    with pytest.raises(hs.WriteError, match=r"table rows, batch 7: row 1 of rows: key column 'user' is null"):
+        write_arrow(config, [bad], batch_id=7)
+    assert write_arrow(config, [pa.RecordBatch.from_pydict({"user": ["c", "d"], "n": [3, 4]})]) == 2
+    assert sorted(r["user"] for r in table_rows(running, "rows")) == ["a", "b", "c", "d"]
+    writer = sink._worker.writers[config]
+    wrong = {(partition_for(encode_key(("e",)), 4) + 1) % 4: [encode_row({"user": "e", "n": 5})]}
+    with pytest.raises(hs.WriteError, match="row 0 of rows: its key belongs to partition"):
+        sink._worker.loop.run_until_complete(writer.upsert_encoded(wrong))
 
 
 def table_rows(running, name: str) -> list[dict]:

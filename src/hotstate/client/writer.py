@@ -33,6 +33,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from hotstate.protocol.wire import MESSAGES
 from hotstate.replica.keys import encode_key, key_from_row, partition_for
 from hotstate.replica.messages import (
     RETRIABLE,
@@ -45,7 +46,6 @@ from hotstate.replica.messages import (
 )
 from hotstate.replica.rows import encode_row
 from hotstate.rpc import DEFAULT_MAX_FRAME_BYTES, PeerPool, RpcError
-from hotstate.server.wire import MESSAGES
 
 log = logging.getLogger(__name__)
 
@@ -474,6 +474,39 @@ class TableWriter:
         finally:
             if not sent.done():
                 sent.cancel()
+
+    async def upsert_encoded(
+        self, by_partition: Mapping[int, Sequence[bytes]], *, deadline_s: float = 60.0
+    ) -> WriteResult:
+        """Write rows encoded already (`replica.rows` maps) and grouped by partition (`keys.partition_for`
+        of each row's encoded key over the partition count of `metadata()`): what `upsert` does once it has
+        encoded, for callers that encode in bulk (the Spark sink, from Arrow batches). The actives check
+        every row's key and partition as for `upsert`: a row in the wrong partition fails with INVALID_ROW.
+        A partition outside the table or a row over the size limit fails before anything is sent."""
+        end = time.monotonic() + deadline_s
+        meta = await self.metadata(deadline_s=deadline_s)
+        max_row = self._max_row_bytes(meta)
+        for partition, rows in by_partition.items():
+            if not 0 <= partition < len(meta.partitions):
+                raise WriteError(ReplicaError.INVALID_REQUEST, f"{self.table} has no partition {partition}")
+            largest = max(map(len, rows), default=0)
+            if largest > max_row:
+                raise WriteError(
+                    ReplicaError.TOO_LARGE,
+                    f"{self.table}/{partition}: a row of {largest:,} bytes encoded, the limit is {max_row:,} "
+                    "(the servers' produce.max.bytes: one Produce carries at most that many row bytes)",
+                )
+        self._start_watching()
+        chunk_bytes = min(MAX_REQUEST_BYTES, max_row)
+        results = await asyncio.gather(
+            *(
+                self._write_partition(p, list(rows), end, chunk_bytes)
+                for p, rows in sorted(by_partition.items())
+                if rows
+            )
+        )
+        written = sum(len(rows) for rows in by_partition.values())
+        return WriteResult(written, sum(r[0] for r in results), sum(r[1] for r in results))
 
 
 def _jittered(seconds: float) -> float:

@@ -1,13 +1,20 @@
 """The foreachBatch sink: every Spark task writes its own rows to the cluster, from the executor.
 
-The batch function runs on the driver and only starts `batch_df.foreachPartition(...)`, which reads the
-whole batch (Spark 4 checks that a foreachBatch consumed its input before it commits the state store) and
-returns once every task has succeeded. Each task turns its rows into dicts and makes one
-`TableWriter.upsert` call, which keys and partitions them with the one shared key encoding, sends each
-hotstate partition's rows to its active and returns when every partition has acked (acks=all), retrying
-NOT_LEADER, FENCED_EPOCH and connection errors with fresh metadata until the write deadline. So Spark
-commits a batch only after the cluster holds all of it. A row that cannot be encoded fails its task, and
-with it the batch, before anything of that task's rows is sent.
+The batch function runs on the driver and only starts one job over the whole batch (Spark 4 checks that
+a foreachBatch consumed its input before it commits the state store), which returns once every task has
+succeeded. Each task sends its rows to the hotstate partitions' actives and returns when every partition
+has acked (acks=all), the writer retrying NOT_LEADER, FENCED_EPOCH and connection errors with fresh
+metadata until the write deadline. So Spark commits a batch only after the cluster holds all of it. A row
+that cannot be encoded fails its task, and with it the batch, before anything of that task's rows is sent.
+
+Two ways in, chosen on the driver from the batch's schema:
+- flat columns of the common types (strings, bytes, numbers, booleans, timestamps, dates): `mapInArrow`.
+  The task gets its rows as Arrow record batches and encodes them a column at a time (`arrow_rows`):
+  rows, keys and partitions in bulk, then `TableWriter.upsert_encoded`. Against the Row path this saves
+  Spark's pickling of every row and a Python object per value (measured: bench/spark_sink.py).
+- anything else (structs, arrays, maps, decimals): `foreachPartition`, each row turned into a dict and
+  written with `TableWriter.upsert`. An Arrow batch that cannot take the bulk encoding (a null or NaN key)
+  is written this way too, so its error names the row and the column just as the Row path's does.
 
 Only `SinkConfig` (plain, picklable values) travels to the executors. Each Python worker keeps one event
 loop and one writer per config, so the table metadata and connections outlive a task (Spark reuses its
@@ -23,20 +30,51 @@ import datetime as dt
 import functools
 import os
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import TypeVar
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, Row
-from pyspark.sql.types import ArrayType, MapType, StructType, TimestampType
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    BooleanType,
+    ByteType,
+    DataType,
+    DateType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    MapType,
+    NullType,
+    ShortType,
+    StringType,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
 
 from hotstate.client.writer import TableWriter, WriteError, WriteResult
+from hotstate.spark.arrow_rows import NotEncodable, encode_arrow_batch
 
-__all__ = ["AfterWrite", "BatchWriteError", "SinkConfig", "batch_function", "config_for_schema", "write_rows"]
+__all__ = [
+    "AfterWrite",
+    "BatchWriteError",
+    "SinkConfig",
+    "batch_function",
+    "config_for_schema",
+    "write_arrow",
+    "write_rows",
+]
 
 # Called on the executor after a task's rows are acked: (batch id, Spark partition id, rows written).
 # A test hook (slow or failing sinks); None in production.
 AfterWrite = Callable[[int, int, int], None]
 
+
+_T = TypeVar("_T")
 
 _WRITE_ERROR = re.compile(r"^hotstate\.client\.writer\.WriteError: (.*)$", re.MULTILINE)
 
@@ -60,6 +98,31 @@ class SinkConfig:
     instant_columns: tuple[str, ...]
     # True when some column holds structs, arrays or maps (rows need the recursive conversion).
     nested: bool
+    # True when every column has a type arrow_rows encodes: the batch goes through mapInArrow.
+    arrow: bool = False
+
+
+# Spark types whose Arrow columns arrow_rows encodes (the same bytes as the Row path's dicts).
+_ARROW_TYPES = (
+    StringType,
+    BinaryType,
+    ByteType,
+    ShortType,
+    IntegerType,
+    LongType,
+    FloatType,
+    DoubleType,
+    BooleanType,
+    TimestampType,
+    TimestampNTZType,
+    DateType,
+    NullType,
+)
+
+
+def _arrow_type(kind: DataType) -> bool:
+    # Exact types: CharType and VarcharType subclass StringType and take the Row path.
+    return type(kind) in _ARROW_TYPES
 
 
 def config_for_schema(
@@ -83,6 +146,7 @@ def config_for_schema(
         columns=tuple(f.name for f in schema.fields),
         instant_columns=tuple(f.name for f in schema.fields if isinstance(f.dataType, TimestampType)),
         nested=any(isinstance(f.dataType, complex_types) for f in schema.fields),
+        arrow=all(_arrow_type(f.dataType) for f in schema.fields),
     )
 
 
@@ -93,7 +157,11 @@ def batch_function(
 
     def write_batch(batch_df: DataFrame, batch_id: int) -> None:
         try:
-            batch_df.foreachPartition(functools.partial(_write_task, config, batch_id, after_write))
+            if config.arrow:
+                task = functools.partial(_write_arrow_task, config, batch_id, after_write)
+                batch_df.mapInArrow(task, "written long").collect()
+            else:
+                batch_df.foreachPartition(functools.partial(_write_task, config, batch_id, after_write))
         except Exception as error:
             # Spark wraps the executor's WriteError in pages of JVM and worker traceback: raise its text.
             found = _WRITE_ERROR.findall(str(error))
@@ -116,6 +184,60 @@ def _write_task(
         after_write(batch_id, context.partitionId() if context is not None else -1, written)
 
 
+def _write_arrow_task(
+    config: SinkConfig, batch_id: int, after_write: AfterWrite | None, batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """One Spark task of mapInArrow, on the executor: yields the number of rows it wrote."""
+    from pyspark import TaskContext
+
+    written = write_arrow(config, list(batches), batch_id=batch_id)
+    if after_write is not None:
+        context = TaskContext.get()
+        after_write(batch_id, context.partitionId() if context is not None else -1, written)
+    yield pa.RecordBatch.from_arrays([pa.array([written], pa.int64())], names=["written"])
+
+
+def write_arrow(config: SinkConfig, batches: list[pa.RecordBatch], *, batch_id: int = -1) -> int:
+    """Upsert the rows of Arrow record batches (columns named as `config.columns`); the number written.
+
+    Every batch is encoded before anything is sent; a batch the bulk encoding refuses sends the whole
+    task's rows through `write_rows`, whose error names the bad row."""
+    if not any(batch.num_rows for batch in batches):
+        return 0
+    try:
+        meta = _run(config, lambda writer: writer.metadata())
+    except WriteError as error:
+        raise _in_batch(config, batch_id, error) from None
+    by_partition: dict[int, list[bytes]] = {}
+    try:
+        for batch in batches:
+            for partition, encoded in encode_arrow_batch(
+                batch, meta.key_columns, len(meta.partitions)
+            ).items():
+                by_partition.setdefault(partition, []).extend(encoded)
+    except NotEncodable:
+        return write_rows(config, _arrow_rows(batches), batch_id=batch_id)
+    try:
+        result = _run(
+            config, lambda writer: writer.upsert_encoded(by_partition, deadline_s=config.deadline_s)
+        )
+    except WriteError as error:
+        raise _in_batch(config, batch_id, error) from None
+    return result.rows
+
+
+def _arrow_rows(batches: list[pa.RecordBatch]) -> Iterator[tuple[object, ...]]:
+    """The rows as tuples for `write_rows` (instants as aware datetimes in UTC, which `_as_dict` keeps)."""
+    for batch in batches:
+        columns = []
+        for column in batch.columns:
+            values = column.to_pylist()
+            if pa.types.is_timestamp(column.type) and column.type.tz is not None:
+                values = [v if v is None else v.astimezone(dt.UTC) for v in values]
+            columns.append(values)
+        yield from zip(*columns, strict=True)
+
+
 def write_rows(config: SinkConfig, rows: Iterable[Row | tuple[object, ...]], *, batch_id: int = -1) -> int:
     """Upsert `rows` (Spark rows in `config.columns` order) into the table; the number written."""
     dicts = [_as_dict(config, row) for row in rows]
@@ -124,10 +246,12 @@ def write_rows(config: SinkConfig, rows: Iterable[Row | tuple[object, ...]], *, 
     try:
         result = _upsert(config, dicts)
     except WriteError as error:
-        raise WriteError(
-            error.error, f"hotstate sink, table {config.table}, batch {batch_id}: {error}"
-        ) from None
+        raise _in_batch(config, batch_id, error) from None
     return result.rows
+
+
+def _in_batch(config: SinkConfig, batch_id: int, error: WriteError) -> WriteError:
+    return WriteError(error.error, f"hotstate sink, table {config.table}, batch {batch_id}: {error}")
 
 
 def _as_dict(config: SinkConfig, row: Row | tuple[object, ...]) -> dict[str, object]:
@@ -156,6 +280,11 @@ _worker: _Worker | None = None
 
 
 def _upsert(config: SinkConfig, rows: list[dict[str, object]]) -> WriteResult:
+    return _run(config, lambda writer: writer.upsert(rows, deadline_s=config.deadline_s))
+
+
+def _run(config: SinkConfig, call: Callable[[TableWriter], Awaitable[_T]]) -> _T:
+    """`call` with this worker's writer for `config`, on the worker's loop."""
     global _worker
     if _worker is None or _worker.pid != os.getpid():  # none yet, or inherited through a fork
         _worker = _Worker(os.getpid(), asyncio.new_event_loop(), {})
@@ -164,7 +293,7 @@ def _upsert(config: SinkConfig, rows: list[dict[str, object]]) -> WriteResult:
     if writer is None:
         writer = worker.writers[config] = _new_writer(config, worker.loop)
     try:
-        return worker.loop.run_until_complete(writer.upsert(rows, deadline_s=config.deadline_s))
+        return worker.loop.run_until_complete(call(writer))
     except BaseException:
         _worker = None
         _discard(worker)
