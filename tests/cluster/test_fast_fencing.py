@@ -15,8 +15,8 @@ from hotstate.cli.local_cluster import LocalCluster
 from hotstate.client.writer import TableWriter
 from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.controller.requests import ControllerError
+from hotstate.protocol.cluster import DescribeClusterResponse
 from hotstate.raft.config import RaftConfig
-from hotstate.server.status import DescribeClusterResponse
 
 SLOW_MS = 120_000  # session timeout / Raft fetch timeout: never reached within a test
 WAIT_S = 20.0

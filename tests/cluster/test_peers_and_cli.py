@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from hotstate.cli.local_cluster import LocalCluster
+from hotstate.protocol.cluster import DescribeClusterRequest
+from hotstate.protocol.wire import MESSAGES
 from hotstate.rpc import HandshakeError, PeerPool
-from hotstate.server.status import DescribeClusterRequest
-from hotstate.server.wire import MESSAGES
 
 
 def _server_log(running, node_id: int) -> str:

@@ -12,6 +12,7 @@ from collections import Counter
 from hotstate.client.writer import TableWriter, WriteError
 from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.controller.requests import ControllerError
+from hotstate.protocol.wire import MESSAGES
 from hotstate.replica.core import ReplicaConfig
 from hotstate.replica.messages import (
     LagInfoRequest,
@@ -24,7 +25,6 @@ from hotstate.replica.messages import (
 )
 from hotstate.replica.rows import decode_row
 from hotstate.rpc import PeerPool
-from hotstate.server.wire import MESSAGES
 
 KEY = (KeyColumn("user", KeyType.STRING),)
 

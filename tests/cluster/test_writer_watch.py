@@ -17,10 +17,10 @@ from hotstate.client.query import SERVER_NOT_READY, Unavailable
 from hotstate.client.writer import TableWriter, WriteError
 from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.controller.requests import ControllerError
+from hotstate.protocol.wire import MESSAGES
 from hotstate.replica.messages import ReplicaError, TableMetadataRequest, TableMetadataResponse
 from hotstate.replica.rows import MAX_NESTING
 from hotstate.rpc import PeerPool
-from hotstate.server.wire import MESSAGES
 
 KEY = (KeyColumn("user", KeyType.STRING),)
 

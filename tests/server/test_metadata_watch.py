@@ -23,6 +23,7 @@ from hotstate.controller.records import (
     PartitionChange,
     RegisterServer,
 )
+from hotstate.protocol.wire import MESSAGES
 from hotstate.raft.records import Entry
 from hotstate.replica.messages import (
     ProduceRequest,
@@ -32,7 +33,6 @@ from hotstate.replica.messages import (
 )
 from hotstate.server.metadata import MetadataPublisher
 from hotstate.server.replicas import answer_table_metadata, not_ready_answer
-from hotstate.server.wire import MESSAGES
 
 KEY = (KeyColumn("k", KeyType.STRING),)
 

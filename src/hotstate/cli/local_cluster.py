@@ -23,8 +23,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from hotstate.client.admin import AdminClient
+from hotstate.protocol.cluster import DescribeClusterResponse
 from hotstate.server.config import Listener, ServerConfig, Voter, render_toml
-from hotstate.server.status import DescribeClusterResponse
 
 RACKS = ("az-a", "az-b", "az-c", "az-d", "az-e")
 STATE_FILE = "cluster.json"

@@ -140,7 +140,7 @@ def print_cluster_status(cluster: LocalCluster) -> None:
 
 async def show_cluster_status(cluster: LocalCluster) -> None:
     """One row per server: the cluster as the first live server sees it, plus each server's own offset."""
-    from hotstate.server.status import DescribeClusterResponse
+    from hotstate.protocol.cluster import DescribeClusterResponse
 
     async with cluster.admin(request_timeout_s=2.0) as admin:
         views = await admin.describe_each()

@@ -26,9 +26,9 @@ from hotstate.controller.requests import (
     RegisterWriterRequest,
     RegisterWriterResponse,
 )
+from hotstate.protocol.cluster import DescribeClusterRequest, DescribeClusterResponse
+from hotstate.protocol.wire import MESSAGES
 from hotstate.rpc import NOT_SENT, PeerPool, RpcError
-from hotstate.server.status import DescribeClusterRequest, DescribeClusterResponse
-from hotstate.server.wire import MESSAGES
 
 # Clients are not cluster members; they identify as node 0 in the RPC handshake.
 CLIENT_NODE_ID = 0

@@ -32,6 +32,8 @@ from hotstate.controller.requests import (
     ServerHeartbeatRequest,
     error_response,
 )
+from hotstate.protocol.cluster import DescribeClusterRequest
+from hotstate.protocol.wire import MESSAGES, ForwardedControllerRequest
 from hotstate.raft.messages import (
     BeginQuorumEpoch,
     BeginQuorumEpochResponse,
@@ -65,9 +67,8 @@ from hotstate.server.replicas import (
     metadata_for_key,
     not_ready_answer,
 )
-from hotstate.server.status import DescribeClusterRequest, describe
+from hotstate.server.status import describe
 from hotstate.server.suspects import Suspects, probe_after_hint
-from hotstate.server.wire import MESSAGES, ForwardedControllerRequest
 
 log = logging.getLogger(__name__)
 

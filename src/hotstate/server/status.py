@@ -3,41 +3,10 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
 
 from hotstate.controller.image import MetadataImage
+from hotstate.protocol.cluster import DescribeClusterResponse, ServerStatus
 from hotstate.raft.node import RaftNode
-
-
-@dataclass(frozen=True, slots=True)
-class DescribeClusterRequest:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class ServerStatus:
-    node_id: int
-    rack: str | None
-    roles: tuple[str, ...]
-    fenced: bool
-    rpc_host: str
-    rpc_port: int
-    http_host: str | None
-    http_port: int | None
-    actives: int  # partitions whose active replica is on this server
-    standbys: int
-
-
-@dataclass(frozen=True, slots=True)
-class DescribeClusterResponse:
-    node_id: int  # the server that answered
-    quorum_role: str
-    epoch: int
-    leader_id: int | None
-    high_watermark: int
-    metadata_offset: int
-    servers: tuple[ServerStatus, ...]
-    tables: tuple[str, ...]
 
 
 def describe(node: RaftNode, image: MetadataImage) -> DescribeClusterResponse:

@@ -1,0 +1,119 @@
+"""The one codec for server-to-server messages: every type that travels over hotstate.rpc, with its id.
+
+Type ids are part of the wire protocol: never reuse or renumber one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hotstate.controller.records import Endpoint, KeyColumn
+from hotstate.controller.requests import (
+    AlterPartitionRequest,
+    AlterPartitionResponse,
+    ControllerRequest,
+    CreateTableRequest,
+    CreateTableResponse,
+    DeleteTableRequest,
+    DeleteTableResponse,
+    ListTablesRequest,
+    ListTablesResponse,
+    RegisterServerRequest,
+    RegisterServerResponse,
+    RegisterWriterRequest,
+    RegisterWriterResponse,
+    ServerHeartbeatRequest,
+    ServerHeartbeatResponse,
+)
+from hotstate.log.batch import RecordBatch
+from hotstate.protocol.cluster import DescribeClusterRequest, DescribeClusterResponse, ServerStatus
+from hotstate.raft.messages import (
+    BeginQuorumEpoch,
+    BeginQuorumEpochResponse,
+    DivergingEpoch,
+    Fetch,
+    FetchResponse,
+    FetchSnapshot,
+    FetchSnapshotResponse,
+    Vote,
+    VoteResponse,
+)
+from hotstate.raft.records import Entry, SnapshotId
+from hotstate.replica import messages as replica
+from hotstate.rpc.schema import TypeRegistry
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardedControllerRequest:
+    """A controller request one server passes to the leader; the leader answers it or refuses, never
+    forwards it again (no loops while leadership moves)."""
+
+    request: ControllerRequest
+
+
+MESSAGES = TypeRegistry()
+for type_id, cls in (
+    # Raft (1-49)
+    (1, Entry),
+    (2, SnapshotId),
+    (3, DivergingEpoch),
+    (10, Vote),
+    (11, VoteResponse),
+    (12, BeginQuorumEpoch),
+    (13, BeginQuorumEpochResponse),
+    (14, Fetch),
+    (15, FetchResponse),
+    (16, FetchSnapshot),
+    (17, FetchSnapshotResponse),
+    # Controller (50-99)
+    (50, Endpoint),
+    (51, KeyColumn),
+    (60, RegisterServerRequest),
+    (61, RegisterServerResponse),
+    (62, ServerHeartbeatRequest),
+    (63, ServerHeartbeatResponse),
+    (65, CreateTableResponse),
+    (66, DeleteTableRequest),
+    (67, DeleteTableResponse),
+    (68, ListTablesRequest),
+    (69, ListTablesResponse),
+    (70, ForwardedControllerRequest),
+    (71, AlterPartitionRequest),
+    (72, AlterPartitionResponse),
+    (73, RegisterWriterRequest),
+    (74, RegisterWriterResponse),
+    # Cluster status (100-)
+    (100, DescribeClusterRequest),
+    (101, ServerStatus),
+    (102, DescribeClusterResponse),
+    # Partition replicas (150-199)
+    (150, RecordBatch),
+    (151, replica.FetchRequest),
+    (152, replica.FetchResponse),
+    (153, replica.ProduceRequest),
+    (154, replica.ProduceResponse),
+    (155, replica.FetchStoreSnapshotRequest),
+    (156, replica.FetchStoreSnapshotResponse),
+    (157, replica.LagInfo),
+    (158, replica.LagInfoRequest),
+    (159, replica.LagInfoResponse),
+    (160, replica.MetadataForKeyRequest),
+    (161, replica.MetadataForKeyResponse),
+    (163, replica.PartitionMetadata),
+    (164, replica.ServerAddress),
+    (166, replica.ReadPartitionRequest),
+    (167, replica.ReadPartitionResponse),
+    (168, replica.PartitionQueryRequest),
+    (169, replica.PartitionQueryResponse),
+    (170, replica.Heartbeat),
+    (171, replica.LagReport),
+    (172, replica.QueryPartitionsRequest),
+    (173, replica.QueryPartitionsResponse),
+):
+    MESSAGES.register(type_id, cls)
+# Version 2 appended writer_rack.
+MESSAGES.register(64, CreateTableRequest, version=2)
+# Version 2 appended known_offset and max_wait_ms (the metadata watch).
+MESSAGES.register(162, replica.TableMetadataRequest, version=2)
+# Version 2 appended produce_max_bytes.
+MESSAGES.register(165, replica.TableMetadataResponse, version=2)
