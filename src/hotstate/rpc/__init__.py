@@ -3,9 +3,19 @@
 - `TypeRegistry` (schema.py): registered frozen dataclasses <-> msgpack, strict on decode.
 - Frames (frames.py): 4-byte length + msgpack `[protocol_version, kind, correlation_id, payload]`.
 - Handshake (handshake.py): cluster id check and mutual HMAC proof of `cluster.secret`.
-- `RpcServer`, `Connection`, `PeerPool` (transport.py): authenticated, pipelined, reconnecting.
+- The transport: `RpcServer` (server.py), `Connection` and `PeerPool` (client.py), over what both ends
+  share (channel.py): authenticated, pipelined, reconnecting connections.
 """
 
+from hotstate.rpc.channel import (
+    ERROR_BAD_MESSAGE,
+    ERROR_BAD_RESPONSE,
+    ERROR_INTERNAL,
+    Handler,
+    OnewayHandler,
+    PeerInfo,
+)
+from hotstate.rpc.client import Connection, PeerPool
 from hotstate.rpc.errors import (
     NOT_SENT,
     ConnectionLost,
@@ -26,17 +36,7 @@ from hotstate.rpc.frames import (
     encode_frame,
 )
 from hotstate.rpc.schema import CodecError, DecodeError, EncodeError, SchemaError, TypeRegistry
-from hotstate.rpc.transport import (
-    ERROR_BAD_MESSAGE,
-    ERROR_BAD_RESPONSE,
-    ERROR_INTERNAL,
-    Connection,
-    Handler,
-    OnewayHandler,
-    PeerInfo,
-    PeerPool,
-    RpcServer,
-)
+from hotstate.rpc.server import RpcServer
 
 __all__ = [
     "DEFAULT_MAX_FRAME_BYTES",
