@@ -18,6 +18,7 @@ from hotstate.replica.messages import (
     ReplicaError,
 )
 from hotstate.replica.rows import encode_row
+from hotstate.routing.hedging import HedgeConfig, HedgePolicy
 from hotstate.routing.lags import LagTable
 from hotstate.rpc import NotConnected, RpcTimeout
 from hotstate.server.queries import QueryError, QueryService
@@ -51,10 +52,14 @@ class Peers:
         self.refuse: set[int] = set()
         self.timeout: set[int] = set()
         self.down: set[int] = set()
+        self.slow: set[int] = set()  # alive but paused: answers only after the request's timeout
 
     async def request(self, node: int, message: object, timeout_s: float) -> object:
         assert isinstance(message, QueryPartitionsRequest)
         self.calls.append((node, tuple(p.partition for p in message.parts)))
+        if node in self.slow:
+            await asyncio.sleep(timeout_s)
+            raise RpcTimeout(f"node {node} took longer than {timeout_s:.3f} s")
         if node in self.down:
             raise NotConnected(f"node {node} is down")
         if node in self.timeout:
@@ -75,7 +80,9 @@ class Peers:
         return QueryPartitionsResponse(tuple(answers))
 
 
-def _service(peers: Peers, forwards: list[str] | None = None) -> QueryService:
+def _service(
+    peers: Peers, forwards: list[str] | None = None, hedging: HedgePolicy | None = None
+) -> QueryService:
     return QueryService(
         1,
         image=_image,
@@ -84,6 +91,7 @@ def _service(peers: Peers, forwards: list[str] | None = None) -> QueryService:
         alive=lambda node: True,
         request=peers.request,
         on_forward=(forwards.append if forwards is not None else lambda outcome: None),
+        hedging=hedging,
     )
 
 
@@ -169,3 +177,49 @@ def test_a_bound_beyond_what_the_wire_carries_is_a_clear_error() -> None:
         _service(Peers()).execute("SELECT * FROM clicks WHERE user = 'u1'", {"max_lag": 2**63 - 1})
     )
     assert result.rows == [["u1", 1]]
+
+
+def test_a_slow_server_is_hedged_to_the_next_candidate_and_the_first_answer_wins() -> None:
+    peers = Peers()
+    peers.slow.add(2)
+    forwards: list[str] = []
+    policy = HedgePolicy(HedgeConfig(delay_floor_ms=5, delay_cap_ms=20))
+    service = _service(peers, forwards, policy)
+
+    async def run() -> tuple[object, float]:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        result = await service.execute(_in_list(USERS), {"timeout_ms": 5000})
+        return result, loop.time() - started
+
+    result, took = asyncio.run(run())
+    assert [row[0] for row in result.rows] == sorted(USERS)  # type: ignore[attr-defined]
+    # 2's partitions (0, 2) went to their standby 3 after the hedge delay, not after 2's timeout (2.5 s).
+    assert (3, (0, 2)) in peers.calls
+    assert [p.served_by for p in result.partitions] == [3, 3, 3, 3]  # type: ignore[attr-defined]
+    assert forwards.count("hedged") == 2 and forwards.count("hedge_won") == 2
+    assert took < 2.0
+    assert policy.hedges == 1  # one hedge: both partitions in one request
+
+
+def test_hedging_off_for_a_query_waits_for_the_slow_server() -> None:
+    peers = Peers()
+    peers.slow.add(2)
+    forwards: list[str] = []
+    service = _service(peers, forwards, HedgePolicy(HedgeConfig(delay_floor_ms=5, delay_cap_ms=20)))
+    result = asyncio.run(service.execute(_in_list(USERS), {"timeout_ms": 1200, "hedging": False}))
+    assert [row[0] for row in result.rows] == sorted(USERS)
+    assert "hedged" not in forwards
+    assert peers.calls == [(2, (0, 2)), (3, (1, 3)), (3, (0, 2))]  # the next round, after 2 timed out
+
+
+def test_hedges_stop_when_the_budget_is_spent() -> None:
+    peers = Peers()
+    peers.slow.add(2)
+    policy = HedgePolicy(HedgeConfig(delay_floor_ms=5, delay_cap_ms=20, max_fraction=0.0, burst=1))
+    service = _service(peers, None, policy)
+    user = next(u for u in USERS if PLACEMENT[_partition(u)][0] == 2)  # its active is the slow server
+    for _ in range(2):
+        asyncio.run(service.execute(f"SELECT * FROM clicks WHERE user = '{user}'", {"timeout_ms": 1000}))
+    assert policy.hedges == 1
+    assert peers.calls.count((2, (_partition(user),))) == 2  # the second query waited for 2's timeout

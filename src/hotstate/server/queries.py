@@ -34,6 +34,7 @@ from hotstate.replica.messages import (
     ReplicaError,
 )
 from hotstate.replica.rows import decode_row, may_hold_non_finite
+from hotstate.routing.hedging import HedgeConfig, HedgePolicy
 from hotstate.routing.lags import LagTable
 from hotstate.routing.router import Candidate, NoReplicaError, Route, Skip, route
 from hotstate.rpc import NOT_SENT, RpcError, RpcTimeout
@@ -43,7 +44,10 @@ from hotstate.server.replicas import LocalReplica, ReplicaManager, replica_state
 MAX_LAG_PROPERTIES = ("max_lag", "ksql.query.pull.max.allowed.offset.lag")
 STANDBY_READS_PROPERTIES = ("standby_reads", "ksql.query.pull.enable.standby.reads")
 TIMEOUT_PROPERTY = "timeout_ms"
-KNOWN_PROPERTIES = frozenset((*MAX_LAG_PROPERTIES, *STANDBY_READS_PROPERTIES, TIMEOUT_PROPERTY))
+HEDGING_PROPERTIES = ("hedging",)
+KNOWN_PROPERTIES = frozenset(
+    (*MAX_LAG_PROPERTIES, *STANDBY_READS_PROPERTIES, TIMEOUT_PROPERTY, *HEDGING_PROPERTIES)
+)
 # Push-query settings that ksqlDB's clients send with every statement; they mean nothing to a pull query.
 IGNORED_PROPERTIES = frozenset(("auto.offset.reset", "ksql.streams.auto.offset.reset"))
 DEFAULT_TIMEOUT_MS = 10_000
@@ -128,6 +132,7 @@ class QueryService:
         connected: Callable[[int], bool] = lambda node: True,
         on_forward: Callable[[str], None] = lambda outcome: None,
         not_ready: Callable[[], str | None] = lambda: None,
+        hedging: HedgePolicy | None = None,
     ) -> None:
         """`not_ready`: why this server cannot answer yet (its metadata image has not caught up since it
         started, server.metadata), None once it can."""
@@ -140,6 +145,7 @@ class QueryService:
         self._request = request
         self._connected = connected
         self._on_forward = on_forward
+        self.hedging = hedging if hedging is not None else HedgePolicy(HedgeConfig())
         # Query ids: unique per server run without a uuid per query.
         self._id_prefix = f"{node_id}-{os.urandom(4).hex()}-"
         self._ids = itertools.count(1)
@@ -166,11 +172,12 @@ class QueryService:
         max_lag = _max_lag(properties, table)
         timeout_ms = _timeout_ms(properties)
         standby_reads = _flag(properties, STANDBY_READS_PROPERTIES, default=True)
+        hedge = _flag(properties, HEDGING_PROPERTIES, default=True)
         deadline = started + timeout_ms / 1000
         parts = image.partitions.get(table.table_id, ())
         work = _partition_work(query_plan, table, max_lag)
         try:
-            answers = await self._serve(table, parts, work, deadline, standby_reads)
+            answers = await self._serve(table, parts, work, deadline, standby_reads, hedge)
         except NoReplicaError as error:
             raise QueryError("unavailable", str(error)) from error
         columns, rows = _rows(query_plan, table, answers)
@@ -194,6 +201,7 @@ class QueryService:
         work: dict[int, PartitionQueryRequest],
         deadline: float,
         standby_reads: bool,
+        hedge: bool = True,
     ) -> list[_PartitionAnswer]:
         """Every partition's answer, in partition order; raises NoReplicaError for the first partition (in
         partition order, within a round) that no candidate could serve."""
@@ -227,9 +235,11 @@ class QueryService:
                     remote.setdefault(attempts.candidate.node_id, []).append(attempts)
             if len(remote) == 1:
                 [(node_id, group)] = remote.items()
-                answers.update(await self._forward(node_id, group, deadline))
+                answers.update(await self._forward(node_id, group, deadline, standby_reads, hedge))
             elif remote:
-                rounds = await asyncio.gather(*(self._forward(n, g, deadline) for n, g in remote.items()))
+                rounds = await asyncio.gather(
+                    *(self._forward(n, g, deadline, standby_reads, hedge) for n, g in remote.items())
+                )
                 for round_answers in rounds:
                     answers.update(round_answers)
             pending = [a for group in remote.values() for a in group if a.part.partition not in answers]
@@ -255,6 +265,76 @@ class QueryService:
         raise attempts.route.error(attempts.skipped)
 
     async def _forward(
+        self, node_id: int, group: list[_Attempts], deadline: float, standby_reads: bool, hedge: bool
+    ) -> dict[int, _PartitionAnswer]:
+        """`_ask`, hedged (routing/hedging.py): when `node_id` has not answered within its hedge delay, the
+        partitions go to their next candidates as well, and each takes the first answer."""
+        policy = self.hedging
+        policy.forwarded()
+        delay_ms = policy.delay_ms(node_id) if hedge else None
+        first = asyncio.ensure_future(self._ask(node_id, group, deadline))
+        if delay_ms is None or delay_ms / 1000 >= deadline - time.monotonic():
+            return await first
+        done, _ = await asyncio.wait({first}, timeout=delay_ms / 1000)
+        if done:
+            return first.result()
+        local, remote = self._hedges(group, deadline, standby_reads)
+        if not (local or remote) or not policy.take():
+            return await first
+        for _ in group:
+            self._on_forward("hedged")
+        return await self._race(first, local, remote, deadline, {a.part.partition for a in group})
+
+    def _hedges(
+        self, group: list[_Attempts], deadline: float, standby_reads: bool
+    ) -> tuple[dict[int, _PartitionAnswer], dict[int, list[_Attempts]]]:
+        """Each partition's next candidate after the one asked: answered here when local, else grouped by
+        server. The copies share the originals' list of skipped replicas, so every refusal is reported."""
+        local: dict[int, _PartitionAnswer] = {}
+        remote: dict[int, list[_Attempts]] = {}
+        for attempts in group:
+            copy = _Attempts(attempts.part, attempts.spec, attempts.route, attempts.index, attempts.skipped)
+            while (candidate := copy.next_candidate()) is not None:
+                if not standby_reads and candidate.role != "active":
+                    continue
+                if candidate.node_id != self.node_id:
+                    remote.setdefault(candidate.node_id, []).append(copy)
+                    break
+                answer = self.serve_local(copy.spec)
+                if answer.error is ReplicaError.NONE:
+                    local[copy.part.partition] = _answered(copy.part.partition, self.node_id, answer)
+                    break
+                copy.skipped.append(Skip(candidate.node_id, f"refused: {answer.message}"))
+        return local, remote
+
+    async def _race(
+        self,
+        first: asyncio.Future[dict[int, _PartitionAnswer]],
+        local: dict[int, _PartitionAnswer],
+        remote: dict[int, list[_Attempts]],
+        deadline: float,
+        wanted: set[int],
+    ) -> dict[int, _PartitionAnswer]:
+        answers: dict[int, _PartitionAnswer] = {}
+        hedge_won = dict(local)
+        tasks: set[asyncio.Future[dict[int, _PartitionAnswer]]] = {first}
+        tasks.update(asyncio.ensure_future(self._ask(n, g, deadline)) for n, g in remote.items())
+        try:
+            while tasks and not wanted <= answers.keys() | hedge_won.keys():
+                done, tasks = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    for partition, answer in task.result().items():
+                        if partition in answers or partition in hedge_won:
+                            continue  # the slower copy: wasted work
+                        (answers if task is first else hedge_won)[partition] = answer
+        finally:
+            for task in tasks:
+                task.cancel()
+        for _ in hedge_won:
+            self._on_forward("hedge_won")
+        return answers | hedge_won
+
+    async def _ask(
         self, node_id: int, group: list[_Attempts], deadline: float
     ) -> dict[int, _PartitionAnswer]:
         """Asks `node_id` for every partition in `group` at once; what it could not serve stays pending,
@@ -266,6 +346,7 @@ class QueryService:
             attempt = min(attempt, UNCONNECTED_ATTEMPT_S)
         request = QueryPartitionsRequest(tuple(a.spec for a in group))
         failure: tuple[str, str]
+        sent = time.monotonic()
         try:
             reply = await self._request(node_id, request, min(attempt, remaining))
         except NOT_SENT as error:
@@ -276,6 +357,7 @@ class QueryService:
             failure = ("error", f"failed: {error}")
         else:
             if isinstance(reply, QueryPartitionsResponse) and len(reply.answers) == len(group):
+                self.hedging.observe(node_id, (time.monotonic() - sent) * 1000)
                 return self._answers(node_id, group, reply.answers)
             failure = ("error", f"failed: answered {type(reply).__name__} to {len(group)} partitions")
         outcome, reason = failure

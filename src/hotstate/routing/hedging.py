@@ -1,0 +1,102 @@
+"""When to hedge a forwarded partition query: a pure policy, fed latencies and asked for decisions.
+
+A peer that is alive but slow (a GC pause, a SIGSTOP, a saturated core: a gray failure) still answers
+heartbeats late enough to be judged alive for a while, and every query routed to it waits. Hedging ("The
+Tail at Scale", Dean and Barroso): when a forward has not answered within the *hedge delay*, the same
+partitions go to their next candidates as well, and the first answer wins.
+
+- The delay per peer is the p95 of its recent answer times (a ring of the last `window` samples), clamped
+  to [`delay_floor_ms`, `delay_cap_ms`]; a peer with fewer than `min_samples` samples gets the cap.
+- The extra load is bounded: each forward earns `max_fraction` of a hedge, a hedge spends one, and at most
+  `burst` may be saved up, so over any long run hedges stay at most `max_fraction` of forwards (plus the
+  burst), and a storm of slow answers cannot double the load.
+
+No clock, socket or randomness inside: the shell (`server/queries.py`) passes the latencies it measured.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+__all__ = ["HedgeConfig", "HedgePolicy"]
+
+RECOMPUTE_EVERY = 16
+
+
+@dataclass(frozen=True, slots=True)
+class HedgeConfig:
+    enabled: bool = True
+    # Below this a hedge would mostly duplicate answers already on their way (a loopback round trip with
+    # a busy event loop takes a few ms).
+    delay_floor_ms: float = 10.0
+    # A hedge after this long at the latest, whatever the history says.
+    delay_cap_ms: float = 200.0
+    max_fraction: float = 0.05
+    burst: float = 10.0
+    window: int = 200
+    min_samples: int = 20
+
+    def __post_init__(self) -> None:
+        if not 0 < self.delay_floor_ms <= self.delay_cap_ms:
+            raise ValueError(
+                f"hedge delay floor {self.delay_floor_ms} ms, cap {self.delay_cap_ms} ms: "
+                "need 0 < floor <= cap"
+            )
+        if not 0 <= self.max_fraction <= 1:
+            raise ValueError(f"hedge max fraction {self.max_fraction}: must be in [0, 1]")
+        if self.burst < 1 or self.window < 1 or not 1 <= self.min_samples <= self.window:
+            raise ValueError("hedge burst >= 1, window >= 1 and 1 <= min_samples <= window")
+
+
+class HedgePolicy:
+    def __init__(self, config: HedgeConfig) -> None:
+        self.config = config
+        self._samples: dict[int, deque[float]] = {}
+        self._delays: dict[int, float] = {}
+        # Start with a full burst: the first gray failure after a start is hedged too.
+        self._budget = config.burst
+        self._observed = 0
+        self.hedges = 0
+
+    def observe(self, peer: int, latency_ms: float) -> None:
+        """A forward to `peer` answered after `latency_ms`."""
+        samples = self._samples.get(peer)
+        if samples is None:
+            samples = self._samples[peer] = deque(maxlen=self.config.window)
+        samples.append(latency_ms)
+        self._observed += 1
+        # The p95 is recomputed every few answers, not on each: a sort per forward would cost more than
+        # the hedge saves on a healthy cluster.
+        if self._observed % RECOMPUTE_EVERY == 0 or len(samples) <= self.config.min_samples:
+            self._delays.pop(peer, None)
+
+    def forwarded(self) -> None:
+        """A forward was sent: it earns its fraction of a hedge."""
+        self._budget = min(self.config.burst, self._budget + self.config.max_fraction)
+
+    def delay_ms(self, peer: int) -> float | None:
+        """How long to wait for `peer` before hedging; None: never hedge (hedging off)."""
+        config = self.config
+        if not config.enabled:
+            return None
+        delay = self._delays.get(peer)
+        if delay is None:
+            samples = self._samples.get(peer)
+            if samples is None or len(samples) < config.min_samples:
+                delay = config.delay_cap_ms
+            else:
+                ordered = sorted(samples)
+                p95 = ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)]
+                delay = min(config.delay_cap_ms, max(config.delay_floor_ms, p95))
+            self._delays[peer] = delay
+        return delay
+
+    def take(self) -> bool:
+        """Spend one hedge if the budget has one."""
+        if self._budget < 1:
+            return False
+        self._budget -= 1
+        self.hedges += 1
+        return True

@@ -1,0 +1,79 @@
+"""The hedging policy (routing/hedging.py): pure, driven with latencies and forwards."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from hotstate.routing.hedging import RECOMPUTE_EVERY, HedgeConfig, HedgePolicy
+
+
+def test_a_peer_without_enough_history_gets_the_cap() -> None:
+    policy = HedgePolicy(HedgeConfig(delay_cap_ms=150, min_samples=5))
+    assert policy.delay_ms(2) == 150
+    for _ in range(4):
+        policy.observe(2, 1.0)
+    assert policy.delay_ms(2) == 150
+
+
+def test_the_delay_is_the_p95_of_recent_answers_within_floor_and_cap() -> None:
+    config = HedgeConfig(delay_floor_ms=10, delay_cap_ms=200, window=100, min_samples=20)
+    policy = HedgePolicy(config)
+    for i in range(100):
+        policy.observe(1, float(i))  # 0..99 ms: p95 is 94
+    assert policy.delay_ms(1) == 94
+    fast = HedgePolicy(config)
+    for _ in range(100):
+        fast.observe(1, 0.5)
+    assert fast.delay_ms(1) == 10  # the floor
+    slow = HedgePolicy(config)
+    for _ in range(100):
+        slow.observe(1, 900.0)
+    assert slow.delay_ms(1) == 200  # the cap
+
+
+def test_only_the_window_counts_and_the_delay_follows_within_a_few_answers() -> None:
+    policy = HedgePolicy(HedgeConfig(window=50, min_samples=10, delay_floor_ms=1, delay_cap_ms=1000))
+    for _ in range(50):
+        policy.observe(1, 100.0)
+    assert policy.delay_ms(1) == 100
+    for _ in range(50 + RECOMPUTE_EVERY):
+        policy.observe(1, 5.0)
+    assert policy.delay_ms(1) == 5
+
+
+def test_hedges_never_exceed_the_fraction_of_forwards_plus_the_burst() -> None:
+    config = HedgeConfig(max_fraction=0.05, burst=3)
+    policy = HedgePolicy(config)
+    taken = 0
+    rng = random.Random(7)
+    forwards = 10_000
+    for _ in range(forwards):
+        policy.forwarded()
+        # Every forward is slow and wants a hedge, sometimes two.
+        for _ in range(rng.choice([1, 2])):
+            taken += policy.take()
+    assert taken <= forwards * config.max_fraction + config.burst
+    assert taken >= forwards * config.max_fraction - 1  # and the budget is really used
+    assert policy.hedges == taken
+
+
+def test_hedging_off_never_hedges() -> None:
+    policy = HedgePolicy(HedgeConfig(enabled=False))
+    policy.observe(1, 1.0)
+    assert policy.delay_ms(1) is None
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"delay_floor_ms": 0}, "floor"),
+        ({"delay_floor_ms": 300, "delay_cap_ms": 200}, "floor"),
+        ({"max_fraction": 1.5}, "fraction"),
+        ({"min_samples": 500, "window": 100}, "min_samples"),
+    ],
+)
+def test_bad_settings_are_named(fields: dict[str, float], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        HedgeConfig(**fields)  # type: ignore[arg-type]
