@@ -6,7 +6,8 @@ import random
 
 import pytest
 
-from hotstate.routing.hedging import RECOMPUTE_EVERY, HedgeConfig, HedgePolicy
+from hotstate.routing.hedging import RECOMPUTE_EVERY, HedgeConfig, HedgePolicy, last_if_slow
+from hotstate.routing.router import Candidate, Route
 
 
 def test_a_peer_without_enough_history_gets_the_cap() -> None:
@@ -77,3 +78,23 @@ def test_hedging_off_never_hedges() -> None:
 def test_bad_settings_are_named(fields: dict[str, float], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         HedgeConfig(**fields)  # type: ignore[arg-type]
+
+
+def test_a_peer_with_a_forward_unanswered_past_its_delay_is_slow_until_it_ends() -> None:
+    policy = HedgePolicy(HedgeConfig(delay_cap_ms=100))
+    request = policy.sent(4, now_ms=1000)
+    assert not policy.slow(4, now_ms=1100)  # exactly the delay: not yet
+    assert policy.slow(4, now_ms=1101)
+    assert not policy.slow(5, now_ms=1101)
+    policy.done(4, request, now_ms=1500, answered=False)
+    assert not policy.slow(4, now_ms=1600)
+
+
+def test_slow_peers_go_last_in_a_route_never_dropped() -> None:
+    candidates = (Candidate(1, "active", 0), Candidate(2, "standby", 3), Candidate(3, "standby", 5))
+    route = Route("t", 0, candidates, ())
+    assert last_if_slow(route, lambda node: False) is route
+    reordered = last_if_slow(route, lambda node: node == 1)
+    assert [c.node_id for c in reordered.candidates] == [2, 3, 1]
+    everyone = last_if_slow(route, lambda node: True)
+    assert [c.node_id for c in everyone.candidates] == [1, 2, 3]

@@ -223,3 +223,23 @@ def test_hedges_stop_when_the_budget_is_spent() -> None:
         asyncio.run(service.execute(f"SELECT * FROM clicks WHERE user = '{user}'", {"timeout_ms": 1000}))
     assert policy.hedges == 1
     assert peers.calls.count((2, (_partition(user),))) == 2  # the second query waited for 2's timeout
+
+
+def test_after_a_hedge_finds_a_slow_server_later_queries_try_the_others_first_without_a_hedge() -> None:
+    peers = Peers()
+    peers.slow.add(2)
+    policy = HedgePolicy(HedgeConfig(delay_floor_ms=5, delay_cap_ms=20))
+    service = _service(peers, None, policy)
+    user = next(u for u in USERS if PLACEMENT[_partition(u)][0] == 2)
+    partition = _partition(user)
+
+    async def run() -> None:
+        for _ in range(5):
+            result = await service.execute(
+                f"SELECT * FROM clicks WHERE user = '{user}'", {"timeout_ms": 5000}
+            )
+            assert [p.served_by for p in result.partitions] == [3]
+
+    asyncio.run(run())
+    assert policy.hedges == 1
+    assert peers.calls.count((2, (partition,))) == 1  # the hedged forward still hangs: 2 counts as slow

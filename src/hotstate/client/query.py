@@ -253,9 +253,11 @@ def _failure(response: httpx.Response, server: str) -> QueryFailed:
 
 
 def _query_body(
-    sql: str, max_lag: int | None, timeout_ms: int | None, standby_reads: bool
+    sql: str, max_lag: int | None, timeout_ms: int | None, standby_reads: bool, hedging: bool
 ) -> dict[str, object]:
     body: dict[str, object] = {"sql": sql, "standby_reads": standby_reads}
+    if not hedging:
+        body["hedging"] = False
     if max_lag is not None:
         body["max_lag"] = max_lag
     if timeout_ms is not None:
@@ -323,13 +325,15 @@ class Client(_Base):
         max_lag: int | None = None,
         timeout_ms: int | None = None,
         standby_reads: bool = True,
+        hedging: bool = True,
     ) -> QueryResult:
         """Run one pull query. `max_lag`: the most records a serving replica may be behind (default: the
         table's acceptable lag); `timeout_ms`: the server's time budget; `standby_reads=False`: only
-        actives serve. Raises QueryFailed (4xx), Unavailable (503 from every server), ClusterUnreachable."""
+        actives serve; `hedging=False`: a slow forward is never sent to a partition's next replica too.
+        Raises QueryFailed (4xx), Unavailable (503 from every server), ClusterUnreachable."""
         attempt_s = _query_attempt_s(timeout_ms)
         body, server = self._request(
-            "POST", "/v1/query", attempt_s, _query_body(sql, max_lag, timeout_ms, standby_reads)
+            "POST", "/v1/query", attempt_s, _query_body(sql, max_lag, timeout_ms, standby_reads, hedging)
         )
         return QueryResult.from_json(_expect_dict(body, "query"), server)
 
@@ -404,11 +408,12 @@ class AsyncClient(_Base):
         max_lag: int | None = None,
         timeout_ms: int | None = None,
         standby_reads: bool = True,
+        hedging: bool = True,
     ) -> QueryResult:
         """See `Client.query`."""
         attempt_s = _query_attempt_s(timeout_ms)
         body, server = await self._request(
-            "POST", "/v1/query", attempt_s, _query_body(sql, max_lag, timeout_ms, standby_reads)
+            "POST", "/v1/query", attempt_s, _query_body(sql, max_lag, timeout_ms, standby_reads, hedging)
         )
         return QueryResult.from_json(_expect_dict(body, "query"), server)
 

@@ -10,17 +10,25 @@ partitions go to their next candidates as well, and the first answer wins.
 - The extra load is bounded: each forward earns `max_fraction` of a hedge, a hedge spends one, and at most
   `burst` may be saved up, so over any long run hedges stay at most `max_fraction` of forwards (plus the
   burst), and a storm of slow answers cannot double the load.
+- A peer with a forward unanswered for longer than its hedge delay is *slow*: queries try it after the
+  other candidates (`last_if_slow`) until that forward is answered or given up. A hedged forward is
+  left to run to its own timeout for that reason: the hedges of the first queries find the gray peer,
+  and the queries after them go elsewhere without spending any.
 
 No clock, socket or randomness inside: the shell (`server/queries.py`) passes the latencies it measured.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import deque
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
-__all__ = ["HedgeConfig", "HedgePolicy"]
+from hotstate.routing.router import Route
+
+__all__ = ["HedgeConfig", "HedgePolicy", "last_if_slow"]
 
 RECOMPUTE_EVERY = 16
 
@@ -59,6 +67,33 @@ class HedgePolicy:
         self._budget = config.burst
         self._observed = 0
         self.hedges = 0
+        # Forwards in flight per peer: request id -> when sent (ms of the caller's clock).
+        self._outstanding: dict[int, dict[int, float]] = {}
+        self._ids = itertools.count()
+
+    def sent(self, peer: int, now_ms: float) -> int:
+        """A forward to `peer` leaves now; returns its id for `done`."""
+        request_id = next(self._ids)
+        self._outstanding.setdefault(peer, {})[request_id] = now_ms
+        return request_id
+
+    def done(self, peer: int, request_id: int, now_ms: float, *, answered: bool) -> None:
+        """The forward ended: answered (its time counts towards the delay) or failed, timed out, given up."""
+        outstanding = self._outstanding.get(peer, {})
+        sent_at = outstanding.pop(request_id, None)
+        if not outstanding:
+            self._outstanding.pop(peer, None)
+        if answered and sent_at is not None:
+            self.observe(peer, now_ms - sent_at)
+
+    def slow(self, peer: int, now_ms: float) -> bool:
+        """Whether `peer` has a forward unanswered for longer than its hedge delay (never when hedging is
+        off)."""
+        outstanding = self._outstanding.get(peer)
+        if not outstanding:
+            return False
+        delay = self.delay_ms(peer)
+        return delay is not None and now_ms - min(outstanding.values()) > delay
 
     def observe(self, peer: int, latency_ms: float) -> None:
         """A forward to `peer` answered after `latency_ms`."""
@@ -100,3 +135,13 @@ class HedgePolicy:
         self._budget -= 1
         self.hedges += 1
         return True
+
+
+def last_if_slow(route: Route, slow: Callable[[int], bool]) -> Route:
+    """`route` with the candidates on slow peers moved after the others, in their order (never dropped:
+    a slow peer may be the only one that can serve)."""
+    fast = [c for c in route.candidates if not slow(c.node_id)]
+    if len(fast) == len(route.candidates):
+        return route
+    late = [c for c in route.candidates if slow(c.node_id)]
+    return replace(route, candidates=(*fast, *late))

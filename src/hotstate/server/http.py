@@ -53,7 +53,7 @@ class KsqlRequest(BaseModel):
     streamsProperties: dict[str, Any] = Field(
         default_factory=dict,
         description="max_lag / ksql.query.pull.max.allowed.offset.lag, standby_reads / "
-        "ksql.query.pull.enable.standby.reads, timeout_ms; any other name is refused",
+        "ksql.query.pull.enable.standby.reads, timeout_ms, hedging; any other name is refused",
     )
     properties: dict[str, Any] = Field(default_factory=dict, description="the same as streamsProperties")
     sessionVariables: dict[str, Any] = Field(default_factory=dict, description="must be empty")
@@ -70,6 +70,9 @@ class NativeQuery(BaseModel):
     )
     timeout_ms: int | None = Field(default=None, ge=1, le=MAX_TIMEOUT_MS)
     standby_reads: bool = Field(default=True, description="false: only actives serve (KLIP-12 off)")
+    hedging: bool = Field(
+        default=True, description="false: never send a slow forward's partitions to their next replica too"
+    )
 
 
 def _documented_body(model: type[BaseModel]) -> dict[str, Any]:

@@ -34,7 +34,7 @@ from hotstate.replica.messages import (
     ReplicaError,
 )
 from hotstate.replica.rows import decode_row, may_hold_non_finite
-from hotstate.routing.hedging import HedgeConfig, HedgePolicy
+from hotstate.routing.hedging import HedgeConfig, HedgePolicy, last_if_slow
 from hotstate.routing.lags import LagTable
 from hotstate.routing.router import Candidate, NoReplicaError, Route, Skip, route
 from hotstate.rpc import NOT_SENT, RpcError, RpcTimeout
@@ -146,6 +146,8 @@ class QueryService:
         self._connected = connected
         self._on_forward = on_forward
         self.hedging = hedging if hedging is not None else HedgePolicy(HedgeConfig())
+        # Hedged forwards left to run to their end (they keep their peer marked slow meanwhile).
+        self._background: set[asyncio.Future[dict[int, _PartitionAnswer]]] = set()
         # Query ids: unique per server run without a uuid per query.
         self._id_prefix = f"{node_id}-{os.urandom(4).hex()}-"
         self._ids = itertools.count(1)
@@ -224,6 +226,8 @@ class QueryService:
                 local_node=self.node_id,
                 max_lag=spec.max_lag,
             )
+            if hedge:
+                decision = last_if_slow(decision, self._slow_now)
             pending.append(_Attempts(part, spec, decision))
         while pending:
             remote: dict[int, list[_Attempts]] = {}
@@ -245,6 +249,9 @@ class QueryService:
             pending = [a for group in remote.values() for a in group if a.part.partition not in answers]
             pending.sort(key=lambda a: a.part.partition)
         return [answers[partition] for partition in sorted(answers)]
+
+    def _slow_now(self, node_id: int) -> bool:
+        return self.hedging.slow(node_id, time.monotonic() * 1000)
 
     def _advance(self, attempts: _Attempts, deadline: float, standby_reads: bool) -> _PartitionAnswer | None:
         """Moves to the partition's next candidate that can be tried: answers it here when it is local
@@ -329,7 +336,13 @@ class QueryService:
                         (answers if task is first else hedge_won)[partition] = answer
         finally:
             for task in tasks:
-                task.cancel()
+                if task is first:
+                    # Left to its own timeout: while it hangs, its peer counts as slow and later queries
+                    # try the others first, without a hedge each.
+                    self._background.add(task)
+                    task.add_done_callback(self._background.discard)
+                else:
+                    task.cancel()
         for _ in hedge_won:
             self._on_forward("hedge_won")
         return answers | hedge_won
@@ -346,7 +359,8 @@ class QueryService:
             attempt = min(attempt, UNCONNECTED_ATTEMPT_S)
         request = QueryPartitionsRequest(tuple(a.spec for a in group))
         failure: tuple[str, str]
-        sent = time.monotonic()
+        request_id = self.hedging.sent(node_id, time.monotonic() * 1000)
+        answered = False
         try:
             reply = await self._request(node_id, request, min(attempt, remaining))
         except NOT_SENT as error:
@@ -357,9 +371,11 @@ class QueryService:
             failure = ("error", f"failed: {error}")
         else:
             if isinstance(reply, QueryPartitionsResponse) and len(reply.answers) == len(group):
-                self.hedging.observe(node_id, (time.monotonic() - sent) * 1000)
+                answered = True
                 return self._answers(node_id, group, reply.answers)
             failure = ("error", f"failed: answered {type(reply).__name__} to {len(group)} partitions")
+        finally:
+            self.hedging.done(node_id, request_id, time.monotonic() * 1000, answered=answered)
         outcome, reason = failure
         for attempts in group:
             self._on_forward(outcome)

@@ -50,7 +50,7 @@ SERVER_NOT_READY = 50302  # ksqlDB's ERROR_CODE_SERVER_NOT_READY: retriable, ask
 # (hotstate.query.sql.MAX_STATEMENT_CHARS) fits, with room for JSON escapes.
 MAX_BODY_BYTES = 4 * 1024 * 1024
 
-NATIVE_FIELDS = ("sql", "max_lag", "timeout_ms", "standby_reads")
+NATIVE_FIELDS = ("sql", "max_lag", "timeout_ms", "standby_reads", "hedging")
 # ksqlDB's KsqlRequest fields, and `properties` (hotstate's name for streamsProperties since the start).
 KSQL_FIELDS = ("ksql", "streamsProperties", "properties", "sessionVariables", "commandSequenceNumber")
 
@@ -333,10 +333,11 @@ def _native_request(data: dict[str, Any]) -> tuple[str, dict[str, object]]:
         if type(value) is not int or value < least:
             raise BadRequest(f"malformed request: {name}: must be an integer >= {least}, or null")
         properties[name] = value
-    standby_reads = data.get("standby_reads", True)
-    if type(standby_reads) is not bool:
-        raise BadRequest("malformed request: standby_reads: must be true or false")
-    properties["standby_reads"] = standby_reads
+    for flag in ("standby_reads", "hedging"):
+        value = data.get(flag, True)
+        if type(value) is not bool:
+            raise BadRequest(f"malformed request: {flag}: must be true or false")
+        properties[flag] = value
     return sql, properties
 
 
