@@ -7,6 +7,9 @@ import re
 import pytest
 
 from hotstate.controller.evidence import ProbeResult
+from hotstate.controller.image import PartitionInfo
+from hotstate.controller.partition_rules import ReplicaEnds
+from hotstate.controller.records import PartitionChange
 from hotstate.sim.broken_replica import BROKEN_REPLICA_RULES
 from hotstate.sim.replication import ReplicationProfile, ReplicationSimFailure, ReplicationWorld, run_seed
 
@@ -134,3 +137,33 @@ def test_a_fencing_rule_that_fences_a_live_server_is_caught(rule: object) -> Non
     with pytest.raises(ReplicationSimFailure) as again:
         run_seed(caught[0], fence_rule=rule)  # type: ignore[arg-type]
     assert "fenced on a probe" in again.value.reason
+
+
+def _elects_outside_the_isr(
+    part: PartitionInfo, node_id: int, fenced: set[int], ends: ReplicaEnds
+) -> PartitionChange | None:
+    """Broken (an "unclean" election): when the active is fenced, the furthest live replica takes over and
+    joins the ISR, in sync or not."""
+    isr = tuple(r for r in part.isr if r != node_id) or part.isr
+    if part.active != node_id:
+        return (
+            None
+            if isr == part.isr
+            else PartitionChange(part.table_id, 0, part.active, part.leader_epoch, isr)
+        )
+    live = [r for r in part.replicas if r not in fenced]
+    live.sort(key=lambda r: -ends.get((part.table_id, part.partition, r), -1))
+    active = live[0] if live else None
+    isr = isr if active is None or active in isr else (*isr, active)
+    return PartitionChange(part.table_id, part.partition, active, part.leader_epoch + 1, isr)
+
+
+def test_an_election_rule_that_leaves_the_isr_is_caught() -> None:
+    """The simulator drives the controller's own election rule: a broken one fails seeds."""
+    for seed in range(200):
+        try:
+            run_seed(seed, elect_rule=_elects_outside_the_isr)
+        except ReplicationSimFailure as failure:
+            assert "ISR" in failure.reason
+            return
+    pytest.fail("no seed in 0..199 caught an election outside the ISR")

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 
 from hotstate.assignor import Assignment, AssignorConfig, AssignorInternalError
 from hotstate.controller.evidence import ProbeResult, fences_on_probe
-from hotstate.controller.image import ImageBuilder, MetadataImage, PartitionInfo, TableInfo
+from hotstate.controller.image import ImageBuilder, MetadataImage, TableInfo
+from hotstate.controller.partition_rules import IsrRefusal, alter_isr, elect_after_fence, elect_on_unfence
 from hotstate.controller.placement import place_table
 from hotstate.controller.reassign import ReassignJob, reassignment_records
 from hotstate.controller.records import (
@@ -29,7 +30,6 @@ from hotstate.controller.records import (
     MetadataBatch,
     MetadataRecord,
     NoOp,
-    PartitionChange,
     RegisterServer,
     TableWriters,
     UnfenceServer,
@@ -323,7 +323,7 @@ class QuorumController:
         for parts in self._view.partitions.values():
             for part in parts:
                 if node_id in part.replicas or node_id in part.isr:
-                    change = _without(part, node_id, fenced, self._replica_ends)
+                    change = elect_after_fence(part, node_id, fenced, self._replica_ends)
                     if change is not None:
                         records.append(change)
         return tuple(records)
@@ -332,13 +332,9 @@ class QuorumController:
         records: list[MetadataRecord] = [UnfenceServer(node_id)]
         for parts in self._view.partitions.values():
             for part in parts:
-                if part.active is None and node_id in part.isr:
-                    # An offline partition comes back with the first of its in-sync replicas to return.
-                    records.append(
-                        PartitionChange(
-                            part.table_id, part.partition, node_id, part.leader_epoch + 1, part.isr
-                        )
-                    )
+                change = elect_on_unfence(part, node_id)
+                if change is not None:
+                    records.append(change)
         return tuple(records)
 
     # ------------------------------------------------------------------ partitions
@@ -351,33 +347,18 @@ class QuorumController:
                 )
             )
         part = parts[request.partition]
-        if (
-            part.active != request.node_id
-            or part.leader_epoch != request.leader_epoch
-            or part.partition_epoch != request.partition_epoch
-        ):
-            return self._error(
-                AlterPartitionResponse(
-                    ControllerError.STALE_PARTITION_STATE,
-                    f"partition is at leader epoch {part.leader_epoch}, partition epoch "
-                    f"{part.partition_epoch}, active {part.active}",
-                )
-            )
-        isr = tuple(dict.fromkeys(request.isr))
         fenced = {n for n, s in self._view.servers.items() if s.fenced}
-        added = set(isr) - set(part.isr)
-        problem = None
-        if request.node_id not in isr:
-            problem = "the active must stay in the ISR"
-        elif not set(isr) <= set(part.replicas):
-            problem = f"ISR {isr} names servers that hold no replica (replicas {part.replicas})"
-        elif added & (fenced | self._shutting_down):
-            problem = (
-                f"cannot add fenced or stopping servers {sorted(added & (fenced | self._shutting_down))}"
-            )
-        if problem is not None:
-            return self._error(AlterPartitionResponse(ControllerError.INVALID_REQUEST, problem))
-        change = PartitionChange(part.table_id, part.partition, part.active, part.leader_epoch, isr)
+        change = alter_isr(
+            part,
+            node_id=request.node_id,
+            leader_epoch=request.leader_epoch,
+            partition_epoch=request.partition_epoch,
+            isr=request.isr,
+            unavailable=fenced | self._shutting_down,
+        )
+        if isinstance(change, IsrRefusal):
+            error = ControllerError.STALE_PARTITION_STATE if change.stale else ControllerError.INVALID_REQUEST
+            return self._error(AlterPartitionResponse(error, change.reason))
         return Decision((self._propose((change,)),), AlterPartitionResponse(ControllerError.NONE, ""))
 
     # ------------------------------------------------------------------ tables
@@ -464,26 +445,6 @@ class QuorumController:
         self._builder.apply_all(records, offset)
         self._view = self._builder.build(self._next_offset)
         return MetadataBatch(records)
-
-
-def _without(
-    part: PartitionInfo, node_id: int, fenced: set[int], ends: dict[tuple[int, int, int], int]
-) -> PartitionChange | None:
-    """The change that takes `node_id` out of a partition's active seat and ISR (never empties the ISR).
-
-    Every in-sync replica holds every committed record; the most caught-up one (by its server's last
-    report) also keeps the most of what was written but not yet committed, and restores the least."""
-    isr = tuple(r for r in part.isr if r != node_id) or part.isr
-    active = part.active
-    epoch = part.leader_epoch
-    if active == node_id:
-        candidates = [r for r in isr if r not in fenced]
-        candidates.sort(key=lambda r: -ends.get((part.table_id, part.partition, r), -1))
-        active = candidates[0] if candidates else None
-        epoch += 1
-    if active == part.active and isr == part.isr:
-        return None
-    return PartitionChange(part.table_id, part.partition, active, epoch, isr)
 
 
 def _invalid_table(request: CreateTableRequest) -> str | None:

@@ -42,8 +42,9 @@ from typing import Any
 from hotstate.assignor import PartitionAssignment as Placement
 from hotstate.controller.evidence import ProbeResult, fences_on_probe
 from hotstate.controller.image import PartitionInfo
+from hotstate.controller.partition_rules import IsrRefusal, alter_isr, elect_after_fence, elect_on_unfence
 from hotstate.controller.reassign import partition_step
-from hotstate.controller.records import PartitionAssignment
+from hotstate.controller.records import PartitionAssignment, PartitionChange
 from hotstate.log.batch import RecordBatch
 from hotstate.replica.batchlog import BatchLog, BatchLogError
 from hotstate.replica.core import (
@@ -64,6 +65,8 @@ from hotstate.replica.messages import ReplicaError, ReplicaMessage
 CoreFactory = Callable[..., ReplicaCore]
 # The controller's rule for a probe's result (controller.evidence.fences_on_probe, or a broken one in tests).
 FenceRule = Callable[..., bool]
+# The controller's choice of a new active when a server is fenced (partition_rules.elect_after_fence).
+ElectRule = Callable[..., PartitionChange | None]
 
 (
     _DELIVER,
@@ -251,6 +254,9 @@ class ControllerModel:
     last_heartbeat: dict[int, int] = field(default_factory=dict)
     # The process (boot count) each node last registered or heartbeat as: its incarnation.
     registered: dict[int, int] = field(default_factory=dict)
+    # The replica's log end each node reported in its last heartbeat, keyed as the real controller keys them:
+    # the input for choosing a new active.
+    replica_ends: dict[tuple[int, int, int], int] = field(default_factory=dict)
 
     def view(self) -> PartitionView:
         return PartitionView(self.active, self.leader_epoch, self.isr, self.replicas, self.partition_epoch)
@@ -305,12 +311,14 @@ class ReplicationWorld:
         *,
         core_factory: CoreFactory = ReplicaCore,
         fence_rule: FenceRule = fences_on_probe,
+        elect_rule: ElectRule = elect_after_fence,
         trace: bool = False,
     ) -> None:
         self.seed = seed
         self.profile = profile
         self.core_factory = core_factory
         self.fence_rule = fence_rule
+        self.elect_rule = elect_rule
         self.trace = trace
         self.rng = random.Random(f"replication-world/{seed}")
         # Probes draw from their own stream, so a seed without them runs exactly as before they existed.
@@ -652,6 +660,11 @@ class ReplicationWorld:
             if node.up and not node.cut_from_controller:
                 c.last_heartbeat[node.id] = self.now
                 c.registered[node.id] = node.boot
+                # A heartbeat reports the replica's log end, or no replica (as QuorumController._heartbeat).
+                if node.core is None:
+                    c.replica_ends.pop((TABLE_ID, PARTITION, node.id), None)
+                else:
+                    c.replica_ends[(TABLE_ID, PARTITION, node.id)] = node.core.log_end_offset
                 if node.id in c.fenced:
                     self._unfence(node.id)
             elif node.id not in c.fenced and self.now - c.last_heartbeat.get(node.id, 0) > SESSION_TIMEOUT_MS:
@@ -700,31 +713,24 @@ class ReplicationWorld:
     def _fence(self, node: int) -> None:
         c = self.controller
         c.fenced.add(node)
-        isr = tuple(r for r in c.isr if r != node) or c.isr
-        active = c.active
-        epoch = c.leader_epoch
-        if active == node:
-            candidates = [r for r in isr if r not in c.fenced]
-            # Prefer the most caught-up in-sync replica (as the real controller does from heartbeats).
-            candidates.sort(key=lambda r: -self.nodes[r].disk.end)
-            active = candidates[0] if candidates else None
-            epoch += 1
-        if (active, epoch, isr) != (c.active, c.leader_epoch, c.isr):
+        change = self.elect_rule(c.info(), node, c.fenced, c.replica_ends)
+        if change is not None:
+            active, epoch, isr = change.active, change.leader_epoch, change.isr
             self._note(f"controller fences {node}: active {active} epoch {epoch} isr {isr}")
-        self._commit(active, epoch, isr)
+            self._commit(change)
 
     def _unfence(self, node: int) -> None:
         c = self.controller
         c.fenced.discard(node)
-        if c.active is None and node in c.isr:
-            self._note(f"controller unfences {node}: active again at epoch {c.leader_epoch + 1}")
-            self._commit(node, c.leader_epoch + 1, c.isr)
+        change = elect_on_unfence(c.info(), node)
+        if change is not None:
+            self._note(f"controller unfences {node}: active again at epoch {change.leader_epoch}")
+            self._commit(change)
 
-    def _commit(self, active: int | None, epoch: int, isr: tuple[int, ...]) -> None:
+    def _commit(self, change: PartitionChange) -> None:
+        """Commits a PartitionChange as the metadata image applies one (the partition epoch goes up)."""
         c = self.controller
-        if (active, epoch, isr) == (c.active, c.leader_epoch, c.isr):
-            return
-        c.active, c.leader_epoch, c.isr = active, epoch, isr
+        c.active, c.leader_epoch, c.isr = change.active, change.leader_epoch, change.isr
         c.partition_epoch += 1
         self._committed_changed()
 
@@ -747,24 +753,23 @@ class ReplicationWorld:
 
     def _on_isr_change(self, src: int, change: IsrChange) -> None:
         c = self.controller
-        if (
-            change.leader_epoch != c.leader_epoch
-            or change.partition_epoch != c.partition_epoch
-            or src != c.active
-        ):
-            return  # stale: the requester learns the outcome from the metadata
-        if (
-            src not in change.isr
-            or not set(change.isr) <= set(c.replicas)
-            or set(change.isr) & (c.fenced - set(c.isr))
-        ):
+        decision = alter_isr(
+            c.info(),
+            node_id=src,
+            leader_epoch=change.leader_epoch,
+            partition_epoch=change.partition_epoch,
+            isr=tuple(change.isr),
+            unavailable=c.fenced,
+        )
+        if isinstance(decision, IsrRefusal):
             node = self.nodes[src]
-            if node.core is not None:
+            # A stale request is left unanswered: the requester learns the outcome from the metadata.
+            if not decision.stale and node.core is not None:
                 node.core.isr_change_rejected(change, self.now)
                 self._pump(node)
             return
-        self._note(f"controller: ISR of epoch {c.leader_epoch} becomes {change.isr}")
-        self._commit(c.active, c.leader_epoch, tuple(change.isr))
+        self._note(f"controller: ISR of epoch {c.leader_epoch} becomes {decision.isr}")
+        self._commit(decision)
 
     # ------------------------------------------------------------------ reassignment
     def _reassign(self) -> None:
@@ -1014,6 +1019,7 @@ def run_seed(
     *,
     core_factory: CoreFactory = ReplicaCore,
     fence_rule: FenceRule = fences_on_probe,
+    elect_rule: ElectRule = elect_after_fence,
     trace: bool = False,
 ) -> Stats:
     world = ReplicationWorld(
@@ -1021,6 +1027,7 @@ def run_seed(
         ReplicationProfile.from_seed(seed),
         core_factory=core_factory,
         fence_rule=fence_rule,
+        elect_rule=elect_rule,
         trace=trace,
     )
     return world.run()
