@@ -270,3 +270,38 @@ def test_check_nesting_refuses_decoded_rows_deeper_than_the_limit_and_decode_ref
         check_nesting(decode_row(row_bytes(MAX_NESTING + 1)))
     with pytest.raises(RowDecodeError, match="nest deeper than msgpack reads"):
         decode_row(row_bytes(100_000))
+
+
+def test_threads_encoding_at_once_get_their_own_rows() -> None:
+    """`_default` runs Python mid-pack, where another thread may take the GIL: a packer shared without a
+    lock would mix two rows' bytes."""
+    import sys
+    import threading
+
+    rows = [
+        {
+            "n": i,
+            "at": dt.datetime(2026, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=i),
+            "d": [decimal.Decimal(i)] * 20,
+        }
+        for i in range(8)
+    ]
+    expected = [encode_row(row) for row in rows]
+    wrong: list[int] = []
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible
+    try:
+
+        def work(index: int) -> None:
+            for _ in range(300):
+                if encode_row(rows[index]) != expected[index]:
+                    wrong.append(index)
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(len(rows))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(old)
+    assert wrong == []
