@@ -1,8 +1,10 @@
 """A server's configuration: a TOML file, then `HOTSTATE_*` environment variables, then flags (flags win).
 
-Keys are dotted Kafka-style names (`node.id`, `controller.quorum.voters`); docs/configuration.md
-describes each. Loading does no IO beyond reading the TOML file, so `hotstate server` can refuse a bad
-configuration before it binds a port or touches `data.dir`.
+Keys are dotted Kafka-style names (`node.id`, `controller.quorum.voters`). Each is described once, in
+`server/settings.py` (SETTINGS): this module derives the key maps, defaults, parsing, rules on single values,
+the building of ServerConfig and `render_toml` from that table, and docs/configuration.md's tables of keys
+are generated from it. Loading does no IO beyond reading the TOML file, so `hotstate server` can refuse a
+bad configuration before it binds a port or touches `data.dir`.
 
 Checks are split in two on purpose: parsing (text or TOML value -> typed value) happens only in
 `load_config`, while every rule about typed values lives in `ServerConfig.__post_init__`, so a config
@@ -11,6 +13,7 @@ built in code (as `hotstate cluster up` does before `render_toml`) obeys the sam
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import ipaddress
 import logging
@@ -20,13 +23,25 @@ import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final, Literal, TypeVar
+from typing import Any, Final, Literal, get_args
 
-from hotstate.assignor.config import PROPERTY_NAMES, STRATEGIES, AssignorConfig
+from hotstate.assignor.config import STRATEGIES, AssignorConfig
 from hotstate.raft.config import RaftConfig
 from hotstate.replica.core import ReplicaConfig
 from hotstate.routing.heartbeat import HeartbeatConfig
 from hotstate.server.liveness import LivenessConfig
+from hotstate.server.settings import (
+    FRAME_DATA_SHARE,
+    FRAME_HEADROOM_BYTES,
+    LOG_LEVELS,
+    MAX_INT32,
+    MAX_LABEL_CHARS,
+    MIN_SECRET_CHARS,
+    REPLICA_LOG_FSYNC_POLICIES,
+    SETTINGS,
+    Kind,
+    Setting,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -34,167 +49,39 @@ Role = Literal["controller", "broker"]
 ListenerName = Literal["rpc", "http"]
 
 ROLES: Final[tuple[Role, ...]] = ("controller", "broker")
-LOG_LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR")
 ENV_PREFIX: Final = "HOTSTATE_"
-MAX_INT32: Final = 2**31 - 1
-MIN_SECRET_CHARS: Final = 16
-# Room for message headers on top of the largest payload the quorum puts in one frame.
-FRAME_HEADROOM_BYTES: Final = 64 * 1024
-# Partition data (a Produce request's rows, a replica fetch answer's batches) may fill at most 1/N of a frame:
-# the rest is room for the framing of every row and batch, which grows with the row count, not the bytes.
-FRAME_DATA_SHARE: Final = 2
-REPLICA_LOG_FSYNC_POLICIES: Final = ("never", "always")
-MAX_LABEL_CHARS: Final = 255
 
-REQUIRED_KEYS: Final = (
-    "node.id",
-    "process.roles",
-    "listeners",
-    "controller.quorum.voters",
-    "data.dir",
-    "cluster.id",
-    "cluster.secret",
-)
-# Kafka name -> RaftConfig field.
-RAFT_KEYS: Final[Mapping[str, str]] = {
-    "controller.quorum.election.timeout.ms": "election_timeout_ms",
-    "controller.quorum.fetch.timeout.ms": "fetch_timeout_ms",
-    "controller.quorum.election.backoff.max.ms": "election_backoff_max_ms",
-    "controller.quorum.append.linger.ms": "append_linger_ms",
-    "controller.quorum.request.timeout.ms": "request_timeout_ms",
-    "controller.quorum.fetch.max.wait.ms": "fetch_max_wait_ms",
-    "controller.quorum.fetch.max.bytes": "fetch_max_bytes",
-    "controller.quorum.snapshot.chunk.bytes": "snapshot_chunk_bytes",
-}
-# Kafka name -> ServerConfig field, for the plain integer settings.
-INT_KEYS: Final[Mapping[str, str]] = {
-    "broker.heartbeat.interval.ms": "heartbeat_interval_ms",
-    "broker.session.timeout.ms": "session_timeout_ms",
-    "metadata.snapshot.max.records": "snapshot_max_records",
-    "metadata.snapshot.interval.ms": "snapshot_interval_ms",
-    "rpc.max.frame.bytes": "max_frame_bytes",
-    "produce.max.bytes": "produce_max_bytes",
-    "reassign.interval.ms": "reassign_interval_ms",
-    "broker.removal.delay.ms": "broker_removal_delay_ms",
-}
-# Kafka name -> ReplicaConfig field.
-REPLICA_KEYS: Final[Mapping[str, str]] = {
-    "replica.fetch.max.wait.ms": "fetch_max_wait_ms",
-    "replica.fetch.max.bytes": "fetch_max_bytes",
-    "replica.fetch.timeout.ms": "fetch_timeout_ms",
-    "replica.fetch.backoff.ms": "fetch_backoff_ms",
-    "replica.lag.time.max.ms": "replica_lag_time_max_ms",
-    "replica.isr.change.retry.ms": "isr_change_retry_ms",
-    "min.insync.replicas": "min_insync_replicas",
-    "replica.log.retention.records": "log_retention_records",
-}
-# Kafka name -> HeartbeatConfig field (failure detection, KLIP-12): LivenessConfig.heartbeat.
-HEARTBEAT_KEYS: Final[Mapping[str, str]] = {
-    "heartbeat.send.interval.ms": "send_interval_ms",
-    "heartbeat.check.interval.ms": "check_interval_ms",
-    "heartbeat.window.ms": "window_ms",
-    "heartbeat.missed.threshold": "missed_threshold",
-    "heartbeat.received.threshold": "received_threshold",
-}
-# Kafka name -> LivenessConfig field, for its settings outside `heartbeat` (lag reporting, KIP-535).
-LAG_REPORTING_KEYS: Final[Mapping[str, str]] = {
-    "lag.reporting.send.interval.ms": "lag_report_interval_ms",
-}
-# Every key of ServerConfig.liveness.
-LIVENESS_KEYS: Final = (*HEARTBEAT_KEYS, *LAG_REPORTING_KEYS)
-# Kafka Streams name -> AssignorConfig field (the names are AssignorConfig.PROPERTY_NAMES'). Not
-# num.standby.replicas: every table sets its own standby count.
-ASSIGNOR_KEYS: Final[Mapping[str, str]] = {
-    PROPERTY_NAMES[name]: name
-    for name in (
-        "rack_aware_assignment_strategy",
-        "rack_aware_assignment_tags",
-        "traffic_cost",
-        "non_overlap_cost",
-        "acceptable_recovery_lag",
-        "max_warmup_replicas",
-    )
-}
-STRATEGY_KEY: Final = "rack.aware.assignment.strategy"
-ASSIGNMENT_TAGS_KEY: Final = "rack.aware.assignment.tags"
-# The integer keys of ServerConfig.assignor.
-ASSIGNOR_INT_KEYS: Final = tuple(
-    key for key in ASSIGNOR_KEYS if key not in (STRATEGY_KEY, ASSIGNMENT_TAGS_KEY)
-)
-OPTIONAL_KEYS: Final = (
-    "rack",
-    "tags",
-    *RAFT_KEYS,
-    *INT_KEYS,
-    *REPLICA_KEYS,
-    "replica.log.fsync",
-    *LIVENESS_KEYS,
-    *ASSIGNOR_KEYS,
-    "log.level",
-)
+# ---------------------------------------------------------------------------------------------------------
+# Keys, from SETTINGS
+
+SETTING: Final[Mapping[str, Setting]] = {setting.key: setting for setting in SETTINGS}
+REQUIRED_KEYS: Final = tuple(setting.key for setting in SETTINGS if setting.required)
+OPTIONAL_KEYS: Final = tuple(setting.key for setting in SETTINGS if not setting.required)
 KNOWN_KEYS: Final = (*REQUIRED_KEYS, *OPTIONAL_KEYS)
 
-_RAFT_DEFAULTS: Final = RaftConfig()
-_REPLICA_DEFAULTS: Final = ReplicaConfig()
-_LIVENESS_DEFAULTS: Final = LivenessConfig()
-_ASSIGNOR_DEFAULTS: Final = AssignorConfig()
-DEFAULTS: Final[Mapping[str, object]] = {
-    "rack": None,
-    "tags": "",
-    **{key: getattr(_RAFT_DEFAULTS, name) for key, name in RAFT_KEYS.items()},
-    "broker.heartbeat.interval.ms": 250,
-    "broker.session.timeout.ms": 2000,
-    "metadata.snapshot.max.records": 10_000,
-    "metadata.snapshot.interval.ms": 60_000,
-    "rpc.max.frame.bytes": 16 * 1024 * 1024,
-    "produce.max.bytes": 8 * 1024 * 1024,
-    "reassign.interval.ms": 2000,
-    "broker.removal.delay.ms": 30_000,
-    **{key: getattr(_REPLICA_DEFAULTS, name) for key, name in REPLICA_KEYS.items()},
-    "replica.log.fsync": "never",
-    **{key: getattr(_LIVENESS_DEFAULTS.heartbeat, name) for key, name in HEARTBEAT_KEYS.items()},
-    **{key: getattr(_LIVENESS_DEFAULTS, name) for key, name in LAG_REPORTING_KEYS.items()},
-    STRATEGY_KEY: _ASSIGNOR_DEFAULTS.rack_aware_assignment_strategy,
-    ASSIGNMENT_TAGS_KEY: ",".join(_ASSIGNOR_DEFAULTS.rack_aware_assignment_tags),
-    **{key: getattr(_ASSIGNOR_DEFAULTS, ASSIGNOR_KEYS[key]) for key in ASSIGNOR_INT_KEYS},
-    "log.level": "INFO",
-}
 
-# Integer keys -> (minimum, unit shown in errors).
-_INT_RULES: Final[Mapping[str, tuple[int, str]]] = {
-    "node.id": (1, ""),
-    **{
-        key: (0 if key == "controller.quorum.append.linger.ms" else 1, key.rsplit(".", 1)[1])
-        for key in RAFT_KEYS
-    },
-    "broker.heartbeat.interval.ms": (1, "ms"),
-    "broker.session.timeout.ms": (1, "ms"),
-    "metadata.snapshot.max.records": (1, "records"),
-    "metadata.snapshot.interval.ms": (1, "ms"),
-    "rpc.max.frame.bytes": (1024, "bytes"),
-    "produce.max.bytes": (1, "bytes"),
-    "reassign.interval.ms": (0, "ms"),
-    "broker.removal.delay.ms": (1, "ms"),
-    "replica.fetch.max.wait.ms": (1, "ms"),
-    "replica.fetch.max.bytes": (1, "bytes"),
-    "replica.fetch.timeout.ms": (1, "ms"),
-    "replica.fetch.backoff.ms": (0, "ms"),
-    "replica.lag.time.max.ms": (1, "ms"),
-    "replica.isr.change.retry.ms": (1, "ms"),
-    "min.insync.replicas": (1, "replicas"),
-    "replica.log.retention.records": (0, "records"),
-    "heartbeat.send.interval.ms": (1, "ms"),
-    "heartbeat.check.interval.ms": (1, "ms"),
-    "heartbeat.window.ms": (1, "ms"),
-    "heartbeat.missed.threshold": (1, "send intervals"),
-    "heartbeat.received.threshold": (1, "send intervals"),
-    "lag.reporting.send.interval.ms": (1, "ms"),
-    "rack.aware.assignment.traffic_cost": (0, ""),
-    "rack.aware.assignment.non_overlap_cost": (0, ""),
-    "acceptable.recovery.lag": (0, "records"),
-    # Kafka requires at least one warmup: with none, an active could never move to a new server.
-    "max.warmup.replicas": (1, "replicas"),
-}
+def _fields_of(path: str) -> dict[str, str]:
+    """Kafka name -> field, for the settings held by the typed config at attribute path `path` itself."""
+    return {
+        setting.key: target.rpartition(".")[2]
+        for setting in SETTINGS
+        for target in setting.targets
+        if target.rpartition(".")[0] == path
+    }
+
+
+RAFT_KEYS: Final = _fields_of("raft")
+REPLICA_KEYS: Final = _fields_of("replica")
+# Failure detection (KLIP-12): LivenessConfig.heartbeat.
+HEARTBEAT_KEYS: Final = _fields_of("liveness.heartbeat")
+# LivenessConfig's settings outside `heartbeat` (lag reporting, KIP-535).
+LAG_REPORTING_KEYS: Final = _fields_of("liveness")
+LIVENESS_KEYS: Final = (*HEARTBEAT_KEYS, *LAG_REPORTING_KEYS)
+# Kafka Streams names (AssignorConfig's PROPERTY_NAMES). Not num.standby.replicas: every table sets its own.
+ASSIGNOR_KEYS: Final = _fields_of("assignor")
+(STRATEGY_KEY,) = (setting.key for setting in SETTINGS if setting.kind == "strategy")
+(ASSIGNMENT_TAGS_KEY,) = (setting.key for setting in SETTINGS if setting.kind == "tag_keys")
+ASSIGNOR_INT_KEYS: Final = tuple(key for key in ASSIGNOR_KEYS if SETTING[key].kind == "int")
 
 
 def env_var_name(key: str) -> str:
@@ -308,7 +195,8 @@ class Voter:
 class ServerConfig:
     """A validated server configuration; constructing one checks every rule (raises ConfigError).
 
-    `tags` is stored sorted, so two configs with the same tags compare equal.
+    `tags` is stored sorted, so two configs with the same tags compare equal. The defaults of these fields,
+    and of the typed configs' fields, are the settings' defaults: SETTINGS names the field of each setting.
     """
 
     node_id: int
@@ -359,25 +247,24 @@ class ServerConfig:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Rules on typed values (ServerConfig.__post_init__)
+# Rules on typed values (ServerConfig.__post_init__): one per kind of value, then the rules that compare
+# settings with each other.
 
 
-def _int_allowed(key: str) -> str:
-    minimum, unit = _INT_RULES[key]
-    base = "must be a positive integer" if minimum == 1 else f"must be an integer >= {minimum}"
-    return f"{base} ({unit})" if unit else base
+def _int_allowed(setting: Setting) -> str:
+    base = (
+        "must be a positive integer" if setting.minimum == 1 else f"must be an integer >= {setting.minimum}"
+    )
+    return f"{base} ({setting.unit})" if setting.unit else base
 
 
-def _check_int(key: str, value: object, errors: list[ConfigError]) -> bool:
-    minimum, _ = _INT_RULES[key]
+def _int_problems(setting: Setting, value: object) -> list[ConfigError]:
     # bool is an int subclass; `true` for a timeout is a mistake, not 1.
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        errors.append(ConfigError(key, value, _int_allowed(key)))
-        return False
+    if isinstance(value, bool) or not isinstance(value, int) or value < setting.minimum:
+        return [ConfigError(setting.key, value, _int_allowed(setting))]
     if value > MAX_INT32:
-        errors.append(ConfigError(key, value, f"{_int_allowed(key)}, at most {MAX_INT32}"))
-        return False
-    return True
+        return [ConfigError(setting.key, value, f"{_int_allowed(setting)}, at most {MAX_INT32}")]
+    return []
 
 
 _LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
@@ -460,220 +347,76 @@ def _format_roles(roles: Iterable[str]) -> str:
     return ",".join(sorted(roles, key=lambda role: (ROLES.index(role) if role in ROLES else 2, role)))
 
 
-def _problems(c: ServerConfig) -> list[ConfigError]:
-    errors: list[ConfigError] = []
-    _check_int("node.id", c.node_id, errors)
+_ROLES_ALLOWED: Final = "must be controller, broker or controller,broker"
 
-    roles = c.process_roles
-    if not roles or not all(role in ROLES for role in roles):
-        shown = _format_roles(roles) if isinstance(roles, frozenset) else roles
-        errors.append(ConfigError("process.roles", shown, "must be controller, broker or controller,broker"))
 
-    listeners_ok = _check_listeners(c, errors)
-    voters_ok = _check_voters(c, errors)
-    if listeners_ok and voters_ok and not errors:
-        _check_membership(c, errors)
-
-    data_dir: object = c.data_dir
-    if not isinstance(data_dir, Path) or not _is_path_text(str(data_dir)):
-        errors.append(
-            ConfigError(
-                "data.dir", data_dir, "must be a directory path in UTF-8 without NUL (it need not exist yet)"
-            )
+def _roles_problems(setting: Setting, roles: object) -> list[ConfigError]:
+    if isinstance(roles, frozenset) and roles and all(role in ROLES for role in roles):
+        return []
+    return [
+        ConfigError(
+            setting.key, _format_roles(roles) if isinstance(roles, frozenset) else roles, _ROLES_ALLOWED
         )
-    if c.rack is not None and (problem := _label_problem(c.rack)):
-        errors.append(ConfigError("rack", c.rack, problem))
-    _check_tags(c.tags, errors)
-    if not isinstance(c.cluster_id, str) or not _CLUSTER_ID_RE.fullmatch(c.cluster_id):
-        errors.append(
+    ]
+
+
+def _data_dir_problems(setting: Setting, data_dir: object) -> list[ConfigError]:
+    if isinstance(data_dir, Path) and _is_path_text(str(data_dir)):
+        return []
+    allowed = "must be a directory path in UTF-8 without NUL (it need not exist yet)"
+    return [ConfigError(setting.key, data_dir, allowed)]
+
+
+def _rack_problems(setting: Setting, rack: object) -> list[ConfigError]:
+    problem = None if rack is None else _label_problem(rack)
+    return [ConfigError(setting.key, rack, problem)] if problem else []
+
+
+def _cluster_id_problems(setting: Setting, cluster_id: object) -> list[ConfigError]:
+    if isinstance(cluster_id, str) and _CLUSTER_ID_RE.fullmatch(cluster_id):
+        return []
+    return [
+        ConfigError(setting.key, cluster_id, "must be 1-64 letters, digits, '-' or '_' (e.g. a base64 UUID)")
+    ]
+
+
+def _secret_problems(setting: Setting, secret: object) -> list[ConfigError]:
+    if not isinstance(secret, str) or not _is_utf8(secret):
+        return [ConfigError(setting.key, secret, "must be a string in UTF-8")]
+    if len(secret) < MIN_SECRET_CHARS:
+        return [
             ConfigError(
-                "cluster.id", c.cluster_id, "must be 1-64 letters, digits, '-' or '_' (e.g. a base64 UUID)"
-            )
-        )
-    if not isinstance(c.cluster_secret, str) or not _is_utf8(c.cluster_secret):
-        errors.append(ConfigError("cluster.secret", c.cluster_secret, "must be a string in UTF-8"))
-    elif len(c.cluster_secret) < MIN_SECRET_CHARS:
-        errors.append(
-            ConfigError(
-                "cluster.secret",
-                c.cluster_secret,
+                setting.key,
+                secret,
                 f"must be a string of at least {MIN_SECRET_CHARS} characters: servers prove to each other "
                 "with it that they belong to the cluster, and a short secret can be guessed",
             )
-        )
-    raft: object = c.raft
-    if not isinstance(raft, RaftConfig):
-        errors.append(ConfigError("controller.quorum", raft, "must be a RaftConfig"))
-
-    heartbeat_ok = _check_int("broker.heartbeat.interval.ms", c.heartbeat_interval_ms, errors)
-    session_ok = _check_int("broker.session.timeout.ms", c.session_timeout_ms, errors)
-    if heartbeat_ok and session_ok and c.heartbeat_interval_ms >= c.session_timeout_ms:
-        errors.append(
-            ConfigError(
-                "broker.heartbeat.interval.ms",
-                c.heartbeat_interval_ms,
-                f"must be below broker.session.timeout.ms={c.session_timeout_ms}, "
-                "or a healthy server is fenced between two heartbeats",
-            )
-        )
-    _check_int("metadata.snapshot.max.records", c.snapshot_max_records, errors)
-    _check_int("metadata.snapshot.interval.ms", c.snapshot_interval_ms, errors)
-    _check_int("reassign.interval.ms", c.reassign_interval_ms, errors)
-    _check_int("broker.removal.delay.ms", c.broker_removal_delay_ms, errors)
-    data_sizes_ok = _check_replica(c, errors)
-    data_sizes_ok = _check_int("produce.max.bytes", c.produce_max_bytes, errors) and data_sizes_ok
-    if _check_int("rpc.max.frame.bytes", c.max_frame_bytes, errors):
-        _check_frame(c, quorum_ok=isinstance(raft, RaftConfig), data_ok=data_sizes_ok, errors=errors)
-    if c.replica_log_fsync not in REPLICA_LOG_FSYNC_POLICIES:
-        errors.append(ConfigError("replica.log.fsync", c.replica_log_fsync, _FSYNC_ALLOWED))
-    _check_liveness(c, errors)
-    _check_assignor(c, errors)
-    if c.log_level not in LOG_LEVELS:
-        errors.append(ConfigError("log.level", c.log_level, f"must be one of {', '.join(LOG_LEVELS)}"))
-    return errors
+        ]
+    return []
 
 
 _FSYNC_ALLOWED: Final = f"must be {' or '.join(REPLICA_LOG_FSYNC_POLICIES)}"
-
-
-def _check_replica(c: ServerConfig, errors: list[ConfigError]) -> bool:
-    """The ReplicaConfig keys (REPLICA_KEYS); True if replica.fetch.max.bytes is valid."""
-    replica: object = c.replica
-    if not isinstance(replica, ReplicaConfig):
-        errors.append(ConfigError("replica", replica, "must be a ReplicaConfig"))
-        return False
-    ok = {key: _check_int(key, getattr(replica, name), errors) for key, name in REPLICA_KEYS.items()}
-    wait, timeout = replica.fetch_max_wait_ms, replica.fetch_timeout_ms
-    if ok["replica.fetch.max.wait.ms"] and ok["replica.fetch.timeout.ms"] and wait >= timeout:
-        errors.append(
-            ConfigError(
-                "replica.fetch.max.wait.ms",
-                wait,
-                f"must be below replica.fetch.timeout.ms={timeout}, or an idle follower's fetch times out "
-                "before the active answers it",
-            )
-        )
-    return ok["replica.fetch.max.bytes"]
-
-
-def _check_liveness(c: ServerConfig, errors: list[ConfigError]) -> None:
-    """The LivenessConfig keys (LIVENESS_KEYS)."""
-    liveness: object = c.liveness
-    if not isinstance(liveness, LivenessConfig):
-        errors.append(ConfigError("liveness", liveness, "must be a LivenessConfig"))
-        return
-    heartbeat: object = liveness.heartbeat
-    if not isinstance(heartbeat, HeartbeatConfig):
-        errors.append(ConfigError("heartbeat", heartbeat, "must be a HeartbeatConfig"))
-        values = {key: getattr(liveness, name) for key, name in LAG_REPORTING_KEYS.items()}
-    else:
-        values = _liveness_values(liveness)
-    errors += _liveness_problems(values)
-
-
-def _liveness_values(liveness: LivenessConfig) -> dict[str, object]:
-    """Kafka name -> value, for every key in LIVENESS_KEYS."""
-    return {
-        **{key: getattr(liveness.heartbeat, name) for key, name in HEARTBEAT_KEYS.items()},
-        **{key: getattr(liveness, name) for key, name in LAG_REPORTING_KEYS.items()},
-    }
-
-
-def _liveness_problems(values: Mapping[str, object]) -> list[ConfigError]:
-    """The rules on the liveness keys given in `values` (Kafka name -> value).
-
-    They include every rule of HeartbeatConfig.__post_init__, which raises a bare ValueError: `load_config`
-    checks them before it builds a HeartbeatConfig, so a bad value is reported naming its key.
-    """
-    errors: list[ConfigError] = []
-    valid: dict[str, int] = {}
-    for key, value in values.items():
-        if _check_int(key, value, errors) and isinstance(value, int):
-            valid[key] = value
-    if all(key in valid for key in _WINDOW_RULE_KEYS):
-        send, window = valid["heartbeat.send.interval.ms"], valid["heartbeat.window.ms"]
-        missed, received = valid["heartbeat.missed.threshold"], valid["heartbeat.received.threshold"]
-        # HeartbeatConfig's rule: the window holds window // send whole slots, at least the larger threshold.
-        if window // send < max(missed, received):
-            slots = max(missed, received)
-            why = (
-                f"heartbeat.missed.threshold={missed}, or a dead peer is never marked down"
-                if missed >= received
-                else f"heartbeat.received.threshold={received}, or a peer marked down never comes back up"
-            )
-            errors.append(
-                ConfigError(
-                    "heartbeat.window.ms",
-                    window,
-                    f"must be at least {send * slots}: {slots} slots of heartbeat.send.interval.ms={send}, "
-                    f"the larger of the thresholds, {why}",
-                )
-            )
-    return errors
-
-
-_WINDOW_RULE_KEYS: Final = (
-    "heartbeat.send.interval.ms",
-    "heartbeat.window.ms",
-    "heartbeat.missed.threshold",
-    "heartbeat.received.threshold",
-)
-
-
-def _check_assignor(c: ServerConfig, errors: list[ConfigError]) -> None:
-    """The AssignorConfig keys (ASSIGNOR_KEYS)."""
-    assignor: object = c.assignor
-    if not isinstance(assignor, AssignorConfig):
-        errors.append(ConfigError("assignor", assignor, "must be an AssignorConfig"))
-        return
-    standbys = assignor.num_standby_replicas
-    if standbys != _ASSIGNOR_DEFAULTS.num_standby_replicas:
-        # Not a server key, so render_toml could not write it: keep every valid config round-tripping.
-        errors.append(
-            ConfigError(
-                "assignor",
-                f"num_standby_replicas={standbys}",
-                f"must leave num_standby_replicas at {_ASSIGNOR_DEFAULTS.num_standby_replicas}: "
-                "it is not a server setting, every table sets its own standby count",
-            )
-        )
-    errors += _assignor_problems(_assignor_values(assignor))
-
-
-def _assignor_values(assignor: AssignorConfig) -> dict[str, object]:
-    """Kafka Streams name -> value, for every key in ASSIGNOR_KEYS."""
-    return {key: getattr(assignor, name) for key, name in ASSIGNOR_KEYS.items()}
-
-
 _STRATEGY_ALLOWED: Final = f"must be {', '.join(STRATEGIES[:-1])} or {STRATEGIES[-1]}"
+_LOG_LEVEL_ALLOWED: Final = f"must be one of {', '.join(LOG_LEVELS)}"
+
+
+def _one_of(choices: Sequence[str], allowed: str) -> Callable[[Setting, object], list[ConfigError]]:
+    def problems(setting: Setting, value: object) -> list[ConfigError]:
+        return [] if value in choices else [ConfigError(setting.key, value, allowed)]
+
+    return problems
+
+
 _ASSIGNMENT_TAGS_ALLOWED: Final = (
     "must be tag keys, comma-separated (e.g. rack,zone), or empty for no spread over tags"
 )
 
 
-def _assignor_problems(values: Mapping[str, object]) -> list[ConfigError]:
-    """The rules on the assignor keys given in `values` (Kafka Streams name -> value).
-
-    They include every rule of AssignorConfig.__post_init__, which raises a bare ValueError: `load_config`
-    checks them before it builds an AssignorConfig, so a bad value is reported naming its key.
-    """
-    errors: list[ConfigError] = []
-    for key, value in values.items():
-        if key == STRATEGY_KEY:
-            if value not in STRATEGIES:
-                errors.append(ConfigError(key, value, _STRATEGY_ALLOWED))
-        elif key == ASSIGNMENT_TAGS_KEY:
-            _check_assignment_tags(value, errors)
-        else:
-            _check_int(key, value, errors)
-    return errors
-
-
-def _check_assignment_tags(tags: object, errors: list[ConfigError]) -> None:
-    key = ASSIGNMENT_TAGS_KEY
+def _assignment_tags_problems(setting: Setting, tags: object) -> list[ConfigError]:
+    key = setting.key
     if not isinstance(tags, tuple) or not all(isinstance(tag, str) for tag in tags):
-        errors.append(ConfigError(key, tags, "must be a tuple of tag keys"))
-        return
+        return [ConfigError(key, tags, "must be a tuple of tag keys")]
+    errors: list[ConfigError] = []
     seen: set[str] = set()
     for tag in tags:
         # `rack` is allowed here: it is the tag that stands for a server's rack key.
@@ -684,124 +427,76 @@ def _check_assignment_tags(tags: object, errors: list[ConfigError]) -> None:
                 ConfigError(key, ",".join(tags), f"must give each tag key once; {tag!r} is repeated")
             )
         seen.add(tag)
+    return errors
 
 
-def _check_frame(c: ServerConfig, *, quorum_ok: bool, data_ok: bool, errors: list[ConfigError]) -> None:
-    """rpc.max.frame.bytes must hold the largest quorum message and the largest partition message."""
-    needs: list[tuple[int, str]] = []
-    if quorum_ok:
-        largest = max(c.raft.fetch_max_bytes, c.raft.snapshot_chunk_bytes)
-        needs.append(
-            (
-                largest + FRAME_HEADROOM_BYTES,
-                "the largest of controller.quorum.fetch.max.bytes and controller.quorum.snapshot.chunk.bytes "
-                f"({largest}) plus {FRAME_HEADROOM_BYTES} bytes for headers, or quorum messages do not fit",
-            )
-        )
-    if data_ok:
-        # A fetch answer carries at least one whole batch, and a batch can be as large as a Produce.
-        largest = max(c.replica.fetch_max_bytes, c.produce_max_bytes)
-        needs.append(
-            (
-                largest * FRAME_DATA_SHARE,
-                f"{FRAME_DATA_SHARE} times the largest of replica.fetch.max.bytes and produce.max.bytes "
-                f"({largest}), to leave room for the framing of every row and batch, or Produce requests "
-                "and replica fetch answers do not fit",
-            )
-        )
-    unmet = [(need, why) for need, why in needs if c.max_frame_bytes < need]
-    if unmet:
-        errors.append(
-            ConfigError(
-                "rpc.max.frame.bytes",
-                c.max_frame_bytes,
-                f"must be at least {max(need for need, _ in unmet)}: "
-                + "; and ".join(why for _, why in unmet),
-            )
-        )
-
-
-def _check_listeners(c: ServerConfig, errors: list[ConfigError]) -> bool:
-    count = len(errors)
-    for expected, listener in (("rpc", c.rpc), ("http", c.http)):
+def _listeners_problems(setting: Setting, listeners: object) -> list[ConfigError]:
+    """`listeners` is the pair (rpc, http) of ServerConfig's fields."""
+    key = setting.key
+    rpc, http = listeners if isinstance(listeners, tuple) and len(listeners) == 2 else (listeners, None)
+    errors: list[ConfigError] = []
+    for expected, listener in (("rpc", rpc), ("http", http)):
         if listener is None and expected == "http":
             continue
         if not isinstance(listener, Listener) or listener.name != expected:
             errors.append(
-                ConfigError("listeners", listener, f"the {expected} listener must be a {expected} Listener")
+                ConfigError(key, listener, f"the {expected} listener must be a {expected} Listener")
             )
-            continue
-        if problem := _host_problem(listener.host):
-            errors.append(ConfigError("listeners", str(listener), problem))
+        elif problem := _host_problem(listener.host):
+            errors.append(ConfigError(key, str(listener), problem))
         elif not _is_port(listener.port, 0):
-            errors.append(ConfigError("listeners", str(listener), f"must give {_PORT_ALLOWED}"))
-    if len(errors) > count:
-        return False
-    http = c.http
-    if (
-        http is not None
-        and http.port == c.rpc.port != 0
-        and (http.host == c.rpc.host or _is_unspecified(http.host) or _is_unspecified(c.rpc.host))
+            errors.append(ConfigError(key, str(listener), f"must give {_PORT_ALLOWED}"))
+    if errors or not isinstance(rpc, Listener) or not isinstance(http, Listener):
+        return errors
+    if http.port == rpc.port != 0 and (
+        http.host == rpc.host or _is_unspecified(http.host) or _is_unspecified(rpc.host)
     ):
-        errors.append(
+        return [
             ConfigError(
-                "listeners",
-                f"{c.rpc},{http}",
+                key,
+                f"{rpc},{http}",
                 "must give rpc and http different ports (or port 0): both cannot bind one address",
             )
-        )
-        return False
-    return True
+        ]
+    return []
 
 
-def _check_voters(c: ServerConfig, errors: list[ConfigError]) -> bool:
-    count = len(errors)
+def _voters_problems(setting: Setting, voters: object) -> list[ConfigError]:
+    key = setting.key
     allowed = "must be a comma-separated list of ID@HOST:PORT, e.g. 1@10.0.0.1:9092,2@10.0.0.2:9092"
-    voters: object = c.voters
     if not isinstance(voters, tuple) or not voters:
         shown = "" if voters == () else voters  # as it was written when loaded
-        errors.append(ConfigError("controller.quorum.voters", shown, allowed))
-        return False
+        return [ConfigError(key, shown, allowed)]
+    errors: list[ConfigError] = []
     seen_ids: set[int] = set()
     seen_addresses: set[tuple[str, int]] = set()
     for voter in voters:
         if not isinstance(voter, Voter):
-            errors.append(ConfigError("controller.quorum.voters", voter, allowed))
-            continue
-        if (
+            errors.append(ConfigError(key, voter, allowed))
+        elif (
             isinstance(voter.node_id, bool)
             or not isinstance(voter.node_id, int)
             or not 1 <= voter.node_id <= MAX_INT32
         ):
-            errors.append(
-                ConfigError(
-                    "controller.quorum.voters", str(voter), "must give each voter a positive integer id"
-                )
-            )
+            errors.append(ConfigError(key, str(voter), "must give each voter a positive integer id"))
         elif problem := _host_problem(voter.host):
-            errors.append(ConfigError("controller.quorum.voters", str(voter), problem))
+            errors.append(ConfigError(key, str(voter), problem))
         elif _is_unspecified(voter.host):
             errors.append(
                 ConfigError(
-                    "controller.quorum.voters",
+                    key,
                     str(voter),
                     "must give an address other servers can connect to, not a wildcard like 0.0.0.0 or [::]",
                 )
             )
         elif not _is_port(voter.port, 1):
-            errors.append(
-                ConfigError("controller.quorum.voters", str(voter), "must give a port from 1 to 65535")
-            )
+            errors.append(ConfigError(key, str(voter), "must give a port from 1 to 65535"))
         elif voter.node_id in seen_ids:
-            errors.append(
-                ConfigError(
-                    "controller.quorum.voters", str(voter), f"must list node {voter.node_id} only once"
-                )
-            )
+            errors.append(ConfigError(key, str(voter), f"must list node {voter.node_id} only once"))
         elif (voter.host.lower(), voter.port) in seen_addresses:
             errors.append(
                 ConfigError(
-                    "controller.quorum.voters",
+                    key,
                     str(voter),
                     f"must give each voter its own address; "
                     f"{_host_port(voter.host, voter.port)} is listed twice",
@@ -810,78 +505,227 @@ def _check_voters(c: ServerConfig, errors: list[ConfigError]) -> bool:
         else:
             seen_ids.add(voter.node_id)
             seen_addresses.add((voter.host.lower(), voter.port))
-    return len(errors) == count
+    return errors
 
 
-def _check_membership(c: ServerConfig, errors: list[ConfigError]) -> None:
-    me = c.find_voter(c.node_id)
-    voters = ",".join(str(voter) for voter in c.voters)
-    if c.is_controller and me is None:
-        errors.append(
-            ConfigError(
-                "controller.quorum.voters",
-                voters,
-                f"must include this node (node.id={c.node_id}) because process.roles includes controller: "
-                f"add {c.node_id}@HOST:PORT, or make the node broker-only",
-            )
-        )
-    elif c.is_controller and me is not None and me.port != c.rpc.port:
-        errors.append(
-            ConfigError(
-                "controller.quorum.voters",
-                str(me),
-                f"must give this controller the port of its rpc listener ({c.rpc}); "
-                "the other voters connect to it there"
-                + (" (a controller cannot use port 0)" if c.rpc.port == 0 else ""),
-            )
-        )
-    elif not c.is_controller and me is not None:
-        errors.append(
-            ConfigError(
-                "controller.quorum.voters",
-                voters,
-                f"must not include this node (node.id={c.node_id}): it is broker-only, so it would count "
-                "toward the quorum without ever voting; add controller to process.roles "
-                "or drop it from the voters",
-            )
-        )
-
-
-def _check_tags(tags: object, errors: list[ConfigError]) -> None:
+def _tags_problems(setting: Setting, tags: object) -> list[ConfigError]:
+    name = setting.key
     if not isinstance(tags, tuple) or not all(_is_tag_pair(tag) for tag in tags):
-        errors.append(ConfigError("tags", tags, "must be a tuple of (key, value) string pairs"))
-        return
+        return [ConfigError(name, tags, "must be a tuple of (key, value) string pairs")]
+    errors: list[ConfigError] = []
     seen: set[str] = set()
     for key, value in tags:
         if not _TAG_KEY_RE.fullmatch(key):
-            errors.append(ConfigError("tags", f"{key}={value}", f"{_TAG_KEY_ALLOWED}"))
+            errors.append(ConfigError(name, f"{key}={value}", f"{_TAG_KEY_ALLOWED}"))
         elif key == "rack":
             errors.append(
                 ConfigError(
-                    "tags", f"{key}={value}", "must not contain rack: set the server's rack with the rack key"
+                    name, f"{key}={value}", "must not contain rack: set the server's rack with the rack key"
                 )
             )
         elif key in seen:
             errors.append(
-                ConfigError("tags", _format_tags(tags), f"must give each key once; {key!r} is repeated")
+                ConfigError(name, _format_tags(tags), f"must give each key once; {key!r} is repeated")
             )
         elif problem := _label_problem(value):
-            errors.append(ConfigError("tags", f"{key}={value}", f"the value {problem}"))
+            errors.append(ConfigError(name, f"{key}={value}", f"the value {problem}"))
         seen.add(key)
+    return errors
+
+
+# The rules that compare settings. Each gets the values that passed the rules of their kind (Kafka name
+# -> typed value) and runs only when all of its `keys` are among them, so a bad value is reported once,
+# not again by every rule that compares it with others.
+
+
+def _membership_problem(values: Mapping[str, Any]) -> ConfigError | None:
+    node_id: int = values["node.id"]
+    controller = "controller" in values["process.roles"]
+    rpc: Listener = values["listeners"][0]
+    voters: tuple[Voter, ...] = values["controller.quorum.voters"]
+    me = next((voter for voter in voters if voter.node_id == node_id), None)
+    listed = ",".join(str(voter) for voter in voters)
+    if controller and me is None:
+        return ConfigError(
+            "controller.quorum.voters",
+            listed,
+            f"must include this node (node.id={node_id}) because process.roles includes controller: "
+            f"add {node_id}@HOST:PORT, or make the node broker-only",
+        )
+    if controller and me is not None and me.port != rpc.port:
+        return ConfigError(
+            "controller.quorum.voters",
+            str(me),
+            f"must give this controller the port of its rpc listener ({rpc}); "
+            "the other voters connect to it there"
+            + (" (a controller cannot use port 0)" if rpc.port == 0 else ""),
+        )
+    if not controller and me is not None:
+        return ConfigError(
+            "controller.quorum.voters",
+            listed,
+            f"must not include this node (node.id={node_id}): it is broker-only, so it would count "
+            "toward the quorum without ever voting; add controller to process.roles "
+            "or drop it from the voters",
+        )
+    return None
+
+
+def _broker_heartbeat_problem(values: Mapping[str, Any]) -> ConfigError | None:
+    heartbeat, session = values["broker.heartbeat.interval.ms"], values["broker.session.timeout.ms"]
+    if heartbeat < session:
+        return None
+    return ConfigError(
+        "broker.heartbeat.interval.ms",
+        heartbeat,
+        f"must be below broker.session.timeout.ms={session}, "
+        "or a healthy server is fenced between two heartbeats",
+    )
+
+
+def _replica_fetch_wait_problem(values: Mapping[str, Any]) -> ConfigError | None:
+    wait, timeout = values["replica.fetch.max.wait.ms"], values["replica.fetch.timeout.ms"]
+    if wait < timeout:
+        return None
+    return ConfigError(
+        "replica.fetch.max.wait.ms",
+        wait,
+        f"must be below replica.fetch.timeout.ms={timeout}, or an idle follower's fetch times out "
+        "before the active answers it",
+    )
+
+
+def _heartbeat_window_problem(values: Mapping[str, Any]) -> ConfigError | None:
+    """HeartbeatConfig's rule: the window holds window // send whole slots, at least the larger threshold."""
+    send, window = values["heartbeat.send.interval.ms"], values["heartbeat.window.ms"]
+    missed, received = values["heartbeat.missed.threshold"], values["heartbeat.received.threshold"]
+    slots = max(missed, received)
+    if window // send >= slots:
+        return None
+    why = (
+        f"heartbeat.missed.threshold={missed}, or a dead peer is never marked down"
+        if missed >= received
+        else f"heartbeat.received.threshold={received}, or a peer marked down never comes back up"
+    )
+    return ConfigError(
+        "heartbeat.window.ms",
+        window,
+        f"must be at least {send * slots}: {slots} slots of heartbeat.send.interval.ms={send}, "
+        f"the larger of the thresholds, {why}",
+    )
+
+
+_QUORUM_SIZE_KEYS: Final = ("controller.quorum.fetch.max.bytes", "controller.quorum.snapshot.chunk.bytes")
+_DATA_SIZE_KEYS: Final = ("replica.fetch.max.bytes", "produce.max.bytes")
+
+
+def _frame_problem(values: Mapping[str, Any]) -> ConfigError | None:
+    """rpc.max.frame.bytes must hold the largest quorum message and the largest partition message; each
+    part is checked when its sizes are valid."""
+    needs: list[tuple[int, str]] = []
+    if all(key in values for key in _QUORUM_SIZE_KEYS):
+        largest = max(values[key] for key in _QUORUM_SIZE_KEYS)
+        needs.append(
+            (
+                largest + FRAME_HEADROOM_BYTES,
+                "the largest of controller.quorum.fetch.max.bytes and controller.quorum.snapshot.chunk.bytes "
+                f"({largest}) plus {FRAME_HEADROOM_BYTES} bytes for headers, or quorum messages do not fit",
+            )
+        )
+    if all(key in values for key in _DATA_SIZE_KEYS):
+        # A fetch answer carries at least one whole batch, and a batch can be as large as a Produce.
+        largest = max(values[key] for key in _DATA_SIZE_KEYS)
+        needs.append(
+            (
+                largest * FRAME_DATA_SHARE,
+                f"{FRAME_DATA_SHARE} times the largest of replica.fetch.max.bytes and produce.max.bytes "
+                f"({largest}), to leave room for the framing of every row and batch, or Produce requests "
+                "and replica fetch answers do not fit",
+            )
+        )
+    frame = values["rpc.max.frame.bytes"]
+    unmet = [(need, why) for need, why in needs if frame < need]
+    if not unmet:
+        return None
+    return ConfigError(
+        "rpc.max.frame.bytes",
+        frame,
+        f"must be at least {max(need for need, _ in unmet)}: " + "; and ".join(why for _, why in unmet),
+    )
+
+
+_RULES: Final[Sequence[tuple[tuple[str, ...], Callable[[Mapping[str, Any]], ConfigError | None]]]] = (
+    (("node.id", "process.roles", "listeners", "controller.quorum.voters"), _membership_problem),
+    (("broker.heartbeat.interval.ms", "broker.session.timeout.ms"), _broker_heartbeat_problem),
+    (("replica.fetch.max.wait.ms", "replica.fetch.timeout.ms"), _replica_fetch_wait_problem),
+    (
+        (
+            "heartbeat.send.interval.ms",
+            "heartbeat.window.ms",
+            "heartbeat.missed.threshold",
+            "heartbeat.received.threshold",
+        ),
+        _heartbeat_window_problem,
+    ),
+    (("rpc.max.frame.bytes",), _frame_problem),
+)
+
+
+def _rule_problems(valid: Mapping[str, object]) -> list[ConfigError]:
+    problems = (rule(valid) for keys, rule in _RULES if all(key in valid for key in keys))
+    return [problem for problem in problems if problem is not None]
+
+
+def _check_values(values: Mapping[str, object], errors: list[ConfigError]) -> dict[str, object]:
+    """The rules of each value's kind; returns the values that pass them."""
+    valid: dict[str, object] = {}
+    for key, value in values.items():
+        setting = SETTING[key]
+        problems = _KINDS[setting.kind].problems(setting, value)
+        errors += problems
+        if not problems:
+            valid[key] = value
+    return valid
+
+
+def _standby_count_problem(assignor: AssignorConfig) -> ConfigError | None:
+    standbys, default = assignor.num_standby_replicas, _default_at("assignor.num_standby_replicas")
+    if standbys == default:
+        return None
+    # Not a server setting, so render_toml could not write it: keep every valid config round-tripping.
+    return ConfigError(
+        "assignor",
+        f"num_standby_replicas={standbys}",
+        f"must leave num_standby_replicas at {default}: "
+        "it is not a server setting, every table sets its own standby count",
+    )
+
+
+def _problems(c: ServerConfig) -> list[ConfigError]:
+    errors: list[ConfigError] = []
+    broken = _broken_groups(c, errors)
+    values = {
+        setting.key: _value_of(c, setting)
+        for setting in SETTINGS
+        if not any(target.startswith(f"{path}.") for target in setting.targets for path in broken)
+    }
+    errors += _rule_problems(_check_values(values, errors))
+    if "assignor" not in broken and (problem := _standby_count_problem(c.assignor)):
+        errors.append(problem)
+    return errors
 
 
 # ---------------------------------------------------------------------------------------------------------
 # Parsing raw values (TOML values, or strings from the environment and flags)
 
-T = TypeVar("T")
 
-
-def _to_int(key: str, raw: object) -> int:
+def _parse_int(setting: Setting, raw: object) -> int:
+    """The bounds are left to the rules, which a config built in code goes through too."""
     if isinstance(raw, int) and not isinstance(raw, bool):
         return raw
     if isinstance(raw, str) and re.fullmatch(r"[+-]?[0-9][0-9_]*", raw.strip()) and "__" not in raw:
         return int(raw.strip())
-    raise ConfigError(key, raw, _int_allowed(key))
+    raise ConfigError(setting.key, raw, _int_allowed(setting))
 
 
 def _to_str(key: str, raw: object, allowed: str) -> str:
@@ -904,19 +748,19 @@ def _split_list(key: str, raw: object, allowed: str) -> list[str]:
     return [_to_str(key, item, allowed).strip() for item in items if item.strip()]
 
 
-def _parse_roles(raw: object) -> frozenset[Role]:
-    allowed = "must be controller, broker or controller,broker"
+def _parse_roles(setting: Setting, raw: object) -> frozenset[Role]:
+    allowed = _ROLES_ALLOWED
     roles: set[Role] = set()
-    for item in _split_list("process.roles", raw, allowed):
+    for item in _split_list(setting.key, raw, allowed):
         name = item.lower()
         if name not in ROLES:
-            raise ConfigError("process.roles", raw, f"{allowed}; {item!r} is not a role")
+            raise ConfigError(setting.key, raw, f"{allowed}; {item!r} is not a role")
         role: Role = "controller" if name == "controller" else "broker"
         if role in roles:
-            raise ConfigError("process.roles", raw, f"{allowed}; {item!r} is given twice")
+            raise ConfigError(setting.key, raw, f"{allowed}; {item!r} is given twice")
         roles.add(role)
     if not roles:
-        raise ConfigError("process.roles", raw, allowed)
+        raise ConfigError(setting.key, raw, allowed)
     return frozenset(roles)
 
 
@@ -945,19 +789,19 @@ _LISTENERS_ALLOWED: Final = (
 )
 
 
-def _parse_listeners(raw: object) -> tuple[Listener, Listener | None]:
+def _parse_listeners(setting: Setting, raw: object) -> tuple[Listener, Listener | None]:
     found: dict[str, Listener] = {}
-    for item in _split_list("listeners", raw, _LISTENERS_ALLOWED):
+    for item in _split_list(setting.key, raw, _LISTENERS_ALLOWED):
         scheme, sep, rest = item.partition("://")
         name = scheme.lower()
         if not sep or name not in ("rpc", "http"):
-            raise ConfigError("listeners", item, f"{_LISTENERS_ALLOWED}; the name must be rpc or http")
+            raise ConfigError(setting.key, item, f"{_LISTENERS_ALLOWED}; the name must be rpc or http")
         if name in found:
-            raise ConfigError("listeners", raw, f"{_LISTENERS_ALLOWED}; {name} is given twice")
-        host, port = _parse_host_port("listeners", rest, _LISTENERS_ALLOWED)
+            raise ConfigError(setting.key, raw, f"{_LISTENERS_ALLOWED}; {name} is given twice")
+        host, port = _parse_host_port(setting.key, rest, _LISTENERS_ALLOWED)
         found[name] = Listener("rpc" if name == "rpc" else "http", host, port)
     if "rpc" not in found:
-        raise ConfigError("listeners", raw, f"{_LISTENERS_ALLOWED}; the rpc listener is missing")
+        raise ConfigError(setting.key, raw, f"{_LISTENERS_ALLOWED}; the rpc listener is missing")
     return found["rpc"], found.get("http")
 
 
@@ -967,13 +811,13 @@ _VOTERS_ALLOWED: Final = (
 )
 
 
-def _parse_voters(raw: object) -> tuple[Voter, ...]:
+def _parse_voters(setting: Setting, raw: object) -> tuple[Voter, ...]:
     voters = []
-    for item in _split_list("controller.quorum.voters", raw, _VOTERS_ALLOWED):
+    for item in _split_list(setting.key, raw, _VOTERS_ALLOWED):
         id_text, sep, address = item.partition("@")
         if not sep or not re.fullmatch(r"[0-9]+", id_text.strip()):
-            raise ConfigError("controller.quorum.voters", item, _VOTERS_ALLOWED)
-        host, port = _parse_host_port("controller.quorum.voters", address.strip(), _VOTERS_ALLOWED)
+            raise ConfigError(setting.key, item, _VOTERS_ALLOWED)
+        host, port = _parse_host_port(setting.key, address.strip(), _VOTERS_ALLOWED)
         voters.append(Voter(int(id_text), host, port))
     return tuple(voters)
 
@@ -983,55 +827,55 @@ _TAGS_ALLOWED: Final = (
 )
 
 
-def _parse_tags(raw: object) -> tuple[tuple[str, str], ...]:
+def _parse_tags(setting: Setting, raw: object) -> tuple[tuple[str, str], ...]:
     pairs: list[tuple[str, str]] = []
     if isinstance(raw, dict):
         for key, value in raw.items():
             if not isinstance(value, str):
-                raise ConfigError("tags", {key: value}, f"{_TAGS_ALLOWED}; tag values are strings")
+                raise ConfigError(setting.key, {key: value}, f"{_TAGS_ALLOWED}; tag values are strings")
             pairs.append((key, value))
     else:
-        for item in _split_list("tags", raw, _TAGS_ALLOWED):
+        for item in _split_list(setting.key, raw, _TAGS_ALLOWED):
             key, sep, value = item.partition("=")
             if not sep:
-                raise ConfigError("tags", item, _TAGS_ALLOWED)
+                raise ConfigError(setting.key, item, _TAGS_ALLOWED)
             pairs.append((key.strip(), value.strip()))
     # Duplicates must survive until the rules see them, so no dict here.
     return tuple(pairs)
 
 
-def _parse_log_level(raw: object) -> str:
-    allowed = f"must be one of {', '.join(LOG_LEVELS)}"
-    level = _to_str("log.level", raw, allowed).strip().upper()
+def _parse_log_level(setting: Setting, raw: object) -> str:
+    allowed = _LOG_LEVEL_ALLOWED
+    level = _to_str(setting.key, raw, allowed).strip().upper()
     # Kafka's log4j and many operators say WARN.
     level = "WARNING" if level == "WARN" else level
     if level not in LOG_LEVELS:
-        raise ConfigError("log.level", raw, allowed)
+        raise ConfigError(setting.key, raw, allowed)
     return level
 
 
-def _parse_fsync(raw: object) -> str:
-    policy = _to_str("replica.log.fsync", raw, _FSYNC_ALLOWED).strip().lower()
+def _parse_fsync(setting: Setting, raw: object) -> str:
+    policy = _to_str(setting.key, raw, _FSYNC_ALLOWED).strip().lower()
     if policy not in REPLICA_LOG_FSYNC_POLICIES:
-        raise ConfigError("replica.log.fsync", raw, _FSYNC_ALLOWED)
+        raise ConfigError(setting.key, raw, _FSYNC_ALLOWED)
     return policy
 
 
-def _parse_strategy(raw: object) -> str:
-    strategy = _to_str(STRATEGY_KEY, raw, _STRATEGY_ALLOWED).strip().lower()
+def _parse_strategy(setting: Setting, raw: object) -> str:
+    strategy = _to_str(setting.key, raw, _STRATEGY_ALLOWED).strip().lower()
     if strategy not in STRATEGIES:
         near = _nearest(strategy, STRATEGIES)
         hint = f"; did you mean {near!r}?" if near else ""
-        raise ConfigError(STRATEGY_KEY, raw, _STRATEGY_ALLOWED + hint)
+        raise ConfigError(setting.key, raw, _STRATEGY_ALLOWED + hint)
     return strategy
 
 
-def _parse_assignment_tags(raw: object) -> tuple[str, ...]:
+def _parse_assignment_tags(setting: Setting, raw: object) -> tuple[str, ...]:
     """One comma-separated string or, in TOML, an array of strings; empty (`""`, `[]`) for no tags.
 
     Unlike the other lists, an empty item is an error rather than skipped: an empty value means something
     here (no spread over tags), so `rack,,zone` is more likely a mistake than a shortcut."""
-    key = ASSIGNMENT_TAGS_KEY
+    key = setting.key
     if isinstance(raw, list) and all(isinstance(item, str) for item in raw):
         items = [str(item) for item in raw]
     elif isinstance(raw, str):
@@ -1046,73 +890,79 @@ def _parse_assignment_tags(raw: object) -> tuple[str, ...]:
     return tags
 
 
-def _parse_raft(raw: Mapping[str, object], errors: list[ConfigError]) -> RaftConfig:
-    values: dict[str, int] = {}
-    for key, name in RAFT_KEYS.items():
-        if key not in raw:
-            continue
-        try:
-            value = _to_int(key, raw[key])
-        except ConfigError as error:
-            errors.append(error)
-            continue
-        if _check_int(key, value, errors):
-            values[name] = value
-    if len(values) < sum(key in raw for key in RAFT_KEYS):
-        return _RAFT_DEFAULTS
-    try:
-        return RaftConfig(**values)
-    except ValueError as error:
-        errors.append(_raft_error(error, values))
-        return _RAFT_DEFAULTS
+def _parse_data_dir(setting: Setting, raw: object) -> Path:
+    allowed = "must be a directory path"
+    text = _to_str(setting.key, raw, allowed)
+    if not text.strip():
+        raise ConfigError(setting.key, raw, allowed)
+    return Path(text)
 
 
-def _parse_liveness(raw: Mapping[str, object], errors: list[ConfigError]) -> LivenessConfig:
-    """HeartbeatConfig checks itself and raises a bare ValueError, so its rules are checked first, here,
-    naming the key; with any bad liveness key the defaults stand in (ServerConfig finds nothing wrong with
-    them) and the bad keys are reported from `errors`."""
-    values: dict[str, int] = {}
-    count = len(errors)
-    for key in LIVENESS_KEYS:
-        try:
-            values[key] = _to_int(key, raw.get(key, DEFAULTS[key]))
-        except ConfigError as error:
-            errors.append(error)
-    errors += _liveness_problems(values)
-    if len(errors) > count:
-        return _LIVENESS_DEFAULTS
-    return LivenessConfig(
-        heartbeat=HeartbeatConfig(**{name: values[key] for key, name in HEARTBEAT_KEYS.items()}),
-        **{name: values[key] for key, name in LAG_REPORTING_KEYS.items()},
-    )
+def _parse_string(setting: Setting, raw: object) -> str:
+    return _to_str(setting.key, raw, "must be a string")
 
 
-def _parse_assignor(raw: Mapping[str, object], errors: list[ConfigError]) -> AssignorConfig:
-    """AssignorConfig checks itself and raises a bare ValueError, so its rules are checked first, here,
-    naming the key; with any bad assignor key the defaults stand in (ServerConfig finds nothing wrong with
-    them) and the bad keys are reported from `errors`."""
-    count = len(errors)
-    values: dict[str, object] = {}
-    parsers: dict[str, Callable[[object], object]] = {
-        STRATEGY_KEY: _parse_strategy,
-        ASSIGNMENT_TAGS_KEY: _parse_assignment_tags,
-    }
-    for key in ASSIGNOR_KEYS:
-        value = raw.get(key, DEFAULTS[key])
-        try:
-            values[key] = parsers[key](value) if key in parsers else _to_int(key, value)
-        except ConfigError as error:
-            errors.append(error)
-    # The values that did parse are checked too, so one run reports every bad key.
-    errors += _assignor_problems(values)
-    if len(errors) > count:
-        return _ASSIGNOR_DEFAULTS
-    try:
-        # ASSIGNOR_KEYS are AssignorConfig's property names.
-        return AssignorConfig.from_properties(values)
-    except ValueError as error:  # a rule of AssignorConfig's that the rules above do not have
-        errors.append(_assignor_error(error, values))
-        return _ASSIGNOR_DEFAULTS
+def _parse_secret(setting: Setting, raw: object) -> str:
+    return _to_str(setting.key, raw, f"must be a string of at least {MIN_SECRET_CHARS} characters")
+
+
+def _parse_label(setting: Setting, raw: object) -> str | None:
+    # An empty string clears an optional value set by a lower-precedence source.
+    return None if raw in (None, "") else _to_str(setting.key, raw, "must be a string")
+
+
+def _write_listeners(listeners: tuple[Listener, Listener | None]) -> str:
+    return ",".join(str(listener) for listener in listeners if listener is not None)
+
+
+def _write_voters(voters: tuple[Voter, ...]) -> str:
+    return ",".join(str(voter) for voter in voters)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Kinds of values and the typed configs that hold them
+
+
+@dataclass(frozen=True, slots=True)
+class _Kind:
+    parse: Callable[[Setting, object], object]  # a TOML value or text -> the typed value; raises ConfigError
+    problems: Callable[[Setting, object], list[ConfigError]]  # the rules on one typed value
+    write: Callable[[Any], object]  # the typed value -> what render_toml writes (None: nothing)
+    # Stands in for a value that did not parse; invalid where a rule would compare it with other values.
+    placeholder: object
+
+
+def _same(value: object) -> object:
+    return value
+
+
+_KINDS: Final[Mapping[Kind, _Kind]] = {
+    "int": _Kind(_parse_int, _int_problems, _same, 0),
+    "roles": _Kind(_parse_roles, _roles_problems, _format_roles, frozenset()),
+    # The placeholder's empty host is invalid, so the rules comparing the rpc port with the voters skip it.
+    "listeners": _Kind(
+        _parse_listeners, _listeners_problems, _write_listeners, (Listener("rpc", "", 0), None)
+    ),
+    "voters": _Kind(_parse_voters, _voters_problems, _write_voters, ()),
+    "path": _Kind(_parse_data_dir, _data_dir_problems, str, Path(".")),
+    "label": _Kind(_parse_label, _rack_problems, _same, None),
+    "tags": _Kind(_parse_tags, _tags_problems, _format_tags, ()),
+    "cluster_id": _Kind(_parse_string, _cluster_id_problems, _same, ""),
+    "secret": _Kind(_parse_secret, _secret_problems, _same, ""),
+    "fsync": _Kind(_parse_fsync, _one_of(REPLICA_LOG_FSYNC_POLICIES, _FSYNC_ALLOWED), _same, ""),
+    "strategy": _Kind(_parse_strategy, _one_of(STRATEGIES, _STRATEGY_ALLOWED), _same, ""),
+    "tag_keys": _Kind(_parse_assignment_tags, _assignment_tags_problems, ",".join, ()),
+    "log_level": _Kind(_parse_log_level, _one_of(LOG_LEVELS, _LOG_LEVEL_ALLOWED), _same, ""),
+}
+assert set(_KINDS) == set(get_args(Kind)), "a kind of value has no parser"
+
+
+def _raft_error(error: ValueError, values: Mapping[str, object]) -> ConfigError:
+    # RaftConfig words its errors as "controller.quorum.KEY=VALUE: RULE"; keep its rule text.
+    match = re.fullmatch(r"(controller\.quorum\.[a-z.]+)=(.*?): (.*)", str(error), re.DOTALL)
+    if match is None or match[1] not in values:
+        return ConfigError("controller.quorum", dict(values), str(error))
+    return ConfigError(match[1], values[match[1]], match[3])
 
 
 def _assignor_error(error: ValueError, values: Mapping[str, object]) -> ConfigError:
@@ -1123,28 +973,86 @@ def _assignor_error(error: ValueError, values: Mapping[str, object]) -> ConfigEr
     return ConfigError(match[1], values[match[1]], f"must be {match[2]}")
 
 
-def _raft_error(error: ValueError, values: Mapping[str, int]) -> ConfigError:
-    # RaftConfig words its errors as "controller.quorum.KEY=VALUE: RULE"; keep its rule text.
-    match = re.fullmatch(r"(controller\.quorum\.[a-z.]+)=(.*?): (.*)", str(error), re.DOTALL)
-    if match is None or match[1] not in RAFT_KEYS:
-        return ConfigError("controller.quorum", dict(values), str(error))
-    key = match[1]
-    return ConfigError(key, values.get(RAFT_KEYS[key], match[2]), match[3])
+def _heartbeat_error(error: ValueError, values: Mapping[str, object]) -> ConfigError:
+    return ConfigError("heartbeat", dict(values), str(error))
+
+
+@dataclass(frozen=True, slots=True)
+class _Group:
+    """A typed config inside ServerConfig that holds settings."""
+
+    path: str  # its attribute path in ServerConfig
+    name: str  # the key of an error about it as a whole
+    type: type[Any]
+    # For a config that checks itself, raising a bare ValueError: turns the error into a ConfigError, given
+    # the values it was built from. load_config runs the rules of its settings before building one, so a bad
+    # value is reported naming its key.
+    explain: Callable[[ValueError, Mapping[str, object]], ConfigError] | None = None
+
+
+# A group comes after the group that holds it.
+_GROUPS: Final = (
+    _Group("raft", "controller.quorum", RaftConfig, _raft_error),
+    _Group("replica", "replica", ReplicaConfig),
+    _Group("liveness", "liveness", LivenessConfig),
+    _Group("liveness.heartbeat", "heartbeat", HeartbeatConfig, _heartbeat_error),
+    _Group("assignor", "assignor", AssignorConfig, _assignor_error),
+)
+
+
+def _at(config: object, path: str) -> object:
+    for name in path.split("."):
+        config = getattr(config, name)
+    return config
+
+
+def _value_of(config: ServerConfig, setting: Setting) -> object:
+    parts = tuple(_at(config, target) for target in setting.targets)
+    return parts[0] if len(parts) == 1 else parts
+
+
+def _broken_groups(c: ServerConfig, errors: list[ConfigError]) -> set[str]:
+    """The paths of the groups that are not of their type (each reported), and of the groups inside them."""
+    broken: set[str] = set()
+    for group in _GROUPS:
+        if any(group.path.startswith(f"{path}.") for path in broken):
+            broken.add(group.path)
+            continue
+        value = _at(c, group.path)
+        if not isinstance(value, group.type):
+            article = "an" if group.type.__name__[0] in "AEIOU" else "a"
+            errors.append(ConfigError(group.name, value, f"must be {article} {group.type.__name__}"))
+            broken.add(group.path)
+    return broken
+
+
+def _default_at(path: str) -> object:
+    """The default of the field at attribute path `path` of ServerConfig: each setting's default."""
+    first, *rest = path.split(".")
+    (top,) = (f for f in dataclasses.fields(ServerConfig) if f.name == first)
+    if top.default is not dataclasses.MISSING:
+        value: object = top.default
+    elif top.default_factory is not dataclasses.MISSING:
+        value = top.default_factory()
+    else:
+        raise LookupError(f"ServerConfig.{first} has no default")
+    return _at(value, ".".join(rest)) if rest else value
+
+
+_DEFAULT_VALUES: Final[Mapping[str, object]] = {
+    setting.key: _default_at(setting.target)
+    for setting in SETTINGS
+    if not setting.required and isinstance(setting.target, str)
+}
+# Kafka name -> default, as render_toml writes it (None for `rack`: no rack).
+DEFAULTS: Final[Mapping[str, object]] = {
+    key: _KINDS[SETTING[key].kind].write(value) for key, value in _DEFAULT_VALUES.items()
+}
+assert set(DEFAULTS) == set(OPTIONAL_KEYS), "an optional setting must live in one field"
 
 
 # ---------------------------------------------------------------------------------------------------------
 # Sources
-
-
-_REQUIRED_SHAPES: Final[Mapping[str, str]] = {
-    "node.id": "a positive integer",
-    "process.roles": "controller, broker or controller,broker",
-    "listeners": "rpc://HOST:PORT, optionally followed by ,http://HOST:PORT",
-    "controller.quorum.voters": "ID@HOST:PORT,ID@HOST:PORT,...",
-    "data.dir": "a directory path",
-    "cluster.id": "1-64 letters, digits, '-' or '_', the same on every server",
-    "cluster.secret": f"at least {MIN_SECRET_CHARS} characters, the same on every server",
-}
 
 
 def _nearest(key: str, candidates: Sequence[str]) -> str | None:
@@ -1295,91 +1203,70 @@ def load_config(
         raise error.with_sources(sources) from None
 
 
+def _parse_setting(setting: Setting, raw: Mapping[str, object], errors: list[ConfigError]) -> object:
+    kind = _KINDS[setting.kind]
+    if setting.key not in raw:
+        if not setting.required:
+            return _DEFAULT_VALUES[setting.key]
+        how = f"set it in the config file, as {env_var_name(setting.key)} or with --{setting.key}"
+        errors.append(ConfigError(setting.key, MISSING, f"is required ({setting.required}); {how}"))
+        return kind.placeholder
+    try:
+        return kind.parse(setting, raw[setting.key])
+    except ConfigError as error:
+        errors.append(error)
+        return kind.placeholder
+
+
+def _build_group(
+    group: _Group, fields: Mapping[str, object], values: Mapping[str, object], errors: list[ConfigError]
+) -> object:
+    if group.explain is None:
+        # It checks nothing itself: its values stay as given, and ServerConfig's rules report the bad ones.
+        return group.type(**fields)
+    keys = [
+        setting.key
+        for setting in SETTINGS
+        if any(target.startswith(f"{group.path}.") for target in setting.targets)
+    ]
+    failed = {error.key for error in errors}
+    count = len(errors)
+    valid = _check_values({key: values[key] for key in keys if key not in failed}, errors)
+    errors += _rule_problems(valid)
+    if len(valid) < len(keys) or len(errors) > count:
+        # Its defaults stand in (ServerConfig finds nothing wrong with them); the bad keys are in `errors`.
+        return _default_at(group.path)
+    try:
+        return group.type(**fields)
+    except ValueError as error:  # a rule of the group's own that the rules here do not have
+        errors.append(group.explain(error, {key: values[key] for key in keys}))
+        return _default_at(group.path)
+
+
 def _build(raw: Mapping[str, object]) -> ServerConfig:
     errors: list[ConfigError] = []
-
-    def get(key: str, parse: Callable[[object], T], placeholder: T) -> T:
-        value = raw.get(key, DEFAULTS.get(key, MISSING))
-        if isinstance(value, _Missing):
-            how = f"set it in the config file, as {env_var_name(key)} or with --{key}"
-            errors.append(ConfigError(key, MISSING, f"is required ({_REQUIRED_SHAPES[key]}); {how}"))
-            return placeholder
-        try:
-            return parse(value)
-        except ConfigError as error:
-            errors.append(error)
-            return placeholder
-
-    def to_int(key: str) -> int:
-        return get(key, lambda value: _to_int(key, value), 0)
-
-    def optional_label(key: str) -> Callable[[object], str | None]:
-        # An empty string clears an optional value set by a lower-precedence source.
-        return lambda value: None if value in (None, "") else _to_str(key, value, "must be a string")
-
-    node_id = to_int("node.id")
-    no_roles: frozenset[Role] = frozenset()
-    roles = get("process.roles", _parse_roles, no_roles)
-    # An invalid placeholder, so that rules comparing the rpc port with the voters are skipped.
-    no_listeners: tuple[Listener, Listener | None] = (Listener("rpc", "", 0), None)
-    rpc, http = get("listeners", _parse_listeners, no_listeners)
-    no_voters: tuple[Voter, ...] = ()
-    voters = get("controller.quorum.voters", _parse_voters, no_voters)
-    data_dir = get(
-        "data.dir", lambda value: Path(_non_empty("data.dir", value, "must be a directory path")), Path(".")
-    )
-    rack = get("rack", optional_label("rack"), None)
-    no_tags: tuple[tuple[str, str], ...] = ()
-    tags = get("tags", _parse_tags, no_tags)
-    cluster_id = get("cluster.id", lambda value: _to_str("cluster.id", value, "must be a string"), "")
-    secret = get(
-        "cluster.secret",
-        lambda value: _to_str(
-            "cluster.secret", value, f"must be a string of at least {MIN_SECRET_CHARS} characters"
-        ),
-        "",
-    )
-    ints = {name: to_int(key) for key, name in INT_KEYS.items()}
-    log_level = get("log.level", _parse_log_level, "INFO")
-    raft = _parse_raft(raw, errors)
-    # ReplicaConfig checks nothing itself: its rules are ServerConfig's, so a bad value stays as given.
-    replica = ReplicaConfig(**{name: to_int(key) for key, name in REPLICA_KEYS.items()})
-    fsync = get("replica.log.fsync", _parse_fsync, "never")
-    liveness = _parse_liveness(raw, errors)
-    assignor = _parse_assignor(raw, errors)
+    values = {setting.key: _parse_setting(setting, raw, errors) for setting in SETTINGS}
+    # ServerConfig's keyword arguments, with each value at its target inside the typed configs built for it.
+    fields: dict[str, dict[str, Any]] = {"": {}, **{group.path: {} for group in _GROUPS}}
+    for setting in SETTINGS:
+        value = values[setting.key]
+        parts = value if isinstance(value, tuple) and len(setting.targets) > 1 else (value,)
+        for target, part in zip(setting.targets, parts, strict=True):
+            path, _, name = target.rpartition(".")
+            fields[path][name] = part
+    for group in reversed(_GROUPS):  # a group held by another is built first
+        path, _, name = group.path.rpartition(".")
+        fields[path][name] = _build_group(group, fields[group.path], values, errors)
     # Check the values that did parse too, so one run reports every bad key. A placeholder stands in for
-    # each value that did not parse; errors about placeholders are dropped below.
+    # each value that did not parse, and the defaults for a typed config with a bad value; errors about
+    # them are dropped below.
     failed = {error.key for error in errors}
+    raft_failed = not failed.isdisjoint(RAFT_KEYS)
     try:
-        config = ServerConfig(
-            node_id=node_id,
-            process_roles=roles,
-            rpc=rpc,
-            http=http,
-            voters=voters,
-            data_dir=data_dir,
-            rack=rack,
-            tags=tags,
-            cluster_id=cluster_id,
-            cluster_secret=secret,
-            raft=raft,
-            heartbeat_interval_ms=ints["heartbeat_interval_ms"],
-            session_timeout_ms=ints["session_timeout_ms"],
-            snapshot_max_records=ints["snapshot_max_records"],
-            snapshot_interval_ms=ints["snapshot_interval_ms"],
-            max_frame_bytes=ints["max_frame_bytes"],
-            replica=replica,
-            replica_log_fsync=fsync,
-            produce_max_bytes=ints["produce_max_bytes"],
-            reassign_interval_ms=ints["reassign_interval_ms"],
-            broker_removal_delay_ms=ints["broker_removal_delay_ms"],
-            liveness=liveness,
-            assignor=assignor,
-            log_level=log_level,
-        )
+        config = ServerConfig(**fields[""])
     except ConfigError as error:
-        raft_failed = not failed.isdisjoint(RAFT_KEYS)
-        # Copied alone: the first of `error.errors` carries all the others, the dropped ones too.
+        # Copied alone: the first of `error.errors` carries all the others, the dropped ones too. The frame
+        # rule compared with the quorum's sizes, which RaftConfig's defaults may stand in for.
         errors += [
             ConfigError(e.key, e.value, e.allowed, source=e.source)
             for e in error.errors
@@ -1388,13 +1275,6 @@ def _build(raw: Mapping[str, object]) -> ServerConfig:
     if errors:
         raise ConfigError.combine(errors)
     return config
-
-
-def _non_empty(key: str, value: object, allowed: str) -> str:
-    text = _to_str(key, value, allowed)
-    if not text.strip():
-        raise ConfigError(key, value, allowed)
-    return text
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -1423,34 +1303,15 @@ def render_toml(config: ServerConfig, *, include_defaults: bool = False) -> str:
     Optional settings equal to their defaults are left out unless `include_defaults`, so a written file
     keeps following the defaults of the hotstate that reads it.
     """
-    listeners = [str(config.rpc)] + ([str(config.http)] if config.http else [])
-    values: dict[str, object] = {
-        "node.id": config.node_id,
-        "process.roles": _format_roles(config.process_roles),
-        "listeners": ",".join(listeners),
-        "controller.quorum.voters": ",".join(str(voter) for voter in config.voters),
-        "data.dir": str(config.data_dir),
-        "rack": config.rack,
-        "tags": _format_tags(config.tags),
-        "cluster.id": config.cluster_id,
-        "cluster.secret": config.cluster_secret,
-        **{key: getattr(config.raft, name) for key, name in RAFT_KEYS.items()},
-        **{key: getattr(config, name) for key, name in INT_KEYS.items()},
-        **{key: getattr(config.replica, name) for key, name in REPLICA_KEYS.items()},
-        "replica.log.fsync": config.replica_log_fsync,
-        **_liveness_values(config.liveness),
-        **{
-            key: ",".join(value) if isinstance(value, tuple) else value
-            for key, value in _assignor_values(config.assignor).items()
-        },
-        "log.level": config.log_level,
-    }
     lines = ["# hotstate server configuration; docs/configuration.md describes every key."]
-    for key, value in values.items():
-        if value is None or (key in DEFAULTS and value == DEFAULTS[key] and not include_defaults):
+    for setting in SETTINGS:
+        value = _KINDS[setting.kind].write(_value_of(config, setting))
+        if value is None or (
+            setting.key in DEFAULTS and value == DEFAULTS[setting.key] and not include_defaults
+        ):
             continue
         shown = str(value) if isinstance(value, int) else _toml_string(str(value))
-        lines.append(f"{_toml_string(key)} = {shown}")
+        lines.append(f"{_toml_string(setting.key)} = {shown}")
     return "\n".join(lines) + "\n"
 
 
@@ -1464,11 +1325,14 @@ __all__ = [
     "LAG_REPORTING_KEYS",
     "LIVENESS_KEYS",
     "LOG_LEVELS",
+    "MAX_INT32",
     "OPTIONAL_KEYS",
+    "RAFT_KEYS",
     "REPLICA_KEYS",
     "REPLICA_LOG_FSYNC_POLICIES",
     "REQUIRED_KEYS",
     "ROLES",
+    "SETTING",
     "STRATEGY_KEY",
     "ConfigError",
     "Listener",
