@@ -400,7 +400,7 @@ _STRATEGY_ALLOWED: Final = f"must be {', '.join(STRATEGIES[:-1])} or {STRATEGIES
 _LOG_LEVEL_ALLOWED: Final = f"must be one of {', '.join(LOG_LEVELS)}"
 
 
-def _one_of(choices: Sequence[str], allowed: str) -> Callable[[Setting, object], list[ConfigError]]:
+def _choice_problems(choices: Sequence[str], allowed: str) -> Callable[[Setting, object], list[ConfigError]]:
     def problems(setting: Setting, value: object) -> list[ConfigError]:
         return [] if value in choices else [ConfigError(setting.key, value, allowed)]
 
@@ -949,10 +949,10 @@ _KINDS: Final[Mapping[Kind, _Kind]] = {
     "tags": _Kind(_parse_tags, _tags_problems, _format_tags, ()),
     "cluster_id": _Kind(_parse_string, _cluster_id_problems, _same, ""),
     "secret": _Kind(_parse_secret, _secret_problems, _same, ""),
-    "fsync": _Kind(_parse_fsync, _one_of(REPLICA_LOG_FSYNC_POLICIES, _FSYNC_ALLOWED), _same, ""),
-    "strategy": _Kind(_parse_strategy, _one_of(STRATEGIES, _STRATEGY_ALLOWED), _same, ""),
+    "fsync": _Kind(_parse_fsync, _choice_problems(REPLICA_LOG_FSYNC_POLICIES, _FSYNC_ALLOWED), _same, ""),
+    "strategy": _Kind(_parse_strategy, _choice_problems(STRATEGIES, _STRATEGY_ALLOWED), _same, ""),
     "tag_keys": _Kind(_parse_assignment_tags, _assignment_tags_problems, ",".join, ()),
-    "log_level": _Kind(_parse_log_level, _one_of(LOG_LEVELS, _LOG_LEVEL_ALLOWED), _same, ""),
+    "log_level": _Kind(_parse_log_level, _choice_problems(LOG_LEVELS, _LOG_LEVEL_ALLOWED), _same, ""),
 }
 assert set(_KINDS) == set(get_args(Kind)), "a kind of value has no parser"
 

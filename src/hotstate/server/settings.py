@@ -79,7 +79,7 @@ class Section:
     settings: tuple[Setting, ...]
 
 
-def _one_of(choices: Sequence[str]) -> str:
+def _choices_shape(choices: Sequence[str]) -> str:
     quoted = [f"`{choice}`" for choice in choices]
     return f"{', '.join(quoted[:-1])} or {quoted[-1]}"
 
@@ -329,7 +329,7 @@ _REPLICAS: Final = (
         "replica.log.fsync",
         "replica_log_fsync",
         kind="fsync",
-        shape=_one_of(REPLICA_LOG_FSYNC_POLICIES),
+        shape=_choices_shape(REPLICA_LOG_FSYNC_POLICIES),
         doc=(
             "When a partition log is fsynced. `never`: the operating system writes the log out in its own "
             "time; acknowledged writes are protected by replication to the ISR (every in-sync replica "
@@ -416,7 +416,7 @@ _PLACEMENT: Final = (
         "rack.aware.assignment.strategy",
         "assignor.rack_aware_assignment_strategy",
         kind="strategy",
-        shape=_one_of(STRATEGIES),
+        shape=_choices_shape(STRATEGIES),
         doc=(
             "`none`: balanced placement that ignores the writer racks; standbys spread over the tags only. "
             "`min_traffic`: of the balanced placements, the one with the fewest replicas outside the "
@@ -546,7 +546,7 @@ _SERVER: Final = (
         "log.level",
         "log_level",
         kind="log_level",
-        shape=_one_of(LOG_LEVELS),
+        shape=_choices_shape(LOG_LEVELS),
         doc="Level of the server's log. Case does not matter; `WARN` means `WARNING`.",
     ),
 )
