@@ -10,6 +10,7 @@ import pytest
 
 from hotstate.controller.image import MetadataImage, PartitionInfo, TableInfo
 from hotstate.controller.records import KeyColumn, KeyType
+from hotstate.query.tokens import cluster_tag, decode, encode
 from hotstate.replica.keys import encode_key, partition_for
 from hotstate.replica.messages import (
     PartitionQueryResponse,
@@ -38,6 +39,8 @@ def _image() -> MetadataImage:
 
 
 USERS = [f"u{i}" for i in range(40)]
+CLUSTER = "rounds"
+TAG = cluster_tag(CLUSTER)
 
 
 def _partition(user: str) -> int:
@@ -53,6 +56,8 @@ class Peers:
         self.timeout: set[int] = set()
         self.down: set[int] = set()
         self.slow: set[int] = set()  # alive but paused: answers only after the request's timeout
+        self.positions: dict[int, int] = {}  # each node's store position (default 10)
+        self.log_end = 10**6  # what the actives hold
 
     async def request(self, node: int, message: object, timeout_s: float) -> object:
         assert isinstance(message, QueryPartitionsRequest)
@@ -69,6 +74,17 @@ class Peers:
             if node in self.refuse:
                 answers.append(PartitionQueryResponse(ReplicaError.LAG_OVER_BOUND, "lag 9 > bound 0"))
                 continue
+            position = self.positions.get(node, 10)
+            if part.min_position > self.log_end and PLACEMENT[part.partition][0] == node:
+                answers.append(PartitionQueryResponse(ReplicaError.TOKEN_AHEAD, "beyond the log end"))
+                continue
+            if part.min_position > position:
+                answers.append(
+                    PartitionQueryResponse(
+                        ReplicaError.BEHIND_TOKEN, f"at {position}, wants {part.min_position}"
+                    )
+                )
+                continue
             items = tuple(
                 sorted(
                     (encode_key((u,)), encode_row({"user": u, "n": int(u[1:])}))
@@ -76,7 +92,7 @@ class Peers:
                     if _partition(u) == part.partition and encode_key((u,)) in part.keys
                 )
             )
-            answers.append(PartitionQueryResponse(ReplicaError.NONE, "", "active", 10, 0, items))
+            answers.append(PartitionQueryResponse(ReplicaError.NONE, "", "active", position, 0, items))
         return QueryPartitionsResponse(tuple(answers))
 
 
@@ -92,6 +108,7 @@ def _service(
         request=peers.request,
         on_forward=(forwards.append if forwards is not None else lambda outcome: None),
         hedging=hedging,
+        cluster_id=CLUSTER,
     )
 
 
@@ -243,3 +260,82 @@ def test_after_a_hedge_finds_a_slow_server_later_queries_try_the_others_first_wi
     asyncio.run(run())
     assert policy.hedges == 1
     assert peers.calls.count((2, (partition,))) == 1  # the hedged forward still hangs: 2 counts as slow
+
+
+def _token_for(user: str, position: int) -> str:
+    return encode({(1, _partition(user)): position, (7, 0): 3}, TAG)  # table 7: another table, carried on
+
+
+def test_a_token_skips_replicas_behind_it_and_the_answer_token_carries_it_on() -> None:
+    peers = Peers()
+    user = next(u for u in USERS if PLACEMENT[_partition(u)][0] == 2)
+    peers.positions = {2: 50, 3: 90}  # the active is behind (it just took over), the standby is not
+    result = asyncio.run(
+        _service(peers).execute(
+            f"SELECT * FROM clicks WHERE user = '{user}'", {"consistency_token": _token_for(user, 80)}
+        )
+    )
+    assert [p.served_by for p in result.partitions] == [3]
+    assert decode(result.consistency_token, TAG) == {(1, _partition(user)): 90, (7, 0): 3}
+
+
+def test_when_every_replica_is_behind_the_token_the_query_waits_for_one_to_catch_up() -> None:
+    peers = Peers()
+    user = next(u for u in USERS if PLACEMENT[_partition(u)][0] == 2)
+    peers.positions = {2: 50, 3: 60}
+
+    async def run() -> object:
+        async def apply_later() -> None:
+            await asyncio.sleep(0.05)
+            peers.positions[2] = 80
+
+        catching_up = asyncio.create_task(apply_later())
+        result = await _service(peers).execute(
+            f"SELECT * FROM clicks WHERE user = '{user}'", {"consistency_token": _token_for(user, 80)}
+        )
+        await catching_up
+        return result
+
+    result = asyncio.run(run())
+    assert [p.served_by for p in result.partitions] == [2]  # type: ignore[attr-defined]
+    # And once the timeout passes with nobody there, the 503 names each replica's position.
+    peers.positions = {2: 50, 3: 60}
+    with pytest.raises(QueryError) as error:
+        asyncio.run(
+            _service(peers).execute(
+                f"SELECT * FROM clicks WHERE user = '{user}'",
+                {"consistency_token": _token_for(user, 80), "timeout_ms": 100},
+            )
+        )
+    assert error.value.kind == "unavailable"
+    assert "at 50, wants 80" in error.value.message and "at 60, wants 80" in error.value.message
+
+
+@pytest.mark.parametrize(
+    ("token", "message"),
+    [
+        ("hs1.!!!", "damaged"),
+        ("v1.abc", "not a consistency token"),
+        (encode({(1, 0): 5}, cluster_tag("another")), "another cluster"),
+        (encode({(1, 9): 5}, TAG), "partition 9"),
+        (42, "must be a string"),
+    ],
+)
+def test_bad_tokens_are_a_clear_400(token: object, message: str) -> None:
+    with pytest.raises(QueryError) as error:
+        asyncio.run(
+            _service(Peers()).execute("SELECT * FROM clicks WHERE user = 'u1'", {"consistency_token": token})
+        )
+    assert error.value.kind == "bad_request" and message in error.value.message
+
+
+def test_a_token_from_beyond_the_log_end_is_a_400_not_a_wait() -> None:
+    peers = Peers()
+    user = next(u for u in USERS if PLACEMENT[_partition(u)][0] == 2)
+    with pytest.raises(QueryError) as error:
+        asyncio.run(
+            _service(peers).execute(
+                f"SELECT * FROM clicks WHERE user = '{user}'", {"consistency_token": _token_for(user, 10**7)}
+            )
+        )
+    assert error.value.kind == "bad_request" and "beyond the log end" in error.value.message

@@ -117,6 +117,8 @@ class QueryResult:
     """The node id of the server that planned the query and gathered its partitions."""
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     """The /v1/query body as the server sent it."""
+    consistency_token: str = ""
+    """Where this answer read (and the token it was given): pass it to the next query for monotonic reads."""
 
     def dicts(self) -> list[dict[str, Any]]:
         """The rows as {column: value} maps."""
@@ -143,6 +145,7 @@ class QueryResult:
             table=str(body.get("table", "")),
             coordinator=body.get("served_locally"),
             raw=body,
+            consistency_token=str(body.get("consistency_token", "")),
         )
 
 
@@ -253,11 +256,18 @@ def _failure(response: httpx.Response, server: str) -> QueryFailed:
 
 
 def _query_body(
-    sql: str, max_lag: int | None, timeout_ms: int | None, standby_reads: bool, hedging: bool
+    sql: str,
+    max_lag: int | None,
+    timeout_ms: int | None,
+    standby_reads: bool,
+    hedging: bool,
+    consistency_token: str | None,
 ) -> dict[str, object]:
     body: dict[str, object] = {"sql": sql, "standby_reads": standby_reads}
     if not hedging:
         body["hedging"] = False
+    if consistency_token:
+        body["consistency_token"] = consistency_token
     if max_lag is not None:
         body["max_lag"] = max_lag
     if timeout_ms is not None:
@@ -326,14 +336,20 @@ class Client(_Base):
         timeout_ms: int | None = None,
         standby_reads: bool = True,
         hedging: bool = True,
+        consistency_token: str | None = None,
     ) -> QueryResult:
         """Run one pull query. `max_lag`: the most records a serving replica may be behind (default: the
         table's acceptable lag); `timeout_ms`: the server's time budget; `standby_reads=False`: only
-        actives serve; `hedging=False`: a slow forward is never sent to a partition's next replica too.
+        actives serve; `hedging=False`: a slow forward is never sent to a partition's next replica too;
+        `consistency_token` (from an earlier answer or `TableWriter.upsert`): every partition is read from
+        a replica at least that far (monotonic reads, read-your-writes; docs/queries.md).
         Raises QueryFailed (4xx), Unavailable (503 from every server), ClusterUnreachable."""
         attempt_s = _query_attempt_s(timeout_ms)
         body, server = self._request(
-            "POST", "/v1/query", attempt_s, _query_body(sql, max_lag, timeout_ms, standby_reads, hedging)
+            "POST",
+            "/v1/query",
+            attempt_s,
+            _query_body(sql, max_lag, timeout_ms, standby_reads, hedging, consistency_token),
         )
         return QueryResult.from_json(_expect_dict(body, "query"), server)
 
@@ -409,11 +425,15 @@ class AsyncClient(_Base):
         timeout_ms: int | None = None,
         standby_reads: bool = True,
         hedging: bool = True,
+        consistency_token: str | None = None,
     ) -> QueryResult:
         """See `Client.query`."""
         attempt_s = _query_attempt_s(timeout_ms)
         body, server = await self._request(
-            "POST", "/v1/query", attempt_s, _query_body(sql, max_lag, timeout_ms, standby_reads, hedging)
+            "POST",
+            "/v1/query",
+            attempt_s,
+            _query_body(sql, max_lag, timeout_ms, standby_reads, hedging, consistency_token),
         )
         return QueryResult.from_json(_expect_dict(body, "query"), server)
 

@@ -30,10 +30,12 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from hotstate.protocol.wire import MESSAGES
+from hotstate.query.tokens import cluster_tag
+from hotstate.query.tokens import encode as encode_token
 from hotstate.replica.keys import encode_key, key_from_row, partition_for
 from hotstate.replica.messages import (
     RETRIABLE,
@@ -85,6 +87,9 @@ class WriteResult:
     rows: int
     requests: int
     retries: int
+    # Where the written partitions are now (query/tokens.py): pass it to a query as consistency_token to
+    # read these rows back from any server, whatever fails meanwhile (read-your-writes).
+    consistency_token: str = ""
 
 
 @dataclass(slots=True)
@@ -122,6 +127,7 @@ class TableWriter:
         self.rack = rack
         self._bootstrap = list(servers)
         self._cluster_id = cluster_id
+        self._tag = cluster_tag(cluster_id)
         self._secret = secret
         # Node ids from the metadata; bootstrap addresses go under negative ids so they never collide.
         self._pool = PeerPool(
@@ -359,12 +365,13 @@ class TableWriter:
                 for p, encoded in sorted(by_partition.items())
             )
         )
-        return WriteResult(len(rows), sum(r[0] for r in results), sum(r[1] for r in results))
+        return self._result(len(rows), meta, by_partition, results)
 
     async def _write_partition(
         self, partition: int, rows: list[bytes], end: float, chunk_bytes: int | None = None
-    ) -> tuple[int, int]:
-        requests = retries = 0
+    ) -> tuple[int, int, int]:
+        """(requests, retries, the partition's position after the last row: its end offset)."""
+        requests = retries = position = 0
         self._start_watching()
         assert self._metadata is not None
         max_row = self._max_row_bytes(self._metadata)
@@ -403,6 +410,7 @@ class TableWriter:
                 requests += 1
                 self.stats.produce_requests += 1
                 if reply is not None and reply.error is ReplicaError.NONE:
+                    position = max(position, reply.end_offset)
                     break
                 if reply is not None:
                     if reply.error not in RETRIABLE:
@@ -419,7 +427,7 @@ class TableWriter:
                     continue  # a newer active is known already: no reason to wait
                 await self._wait_for_move(partition, part, _jittered(backoff), end)
                 backoff = min(backoff * 2, RETRY_BACKOFF_MAX_S)
-        return requests, retries
+        return requests, retries, position
 
     def _take_hint(self, partition: int, sent_to: PartitionMetadata, reply: ProduceResponse) -> bool:
         """Use the active a NOT_LEADER / FENCED_EPOCH answer names, if it is newer than what the writer
@@ -506,7 +514,22 @@ class TableWriter:
             )
         )
         written = sum(len(rows) for rows in by_partition.values())
-        return WriteResult(written, sum(r[0] for r in results), sum(r[1] for r in results))
+        return self._result(written, meta, [p for p, rows in sorted(by_partition.items()) if rows], results)
+
+    def _result(
+        self,
+        rows: int,
+        meta: TableMetadataResponse,
+        partitions: Iterable[int],
+        results: Sequence[tuple[int, int, int]],
+    ) -> WriteResult:
+        positions = {(meta.table_id, p): r[2] for p, r in zip(sorted(partitions), results, strict=True)}
+        return WriteResult(
+            rows,
+            sum(r[0] for r in results),
+            sum(r[1] for r in results),
+            encode_token(positions, self._tag),
+        )
 
 
 def _jittered(seconds: float) -> float:

@@ -103,7 +103,6 @@ for type_id, cls in (
     (164, replica.ServerAddress),
     (166, replica.ReadPartitionRequest),
     (167, replica.ReadPartitionResponse),
-    (168, replica.PartitionQueryRequest),
     (169, replica.PartitionQueryResponse),
     (170, replica.Heartbeat),
     (171, replica.LagReport),
@@ -117,3 +116,5 @@ MESSAGES.register(64, CreateTableRequest, version=2)
 MESSAGES.register(162, replica.TableMetadataRequest, version=2)
 # Version 2 appended produce_max_bytes.
 MESSAGES.register(165, replica.TableMetadataResponse, version=2)
+# Version 2 appended min_position (consistency tokens).
+MESSAGES.register(168, replica.PartitionQueryRequest, version=2)

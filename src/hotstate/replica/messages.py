@@ -30,6 +30,12 @@ class ReplicaError(IntEnum):
     # The server (re)started and its metadata image has not yet replayed its own registration: it cannot
     # tell whether a table exists or who is active. Ask another server, or this one again shortly.
     NOT_READY = 15
+    # The replica's store is behind the position the query's consistency token asks for: try another, or
+    # this one again once it has applied more.
+    BEHIND_TOKEN = 16
+    # The token asks for a position beyond the active's log end: no write of this partition's history got
+    # there (a token of a deleted and recreated table, or a forged one).
+    TOKEN_AHEAD = 17
 
 
 RETRIABLE = frozenset(
@@ -260,6 +266,8 @@ class PartitionQueryRequest:
     end: bytes | None
     limit: int | None
     max_lag: int | None
+    # From the query's consistency token (version 2): serve only from a store at least at this position.
+    min_position: int = 0
 
 
 @dataclass(frozen=True, slots=True)

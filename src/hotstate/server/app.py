@@ -173,6 +173,7 @@ class Server:
                 config.liveness,
                 send=self.pool.send_oneway,
                 local_lags=replicas.lag_info if replicas is not None else list,
+                lags=replicas.lags if replicas is not None else None,
             )
             liveness = self.liveness
             metadata = self.metadata
@@ -186,6 +187,7 @@ class Server:
                 connected=self.pool.is_connected,
                 on_forward=lambda outcome: self.metrics.forwards.labels(outcome).inc(),
                 not_ready=metadata.not_ready,
+                cluster_id=config.cluster_id,
             )
         self.metadata.add_listener(self._on_image)
         self.controller = ControllerHost(

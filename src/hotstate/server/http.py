@@ -53,7 +53,8 @@ class KsqlRequest(BaseModel):
     streamsProperties: dict[str, Any] = Field(
         default_factory=dict,
         description="max_lag / ksql.query.pull.max.allowed.offset.lag, standby_reads / "
-        "ksql.query.pull.enable.standby.reads, timeout_ms, hedging; any other name is refused",
+        "ksql.query.pull.enable.standby.reads, timeout_ms, hedging, consistency_token; any other name is "
+        "refused",
     )
     properties: dict[str, Any] = Field(default_factory=dict, description="the same as streamsProperties")
     sessionVariables: dict[str, Any] = Field(default_factory=dict, description="must be empty")
@@ -72,6 +73,10 @@ class NativeQuery(BaseModel):
     standby_reads: bool = Field(default=True, description="false: only actives serve (KLIP-12 off)")
     hedging: bool = Field(
         default=True, description="false: never send a slow forward's partitions to their next replica too"
+    )
+    consistency_token: str | None = Field(
+        default=None,
+        description="a token from an earlier answer or write: every partition is read from at least there",
     )
 
 

@@ -16,6 +16,7 @@ HTTP request, and its cost is most of a lookup's CPU.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import os
 import time
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 from hotstate.controller.image import MetadataImage, PartitionInfo, TableInfo
 from hotstate.query.plan import FullScan, KeyLookup, KeyRange, QueryPlan, UnknownTableError, find_table, plan
 from hotstate.query.sql import SLOW_PARSE_CHARS, PullQuery, parse, parse_fast
+from hotstate.query.tokens import Positions, TokenError, cluster_tag, decode, encode, merge
 from hotstate.replica.core import Role
 from hotstate.replica.messages import (
     PartitionQueryRequest,
@@ -34,6 +36,8 @@ from hotstate.replica.messages import (
     ReplicaError,
 )
 from hotstate.replica.rows import decode_row, may_hold_non_finite
+from hotstate.routing.freshness import END_UNKNOWN, bound_refusal, served_lag
+from hotstate.routing.freshness import local_lag as local_lag  # where it lived before routing.freshness
 from hotstate.routing.hedging import HedgeConfig, HedgePolicy, last_if_slow
 from hotstate.routing.lags import LagTable
 from hotstate.routing.router import Candidate, NoReplicaError, Route, Skip, route
@@ -45,9 +49,13 @@ MAX_LAG_PROPERTIES = ("max_lag", "ksql.query.pull.max.allowed.offset.lag")
 STANDBY_READS_PROPERTIES = ("standby_reads", "ksql.query.pull.enable.standby.reads")
 TIMEOUT_PROPERTY = "timeout_ms"
 HEDGING_PROPERTIES = ("hedging",)
+TOKEN_PROPERTY = "consistency_token"
 KNOWN_PROPERTIES = frozenset(
-    (*MAX_LAG_PROPERTIES, *STANDBY_READS_PROPERTIES, TIMEOUT_PROPERTY, *HEDGING_PROPERTIES)
+    (*MAX_LAG_PROPERTIES, *STANDBY_READS_PROPERTIES, TIMEOUT_PROPERTY, *HEDGING_PROPERTIES, TOKEN_PROPERTY)
 )
+# A partition whose replicas are all behind the query's token is asked again this often (they apply what
+# the active commits within milliseconds) until the query's timeout.
+BEHIND_RETRY_S = 0.01
 # Push-query settings that ksqlDB's clients send with every statement; they mean nothing to a pull query.
 IGNORED_PROPERTIES = frozenset(("auto.offset.reset", "ksql.streams.auto.offset.reset"))
 DEFAULT_TIMEOUT_MS = 10_000
@@ -88,6 +96,8 @@ class QueryResult:
     took_ms: float = 0.0
     # Some row may hold a NaN or an infinity, which JSON has no number for (the answer's encoder decides).
     non_finite: bool = False
+    # Where this answer read, merged with the token the query was given (query/tokens.py).
+    consistency_token: str = ""
 
 
 @dataclass(slots=True)
@@ -105,10 +115,19 @@ class _Attempts:
     route: Route
     index: int = -1
     skipped: list[Skip] = field(default_factory=list)
+    behind: bool = False  # some replica refused as behind the query's token
+    ahead: str | None = None  # the active refused the token as beyond the partition's log end
 
     def next_candidate(self) -> Candidate | None:
         self.index += 1
         return self.route.candidates[self.index] if self.index < len(self.route.candidates) else None
+
+    def refused(self, node_id: int, answer: PartitionQueryResponse) -> None:
+        if answer.error is ReplicaError.BEHIND_TOKEN:
+            self.behind = True
+        elif answer.error is ReplicaError.TOKEN_AHEAD:
+            self.ahead = answer.message
+        self.skipped.append(Skip(node_id, f"refused: {answer.message}"))
 
     @property
     def candidate(self) -> Candidate:
@@ -117,6 +136,10 @@ class _Attempts:
     @property
     def on_last(self) -> bool:
         return self.index == len(self.route.candidates) - 1
+
+
+class _WaitForApply(Exception):
+    """Every replica of a partition is behind the query's token, and there is time to ask again."""
 
 
 class QueryService:
@@ -133,6 +156,7 @@ class QueryService:
         on_forward: Callable[[str], None] = lambda outcome: None,
         not_ready: Callable[[], str | None] = lambda: None,
         hedging: HedgePolicy | None = None,
+        cluster_id: str = "",
     ) -> None:
         """`not_ready`: why this server cannot answer yet (its metadata image has not caught up since it
         started, server.metadata), None once it can."""
@@ -146,6 +170,7 @@ class QueryService:
         self._connected = connected
         self._on_forward = on_forward
         self.hedging = hedging if hedging is not None else HedgePolicy(HedgeConfig())
+        self._tag = cluster_tag(cluster_id)
         # Hedged forwards left to run to their end (they keep their peer marked slow meanwhile).
         self._background: set[asyncio.Future[dict[int, _PartitionAnswer]]] = set()
         # Query ids: unique per server run without a uuid per query.
@@ -177,11 +202,14 @@ class QueryService:
         hedge = _flag(properties, HEDGING_PROPERTIES, default=True)
         deadline = started + timeout_ms / 1000
         parts = image.partitions.get(table.table_id, ())
-        work = _partition_work(query_plan, table, max_lag)
+        given = self._token(properties, table)
+        work = _partition_work(query_plan, table, max_lag, given)
         try:
             answers = await self._serve(table, parts, work, deadline, standby_reads, hedge)
         except NoReplicaError as error:
             raise QueryError("unavailable", str(error)) from error
+        read = {(table.table_id, a.served.partition): a.served.position for a in answers}
+        token = encode(merge(given, read), self._tag)
         columns, rows = _rows(query_plan, table, answers)
         # One search over all rows: a mark spanning two rows is at worst a false alarm.
         non_finite = may_hold_non_finite(b"".join([row for a in answers for _, row in a.items]))
@@ -194,7 +222,28 @@ class QueryService:
             sum(1 for a in answers if a.served.served_by != self.node_id),
             (time.monotonic() - started) * 1000,
             non_finite,
+            token,
         )
+
+    def _token(self, properties: Mapping[str, object], table: TableInfo) -> Positions:
+        """The positions of the query's consistency token (all tables: the answer carries them on)."""
+        value = properties.get(TOKEN_PROPERTY)
+        if value is None:
+            return {}
+        if not isinstance(value, str):
+            raise QueryError("bad_request", f"{TOKEN_PROPERTY}: must be a string")
+        try:
+            positions = decode(value, self._tag)
+        except TokenError as error:
+            raise QueryError("bad_request", f"{TOKEN_PROPERTY}: {error}") from None
+        for table_id, partition in positions:
+            if table_id == table.table_id and partition >= table.partitions:
+                raise QueryError(
+                    "bad_request",
+                    f"{TOKEN_PROPERTY}: names partition {partition} of {table.name}, which has "
+                    f"{table.partitions}: not a token of this table",
+                )
+        return positions
 
     async def _serve(
         self,
@@ -218,21 +267,22 @@ class QueryService:
                 if reply.error is ReplicaError.NONE:
                     answers[partition] = _answered(partition, self.node_id, reply)
                     continue
-            decision = route(
-                part,
-                table=table.name,
-                alive=self._alive,
-                lags=self._lags,
-                local_node=self.node_id,
-                max_lag=spec.max_lag,
-            )
-            if hedge:
-                decision = last_if_slow(decision, self._slow_now)
-            pending.append(_Attempts(part, spec, decision))
-        while pending:
+            pending.append(self._route(table, part, spec, hedge))
+        waiting: list[_Attempts] = []
+        while pending or waiting:
+            if not pending:
+                # Every replica of these partitions is behind the query's token: they apply what the
+                # active commits within milliseconds, so ask again (freshly routed) until the timeout.
+                await asyncio.sleep(BEHIND_RETRY_S)
+                pending = [self._route(table, a.part, a.spec, hedge) for a in waiting]
+                waiting = []
             remote: dict[int, list[_Attempts]] = {}
             for attempts in pending:
-                answered = self._advance(attempts, deadline, standby_reads)
+                try:
+                    answered = self._advance(attempts, deadline, standby_reads)
+                except _WaitForApply:
+                    waiting.append(attempts)
+                    continue
                 if answered is not None:
                     answers[attempts.part.partition] = answered
                 else:
@@ -249,6 +299,21 @@ class QueryService:
             pending = [a for group in remote.values() for a in group if a.part.partition not in answers]
             pending.sort(key=lambda a: a.part.partition)
         return [answers[partition] for partition in sorted(answers)]
+
+    def _route(
+        self, table: TableInfo, part: PartitionInfo, spec: PartitionQueryRequest, hedge: bool
+    ) -> _Attempts:
+        decision = route(
+            part,
+            table=table.name,
+            alive=self._alive,
+            lags=self._lags,
+            local_node=self.node_id,
+            max_lag=spec.max_lag,
+        )
+        if hedge:
+            decision = last_if_slow(decision, self._slow_now)
+        return _Attempts(part, spec, decision)
 
     def _slow_now(self, node_id: int) -> bool:
         return self.hedging.slow(node_id, time.monotonic() * 1000)
@@ -268,7 +333,12 @@ class QueryService:
             answer = self.serve_local(attempts.spec)
             if answer.error is ReplicaError.NONE:
                 return _answered(attempts.part.partition, candidate.node_id, answer)
-            attempts.skipped.append(Skip(candidate.node_id, f"refused: {answer.message}"))
+            attempts.refused(candidate.node_id, answer)
+        if attempts.ahead is not None:
+            part = attempts.part
+            raise QueryError("bad_request", f"{TOKEN_PROPERTY}, partition {part.partition}: {attempts.ahead}")
+        if attempts.behind and deadline - time.monotonic() > BEHIND_RETRY_S:
+            raise _WaitForApply
         raise attempts.route.error(attempts.skipped)
 
     async def _forward(
@@ -311,7 +381,7 @@ class QueryService:
                 if answer.error is ReplicaError.NONE:
                     local[copy.part.partition] = _answered(copy.part.partition, self.node_id, answer)
                     break
-                copy.skipped.append(Skip(candidate.node_id, f"refused: {answer.message}"))
+                copy.refused(candidate.node_id, answer)
         return local, remote
 
     async def _race(
@@ -392,7 +462,7 @@ class QueryService:
                 out[attempts.part.partition] = _answered(attempts.part.partition, node_id, answer)
             else:
                 self._on_forward("refused")
-                attempts.skipped.append(Skip(node_id, f"refused: {answer.message}"))
+                attempts.refused(node_id, answer)
         return out
 
     # ------------------------------------------------------------------ the serving side
@@ -412,10 +482,12 @@ class QueryService:
                 ReplicaError.UNKNOWN_PARTITION, f"server {self.node_id} holds no replica of it"
             )
         state, position, lag = self._local_lag(replica)
-        if request.max_lag is not None and lag > request.max_lag:
-            return PartitionQueryResponse(
-                ReplicaError.LAG_OVER_BOUND, f"lag {lag} > bound {request.max_lag}", state, position, lag
-            )
+        offset_lag = END_UNKNOWN if lag is None else lag
+        refusal = bound_refusal(request.max_lag, lag)
+        if refusal is not None:
+            return PartitionQueryResponse(ReplicaError.LAG_OVER_BOUND, refusal, state, position, offset_lag)
+        if request.min_position > position:
+            return _behind_token(replica, request.min_position, state, position)
         store = replica.store
         items: tuple[tuple[bytes, bytes], ...]
         if request.scan:
@@ -428,19 +500,27 @@ class QueryService:
         else:
             values = store.get_many(request.keys)
             items = tuple((k, v) for k, v in zip(request.keys, values, strict=True) if v is not None)
-        return PartitionQueryResponse(ReplicaError.NONE, "", state, position, lag, items)
+        return PartitionQueryResponse(ReplicaError.NONE, "", state, position, offset_lag, items)
 
-    def _local_lag(self, replica: LocalReplica) -> tuple[str, int, int]:
-        core = replica.core
-        reported_end = self._lags.partition_end(replica.table.table_id, replica.partition)
-        lag = local_lag(
-            leader=core.role is Role.LEADER,
-            position=core.position,
-            high_watermark=core.high_watermark,
-            epoch_start=core.epoch_start_offset,
-            known_end=max(core.known_end_offset, reported_end),
+    def _local_lag(self, replica: LocalReplica) -> tuple[str, int, int | None]:
+        lag = served_lag(replica.core, replica.witness, self._lags, self.node_id)
+        return replica_state(replica), replica.core.position, lag
+
+
+def _behind_token(replica: LocalReplica, wanted: int, state: str, position: int) -> PartitionQueryResponse:
+    """The refusal of a store behind the token's position. The active tells a token no write reached
+    (beyond its log end, which holds every committed record) from one its store has not applied yet."""
+    core = replica.core
+    if core.role is Role.LEADER and wanted > core.log_end_offset:
+        return PartitionQueryResponse(
+            ReplicaError.TOKEN_AHEAD,
+            f"the token asks for position {wanted}, beyond the partition's log end {core.log_end_offset}",
+            state,
+            position,
         )
-        return replica_state(replica), core.position, lag
+    return PartitionQueryResponse(
+        ReplicaError.BEHIND_TOKEN, f"at position {position}, the token asks for {wanted}", state, position
+    )
 
 
 def _answered(partition: int, node_id: int, answer: PartitionQueryResponse) -> _PartitionAnswer:
@@ -473,19 +553,6 @@ def check_properties(properties: Mapping[str, object]) -> None:
             f"unknown {'property' if len(unknown) == 1 else 'properties'} {names}; "
             f"known: {', '.join(sorted(KNOWN_PROPERTIES))}",
         )
-
-
-def local_lag(*, leader: bool, position: int, high_watermark: int, epoch_start: int, known_end: int) -> int:
-    """How far a local replica's store is behind, for the query's staleness bound.
-
-    The active's log end includes records appended but not yet committed, which no replica can serve: its
-    store is behind only by what is committed and not yet applied (0 when running, more while restoring).
-    Otherwise a write of more rows than the bound, while in flight, would make the freshest replica refuse.
-    Until its high watermark reaches its epoch's start, though, a new active may hold records its
-    predecessor acknowledged above that HW: then it is behind its log end, like a follower. A follower is
-    behind the partition's end as far as anyone knows it (KIP-535)."""
-    end = high_watermark if leader and high_watermark >= epoch_start else known_end
-    return max(0, end - position)
 
 
 def _max_lag(properties: Mapping[str, object], table: TableInfo) -> int | None:
@@ -532,9 +599,21 @@ def _timeout_ms(properties: Mapping[str, object]) -> int:
 
 
 def _partition_work(
-    query_plan: QueryPlan, table: TableInfo, max_lag: int | None = None
+    query_plan: QueryPlan, table: TableInfo, max_lag: int | None = None, token: Positions | None = None
 ) -> dict[int, PartitionQueryRequest]:
-    """What to ask of each partition the plan touches, in partition order."""
+    """What to ask of each partition the plan touches, in partition order, each no older than `token`."""
+    work = _plain_work(query_plan, table, max_lag)
+    if token:
+        for partition, spec in work.items():
+            wanted = token.get((table.table_id, partition), 0)
+            if wanted:
+                work[partition] = dataclasses.replace(spec, min_position=wanted)
+    return work
+
+
+def _plain_work(
+    query_plan: QueryPlan, table: TableInfo, max_lag: int | None
+) -> dict[int, PartitionQueryRequest]:
     access = query_plan.access
     if isinstance(access, KeyLookup):
         by_partition: dict[int, list[bytes]] = {}

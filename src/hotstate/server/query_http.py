@@ -50,7 +50,7 @@ SERVER_NOT_READY = 50302  # ksqlDB's ERROR_CODE_SERVER_NOT_READY: retriable, ask
 # (hotstate.query.sql.MAX_STATEMENT_CHARS) fits, with room for JSON escapes.
 MAX_BODY_BYTES = 4 * 1024 * 1024
 
-NATIVE_FIELDS = ("sql", "max_lag", "timeout_ms", "standby_reads", "hedging")
+NATIVE_FIELDS = ("sql", "max_lag", "timeout_ms", "standby_reads", "hedging", "consistency_token")
 # ksqlDB's KsqlRequest fields, and `properties` (hotstate's name for streamsProperties since the start).
 KSQL_FIELDS = ("ksql", "streamsProperties", "properties", "sessionVariables", "commandSequenceNumber")
 
@@ -138,6 +138,7 @@ class QueryEndpoints:
             ],
             "served_locally": self._node_id,
             "took_ms": round(result.took_ms, 3),
+            "consistency_token": result.consistency_token,
         }
 
     async def _run(self, sql: str, properties: dict[str, object]) -> QueryResult:
@@ -338,6 +339,13 @@ def _native_request(data: dict[str, Any]) -> tuple[str, dict[str, object]]:
         if type(value) is not bool:
             raise BadRequest(f"malformed request: {flag}: must be true or false")
         properties[flag] = value
+    token = data.get("consistency_token")
+    if token is not None:
+        if not isinstance(token, str):
+            raise BadRequest(
+                "malformed request: consistency_token: must be a string (a token an answer gave)"
+            )
+        properties["consistency_token"] = token
     return sql, properties
 
 
