@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest bench bench-tools clean venv java
+.PHONY: demo test quick lint typecheck pytest bench bench-report bench-tools clean venv java
 
 # Re-install when pyproject.toml changes (the stamp is older) or the venv is missing.
 $(STAMP): pyproject.toml
@@ -36,6 +36,11 @@ pytest: $(STAMP) java
 
 test: lint typecheck pytest
 
+# The fast loop: lint, types and the tests that start no server process and no Spark (tests/conftest.py
+# marks the others `slow`, with the simulator soaks), so it needs no Java. `make test` still runs all.
+quick: lint typecheck
+	$(VENV)/bin/pytest -n 2 -q -m "not slow"
+
 # bench/pull_queries.py and bench/http_servers.py: wrk (HTTP/1.1 load), h2load (HTTP/2 load, nghttp2-client),
 # redis-server + redis-benchmark (the Redis baseline).
 bench-tools: $(STAMP)
@@ -55,6 +60,12 @@ bench: $(STAMP) java bench-tools
 	$(PY) bench/pull_queries.py
 	$(PY) bench/spark_sink.py
 	$(PY) bench/freshness.py
+	$(PY) bench/write_failover.py
+	$(PY) bench/report.py
+
+# docs/benchmarks.md from bench/results/*.json (tests/docs checks that they agree).
+bench-report: $(STAMP)
+	$(PY) bench/report.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

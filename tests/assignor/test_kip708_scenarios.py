@@ -1,5 +1,5 @@
-"""The scenarios of the KIP-708 article (../shared/seeds/kip-708-rack-aware-standby-assignment.txt):
-clients tagged with a Kubernetes cluster and an availability zone."""
+"""The scenarios of KIP-708 (Kafka Streams' rack-aware standby task assignment): clients tagged with a
+Kubernetes cluster and an availability zone."""
 
 from __future__ import annotations
 

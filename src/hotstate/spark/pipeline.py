@@ -44,7 +44,7 @@ __all__ = [
 ]
 
 DEFAULT_MASTER = "local[2]"
-# Measured on 2 cores (shared/notes): 200 shuffle partitions cost 7-16 s per tiny batch, 8 about 0.8 s,
+# Measured on 2 cores: 200 shuffle partitions cost 7-16 s per tiny batch, 8 about 0.8 s,
 # 2 about 0.5 s. The number is frozen into a query's checkpoint when the checkpoint is created.
 DEFAULT_SHUFFLE_PARTITIONS = 4
 STREAM_THREAD_STACK = "16m"

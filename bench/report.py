@@ -1,0 +1,630 @@
+"""Write docs/benchmarks.md from bench/results/*.json, so prose and measured numbers never disagree.
+
+Each benchmark gets a small formatter (its key numbers as a table, and what it is compared against);
+a result file with no formatter, or whose shape its formatter no longer recognizes, gets a generic
+listing of its numbers instead of failing the report. The output is a pure function of the result files:
+`tests/docs/test_benchmarks_doc.py` checks that the committed docs/benchmarks.md equals it.
+
+Run: `.venv/bin/python bench/report.py` (writes docs/benchmarks.md; `make bench` runs it last),
+`--check` (exit 1 if docs/benchmarks.md is not what the results give), `--results DIR`, `--out FILE`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+RESULTS = BENCH / "results"
+OUT = BENCH.parent / "docs" / "benchmarks.md"
+
+# Keys describing the run rather than its results: shown in the run line, left out of generic listings.
+RUN_KEYS = frozenset({"benchmark", "date", "cpu_count", "python", "platform", "note", "versions"})
+
+
+@dataclass(frozen=True)
+class Table:
+    headers: Sequence[str]
+    rows: Sequence[Sequence[object]]
+    caption: str = ""
+
+
+@dataclass(frozen=True)
+class Section:
+    compared_against: str
+    tables: Sequence[Table]
+    lines: Sequence[str] = field(default_factory=tuple)
+
+
+Formatter = Callable[[Mapping[str, Any]], Section]
+
+
+def fmt(value: object) -> str:
+    """One cell: thousands separators, at most 3 decimals, yes/no, and a dash for nothing."""
+    if value is None or value == "":
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        if abs(value) >= 1000:
+            return f"{value:,.0f}"
+        text = f"{value:.3f}".rstrip("0").rstrip(".")
+        return "0" if text in ("", "-0") else text
+    if isinstance(value, list | tuple):
+        return " / ".join(fmt(v) for v in value)
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_table(table: Table) -> list[str]:
+    out = [f"*{table.caption}*", ""] if table.caption else []
+    out.append("| " + " | ".join(table.headers) + " |")
+    out.append("|" + "|".join("---" for _ in table.headers) + "|")
+    out.extend("| " + " | ".join(fmt(cell) for cell in row) + " |" for row in table.rows)
+    out.append("")
+    return out
+
+
+def load_average(data: Mapping[str, Any]) -> str:
+    """Benchmarks record the 1-minute load average under several names (once, or before/after)."""
+    parts = []
+    for key, value in data.items():
+        if not key.startswith("load_average"):
+            continue
+        when = key.removeprefix("load_average_1m").removeprefix("load_average").strip("_").replace("_", " ")
+        if isinstance(value, list) and len(value) == 2:
+            parts.append(f"{fmt(value[0])} before, {fmt(value[1])} after")
+        else:
+            parts.append(f"{fmt(value)} {when}".strip())
+    return ", ".join(parts) if parts else "not recorded"
+
+
+def run_line(data: Mapping[str, Any]) -> str:
+    cores = data.get("cpu_count")
+    return (
+        f"Run: {fmt(cores) if cores is not None else 'core count not recorded'} cores, "
+        f"{data.get('date') or 'date not recorded'}, load average (1 min) {load_average(data)}."
+    )
+
+
+# --- one formatter per benchmark -------------------------------------------------------------------
+
+
+def assignor(data: Mapping[str, Any]) -> Section:
+    rows = [
+        (
+            c["scenario"],
+            c["partitions"],
+            c["servers"],
+            c["seconds"],
+            c["baseline_seconds"],
+            c["cross_rack_actives"],
+            c["baseline_cross_rack_actives"],
+            c["cost_ratio"],
+        )
+        for c in data["cells"]
+    ]
+    target = data.get("target", {})
+    lines = []
+    if target:
+        lines.append(
+            f"Target: {fmt(target['partitions'])} partitions on {fmt(target['servers'])} servers within "
+            f"{fmt(target['seconds'])} s; measured {fmt(target['measured_seconds'])} s "
+            f"(met: {fmt(target['met'])})."
+        )
+    return Section(
+        "a rack-blind greedy least-loaded assignment of the same input in the same run (`baseline`); "
+        "cost is KIP-925's (cross-rack traffic and moves), cost ratio = assignor / baseline.",
+        [
+            Table(
+                (
+                    "scenario",
+                    "partitions",
+                    "servers",
+                    "assignor s",
+                    "baseline s",
+                    "cross-rack actives",
+                    "baseline cross-rack",
+                    "cost ratio",
+                ),
+                rows,
+            )
+        ],
+        lines,
+    )
+
+
+def freshness(data: Mapping[str, Any]) -> Section:
+    rows = [
+        (
+            s["offered_events_per_s"],
+            s["hotstate_visible_p50_ms"],
+            s["hotstate_visible_p99_ms"],
+            s["noop_committed_p50_ms"],
+            s["noop_committed_p99_ms"],
+            s["visible_over_noop_committed_p50"],
+            s["hotstate_achieved_events_per_s"],
+            s["noop_achieved_events_per_s"],
+            (s["hotstate_kept_up"], s["noop_kept_up"]),
+            s.get("failed_pull_queries"),
+        )
+        for s in data["summary"]
+    ]
+    return Section(
+        "the same Spark query with a no-op `foreachBatch` at the same offered rate (Spark alone): "
+        "file landed -> visible to a pull query (hotstate) beside file landed -> batch committed (no-op).",
+        [
+            Table(
+                (
+                    "offered events/s",
+                    "visible p50 ms",
+                    "visible p99 ms",
+                    "no-op committed p50 ms",
+                    "no-op committed p99 ms",
+                    "p50 ratio",
+                    "hotstate events/s",
+                    "no-op events/s",
+                    "kept up (hotstate / no-op)",
+                    "failed pull queries",
+                ),
+                rows,
+            )
+        ],
+    )
+
+
+def http_servers(data: Mapping[str, Any]) -> Section:
+    rows = []
+    for r in data["results"]:
+        http1 = r["http1"]
+        http2 = r.get("http2") if isinstance(r.get("http2"), dict) else {}
+        h2 = http2.get("c8m1", {}) if isinstance(http2, dict) else {}
+        rows.append(
+            (
+                r["candidate"],
+                r["loop"],
+                tuple(http1[c]["server_cpu_us_per_req"] for c in ("c1", "c8", "c32") if c in http1),
+                http1["c8"]["requests_per_s"],
+                http1["c8"]["latency"]["p99"],
+                h2.get("server_cpu_us_per_req"),
+            )
+        )
+    lines = [f"- {line}" for line in data.get("conclusion", {}).get("summary", [])]
+    return Section(
+        "each other: every candidate ASGI server serves the same minimal RocksDB-lookup app under the same "
+        "wrk (HTTP/1.1) and h2load (HTTP/2) load; server CPU per request is the number that carries over.",
+        [
+            Table(
+                (
+                    "server",
+                    "loop",
+                    "HTTP/1.1 server CPU µs/req c1 / c8 / c32",
+                    "HTTP/1.1 req/s c8",
+                    "p99 ms c8",
+                    "HTTP/2 server CPU µs/req (8 conns)",
+                ),
+                rows,
+            )
+        ],
+        lines,
+    )
+
+
+def log_append(data: Mapping[str, Any]) -> Section:
+    rows = [
+        (
+            r["fsync"],
+            r["records_per_batch"],
+            r["record_bytes"],
+            r["appends_per_s"],
+            r["records_per_s"],
+            r["append_mb_per_s"],
+            r["read_mb_per_s"],
+        )
+        for r in data["results"]
+    ]
+    return Section(
+        'itself: fsync="never" against fsync="always", one record per append against batches of 100.',
+        [
+            Table(
+                (
+                    "fsync",
+                    "records/batch",
+                    "record bytes",
+                    "appends/s",
+                    "records/s",
+                    "append MB/s",
+                    "read MB/s",
+                ),
+                rows,
+            )
+        ],
+    )
+
+
+def metadata(data: Mapping[str, Any]) -> Section:
+    failover = data["failover_kill9_leader_to_next_commit"]
+    commit = data["commit_latency"]
+    snapshot = data["snapshot"]
+
+    def latency(name: str, m: Mapping[str, Any]) -> tuple[object, ...]:
+        return (name, m["n"], m["p50_ms"], m["p99_ms"], m["max_ms"])
+
+    return Section(
+        "a describe request answered without a commit (for commit latency) and replaying the same records "
+        "from raw batches (for snapshot load).",
+        [
+            Table(
+                ("measured", "n", "p50 ms", "p99 ms", "max ms"),
+                [
+                    latency("kill -9 of the leader -> next committed write", failover),
+                    latency(f"commit at {fmt(commit['rate_per_s'])} requests/s", commit["commit"]),
+                    latency("baseline: describe (no commit)", commit["baseline_describe"]),
+                ],
+            ),
+            Table(
+                ("partition records", "snapshot bytes", "write s", "load s", "replay s (baseline)"),
+                [
+                    (
+                        snapshot["partition_records"],
+                        snapshot["snapshot_bytes"],
+                        snapshot["write_s"],
+                        snapshot["load_s"],
+                        snapshot["baseline_replay_from_records_s"],
+                    )
+                ],
+            ),
+        ],
+    )
+
+
+def pull_queries(data: Mapping[str, Any]) -> Section:
+    cells = data["results"]["lookups"]["cells"]
+    rows = []
+    for name, by_concurrency in cells.items():
+        for concurrency, cell in by_concurrency.items():
+            cpu = cell.get("server_cpu_us_per_request", {})
+            queried = next((v for k, v in cpu.items() if "queried" in k), None)
+            if queried is None and len(cpu) == 1:
+                queried = next(iter(cpu.values()))
+            latency = cell.get("latency_ms", {})
+            rows.append(
+                (
+                    name,
+                    concurrency,
+                    cell["requests_per_s"],
+                    cell.get("rows_per_s"),
+                    latency.get("p50"),
+                    latency.get("p99"),
+                    queried,
+                )
+            )
+    goals = [
+        (name, goal["target"], goal["measured"], goal["met"]) for name, goal in data.get("goals", {}).items()
+    ]
+    failover = []
+    for mode in ("failover_standby_reads_on", "failover_standby_reads_off"):
+        f = data["results"].get(mode)
+        if f:
+            failover.append(
+                (
+                    fmt(f["standby_reads"]),
+                    f["queries"],
+                    f["failed"],
+                    f["p99_ms"],
+                    f["after_kill"]["served_by_standby"],
+                    f["actives_moved_off_killed_server_after_ms"],
+                )
+            )
+    tables = [
+        Table(
+            ("cell", "concurrency", "requests/s", "rows/s", "p50 ms", "p99 ms", "server CPU µs/request"),
+            rows,
+            "lookups through one server (server CPU: the queried server, or the baseline's process)",
+        ),
+        Table(("goal", "target", "measured", "met"), goals, "the project's targets"),
+    ]
+    if failover:
+        tables.append(
+            Table(
+                (
+                    "standby reads",
+                    "queries",
+                    "failed",
+                    "p99 ms",
+                    "served by a standby after the kill",
+                    "actives moved after ms",
+                ),
+                failover,
+                "kill -9 of the server holding the most actives, 4 clients",
+            )
+        )
+    return Section(
+        "a raw ASGI + RocksDB + orjson server (`asgi_baseline_local`) and Redis GET / MGET of 100 "
+        "(`redis_get`, `redis_mget_100`) measured in the same run, on the same cores.",
+        tables,
+    )
+
+
+def raft_sim(data: Mapping[str, Any]) -> Section:
+    failover = [
+        (f["voters"], f["samples"], f["p50_ms"], f["p99_ms"], f["max_ms"], f["p99_over_election_timeout"])
+        for f in data["failover"]
+    ]
+    throughput = [
+        (name, t["voters"], t["committed_per_wall_s"], t["events_per_wall_s"])
+        for name, t in data["throughput"].items()
+        if isinstance(t, dict)
+    ]
+    lines = []
+    if "ratio_3_voters_to_1" in data["throughput"]:
+        lines.append(
+            f"3 voters / 1 voter committed per second: {fmt(data['throughput']['ratio_3_voters_to_1'])}."
+        )
+    return Section(
+        "the election timeout (failover, simulated ms) and a 1-voter run in the same process (throughput: "
+        "no replication, no elections).",
+        [
+            Table(
+                ("voters", "samples", "p50 ms", "p99 ms", "max ms", "p99 / election timeout"),
+                failover,
+                "leader crash -> next leader (simulated time)",
+            ),
+            Table(
+                ("run", "voters", "committed/s (wall)", "simulator events/s"),
+                throughput,
+                "core + simulator throughput",
+            ),
+        ],
+        lines,
+    )
+
+
+def replication(data: Mapping[str, Any]) -> Section:
+    rows = [
+        (
+            int(name.removeprefix("batch_")) if name.removeprefix("batch_").isdigit() else name,
+            r["rows_per_s"],
+            r.get("batch_latency_p50_ms"),
+            r.get("batch_latency_p99_ms"),
+            r.get("follower_lag_records_max"),
+            r["baseline_single_rocksdb_rows_per_s"],
+            r["ratio_vs_single_rocksdb"],
+        )
+        for name, r in data["results"].items()
+    ]
+    return Section(
+        "the same rows written in the same batches straight into one local RocksDB store in the same run "
+        "(the ratio is the price of the network, the log and the replication).",
+        [
+            Table(
+                (
+                    "rows/batch",
+                    "committed rows/s",
+                    "batch p50 ms",
+                    "batch p99 ms",
+                    "follower lag max (records)",
+                    "one RocksDB rows/s",
+                    "ratio",
+                ),
+                rows,
+            )
+        ],
+    )
+
+
+def rpc(data: Mapping[str, Any]) -> Section:
+    rows = [
+        (name.replace("_", " "), r["sequential_rps"], r["pipelined_rps"])
+        for name, r in data.items()
+        if name.startswith("round_trips")
+    ]
+    codec = data["codec"]
+    return Section(
+        "itself: server in a child process (each side on its own core) against server and client on one "
+        "event loop, sequential against pipelined.",
+        [
+            Table(("round trips", "sequential/s", "pipelined/s"), rows),
+            Table(
+                ("codec message", "bytes", "encode/s", "decode/s", "entries decoded/s"),
+                [
+                    (
+                        codec["message"],
+                        codec["encoded_bytes"],
+                        codec["encode_per_s"],
+                        codec["decode_per_s"],
+                        codec["entries_decoded_per_s"],
+                    )
+                ],
+            ),
+        ],
+    )
+
+
+def spark_sink(data: Mapping[str, Any]) -> Section:
+    results = data["results"]
+    rows = [
+        (name, r["events_per_s"], r.get("batch_s_median"), r.get("wall_s_including_start"))
+        for name, r in results.items()
+        if isinstance(r, dict)
+    ]
+    ratios = [f"{name}: {fmt(v)}." for name, v in results.items() if not isinstance(v, dict)]
+    return Section(
+        "the same streaming aggregation with a no-op `foreachBatch` (Spark alone) and with sinks that "
+        "only move or encode the rows, in the same run.",
+        [Table(("sink", "events/s", "batch s (median)", "wall s incl. start"), rows)],
+        ratios,
+    )
+
+
+def write_failover(data: Mapping[str, Any]) -> Section:
+    rows = []
+    totals = []
+    for cluster, modes in data["results"].items():
+        for mode, m in modes.items():
+            if isinstance(m, dict):
+                rows.append(
+                    (cluster.replace("_", " "), mode, m["n"], m.get("p50_s"), m.get("p99_s"), m.get("max_s"))
+                )
+        if "acked_writes" in modes:
+            totals.append(
+                f"{cluster.replace('_', ' ')}: {fmt(modes['acked_writes'])} acked writes, "
+                f"{fmt(modes.get('write_errors_count'))} write errors."
+            )
+    goal = data.get("goal")
+    return Section(
+        f"the goal{f' ({goal})' if goal else ''}: time from a fault to the first acked write on each "
+        "partition the victim led (overlapping faults: the longest gap between acked writes).",
+        [Table(("cluster", "fault", "n", "p50 s", "p99 s", "max s"), rows)],
+        totals,
+    )
+
+
+FORMATTERS: dict[str, Formatter] = {
+    "assignor": assignor,
+    "freshness": freshness,
+    "http_servers": http_servers,
+    "log_append": log_append,
+    "metadata": metadata,
+    "pull_queries": pull_queries,
+    "raft_sim": raft_sim,
+    "replication": replication,
+    "rpc": rpc,
+    "spark_sink": spark_sink,
+    "write_failover": write_failover,
+}
+
+
+# --- unknown or changed shapes ---------------------------------------------------------------------
+
+
+def scalars(value: Any, path: str = "", depth: int = 0) -> Iterable[tuple[str, object]]:
+    """Numbers, booleans and short strings with their dotted paths; lists counted, not listed."""
+    if isinstance(value, dict):
+        if depth > 3:
+            return
+        for key, item in value.items():
+            if depth == 0 and (key in RUN_KEYS or key.startswith("load_average")):
+                continue
+            yield from scalars(item, f"{path}.{key}" if path else str(key), depth + 1)
+    elif isinstance(value, list):
+        yield path, f"list of {len(value)}"
+    elif (
+        value is None
+        or isinstance(value, bool | int | float)
+        or (isinstance(value, str) and len(value) <= 60)
+    ):
+        yield path, value
+
+
+def generic(data: Mapping[str, Any], limit: int = 40) -> Section:
+    found = list(scalars(data))
+    rows = [(f"`{path}`", value) for path, value in found[:limit]]
+    lines = [f"({len(found) - limit} more values in the JSON file.)"] if len(found) > limit else []
+    return Section(
+        "not stated (no formatter in bench/report.py yet; its values as recorded).",
+        [Table(("key", "value"), rows)],
+        lines,
+    )
+
+
+# --- the document ---------------------------------------------------------------------------------
+
+
+def section(name: str, data: Mapping[str, Any]) -> list[str]:
+    formatter = FORMATTERS.get(name)
+    note = ""
+    try:
+        body = formatter(data) if formatter else generic(data)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as error:
+        # A benchmark whose JSON changed shape must not break the report of all the others.
+        body = generic(data)
+        note = (
+            f"(Its shape is not what `bench/report.py`'s formatter expects ({type(error).__name__}: "
+            f"{error}): values as recorded.)"
+        )
+    script = BENCH / f"{name}.py"
+    source = f"`bench/{name}.py` -> " if script.exists() else ""
+    out = [f"## {name}", ""]
+    description = data.get("benchmark")
+    out.append(f"{source}`bench/results/{name}.json`" + (f": {fmt(description)}." if description else "."))
+    out.append("")
+    out.append(run_line(data) + (f" {fmt(data['note']).rstrip('.')}." if data.get("note") else ""))
+    out.append("")
+    out.append(f"Compared against: {body.compared_against}")
+    out.append("")
+    if note:
+        out += [note, ""]
+    for table in body.tables:
+        out += markdown_table(table)
+    if body.lines:
+        out += [*body.lines, ""]
+    return out
+
+
+def render(results: Path = RESULTS) -> str:
+    files = sorted(results.glob("*.json"))
+    out = [
+        "# Benchmarks",
+        "",
+        "<!-- Generated by bench/report.py from bench/results/*.json: edit those, not this file. -->",
+        "",
+        "Every number here comes from `bench/results/*.json`, written by the benchmarks in `bench/` "
+        "(`make bench` runs them all, then this report). Regenerate this page with "
+        "`make bench-report` (or `.venv/bin/python bench/report.py`) after a benchmark writes new results; "
+        "`make test` fails while it and the results disagree (`tests/docs/test_benchmarks_doc.py`). "
+        "Each benchmark records its machine's core count and load: these ran on a 2-core machine shared "
+        "with other work, so absolute rates are for that machine, and the comparisons within one run carry "
+        "over. `make bench-tools` installs what `pull_queries` and `http_servers` drive their load with "
+        "(wrk, h2load, Redis; Debian packages).",
+        "",
+    ]
+    sections: list[str] = []
+    for path in files:
+        name = path.stem
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as error:
+            sections += [f"## {name}", "", f"`bench/results/{name}.json` could not be read: {error}.", ""]
+            out.append(f"- [{name}](#{name}) (unreadable)")
+            continue
+        if not isinstance(data, dict):
+            data = {"results": data}
+        description = data.get("benchmark")
+        out.append(f"- [{name}](#{name})" + (f": {fmt(description)}" if description else ""))
+        sections += section(name, data)
+    if not files:
+        out.append("No results yet: run `make bench`.")
+    out.append("")
+    return "\n".join(out + sections).rstrip("\n") + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--results", type=Path, default=RESULTS, help="folder of *.json results")
+    parser.add_argument("--out", type=Path, default=OUT, help="the Markdown file to write")
+    parser.add_argument("--check", action="store_true", help="exit 1 if --out differs, write nothing")
+    args = parser.parse_args(argv)
+    text = render(args.results)
+    if args.check:
+        current = args.out.read_text() if args.out.exists() else ""
+        if current != text:
+            print(f"{args.out} is not what {args.results} gives: run .venv/bin/python bench/report.py")
+            return 1
+        return 0
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
