@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from hotstate.replica.messages import LagInfo
@@ -120,4 +121,20 @@ def test_snapshot_is_by_node_table_name_and_partition() -> None:
         "offset_lag": 3,
         "state": "warmup",
         "reported_at_ms": 42,
+        "end_known": True,
     }
+
+
+def test_a_replica_that_cannot_know_its_end_adds_nothing_to_the_partitions_end() -> None:
+    lags = LagTable()
+    lags.update(1, [info(0, 100, 100, "active")], now_ms=10)
+    unknown = dataclasses.replace(info(0, 20, 0), end_offset_position=-1, offset_lag=-1)
+    lags.update(2, [unknown], now_ms=20)
+    assert lags.partition_end(T, 0) == 100
+    assert lags.lag(2, T, 0) == ReplicaLag(20, 100, 80, "standby", 20, end_known=False)
+    # Only another server's report with a known end, arrived since the time asked for, tells the end.
+    assert lags.reported_since(T, 0, 10, exclude=2)
+    assert not lags.reported_since(T, 0, 11, exclude=2)
+    assert not lags.reported_since(T, 0, 0, exclude=1)
+    assert lags.partition_hw(T, 0, exclude=2) == 100
+    assert lags.partition_hw(T, 0, exclude=1) == 0

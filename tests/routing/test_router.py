@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from hotstate.controller.image import PartitionInfo
 from hotstate.replica.messages import LagInfo
+from hotstate.routing.freshness import UNKNOWN_LAG_REASON
 from hotstate.routing.lags import LagTable
 from hotstate.routing.router import Candidate, NoReplicaError, Route, Skip, route
 
@@ -127,6 +128,18 @@ def test_a_replica_without_a_lag_report_is_kept_after_the_known_ones() -> None:
     assert r.skipped == (Skip(2, "lag 1000 > bound 10", "standby"),)
 
 
+def test_a_replica_that_reported_an_unknown_lag_is_skipped_for_bounded_reads_only() -> None:
+    lags = lag_table({1: 1_000, 2: 990}, end=1_000)
+    # 3 restarted: it has heard nobody yet, so it cannot know how far behind it is (routing.freshness).
+    lags.update(3, [LagInfo("clicks", T, P, "standby", 1_000, -1, -1, 1, 1_000, False)], now_ms=0)
+    bounded = do_route(part((1, 2, 3), 1), lags, max_lag=50)
+    assert order(bounded) == [(1, "active", 0), (2, "standby", 10)]
+    assert bounded.skipped == (Skip(3, UNKNOWN_LAG_REASON, "standby"),)
+    assert UNKNOWN_LAG_REASON in str(bounded.error())
+    unbounded = do_route(part((1, 2, 3), 1), lags)
+    assert order(unbounded) == [(1, "active", 0), (3, "standby", 0), (2, "standby", 10)]
+
+
 def test_an_active_without_a_lag_report_still_comes_first() -> None:
     lags = lag_table({2: 1_000}, end=1_000)
     assert order(do_route(part((1, 2), 1), lags, max_lag=0)) == [(1, "active", None), (2, "standby", 0)]
@@ -220,7 +233,8 @@ def scenarios(draw: st.DrawFn) -> tuple[PartitionInfo, frozenset[int], LagTable,
     for node in draw(st.lists(st.integers(0, 9), unique=True)):
         position = draw(st.integers(0, 1_000))
         end = position + draw(st.integers(0, 1_000))
-        lags.update(node, [LagInfo("clicks", T, P, "standby", position, end, 0, 1, end, True)], 0)
+        reported = -1 if draw(st.booleans()) and draw(st.booleans()) else end  # -1: it cannot know its end
+        lags.update(node, [LagInfo("clicks", T, P, "standby", position, reported, 0, 1, end, True)], 0)
     local = draw(st.integers(0, 9))
     max_lag = draw(st.one_of(st.none(), st.integers(0, 1_000)))
     return part(tuple(nodes), active, warmups), alive, lags, local, max_lag
@@ -239,9 +253,10 @@ def test_every_replica_is_routed_or_skipped_once_and_candidates_respect_the_boun
     for c in r.candidates:
         assert c.node_id == local or c.node_id in alive
         judged = c.role != "active"  # the scenarios report every replica as running, none restoring
+        known = lags.lag(c.node_id, T, P)
         if judged and max_lag is not None and c.offset_lag is not None:
             assert c.offset_lag <= max_lag
-        known = lags.lag(c.node_id, T, P)
+            assert known is not None and known.end_known
         assert c.offset_lag == (None if known is None else known.offset_lag)
     rest = list(r.candidates)
     if rest and rest[0].role == "active":

@@ -4,7 +4,9 @@ Each server periodically sends the LagInfo of all its local replicas; every serv
 report of each. A replica's lag is measured against the highest end offset that ANY replica reported
 for its partition, not against the end its own server knows: a standby cut off from the active still
 reports its old end and would otherwise look caught up (KIP-535, KLIP-12's maxEndOffsetPerPartition).
-The lag each server computed itself (LagInfo.offset_lag) is therefore ignored.
+The lag each server computed itself (LagInfo.offset_lag) is therefore ignored, except that a replica
+that cannot know its partition's end (`routing.freshness`: it has heard nobody since it opened) reports its
+end as -1, and routers skip it for bounded reads.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ class ReplicaLag:
     offset_lag: int  # max(0, end - position)
     state: str  # active, restoring, standby, warmup: as the replica's server reported it
     reported_at_ms: int  # arrival of the report, on this server's clock
+    end_known: bool = True  # False: the replica itself could not know its lag when it reported
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +53,8 @@ class LagTable:
         replicas = {(info.table_id, info.partition): info for info in reports}
         self._drop_ends(node_id)
         for key, info in replicas.items():
-            self._ends.setdefault(key, {})[node_id] = info.end_offset_position
+            if info.end_offset_position >= 0:  # an unknown end says nothing of the partition's end
+                self._ends.setdefault(key, {})[node_id] = info.end_offset_position
         self._nodes[node_id] = _NodeReport(now_ms, replicas)
         return True
 
@@ -75,6 +79,25 @@ class LagTable:
         ends = self._ends.get((table_id, partition))
         return max(ends.values()) if ends else 0
 
+    def partition_hw(self, table_id: int, partition: int, *, exclude: int) -> int:
+        """The highest HW any replica but `exclude`'s reported for the partition, with a known end; 0 if
+        none did."""
+        key = (table_id, partition)
+        hws = [
+            info.high_watermark
+            for node_id in self._ends.get(key, {})
+            if node_id != exclude and (info := self._nodes[node_id].replicas.get(key)) is not None
+        ]
+        return max(hws, default=0)
+
+    def reported_since(self, table_id: int, partition: int, since_ms: int, *, exclude: int) -> bool:
+        """Whether a server other than `exclude` reported the partition's end in a report that arrived at or
+        after `since_ms`."""
+        return any(
+            node_id != exclude and self._nodes[node_id].reported_at_ms >= since_ms
+            for node_id in self._ends.get((table_id, partition), {})
+        )
+
     def lag(self, node_id: int, table_id: int, partition: int) -> ReplicaLag | None:
         """The node's replica of the partition as last reported, or None without a report of it."""
         report = self._nodes.get(node_id)
@@ -88,7 +111,8 @@ class LagTable:
     def _replica_lag(self, info: LagInfo, reported_at_ms: int) -> ReplicaLag:
         end = self.partition_end(info.table_id, info.partition)
         position = info.current_offset_position
-        return ReplicaLag(position, end, max(0, end - position), info.state, reported_at_ms)
+        known = info.end_offset_position >= 0
+        return ReplicaLag(position, end, max(0, end - position), info.state, reported_at_ms, known)
 
     def snapshot(self) -> dict[int, dict[str, dict[int, ReplicaLag]]]:
         """node -> table name -> partition -> lag, sorted: /clusterStatus's hostStoreLags."""
@@ -104,7 +128,7 @@ class LagTable:
             view[node_id] = tables
         return view
 
-    def snapshot_json(self) -> dict[str, dict[str, dict[str, dict[str, int | str]]]]:
+    def snapshot_json(self) -> dict[str, dict[str, dict[str, dict[str, int | str | bool]]]]:
         """`snapshot` with string keys and plain values, ready for a JSON answer."""
         return {
             str(node_id): {

@@ -5,9 +5,11 @@ Rules (KLIP-12, KIP-535, docs/architecture.md §5):
   bound like any other replica, so an active rebuilding from scratch does not serve very stale rows;
 - then the live standbys and warmups, freshest (lowest lag) first;
 - a replica whose lag is over the query's bound is skipped, and so is a replica that is down;
+- a replica that reported it cannot know its lag (it has heard nobody since it opened,
+  `routing.freshness`) is skipped for a bounded read: it would refuse it. An unbounded read may use it;
 - a replica that has not reported its lag yet is kept, after those with a known lag: its own server
-  checks its lag when the query arrives and refuses it if too stale, while dropping it could leave a
-  partition unservable just after a restart;
+  checks its lag when the query arrives and refuses it if too stale or unknown, while dropping it could
+  leave a partition unservable just after a restart;
 - equal lags prefer the local replica (no network hop), then the lower node id, so that every server
   routes the same way for the same inputs.
 
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from hotstate.controller.image import PartitionInfo
+from hotstate.routing.freshness import UNKNOWN_LAG_REASON
 from hotstate.routing.lags import LagTable
 
 Role = Literal["active", "standby", "warmup"]
@@ -110,6 +113,9 @@ def route(
         # between reports sent at different times, and its server checks its real lag on arrival. Only a
         # restoring active (its store still catching up) is judged by its report.
         judged = role != "active" or (known is not None and known.state == "restoring")
+        if judged and max_lag is not None and known is not None and not known.end_known:
+            skipped.append(Skip(node_id, UNKNOWN_LAG_REASON, role))
+            continue
         if judged and offset_lag is not None and max_lag is not None and offset_lag > max_lag:
             skipped.append(Skip(node_id, f"lag {offset_lag} > bound {max_lag}", role))
             continue

@@ -37,14 +37,16 @@ class Liveness:
         *,
         send: Callable[[int, object], object],
         local_lags: Callable[[], list[LagInfo]],
+        lags: LagTable | None = None,
     ) -> None:
+        """`lags`: the table to keep the reports in, shared with the replicas that judge their lag by it."""
         self.node_id = node_id
         self.config = config
         self._send = send
         self._local_lags = local_lags
         now = monotonic_ms()
         self.status = HeartbeatStatus(node_id, config.heartbeat, now)
-        self.lags = LagTable()
+        self.lags = LagTable() if lags is None else lags
         self._peers: tuple[int, ...] = ()
         self._tasks: list[asyncio.Task[None]] = []
         self._was_alive: dict[int, bool] = {}

@@ -70,6 +70,9 @@ from hotstate.replica.messages import (
 )
 from hotstate.replica.rows import decode_records, decode_row
 from hotstate.replica.store import Store, StoreError, StoreSnapshot
+from hotstate.routing.freshness import EndWitness, lag_report
+from hotstate.routing.freshness import replica_state as state_of
+from hotstate.routing.lags import LagTable
 from hotstate.server.metadata import MetadataPublisher
 from hotstate.server.raft_driver import monotonic_ms
 
@@ -92,6 +95,7 @@ class LocalReplica:
     store: Store
     core: ReplicaCore
     info: PartitionInfo
+    witness: EndWitness  # what the core heard of the partition's end since it opened: its lag is known
     waiters: dict[int, asyncio.Future[ProduceResult]] = field(default_factory=dict)
     installing: bool = False
 
@@ -129,6 +133,9 @@ class ReplicaManager:
         self._request = request
         self._to_controller = to_controller
         self.replicas: dict[PartitionId, LocalReplica] = {}
+        # The lag reports this server holds (server.liveness fills it): a replica's lag is known once one of
+        # them, from another server, arrived after the replica opened.
+        self.lags = LagTable()
         self.image = MetadataImage.empty()
         self._served: dict[int, _ServedSnapshot] = {}
         self._snapshot_ids = itertools.count(1)
@@ -231,7 +238,7 @@ class ReplicaManager:
             plog.start_offset,
             plog.end_offset,
         )
-        return LocalReplica(table, part.partition, directory, plog, store, core, part)
+        return LocalReplica(table, part.partition, directory, plog, store, core, part, EndWitness(now))
 
     # ------------------------------------------------------------------ the pump
     def _pump(self, replica: LocalReplica) -> None:
@@ -329,6 +336,7 @@ class ReplicaManager:
                 )
             return
         replica.core.step(message, monotonic_ms())
+        replica.witness.observe(message, replica.core)
         self._pump(replica)
 
     async def produce(self, request: ProduceRequest) -> ProduceResponse:
@@ -495,36 +503,25 @@ class ReplicaManager:
         return ReadPartitionResponse(ReplicaError.NONE, "", replica.store.position, items)
 
     def lag_info(self) -> list[LagInfo]:
-        out = []
-        for replica in sorted(self.replicas.values(), key=lambda r: r.pid):
-            core = replica.core
-            end = core.known_end_offset
-            position = core.position
-            out.append(
-                LagInfo(
-                    replica.table.name,
-                    replica.table.table_id,
-                    replica.partition,
-                    replica_state(replica),
-                    position,
-                    end,
-                    max(0, end - position),
-                    core.leader_epoch,
-                    core.high_watermark,
-                    self.node_id in replica.info.isr,
-                )
+        return [
+            lag_report(
+                r.core,
+                r.witness,
+                self.lags,
+                self.node_id,
+                table=r.table.name,
+                state=replica_state(r),
+                in_sync=self.node_id in r.info.isr,
             )
-        return out
+            for r in sorted(self.replicas.values(), key=lambda r: r.pid)
+        ]
 
     def replica_ends(self) -> tuple[tuple[int, int, int], ...]:
         return tuple((pid[0], pid[1], r.core.log_end_offset) for pid, r in sorted(self.replicas.items()))
 
 
 def replica_state(replica: LocalReplica) -> str:
-    core = replica.core
-    if core.role is Role.LEADER:
-        return "active" if core.position >= core.high_watermark else "restoring"
-    return "warmup" if replica.info.warmups and core.id in replica.info.warmups else "standby"
+    return state_of(replica.core, replica.info.warmups)
 
 
 def _view(part: PartitionInfo) -> PartitionView:
