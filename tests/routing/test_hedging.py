@@ -45,7 +45,7 @@ def test_only_the_window_counts_and_the_delay_follows_within_a_few_answers() -> 
 
 
 def test_hedges_never_exceed_the_fraction_of_forwards_plus_the_burst() -> None:
-    config = HedgeConfig(max_fraction=0.05, burst=3)
+    config = HedgeConfig(max_percent=5, burst=3)
     policy = HedgePolicy(config)
     taken = 0
     rng = random.Random(7)
@@ -55,13 +55,13 @@ def test_hedges_never_exceed_the_fraction_of_forwards_plus_the_burst() -> None:
         # Every forward is slow and wants a hedge, sometimes two.
         for _ in range(rng.choice([1, 2])):
             taken += policy.take()
-    assert taken <= forwards * config.max_fraction + config.burst
-    assert taken >= forwards * config.max_fraction - 1  # and the budget is really used
+    assert taken <= forwards * config.max_percent / 100 + config.burst
+    assert taken >= forwards * config.max_percent / 100 - 1  # and the budget is really used
     assert policy.hedges == taken
 
 
 def test_hedging_off_never_hedges() -> None:
-    policy = HedgePolicy(HedgeConfig(enabled=False))
+    policy = HedgePolicy(HedgeConfig(max_percent=0))
     policy.observe(1, 1.0)
     assert policy.delay_ms(1) is None
 
@@ -71,7 +71,7 @@ def test_hedging_off_never_hedges() -> None:
     [
         ({"delay_floor_ms": 0}, "floor"),
         ({"delay_floor_ms": 300, "delay_cap_ms": 200}, "floor"),
-        ({"max_fraction": 1.5}, "fraction"),
+        ({"max_percent": 150}, "percent"),
         ({"min_samples": 500, "window": 100}, "min_samples"),
     ],
 )

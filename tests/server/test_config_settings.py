@@ -12,6 +12,7 @@ from hotstate.assignor import AssignorConfig
 from hotstate.raft.config import RaftConfig
 from hotstate.replica.core import ReplicaConfig
 from hotstate.routing.heartbeat import HeartbeatConfig
+from hotstate.routing.hedging import HedgeConfig
 from hotstate.server.config import DEFAULTS, SETTING, ServerConfig
 from hotstate.server.liveness import LivenessConfig
 from hotstate.server.settings import SECTIONS, SETTINGS, doc_table, update_doc
@@ -20,12 +21,13 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
 # Typed configs inside ServerConfig, by attribute path, and their fields that are no server setting.
 GROUPS: dict[str, tuple[type[object], set[str]]] = {
-    "": (ServerConfig, {"raft", "replica", "liveness", "assignor"}),
+    "": (ServerConfig, {"raft", "replica", "liveness", "assignor", "hedging"}),
     "raft": (RaftConfig, {"max_pending_proposals"}),  # back-pressure inside the Raft driver
     "replica": (ReplicaConfig, set()),
     "liveness": (LivenessConfig, {"heartbeat"}),
     "liveness.heartbeat": (HeartbeatConfig, set()),
     "assignor": (AssignorConfig, {"num_standby_replicas"}),  # every table sets its own
+    "hedging": (HedgeConfig, {"burst", "window", "min_samples"}),  # fixed by the code
 }
 
 

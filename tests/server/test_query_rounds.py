@@ -233,7 +233,7 @@ def test_hedging_off_for_a_query_waits_for_the_slow_server() -> None:
 def test_hedges_stop_when_the_budget_is_spent() -> None:
     peers = Peers()
     peers.slow.add(2)
-    policy = HedgePolicy(HedgeConfig(delay_floor_ms=5, delay_cap_ms=20, max_fraction=0.0, burst=1))
+    policy = HedgePolicy(HedgeConfig(delay_floor_ms=5, delay_cap_ms=20, max_percent=1, burst=1))
     service = _service(peers, None, policy)
     user = next(u for u in USERS if PLACEMENT[_partition(u)][0] == 2)  # its active is the slow server
     for _ in range(2):

@@ -7,9 +7,9 @@ partitions go to their next candidates as well, and the first answer wins.
 
 - The delay per peer is the p95 of its recent answer times (a ring of the last `window` samples), clamped
   to [`delay_floor_ms`, `delay_cap_ms`]; a peer with fewer than `min_samples` samples gets the cap.
-- The extra load is bounded: each forward earns `max_fraction` of a hedge, a hedge spends one, and at most
-  `burst` may be saved up, so over any long run hedges stay at most `max_fraction` of forwards (plus the
-  burst), and a storm of slow answers cannot double the load.
+- The extra load is bounded: each forward earns `max_percent`/100 of a hedge, a hedge spends one, and at
+  most `burst` may be saved up, so over any long run hedges stay at most `max_percent` of forwards (plus
+  the burst), and a storm of slow answers cannot double the load. `max_percent` 0 turns hedging off.
 - A peer with a forward unanswered for longer than its hedge delay is *slow*: queries try it after the
   other candidates (`last_if_slow`) until that forward is answered or given up. A hedged forward is
   left to run to its own timeout for that reason: the hedges of the first queries find the gray peer,
@@ -35,13 +35,15 @@ RECOMPUTE_EVERY = 16
 
 @dataclass(frozen=True, slots=True)
 class HedgeConfig:
-    enabled: bool = True
+    """The `query.hedge.*` settings (server/settings.py); `burst`, `window` and `min_samples` are fixed by
+    the code (tests vary them)."""
+
     # Below this a hedge would mostly duplicate answers already on their way (a loopback round trip with
     # a busy event loop takes a few ms).
-    delay_floor_ms: float = 10.0
+    delay_floor_ms: int = 10
     # A hedge after this long at the latest, whatever the history says.
-    delay_cap_ms: float = 200.0
-    max_fraction: float = 0.05
+    delay_cap_ms: int = 200
+    max_percent: int = 5
     burst: float = 10.0
     window: int = 200
     min_samples: int = 20
@@ -49,13 +51,17 @@ class HedgeConfig:
     def __post_init__(self) -> None:
         if not 0 < self.delay_floor_ms <= self.delay_cap_ms:
             raise ValueError(
-                f"hedge delay floor {self.delay_floor_ms} ms, cap {self.delay_cap_ms} ms: "
-                "need 0 < floor <= cap"
+                f"query.hedge.delay.floor.ms={self.delay_floor_ms}: must be from 1 to "
+                f"query.hedge.delay.cap.ms={self.delay_cap_ms}"
             )
-        if not 0 <= self.max_fraction <= 1:
-            raise ValueError(f"hedge max fraction {self.max_fraction}: must be in [0, 1]")
+        if not 0 <= self.max_percent <= 100:
+            raise ValueError(f"query.hedge.max.percent={self.max_percent}: must be from 0 to 100")
         if self.burst < 1 or self.window < 1 or not 1 <= self.min_samples <= self.window:
             raise ValueError("hedge burst >= 1, window >= 1 and 1 <= min_samples <= window")
+
+    @property
+    def enabled(self) -> bool:
+        return self.max_percent > 0
 
 
 class HedgePolicy:
@@ -109,7 +115,7 @@ class HedgePolicy:
 
     def forwarded(self) -> None:
         """A forward was sent: it earns its fraction of a hedge."""
-        self._budget = min(self.config.burst, self._budget + self.config.max_fraction)
+        self._budget = min(self.config.burst, self._budget + self.config.max_percent / 100)
 
     def delay_ms(self, peer: int) -> float | None:
         """How long to wait for `peer` before hedging; None: never hedge (hedging off)."""

@@ -49,6 +49,7 @@ from hotstate.raft.node import Role
 from hotstate.raft.records import Entry, Snapshot
 from hotstate.raft.storage import RaftStorage
 from hotstate.replica import messages as replica_messages
+from hotstate.routing.hedging import HedgePolicy
 from hotstate.rpc import NOT_SENT, Connection, PeerInfo, PeerPool, RpcError, RpcServer
 from hotstate.server import runtime
 from hotstate.server.config import ServerConfig
@@ -188,6 +189,7 @@ class Server:
                 on_forward=lambda outcome: self.metrics.forwards.labels(outcome).inc(),
                 not_ready=metadata.not_ready,
                 cluster_id=config.cluster_id,
+                hedging=HedgePolicy(config.hedging),
             )
         self.metadata.add_listener(self._on_image)
         self.controller = ControllerHost(

@@ -29,6 +29,7 @@ from hotstate.assignor.config import STRATEGIES, AssignorConfig
 from hotstate.raft.config import RaftConfig
 from hotstate.replica.core import ReplicaConfig
 from hotstate.routing.heartbeat import HeartbeatConfig
+from hotstate.routing.hedging import HedgeConfig
 from hotstate.server.liveness import LivenessConfig
 from hotstate.server.settings import (
     FRAME_DATA_SHARE,
@@ -222,6 +223,7 @@ class ServerConfig:
     broker_removal_delay_ms: int = 30_000
     liveness: LivenessConfig = field(default_factory=LivenessConfig)
     assignor: AssignorConfig = field(default_factory=AssignorConfig)
+    hedging: HedgeConfig = field(default_factory=HedgeConfig)
     log_level: str = "INFO"
 
     def __post_init__(self) -> None:
@@ -973,6 +975,14 @@ def _assignor_error(error: ValueError, values: Mapping[str, object]) -> ConfigEr
     return ConfigError(match[1], values[match[1]], f"must be {match[2]}")
 
 
+def _hedge_error(error: ValueError, values: Mapping[str, object]) -> ConfigError:
+    # HedgeConfig words its errors as "query.hedge.KEY=VALUE: RULE", as RaftConfig does.
+    match = re.fullmatch(r"(query\.hedge\.[a-z.]+)=(.*?): (.*)", str(error), re.DOTALL)
+    if match is None or match[1] not in values:
+        return ConfigError("query.hedge", dict(values), str(error))
+    return ConfigError(match[1], values[match[1]], match[3])
+
+
 def _heartbeat_error(error: ValueError, values: Mapping[str, object]) -> ConfigError:
     return ConfigError("heartbeat", dict(values), str(error))
 
@@ -997,6 +1007,7 @@ _GROUPS: Final = (
     _Group("liveness", "liveness", LivenessConfig),
     _Group("liveness.heartbeat", "heartbeat", HeartbeatConfig, _heartbeat_error),
     _Group("assignor", "assignor", AssignorConfig, _assignor_error),
+    _Group("hedging", "query.hedge", HedgeConfig, _hedge_error),
 )
 
 

@@ -550,12 +550,41 @@ _SERVER: Final = (
         doc="Level of the server's log. Case does not matter; `WARN` means `WARNING`.",
     ),
 )
+_QUERIES: Final = (
+    Setting(
+        "query.hedge.delay.floor.ms",
+        "hedging.delay_floor_ms",
+        unit="ms",
+        doc=(
+            "Hedged forwards (docs/queries.md): the shortest wait for a peer's answer before a forward's "
+            "partitions also go to their next replica. The wait is the p95 of the peer's recent answer "
+            "times, at least this."
+        ),
+    ),
+    Setting(
+        "query.hedge.delay.cap.ms",
+        "hedging.delay_cap_ms",
+        unit="ms",
+        doc="The longest wait before a hedge, whatever the peer's history (and the wait until it has one).",
+    ),
+    Setting(
+        "query.hedge.max.percent",
+        "hedging.max_percent",
+        minimum=0,
+        unit="percent",
+        doc=(
+            "At most this many hedges per 100 forwards over any long run (plus a burst of 10). 0: never "
+            "hedge (the `hedging` query property turns it off for one query)."
+        ),
+    ),
+)
 SECTIONS: Final = (
     Section("identity", _IDENTITY),
     Section("quorum", _QUORUM),
     Section("replicas", _REPLICAS),
     Section("liveness", _LIVENESS),
     Section("placement", _PLACEMENT),
+    Section("queries", _QUERIES),
     Section("server", _SERVER),
 )
 # In the order render_toml writes them and load_config reports their parsing errors.
