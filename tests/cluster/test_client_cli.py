@@ -170,8 +170,17 @@ def test_cli_query_json_errors_and_status(start_cluster) -> None:
     )
     assert dumped.exit_code == 0, dumped.output
     body = json.loads(dumped.stdout)
-    assert set(body) >= {"query_id", "table", "columns", "rows", "partitions", "took_ms"}
+    assert set(body) >= {"query_id", "table", "columns", "rows", "partitions", "took_ms", "consistency_token"}
     assert len(body["rows"]) == len(ROWS) and [p["partition"] for p in body["partitions"]] == [0, 1, 2]
+    # The answer's token passed back: monotonic reads from the CLI too; a damaged one is a clear error.
+    again = runner.invoke(
+        app, ["query", "SELECT * FROM clicks", "--json", "--token", body["consistency_token"], "-s", s3]
+    )
+    assert again.exit_code == 0, again.output
+    positions = {p["partition"]: p["position"] for p in json.loads(again.stdout)["partitions"]}
+    assert all(positions[p["partition"]] >= p["position"] for p in body["partitions"])
+    damaged = runner.invoke(app, ["query", "SELECT * FROM clicks", "--token", "hs1.@@", "-s", s1])
+    assert damaged.exit_code == 1 and "consistency_token" in damaged.stderr
 
     refused = runner.invoke(app, ["query", "SELECT * FROM clicks WHERE", "-s", s1])
     assert refused.exit_code == 1

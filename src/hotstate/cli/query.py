@@ -94,6 +94,13 @@ def register(app: typer.Typer, *, default_dir: Path) -> None:
         standby_reads: Annotated[
             bool, typer.Option("--standby-reads/--no-standby-reads", help="let standbys serve")
         ] = True,
+        token: Annotated[
+            str | None,
+            typer.Option(
+                "--token",
+                help="a consistency token (from an earlier answer's, or a write's): read at least from there",
+            ),
+        ] = None,
         as_json: Annotated[bool, typer.Option("--json", help="print the /v1/query JSON")] = False,
         server: ServerOption = None,
         directory: DirOption = default_dir,
@@ -101,7 +108,13 @@ def register(app: typer.Typer, *, default_dir: Path) -> None:
         """Run a pull query: the rows, then which replica served each partition."""
         # Long enough for the server's own timeout plus failover to each other server.
         with _client(server, directory, timeout_s=30.0) as client:
-            result = client.query(sql, max_lag=max_lag, timeout_ms=timeout_ms, standby_reads=standby_reads)
+            result = client.query(
+                sql,
+                max_lag=max_lag,
+                timeout_ms=timeout_ms,
+                standby_reads=standby_reads,
+                consistency_token=token,
+            )
         if as_json:
             typer.echo(json.dumps(result.raw, indent=2))
         else:
@@ -137,6 +150,8 @@ def print_result(result: QueryResult, console: Console) -> None:
         style="dim",
         highlight=False,
     )
+    if result.consistency_token:
+        console.print(f"consistency token: {result.consistency_token}", style="dim", highlight=False)
 
 
 def _cell(value: Any) -> Text:
