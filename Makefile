@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "hotstate needs Python >= 3.11, found " + sys.version' 
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet --no-cache-dir -e '.[dev]'
+	$(PY) -m pip install --quiet --no-cache-dir -e '.[dev,spark]'
 	@touch $(STAMP)
 
 venv: $(STAMP)
@@ -44,7 +44,7 @@ quick: lint typecheck
 # bench/pull_queries.py and bench/http_servers.py: wrk (HTTP/1.1 load), h2load (HTTP/2 load, nghttp2-client),
 # redis-server + redis-benchmark (the Redis baseline).
 bench-tools: $(STAMP)
-	$(PY) -m pip install --quiet --no-cache-dir -e '.[dev,bench]'
+	$(PY) -m pip install --quiet --no-cache-dir -e '.[dev,spark,bench]'
 	@command -v wrk >/dev/null && command -v h2load >/dev/null && command -v redis-server >/dev/null \
 		&& command -v redis-benchmark >/dev/null \
 		|| (apt-get update && apt-get install -y --no-install-recommends wrk nghttp2-client redis-server redis-tools)
