@@ -10,6 +10,9 @@ from hotstate.controller.evidence import ProbeResult
 from hotstate.controller.image import PartitionInfo
 from hotstate.controller.partition_rules import ReplicaEnds
 from hotstate.controller.records import PartitionChange
+from hotstate.replica.core import ReplicaCore, Role
+from hotstate.routing.freshness import EndWitness, local_lag, served_lag
+from hotstate.routing.lags import LagTable
 from hotstate.sim.broken_replica import BROKEN_REPLICA_RULES
 from hotstate.sim.replication import ReplicationProfile, ReplicationSimFailure, ReplicationWorld, run_seed
 
@@ -40,6 +43,11 @@ def test_every_invariant_holds_for_every_seed(start: int) -> None:
     assert sum(s.replicas_removed for s in stats) > CHUNK
     # Crashes are fenced on a refused probe before their session expires, in many seeds.
     assert sum(1 for s in stats if s.probe_fences) >= CHUNK // 5
+    # Queries go through the real router and lag rules: bounded reads are answered, by standbys too, and
+    # replicas that cannot know their lag are skipped or refuse.
+    assert sum(s.answered_bounded for s in stats) > 100 * CHUNK
+    assert sum(s.answered_by_standby for s in stats) > 50 * CHUNK
+    assert sum(1 for s in stats if s.lag_unknown) >= CHUNK // 2
 
 
 @pytest.mark.parametrize("seed", PARTITION_STEP_REGRESSIONS)
@@ -167,3 +175,55 @@ def test_an_election_rule_that_leaves_the_isr_is_caught() -> None:
             assert "ISR" in failure.reason
             return
     pytest.fail("no seed in 0..199 caught an election outside the ISR")
+
+
+def _lag_from_own_log_end(core: ReplicaCore, witness: EndWitness, lags: LagTable, node_id: int) -> int:
+    """Broken (issue 15, 1b): a follower that heard nobody since it opened takes its own log end for the
+    partition's end, and claims lag 0 however much was acknowledged meanwhile."""
+    return local_lag(
+        leader=core.role is Role.LEADER,
+        position=core.position,
+        high_watermark=core.high_watermark,
+        epoch_start=core.epoch_start_offset,
+        known_end=max(core.known_end_offset, lags.partition_end(core.table_id, core.partition)),
+        reported_hw=lags.partition_hw(core.table_id, core.partition, exclude=node_id),
+    )
+
+
+def _active_ignores_reports(
+    core: ReplicaCore, witness: EndWitness, lags: LagTable, node_id: int
+) -> int | None:
+    """Broken: an active judges its lag by its own HW alone, even when a newer active reported more."""
+    if core.role is not Role.LEADER:
+        return served_lag(core, witness, lags, node_id)
+    return local_lag(
+        leader=True,
+        position=core.position,
+        high_watermark=core.high_watermark,
+        epoch_start=core.epoch_start_offset,
+        known_end=max(core.known_end_offset, lags.partition_end(core.table_id, core.partition)),
+    )
+
+
+def test_a_replica_that_claims_a_lag_it_cannot_know_is_caught() -> None:
+    caught = []
+    for seed in range(20):
+        try:
+            run_seed(seed, lag_rule=_lag_from_own_log_end)
+        except ReplicationSimFailure as failure:
+            assert "no word of the partition's end since it opened" in failure.reason
+            caught.append(seed)
+    assert len(caught) >= 5
+
+
+# A seed where a deposed active that did not know it yet answered max_lag=0 reads from its own HW, while
+# its lag reports said a newer active had committed more (found by the query invariant).
+DEPOSED_ACTIVE_READS = (22,)
+
+
+@pytest.mark.parametrize("seed", DEPOSED_ACTIVE_READS)
+def test_a_deposed_active_refuses_reads_its_successor_outran(seed: int) -> None:
+    assert run_seed(seed).answered_bounded > 0
+    with pytest.raises(ReplicationSimFailure) as broken:
+        run_seed(seed, lag_rule=_active_ignores_reports)
+    assert "having heard that" in broken.value.reason

@@ -29,6 +29,7 @@ anything.
 from __future__ import annotations
 
 import argparse
+import bisect
 import dataclasses
 import hashlib
 import heapq
@@ -60,13 +61,26 @@ from hotstate.replica.core import (
     Role,
     TruncateTo,
 )
-from hotstate.replica.messages import ReplicaError, ReplicaMessage
+from hotstate.replica.messages import FetchResponse, LagInfo, ReplicaError, ReplicaMessage
+from hotstate.routing.freshness import (
+    UNKNOWN_LAG_REASON,
+    EndWitness,
+    bound_refusal,
+    lag_report,
+    replica_state,
+    served_lag,
+)
+from hotstate.routing.heartbeat import HeartbeatConfig, HeartbeatStatus
+from hotstate.routing.lags import LagTable
+from hotstate.routing.router import Candidate, route
 
 CoreFactory = Callable[..., ReplicaCore]
 # The controller's rule for a probe's result (controller.evidence.fences_on_probe, or a broken one in tests).
 FenceRule = Callable[..., bool]
 # The controller's choice of a new active when a server is fenced (partition_rules.elect_after_fence).
 ElectRule = Callable[..., PartitionChange | None]
+# A serving replica's lag for a query's bound, None when unknown (routing.freshness.served_lag).
+LagRule = Callable[[ReplicaCore, EndWitness, LagTable, int], int | None]
 
 (
     _DELIVER,
@@ -84,9 +98,23 @@ ElectRule = Callable[..., PartitionChange | None]
     _REASSIGN,
     _PROBE,
     _PROBED,
-) = range(15)
+    _BEAT,
+    _BEAT_CHECK,
+    _LAG_REPORTS,
+    _LAG_ARRIVE,
+    _QUERY,
+    _SERVE,
+    _QUERY_NEXT,
+) = range(22)
 SESSION_TIMEOUT_MS = 300
 TABLE_ID, PARTITION = 1, 0
+TABLE = "t"
+# The servers' failure detection, scaled down with the rest of the simulated timeouts.
+HEARTBEATS = HeartbeatConfig(send_interval_ms=20, check_interval_ms=40, window_ms=400)
+# A forward to a server that does not answer is given up after this long.
+QUERY_ATTEMPT_MS = 30
+# Query bounds: unbounded (None) reads may use a replica of unknown lag, bounded ones never.
+QUERY_BOUNDS = (None, None, 0, 0, 0, 3, 30)
 
 
 class ReplicationInvariantViolation(Exception):
@@ -125,6 +153,9 @@ class ReplicationProfile:
     # Fast fencing (controller.evidence): a hint makes the controller probe a node, whose result it acts on
     # up to this long later. 0: the controller fences on session expiry only.
     probe_delay_max_ms: int = 0
+    # Pull queries through the real router, heartbeat status and lag rules (0: none).
+    query_every_ms: int = 0
+    lag_report_every_ms: int = 100
 
     @staticmethod
     def from_seed(seed: int) -> ReplicationProfile:
@@ -164,6 +195,8 @@ class ReplicationProfile:
             spares=rng.choice([1, 2]),
             reassign_every_ms=rng.choice([0, 80, 200, 500]),
             probe_delay_max_ms=rng.choice([0, 5, 40]),
+            query_every_ms=rng.choice([4, 15]),
+            lag_report_every_ms=rng.choice([30, 100]),
         )
 
 
@@ -238,6 +271,17 @@ class Node:
     writing: Ready | None = None
     tick_at: int | None = None
     cut_from_controller: bool = False
+    # The server's routing state, lost with its process: the newest metadata it learned, its heartbeat
+    # status of the other servers, the lag reports it holds.
+    info: PartitionInfo | None = None
+    status: HeartbeatStatus | None = None
+    lags: LagTable = field(default_factory=LagTable)
+    witness: EndWitness | None = None  # what the open core heard of the partition's end
+    # The invariants' record of the committed offsets the replica heard of since it opened: the HWs in the
+    # fetch answers its core took, and in the newest report of each other server (arrival, HW or None).
+    opened_at: int = 0
+    heard_hw: int | None = None
+    report_hws: dict[int, tuple[int, int | None]] = field(default_factory=dict)
 
 
 @dataclass
@@ -290,7 +334,25 @@ class Stats:
     active_moves: int = 0  # reassignment records that moved the active
     replicas_removed: int = 0  # replicas a node deleted on learning it no longer holds one
     probe_fences: int = 0  # fences on a refused probe, before the session expired
+    queries: int = 0
+    answered: int = 0
+    answered_bounded: int = 0  # of those, reads with a bound (a staleness check passed)
+    answered_by_standby: int = 0
+    lag_unknown: int = 0  # candidates skipped or refused because their lag could not be known
+    unserved: int = 0  # queries no candidate could answer
     log: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Query:
+    """One pull query of a key, on its way through the candidates its coordinator routed it to."""
+
+    coordinator: int
+    boot: int
+    key: bytes
+    max_lag: int | None
+    candidates: tuple[Candidate, ...]
+    index: int = -1
 
 
 @dataclass
@@ -312,6 +374,7 @@ class ReplicationWorld:
         core_factory: CoreFactory = ReplicaCore,
         fence_rule: FenceRule = fences_on_probe,
         elect_rule: ElectRule = elect_after_fence,
+        lag_rule: LagRule = served_lag,
         trace: bool = False,
     ) -> None:
         self.seed = seed
@@ -319,10 +382,13 @@ class ReplicationWorld:
         self.core_factory = core_factory
         self.fence_rule = fence_rule
         self.elect_rule = elect_rule
+        self.lag_rule = lag_rule
         self.trace = trace
         self.rng = random.Random(f"replication-world/{seed}")
         # Probes draw from their own stream, so a seed without them runs exactly as before they existed.
         self.probe_rng = random.Random(f"replication-probes/{seed}")
+        # So do heartbeats, lag reports and queries: they read the replicas and change nothing in them.
+        self.query_rng = random.Random(f"replication-queries/{seed}")
         self.now = 0
         self._seq = 0
         self._events: list[tuple[int, int, int, int, Any]] = []
@@ -342,6 +408,8 @@ class ReplicationWorld:
         self.max_hw = 0
         self.epoch_leaders: dict[int, int] = {}
         self.acked: list[tuple[int, tuple[bytes, ...]]] = []
+        # key -> [(offset, value)] of the committed records: what a store at a position holds for a key.
+        self.key_history: dict[bytes, list[tuple[int, bytes]]] = {}
 
     # ------------------------------------------------------------------ running
     def run(self) -> Stats:
@@ -356,6 +424,11 @@ class ReplicationWorld:
             self._schedule(self._gap(profile.partition_every_ms), _PARTITION, 0, None)
         if profile.reassign_every_ms:
             self._schedule(self._gap(profile.reassign_every_ms), _REASSIGN, 0, None)
+        if profile.query_every_ms:
+            self._schedule(HEARTBEATS.send_interval_ms, _BEAT, 0, None)
+            self._schedule(HEARTBEATS.check_interval_ms, _BEAT_CHECK, 0, None)
+            self._schedule(profile.lag_report_every_ms, _LAG_REPORTS, 0, None)
+            self._schedule(1 + self.query_rng.randrange(profile.query_every_ms), _QUERY, 0, None)
         end = profile.chaos_ms + profile.calm_ms
         try:
             while self._events and self._events[0][0] <= end:
@@ -392,6 +465,7 @@ class ReplicationWorld:
             destination = self.nodes[message.dst]
             if destination.core is not None:
                 destination.core.step(message, self.now)
+                self._heard(destination, message)
                 self._pump(destination)
         elif kind == _TICK:
             assert node is not None
@@ -405,9 +479,9 @@ class ReplicationWorld:
                 self._finish_write(node)
         elif kind == _META:
             assert node is not None
-            boot, view = payload
+            boot, info = payload
             if node.up and node.boot == boot:
-                self._on_metadata(node, view)
+                self._on_metadata(node, info)
         elif kind == _ISR:
             self._on_isr_change(target, payload)
         elif kind == _SNAP:
@@ -440,6 +514,32 @@ class ReplicationWorld:
             self._probe(target, payload)
         elif kind == _PROBED:
             self._on_probe(target, *payload)
+        elif kind == _BEAT:
+            self._heartbeats()
+            self._schedule(self.now + HEARTBEATS.send_interval_ms, _BEAT, 0, None)
+        elif kind == _BEAT_CHECK:
+            for n in self.nodes.values():
+                if n.up and n.status is not None:
+                    n.status.check(self.now)
+            self._schedule(self.now + HEARTBEATS.check_interval_ms, _BEAT_CHECK, 0, None)
+        elif kind == _LAG_REPORTS:
+            self._lag_reports()
+            self._schedule(self.now + self.profile.lag_report_every_ms, _LAG_REPORTS, 0, None)
+        elif kind == _LAG_ARRIVE:
+            assert node is not None
+            self._on_lag_report(node, *payload)
+        elif kind == _QUERY:
+            self._query()
+            gap = 1 + self.query_rng.randrange(2 * self.profile.query_every_ms)
+            self._schedule(self.now + gap, _QUERY, 0, None)
+        elif kind == _SERVE:
+            assert node is not None
+            self._serve(node, *payload)
+        elif kind == _QUERY_NEXT:
+            query: _Query = payload
+            coordinator = self.nodes[query.coordinator]
+            if coordinator.up and coordinator.boot == query.boot:
+                self._next_candidate(query)
         elif kind == _CALM:
             self._calm = True
             self._heal()
@@ -453,6 +553,12 @@ class ReplicationWorld:
         node.up = True
         node.boot += 1
         node.meta_epoch = 0
+        node.info = None
+        node.status = HeartbeatStatus(node.id, HEARTBEATS, self.now)
+        # Every node of the pool is a registered server of the image.
+        node.status.set_peers((n for n in self.nodes if n != node.id), self.now)
+        node.lags = LagTable()
+        node.report_hws = {}
         self.controller.last_heartbeat[node.id] = self.now
         self._note(f"node {node.id} starts: store at {node.store.position}, log end {node.disk.end}")
         if node.boot > 1 and not node.cut_from_controller and node.id not in self.controller.fenced:
@@ -462,7 +568,10 @@ class ReplicationWorld:
             self._fence(node.id)
         self._publish_to(node)
 
-    def _on_metadata(self, node: Node, view: PartitionView) -> None:
+    def _on_metadata(self, node: Node, info: PartitionInfo) -> None:
+        view = PartitionView(info.active, info.leader_epoch, info.isr, info.replicas, info.partition_epoch)
+        if node.info is None or info.partition_epoch > node.info.partition_epoch:
+            node.info = info
         if view.partition_epoch > node.meta_epoch:
             node.meta_epoch = view.partition_epoch
             if node.id in view.replicas:
@@ -489,6 +598,9 @@ class ReplicationWorld:
         )
         node.writing = None
         node.tick_at = None
+        node.witness = EndWitness(self.now)
+        node.opened_at = self.now
+        node.heard_hw = None
         self._note(f"replica {node.id} opens: store at {node.store.position}, log end {node.disk.end}")
 
     def _remove(self, node: Node) -> None:
@@ -498,6 +610,7 @@ class ReplicationWorld:
         self.stats.replicas_removed += 1
         self._note(f"replica {node.id} removed: its log and store are deleted")
         node.core = None
+        node.witness = None
         node.incarnation += 1  # what the closed core had in flight never lands
         node.writing = None
         node.tick_at = None
@@ -508,6 +621,7 @@ class ReplicationWorld:
         self._note(f"node {node.id} crashes for {down_ms} ms")
         node.up = False
         node.core = None
+        node.witness = None
         node.writing = None
         node.tick_at = None
         self._schedule(self.now + down_ms, _RESTART, node.id, None)
@@ -744,7 +858,7 @@ class ReplicationWorld:
         if not node.up or node.cut_from_controller:
             return
         delay = self.rng.randint(0, self.profile.meta_delay_max_ms)
-        self._schedule(self.now + delay, _META, node.id, (node.boot, self.controller.view()))
+        self._schedule(self.now + delay, _META, node.id, (node.boot, self.controller.info()))
 
     def _send_isr_change(self, src: int, change: IsrChange) -> None:
         if self.nodes[src].cut_from_controller or self.rng.random() < self.profile.drop:
@@ -770,6 +884,169 @@ class ReplicationWorld:
             return
         self._note(f"controller: ISR of epoch {c.leader_epoch} becomes {decision.isr}")
         self._commit(decision)
+
+    # ------------------------------------------------------------------ heartbeats, lag reports, queries
+    def _heartbeats(self) -> None:
+        """Every running server's heartbeat to every other one (server.liveness), lost on a cut or a drop."""
+        for src in self.nodes.values():
+            if not src.up:
+                continue
+            for dst in self.nodes.values():
+                if dst is src or not dst.up or dst.status is None or self._cut(src.id, dst.id):
+                    continue
+                if self.query_rng.random() >= self.profile.drop:
+                    dst.status.received(src.id, self.now)
+
+    def _lag_reports(self) -> None:
+        """Every running server reports its replica's lag to itself and to the servers it thinks alive."""
+        for src in self.nodes.values():
+            if not src.up or src.status is None:
+                continue
+            reports: tuple[LagInfo, ...] = ()
+            core = src.core
+            if core is not None and src.witness is not None and src.info is not None:
+                info = src.info
+                state = replica_state(core, info.warmups)
+                in_sync = src.id in info.isr
+                reports = (
+                    lag_report(
+                        core, src.witness, src.lags, src.id, table=TABLE, state=state, in_sync=in_sync
+                    ),
+                )
+            src.lags.update(src.id, reports, self.now)
+            for dst in self.nodes.values():
+                if dst is src or not src.status.alive(dst.id) or self._cut(src.id, dst.id):
+                    continue
+                if self.query_rng.random() < self.profile.drop:
+                    continue
+                later = self.now + self.query_rng.randint(0, self.profile.delay_max_ms)
+                self._schedule(later, _LAG_ARRIVE, dst.id, (dst.boot, src.id, reports))
+
+    def _on_lag_report(self, node: Node, boot: int, src: int, reports: tuple[LagInfo, ...]) -> None:
+        if not node.up or node.boot != boot:
+            return
+        node.lags.update(src, reports, self.now)
+        hw = next((r.high_watermark for r in reports if r.end_offset_position >= 0), None)
+        node.report_hws[src] = (self.now, hw)
+
+    def _heard(self, node: Node, message: ReplicaMessage) -> None:
+        """After a message reached the node's core: a fetch answer the core took tells it a committed end."""
+        core, witness = node.core, node.witness
+        assert core is not None and witness is not None
+        witness.observe(message, core)
+        if (
+            isinstance(message, FetchResponse)
+            and message.error is ReplicaError.NONE
+            and message.leader_epoch == core.leader_epoch
+            and core.known_end_offset >= message.log_end_offset
+        ):
+            node.heard_hw = max(node.heard_hw or 0, message.high_watermark)
+
+    def _query(self) -> None:
+        """A client asks a running server for one key, with a staleness bound or none (server.queries)."""
+        up = [n for n in self.nodes.values() if n.up and n.info is not None and n.status is not None]
+        if not up:
+            return
+        coordinator = self.query_rng.choice(up)
+        assert coordinator.info is not None and coordinator.status is not None
+        key = f"k{self.query_rng.randrange(12)}".encode()
+        max_lag = self.query_rng.choice(QUERY_BOUNDS)
+        decision = route(
+            coordinator.info,
+            table=TABLE,
+            alive=coordinator.status.alive,
+            lags=coordinator.lags,
+            local_node=coordinator.id,
+            max_lag=max_lag,
+        )
+        self.stats.queries += 1
+        self.stats.lag_unknown += sum(1 for skip in decision.skipped if skip.reason == UNKNOWN_LAG_REASON)
+        self._next_candidate(_Query(coordinator.id, coordinator.boot, key, max_lag, decision.candidates))
+
+    def _next_candidate(self, query: _Query) -> None:
+        """Tries the query's next candidate: at once when it is the coordinator, else over the network."""
+        query.index += 1
+        if query.index >= len(query.candidates):
+            self.stats.unserved += 1
+            return
+        target = self.nodes[query.candidates[query.index].node_id]
+        if target.id == query.coordinator:
+            self._serve(target, query)
+        elif self._cut(query.coordinator, target.id) or self.query_rng.random() < self.profile.drop:
+            self._schedule(self.now + QUERY_ATTEMPT_MS, _QUERY_NEXT, query.coordinator, query)
+        else:
+            later = self.now + self.query_rng.randint(0, self.profile.delay_max_ms)
+            self._schedule(later, _SERVE, target.id, (query,))
+
+    def _serve(self, node: Node, query: _Query) -> None:
+        """The serving side (QueryService.serve_local): answer from the local replica, or refuse."""
+        core, witness = node.core, node.witness
+        if not node.up:
+            self._schedule(self.now + QUERY_ATTEMPT_MS, _QUERY_NEXT, query.coordinator, query)
+            return
+        refusal = "no replica here"
+        if core is not None and witness is not None:
+            lag = self.lag_rule(core, witness, node.lags, node.id)
+            refusal = bound_refusal(query.max_lag, lag) or ""
+            if not refusal:
+                self._check_answer(node, query, node.store.data.get(query.key))
+                return
+            if lag is None:
+                self.stats.lag_unknown += 1
+        if node.id == query.coordinator:
+            self._next_candidate(query)
+        else:
+            later = self.now + self.query_rng.randint(0, self.profile.delay_max_ms)
+            self._schedule(later, _QUERY_NEXT, query.coordinator, query)
+
+    def _check_answer(self, node: Node, query: _Query, value: bytes | None) -> None:
+        """Every query is answered by a replica within its bound, never from a store ahead of the HW.
+
+        The bound is checked against what the replica heard since it opened, independently of the lag
+        rules under test: the committed ends (HWs) in the fetch answers its core took and in the newest lag
+        report of each other server; an active also knows its own HW. A follower that heard nothing cannot
+        know its lag, so it must not answer a bounded read at all."""
+        position = node.store.position
+        self.stats.answered += 1
+        core = node.core
+        assert core is not None
+        if position > self.max_hw:
+            raise ReplicationInvariantViolation(
+                f"replica {node.id} answered from its store at {position}, above every HW ({self.max_hw})"
+            )
+        history = self.key_history.get(query.key, [])
+        before = bisect.bisect_left(history, (position, b""))
+        expected = history[before - 1][1] if before else None
+        if value != expected:
+            raise ReplicationInvariantViolation(
+                f"replica {node.id} at {position} answered {query.key!r}={value!r}, the committed records "
+                f"up to there say {expected!r}"
+            )
+        if node.id != self.controller.active:
+            self.stats.answered_by_standby += 1
+        if query.max_lag is None:
+            return
+        self.stats.answered_bounded += 1
+        heard = [node.heard_hw] if node.heard_hw is not None else []
+        heard += [
+            hw
+            for src, (at, hw) in node.report_hws.items()
+            if src != node.id and hw is not None and at >= node.opened_at
+        ]
+        if core.role is Role.LEADER:
+            heard.append(core.high_watermark)
+        if not heard:
+            acked = max((base + len(records) for base, records in self.acked), default=0)
+            raise ReplicationInvariantViolation(
+                f"replica {node.id} ({core.role.value}, store at {position}) answered a read bounded by "
+                f"{query.max_lag} with no word of the partition's end since it opened at t={node.opened_at} "
+                f"({acked} records were acknowledged)"
+            )
+        if position < max(heard) - query.max_lag:
+            raise ReplicationInvariantViolation(
+                f"replica {node.id} ({core.role.value}) answered a read bounded by {query.max_lag} from its "
+                f"store at {position}, having heard that {max(heard)} records are committed"
+            )
 
     # ------------------------------------------------------------------ reassignment
     def _reassign(self) -> None:
@@ -948,6 +1225,8 @@ class ReplicationWorld:
                     )
             elif offset == len(self.committed):
                 self.committed.append(record)
+                key, _, value = record.partition(b"=")
+                self.key_history.setdefault(key, []).append((offset, value))
             else:
                 raise ReplicationInvariantViolation(f"replica {node.id} applied {offset} past a gap")
 
@@ -1020,6 +1299,7 @@ def run_seed(
     core_factory: CoreFactory = ReplicaCore,
     fence_rule: FenceRule = fences_on_probe,
     elect_rule: ElectRule = elect_after_fence,
+    lag_rule: LagRule = served_lag,
     trace: bool = False,
 ) -> Stats:
     world = ReplicationWorld(
@@ -1028,6 +1308,7 @@ def run_seed(
         core_factory=core_factory,
         fence_rule=fence_rule,
         elect_rule=elect_rule,
+        lag_rule=lag_rule,
         trace=trace,
     )
     return world.run()
