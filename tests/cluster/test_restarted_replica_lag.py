@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
+from collections.abc import Callable
+from typing import Any
 
 import httpx
 
@@ -36,7 +38,9 @@ KEY = (KeyColumn("user", KeyType.STRING),)
 IN_FLIGHT = 2
 
 
-def test_a_restarted_standby_never_claims_lag_0_before_it_hears_the_active(start_cluster) -> None:
+def test_a_restarted_standby_never_claims_lag_0_before_it_hears_the_active(
+    start_cluster: Callable[..., Any],
+) -> None:
     running = start_cluster(3)
     cluster = running.cluster
 
@@ -118,7 +122,7 @@ def test_a_restarted_standby_never_claims_lag_0_before_it_hears_the_active(start
             await writer
         return standby, missed_from, fresh, outcomes
 
-    standby, missed_from, fresh, outcomes = running.run(scenario())  # type: ignore[misc]
+    standby, missed_from, fresh, outcomes = running.run(scenario())
     print(f"standby {standby} restarted after write {missed_from}: {outcomes}")
     assert missed_from >= 50
     assert fresh == 20, outcomes  # once caught up, it answers within the bound
