@@ -31,18 +31,24 @@ SLOW_FILES = {
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Marks tests by what they start, so nobody has to remember a decorator: `cluster` (server
-    processes: under tests/cluster, or using the `start_cluster` fixture), `spark` (a SparkSession: the
-    `spark` fixture or the "spark" xdist group), and `slow` for both and for SLOW_FILES. `make quick`
-    runs `-m "not slow"`; `make test` runs everything."""
+    processes: under tests/cluster, using the `start_cluster` fixture, or importing LocalCluster),
+    `spark` (a SparkSession: the `spark` fixture or the "spark" xdist group), and `slow` for both and for
+    SLOW_FILES. `make quick` runs `-m "not slow"`; `make test` runs everything."""
     for item in items:
         path = Path(str(item.path))
         fixtures = set(getattr(item, "fixturenames", ()))
         groups = {m.args[0] for m in item.iter_markers("xdist_group") if m.args}
-        cluster = "start_cluster" in fixtures or any(path.is_relative_to(d) for d in CLUSTER_DIRS)
+        # A module holding LocalCluster starts servers itself, without the fixture.
+        module = getattr(item, "module", None)
+        cluster = (
+            "start_cluster" in fixtures
+            or any(path.is_relative_to(d) for d in CLUSTER_DIRS)
+            or hasattr(module, "LocalCluster")
+        )
         spark = "spark" in fixtures or "spark" in groups
         if cluster:
             item.add_marker(pytest.mark.cluster)
         if spark:
             item.add_marker(pytest.mark.spark)
-        if cluster or spark or path in SLOW_FILES or item.get_closest_marker("slow") is not None:
+        if cluster or spark or path in SLOW_FILES:
             item.add_marker(pytest.mark.slow)
