@@ -1,13 +1,20 @@
-"""A member's durable state in the simulator, and how a crash in the middle of a write tears it."""
+"""The simulators' disks: a Raft member's durable state and how a crash in the middle of a write tears it
+(`SimDisk`), and a partition replica's log and store (`SimDiskLog`, `SimStore`)."""
 
 from __future__ import annotations
 
+import hashlib
 import random
 from dataclasses import dataclass, field
+from typing import Any
 
+from hotstate.log.batch import RecordBatch
 from hotstate.raft.quorum_state import QuorumState
 from hotstate.raft.ready import AppendEntries, LogOp, Ready, SaveSnapshot, TruncateTo
 from hotstate.raft.records import Entry, Snapshot
+from hotstate.replica.batchlog import BatchLog
+from hotstate.replica.core import AdvanceStart, AppendBatches, ResetLog
+from hotstate.replica.core import TruncateTo as TruncateLogTo
 
 
 @dataclass
@@ -71,3 +78,59 @@ class SimDisk:
                 self.start_offset = end
                 return end
         raise AssertionError(f"unknown log op {op!r}")
+
+
+@dataclass
+class SimStore:
+    """A store as the invariants see it: what the real RocksDB store holds, plus a hash per position."""
+
+    position: int = 0
+    epoch: int = 0
+    data: dict[bytes, bytes] = field(default_factory=dict)
+    chain: list[bytes] = field(default_factory=list)  # chain[p] = hash of every record below p
+
+    def __post_init__(self) -> None:
+        if not self.chain:
+            self.chain = [b""]
+
+    def apply(self, batch: RecordBatch) -> None:
+        for record in batch.records:
+            key, _, value = record.partition(b"=")
+            self.data[key] = value
+            self.chain.append(hashlib.blake2b(self.chain[-1] + record, digest_size=8).digest())
+        self.position = batch.next_offset
+        self.epoch = batch.leader_epoch
+
+    def copy(self) -> SimStore:
+        return SimStore(self.position, self.epoch, dict(self.data), list(self.chain))
+
+
+@dataclass
+class SimDiskLog:
+    """The durable partition log of one replica."""
+
+    start: int = 0
+    start_epoch: int = 0
+    batches: list[RecordBatch] = field(default_factory=list)
+
+    def load(self) -> BatchLog:
+        return BatchLog(self.start, self.start_epoch, self.batches)
+
+    def apply(self, op: Any) -> None:
+        log = self.load()
+        match op:
+            case AppendBatches(batches):
+                for batch in batches:
+                    log.append(batch)
+            case TruncateLogTo(offset):
+                log.truncate_to(offset)
+            case AdvanceStart(offset):
+                log.advance_start(offset)
+            case ResetLog(offset, epoch):
+                log.reset(offset, epoch)
+        self.start, self.start_epoch = log.start_offset, log.start_epoch
+        self.batches = log.read(log.start_offset, 1 << 62)
+
+    @property
+    def end(self) -> int:
+        return self.batches[-1].next_offset if self.batches else self.start

@@ -1,15 +1,20 @@
-"""The deterministic simulator for partition replication: replica cores, a model controller, clients.
+"""The deterministic simulator for partition replication: replica cores, the controller's rules, routing.
 
-One partition, N replicas on a pool of N + 1 or N + 2 nodes. Everything is drawn from the seed: message
-delays, drops, duplicates, network partitions (between nodes, and between a node and the controller, which
-then fences a replica that is still running: a zombie active), crashes that lose the write in flight (a
-restarted node registers again and is fenced first), stale metadata (each node learns the controller's
-decisions after its own delay), store snapshots for replicas that fall behind the log start, clients
-writing upserts with acks=all, and reassignments: the controller
-model draws a placement now and then and walks the partition towards it with the real controller's
-`partition_step` (add the new replicas, let them join the ISR, move the active, drop the old copies). A node
-holds a replica only while the metadata it last learned lists it, as the real server does: it opens an
-empty one when it is added and deletes the replica's log and store when it is removed.
+One partition, N replicas on a pool of N + 1 or N + 2 nodes, on the simulator kernel (`sim/kernel.py`).
+Everything is drawn from the seed: message delays, drops, duplicates, network partitions (between nodes,
+and between a node and the controller, which then fences a replica that is still running: a zombie
+active), crashes that lose the write in flight (a restarted node registers again and is fenced first),
+stale metadata (each node learns the controller's decisions after its own delay), store snapshots for
+replicas that fall behind the log start, clients writing upserts with acks=all, and reassignments: the
+controller draws a placement now and then and walks the partition towards it with the real controller's
+`partition_step` (add the new replicas, let them join the ISR, move the active, drop the old copies). The
+controller decides everything else with the real rules too: a new active when a server is fenced, an
+offline partition's return and ISR changes (`controller/partition_rules.py`), fencing on a probe
+(`controller/evidence.py`). A node holds a replica only while the metadata it last learned lists it, as the
+real server does: it opens an empty one when it is added and deletes the replica's log and store when it
+is removed. Every server heartbeats the others and reports its replica's lag, and clients send pull
+queries to any server, which routes them with the real heartbeat status, lag table, router and lag rules
+(`routing/`); those draw from their own random stream, so the replicas run as they would without them.
 
 Invariants, checked after every event:
 - one active per leader epoch, and only the one the controller chose;
@@ -18,7 +23,11 @@ Invariants, checked after every event:
   this is what makes an acknowledged write survive while any in-sync replica does;
 - stores at equal positions are equal (each applied record is the one every other store applied there);
 - no store holds a record above the highest HW an active ever reached;
-- an acknowledged write's records are the committed records at its offsets.
+- an acknowledged write's records are the committed records at its offsets;
+- every query is answered by a replica within its bound, never from a store ahead of the HW: the store is
+  at most at the highest HW and holds the committed value at its position, and a bounded read is served
+  only by a replica that heard the partition's end since it opened (an active knows its own HW) and is
+  within the bound of the highest committed end it heard.
 After the faults stop (a reassignment under way is finished, none is started), every replica of the final
 replica set must converge to the same store holding every acknowledged write, and no other node may hold
 anything.
@@ -31,8 +40,6 @@ from __future__ import annotations
 import argparse
 import bisect
 import dataclasses
-import hashlib
-import heapq
 import random
 import sys
 import time
@@ -47,17 +54,14 @@ from hotstate.controller.partition_rules import IsrRefusal, alter_isr, elect_aft
 from hotstate.controller.reassign import partition_step
 from hotstate.controller.records import PartitionAssignment, PartitionChange
 from hotstate.log.batch import RecordBatch
-from hotstate.replica.batchlog import BatchLog, BatchLogError
+from hotstate.replica.batchlog import BatchLogError
 from hotstate.replica.core import (
-    AdvanceStart,
-    AppendBatches,
     IsrChange,
     PartitionView,
     Ready,
     ReplicaConfig,
     ReplicaCore,
     ReplicaSafetyError,
-    ResetLog,
     Role,
     TruncateTo,
 )
@@ -73,6 +77,21 @@ from hotstate.routing.freshness import (
 from hotstate.routing.heartbeat import HeartbeatConfig, HeartbeatStatus
 from hotstate.routing.lags import LagTable
 from hotstate.routing.router import Candidate, route
+from hotstate.sim.disk import SimDiskLog, SimStore
+from hotstate.sim.kernel import (
+    CALM,
+    CRASH,
+    DELIVER,
+    DISK_DONE,
+    EVENT_KINDS_USED,
+    HEAL,
+    PARTITION,
+    RESTART,
+    TICK,
+    Kernel,
+    Link,
+    SimFailure,
+)
 
 CoreFactory = Callable[..., ReplicaCore]
 # The controller's rule for a probe's result (controller.evidence.fences_on_probe, or a broken one in tests).
@@ -83,15 +102,7 @@ ElectRule = Callable[..., PartitionChange | None]
 LagRule = Callable[[ReplicaCore, EndWitness, LagTable, int], int | None]
 
 (
-    _DELIVER,
-    _TICK,
-    _DISK_DONE,
-    _CRASH,
-    _RESTART,
-    _PARTITION,
-    _HEAL,
     _PRODUCE,
-    _CALM,
     _META,
     _ISR,
     _SNAP,
@@ -105,9 +116,9 @@ LagRule = Callable[[ReplicaCore, EndWitness, LagTable, int], int | None]
     _QUERY,
     _SERVE,
     _QUERY_NEXT,
-) = range(22)
+) = range(EVENT_KINDS_USED, EVENT_KINDS_USED + 14)
 SESSION_TIMEOUT_MS = 300
-TABLE_ID, PARTITION = 1, 0
+TABLE_ID, PARTITION_ID = 1, 0  # the one partition simulated
 TABLE = "t"
 # The servers' failure detection, scaled down with the rest of the simulated timeouts.
 HEARTBEATS = HeartbeatConfig(send_interval_ms=20, check_interval_ms=40, window_ms=400)
@@ -121,14 +132,8 @@ class ReplicationInvariantViolation(Exception):
     pass
 
 
-class ReplicationSimFailure(Exception):
-    def __init__(self, seed: int, time: int, reason: str, broken: str | None = None) -> None:
-        replay = f"python -m hotstate.sim.replication --seed {seed}" + (
-            f" --broken {broken}" if broken else ""
-        )
-        super().__init__(f"seed {seed}: {reason} (at t={time} ms)\n  replay: {replay}")
-        self.seed = seed
-        self.reason = reason
+# A run broke an invariant (or a core raised): the kernel's failure, with the command that replays it.
+ReplicationSimFailure = SimFailure
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,62 +206,6 @@ class ReplicationProfile:
 
 
 @dataclass
-class SimStore:
-    """A store as the invariants see it: what the real RocksDB store holds, plus a hash per position."""
-
-    position: int = 0
-    epoch: int = 0
-    data: dict[bytes, bytes] = field(default_factory=dict)
-    chain: list[bytes] = field(default_factory=list)  # chain[p] = hash of every record below p
-
-    def __post_init__(self) -> None:
-        if not self.chain:
-            self.chain = [b""]
-
-    def apply(self, batch: RecordBatch) -> None:
-        for record in batch.records:
-            key, _, value = record.partition(b"=")
-            self.data[key] = value
-            self.chain.append(hashlib.blake2b(self.chain[-1] + record, digest_size=8).digest())
-        self.position = batch.next_offset
-        self.epoch = batch.leader_epoch
-
-    def copy(self) -> SimStore:
-        return SimStore(self.position, self.epoch, dict(self.data), list(self.chain))
-
-
-@dataclass
-class SimDiskLog:
-    """The durable partition log of one replica."""
-
-    start: int = 0
-    start_epoch: int = 0
-    batches: list[RecordBatch] = field(default_factory=list)
-
-    def load(self) -> BatchLog:
-        return BatchLog(self.start, self.start_epoch, self.batches)
-
-    def apply(self, op: Any) -> None:
-        log = self.load()
-        match op:
-            case AppendBatches(batches):
-                for batch in batches:
-                    log.append(batch)
-            case TruncateTo(offset):
-                log.truncate_to(offset)
-            case AdvanceStart(offset):
-                log.advance_start(offset)
-            case ResetLog(offset, epoch):
-                log.reset(offset, epoch)
-        self.start, self.start_epoch = log.start_offset, log.start_epoch
-        self.batches = log.read(log.start_offset, 1 << 62)
-
-    @property
-    def end(self) -> int:
-        return self.batches[-1].next_offset if self.batches else self.start
-
-
-@dataclass
 class Node:
     """One server of the pool: its disk outlives crashes; it holds a replica only while assigned one."""
 
@@ -308,7 +257,7 @@ class ControllerModel:
     def info(self) -> PartitionInfo:
         return PartitionInfo(
             TABLE_ID,
-            PARTITION,
+            PARTITION_ID,
             self.replicas,
             self.active,
             self.warmups,
@@ -384,19 +333,20 @@ class ReplicationWorld:
         self.elect_rule = elect_rule
         self.lag_rule = lag_rule
         self.trace = trace
-        self.rng = random.Random(f"replication-world/{seed}")
+        broken = getattr(core_factory, "rule", None)
+        replay = f"python -m hotstate.sim.replication --seed {seed}" + (
+            f" --broken {broken}" if broken else ""
+        )
+        self.kernel = Kernel(seed, "replication-world", replay)
+        self.rng = self.kernel.rng
         # Probes draw from their own stream, so a seed without them runs exactly as before they existed.
-        self.probe_rng = random.Random(f"replication-probes/{seed}")
+        self.probe_rng = self.kernel.stream("replication-probes")
         # So do heartbeats, lag reports and queries: they read the replicas and change nothing in them.
-        self.query_rng = random.Random(f"replication-queries/{seed}")
-        self.now = 0
-        self._seq = 0
-        self._events: list[tuple[int, int, int, int, Any]] = []
+        self.query_rng = self.kernel.stream("replication-queries")
         ids = tuple(range(1, profile.replicas + 1))
         self.nodes = {i: Node(i) for i in range(1, profile.replicas + profile.spares + 1)}
         self.controller = ControllerModel(ids, ids[0], 0, ids)
         self.stats = Stats(seed)
-        self._partition: dict[int, int] | None = None
         self._calm = False
         self._value = 0
         self._produce_tokens: dict[tuple[int, int, int], tuple[RecordBatch | None, tuple[bytes, ...]]] = {}
@@ -416,43 +366,36 @@ class ReplicationWorld:
         profile = self.profile
         for node in self.nodes.values():
             self._boot(node)
-        self._schedule(profile.chaos_ms, _CALM, 0, None)
-        self._schedule(1, _PRODUCE, 0, None)
+        self.kernel.schedule(profile.chaos_ms, CALM, 0, None)
+        self.kernel.schedule(1, _PRODUCE, 0, None)
         if profile.crash_every_ms:
-            self._schedule(self._gap(profile.crash_every_ms), _CRASH, 0, None)
+            self.kernel.schedule(self.kernel.gap(profile.crash_every_ms), CRASH, 0, None)
         if profile.partition_every_ms:
-            self._schedule(self._gap(profile.partition_every_ms), _PARTITION, 0, None)
+            self.kernel.schedule(self.kernel.gap(profile.partition_every_ms), PARTITION, 0, None)
         if profile.reassign_every_ms:
-            self._schedule(self._gap(profile.reassign_every_ms), _REASSIGN, 0, None)
+            self.kernel.schedule(self.kernel.gap(profile.reassign_every_ms), _REASSIGN, 0, None)
         if profile.query_every_ms:
-            self._schedule(HEARTBEATS.send_interval_ms, _BEAT, 0, None)
-            self._schedule(HEARTBEATS.check_interval_ms, _BEAT_CHECK, 0, None)
-            self._schedule(profile.lag_report_every_ms, _LAG_REPORTS, 0, None)
-            self._schedule(1 + self.query_rng.randrange(profile.query_every_ms), _QUERY, 0, None)
+            self.kernel.schedule(HEARTBEATS.send_interval_ms, _BEAT, 0, None)
+            self.kernel.schedule(HEARTBEATS.check_interval_ms, _BEAT_CHECK, 0, None)
+            self.kernel.schedule(profile.lag_report_every_ms, _LAG_REPORTS, 0, None)
+            self.kernel.schedule(1 + self.query_rng.randrange(profile.query_every_ms), _QUERY, 0, None)
         end = profile.chaos_ms + profile.calm_ms
         try:
-            while self._events and self._events[0][0] <= end:
-                when, _, kind, target, payload = heapq.heappop(self._events)
-                self.now = when
-                self._handle(kind, target, payload)
-                self._controller_tick()
-                self._check()
+            self.kernel.run(end, self._handle, after=self._after_event)
             self._check_converged()
         # BatchLogError: the core asked its log for a gap or an older epoch after a newer one.
         except (ReplicationInvariantViolation, ReplicaSafetyError, BatchLogError, AssertionError) as error:
-            broken = getattr(self.core_factory, "rule", None)
-            raise ReplicationSimFailure(
-                self.seed, self.now, f"{type(error).__name__}: {error}", broken
-            ) from error
+            raise self.kernel.failure(error) from error
         self.stats.committed_end = len(self.committed)
         return self.stats
 
-    def _gap(self, mean_ms: int) -> int:
-        return 1 + int(self.rng.expovariate(1 / mean_ms))
+    @property
+    def now(self) -> int:
+        return self.kernel.now
 
-    def _schedule(self, when: int, kind: int, target: int, payload: Any) -> None:
-        self._seq += 1
-        heapq.heappush(self._events, (when, self._seq, kind, target, payload))
+    def _after_event(self) -> None:
+        self._controller_tick()
+        self._check()
 
     def _note(self, text: str) -> None:
         if self.trace:
@@ -460,20 +403,20 @@ class ReplicationWorld:
 
     def _handle(self, kind: int, target: int, payload: Any) -> None:
         node = self.nodes.get(target)
-        if kind == _DELIVER:
+        if kind == DELIVER:
             message: ReplicaMessage = payload
             destination = self.nodes[message.dst]
             if destination.core is not None:
                 destination.core.step(message, self.now)
                 self._heard(destination, message)
                 self._pump(destination)
-        elif kind == _TICK:
+        elif kind == TICK:
             assert node is not None
             if node.core is not None and node.tick_at == self.now:
                 node.tick_at = None
                 node.core.tick(self.now)
                 self._pump(node)
-        elif kind == _DISK_DONE:
+        elif kind == DISK_DONE:
             assert node is not None
             if node.core is not None and node.incarnation == payload:
                 self._finish_write(node)
@@ -487,51 +430,57 @@ class ReplicationWorld:
         elif kind == _SNAP:
             assert node is not None
             self._finish_snapshot(node, payload)
-        elif kind == _CRASH:
+        elif kind == CRASH:
             if not self._calm:
                 self._crash_someone()
-                self._schedule(self.now + self._gap(self.profile.crash_every_ms), _CRASH, 0, None)
-        elif kind == _RESTART:
+                self.kernel.schedule(self.now + self.kernel.gap(self.profile.crash_every_ms), CRASH, 0, None)
+        elif kind == RESTART:
             assert node is not None
             if not node.up:
                 self._boot(node)
-        elif kind == _PARTITION:
+        elif kind == PARTITION:
             if not self._calm:
                 self._make_partition()
-                self._schedule(self.now + self._gap(self.profile.partition_every_ms), _PARTITION, 0, None)
-        elif kind == _HEAL:
+                self.kernel.schedule(
+                    self.now + self.kernel.gap(self.profile.partition_every_ms), PARTITION, 0, None
+                )
+        elif kind == HEAL:
             self._heal()
         elif kind == _PRODUCE:
             self._produce()
             if self.now < self.profile.chaos_ms + 1000:
-                self._schedule(self.now + self._gap(self.profile.produce_every_ms), _PRODUCE, 0, None)
+                self.kernel.schedule(
+                    self.now + self.kernel.gap(self.profile.produce_every_ms), _PRODUCE, 0, None
+                )
         elif kind == _REASSIGN:
             self._reassign()
             # In the calm no new placement is drawn, but the one under way is walked to its end.
             if not self._calm or self._desired is not None:
-                self._schedule(self.now + self._gap(self.profile.reassign_every_ms), _REASSIGN, 0, None)
+                self.kernel.schedule(
+                    self.now + self.kernel.gap(self.profile.reassign_every_ms), _REASSIGN, 0, None
+                )
         elif kind == _PROBE:
             self._probe(target, payload)
         elif kind == _PROBED:
             self._on_probe(target, *payload)
         elif kind == _BEAT:
             self._heartbeats()
-            self._schedule(self.now + HEARTBEATS.send_interval_ms, _BEAT, 0, None)
+            self.kernel.schedule(self.now + HEARTBEATS.send_interval_ms, _BEAT, 0, None)
         elif kind == _BEAT_CHECK:
             for n in self.nodes.values():
                 if n.up and n.status is not None:
                     n.status.check(self.now)
-            self._schedule(self.now + HEARTBEATS.check_interval_ms, _BEAT_CHECK, 0, None)
+            self.kernel.schedule(self.now + HEARTBEATS.check_interval_ms, _BEAT_CHECK, 0, None)
         elif kind == _LAG_REPORTS:
             self._lag_reports()
-            self._schedule(self.now + self.profile.lag_report_every_ms, _LAG_REPORTS, 0, None)
+            self.kernel.schedule(self.now + self.profile.lag_report_every_ms, _LAG_REPORTS, 0, None)
         elif kind == _LAG_ARRIVE:
             assert node is not None
             self._on_lag_report(node, *payload)
         elif kind == _QUERY:
             self._query()
             gap = 1 + self.query_rng.randrange(2 * self.profile.query_every_ms)
-            self._schedule(self.now + gap, _QUERY, 0, None)
+            self.kernel.schedule(self.now + gap, _QUERY, 0, None)
         elif kind == _SERVE:
             assert node is not None
             self._serve(node, *payload)
@@ -540,7 +489,7 @@ class ReplicationWorld:
             coordinator = self.nodes[query.coordinator]
             if coordinator.up and coordinator.boot == query.boot:
                 self._next_candidate(query)
-        elif kind == _CALM:
+        elif kind == CALM:
             self._calm = True
             self._heal()
             for n in self.nodes.values():
@@ -589,7 +538,7 @@ class ReplicationWorld:
         node.core = self.core_factory(
             node.id,
             TABLE_ID,
-            PARTITION,
+            PARTITION_ID,
             self.profile.config,
             log=node.disk.load(),
             store_position=node.store.position,
@@ -624,7 +573,7 @@ class ReplicationWorld:
         node.witness = None
         node.writing = None
         node.tick_at = None
-        self._schedule(self.now + down_ms, _RESTART, node.id, None)
+        self.kernel.schedule(self.now + down_ms, RESTART, node.id, None)
         self._hint(node.id)  # its connections close: the controller hears of it at once
 
     def _crash_someone(self) -> None:
@@ -649,9 +598,9 @@ class ReplicationWorld:
             return
         node.writing = ready
         if ready.log_ops and self.profile.disk_max_ms:
-            self._schedule(
+            self.kernel.schedule(
                 self.now + self.rng.randint(0, self.profile.disk_max_ms),
-                _DISK_DONE,
+                DISK_DONE,
                 node.id,
                 node.incarnation,
             )
@@ -687,7 +636,7 @@ class ReplicationWorld:
         if ready.isr_change is not None:
             self._send_isr_change(node.id, ready.isr_change)
         if ready.snapshot_needed is not None:
-            self._schedule(
+            self.kernel.schedule(
                 self.now + self.rng.randint(1, 20),
                 _SNAP,
                 node.id,
@@ -707,7 +656,7 @@ class ReplicationWorld:
         deadline = max(deadline, self.now + 1)
         if node.tick_at is None or deadline < node.tick_at:
             node.tick_at = deadline
-            self._schedule(deadline, _TICK, node.id, None)
+            self.kernel.schedule(deadline, TICK, node.id, None)
 
     def _finish_snapshot(self, node: Node, payload: Any) -> None:
         incarnation, needed = payload
@@ -718,7 +667,7 @@ class ReplicationWorld:
             leader.core is None
             or leader.core.role is not Role.LEADER
             or leader.core.leader_epoch != needed.leader_epoch
-            or self._cut(leader.id, node.id)
+            or self.kernel.cut(leader.id, node.id)
         ):
             node.core.snapshot_failed(self.now)
         else:
@@ -733,15 +682,10 @@ class ReplicationWorld:
         self._pump(node)
 
     # ------------------------------------------------------------------ network
-    def _cut(self, a: int, b: int) -> bool:
-        return self._partition is not None and self._partition.get(a, 0) != self._partition.get(b, 0)
-
     def _send(self, src: int, message: ReplicaMessage) -> None:
-        if self._cut(src, message.dst) or self.rng.random() < self.profile.drop:
-            return
-        copies = 2 if self.rng.random() < self.profile.duplicate else 1
-        for _ in range(copies):
-            self._schedule(self.now + self.rng.randint(0, self.profile.delay_max_ms), _DELIVER, 0, message)
+        profile = self.profile
+        link = Link(profile.drop, profile.duplicate, 0, profile.delay_max_ms)
+        self.kernel.send(src, message.dst, DELIVER, 0, message, link)
 
     def _make_partition(self) -> None:
         ids = list(self.nodes)
@@ -752,14 +696,14 @@ class ReplicationWorld:
             self._note(f"node {victim.id} cut off from the controller")
             self._hint(victim.id)  # hearsay: a peer tells the controller it lost the node
         else:
-            self._partition = {i: self.rng.randint(0, 1) for i in ids}
-            self._note(f"network partition {self._partition}")
+            self.kernel.partition = {i: self.rng.randint(0, 1) for i in ids}
+            self._note(f"network partition {self.kernel.partition}")
             for i in ids:
                 self._hint(i)  # every node lost someone: hearsay about each of them
-        self._schedule(self.now + self.rng.randint(50, self.profile.partition_max_ms), _HEAL, 0, None)
+        self.kernel.schedule(self.now + self.rng.randint(50, self.profile.partition_max_ms), HEAL, 0, None)
 
     def _heal(self) -> None:
-        self._partition = None
+        self.kernel.partition = None
         for n in self.nodes.values():
             if n.cut_from_controller:
                 n.cut_from_controller = False
@@ -776,9 +720,9 @@ class ReplicationWorld:
                 c.registered[node.id] = node.boot
                 # A heartbeat reports the replica's log end, or no replica (as QuorumController._heartbeat).
                 if node.core is None:
-                    c.replica_ends.pop((TABLE_ID, PARTITION, node.id), None)
+                    c.replica_ends.pop((TABLE_ID, PARTITION_ID, node.id), None)
                 else:
-                    c.replica_ends[(TABLE_ID, PARTITION, node.id)] = node.core.log_end_offset
+                    c.replica_ends[(TABLE_ID, PARTITION_ID, node.id)] = node.core.log_end_offset
                 if node.id in c.fenced:
                     self._unfence(node.id)
             elif node.id not in c.fenced and self.now - c.last_heartbeat.get(node.id, 0) > SESSION_TIMEOUT_MS:
@@ -789,7 +733,7 @@ class ReplicationWorld:
         delay_max = self.profile.probe_delay_max_ms
         if delay_max:
             incarnation = self.controller.registered.get(node, 0)
-            self._schedule(self.now + self.probe_rng.randint(1, delay_max), _PROBE, node, incarnation)
+            self.kernel.schedule(self.now + self.probe_rng.randint(1, delay_max), _PROBE, node, incarnation)
 
     def _probe(self, node_id: int, incarnation: int) -> None:
         """One connect to the node: refused when its process is down, silence when it is cut off from the
@@ -802,7 +746,7 @@ class ReplicationWorld:
         else:
             result = ProbeResult.ANSWERED
         later = self.now + self.probe_rng.randint(0, self.profile.probe_delay_max_ms)
-        self._schedule(later, _PROBED, node_id, (incarnation, result))
+        self.kernel.schedule(later, _PROBED, node_id, (incarnation, result))
 
     def _on_probe(self, node_id: int, incarnation: int, result: ProbeResult) -> None:
         c = self.controller
@@ -858,12 +802,12 @@ class ReplicationWorld:
         if not node.up or node.cut_from_controller:
             return
         delay = self.rng.randint(0, self.profile.meta_delay_max_ms)
-        self._schedule(self.now + delay, _META, node.id, (node.boot, self.controller.info()))
+        self.kernel.schedule(self.now + delay, _META, node.id, (node.boot, self.controller.info()))
 
     def _send_isr_change(self, src: int, change: IsrChange) -> None:
         if self.nodes[src].cut_from_controller or self.rng.random() < self.profile.drop:
             return
-        self._schedule(self.now + self.rng.randint(0, self.profile.delay_max_ms), _ISR, src, change)
+        self.kernel.schedule(self.now + self.rng.randint(0, self.profile.delay_max_ms), _ISR, src, change)
 
     def _on_isr_change(self, src: int, change: IsrChange) -> None:
         c = self.controller
@@ -892,7 +836,7 @@ class ReplicationWorld:
             if not src.up:
                 continue
             for dst in self.nodes.values():
-                if dst is src or not dst.up or dst.status is None or self._cut(src.id, dst.id):
+                if dst is src or not dst.up or dst.status is None or self.kernel.cut(src.id, dst.id):
                     continue
                 if self.query_rng.random() >= self.profile.drop:
                     dst.status.received(src.id, self.now)
@@ -915,12 +859,12 @@ class ReplicationWorld:
                 )
             src.lags.update(src.id, reports, self.now)
             for dst in self.nodes.values():
-                if dst is src or not src.status.alive(dst.id) or self._cut(src.id, dst.id):
+                if dst is src or not src.status.alive(dst.id) or self.kernel.cut(src.id, dst.id):
                     continue
                 if self.query_rng.random() < self.profile.drop:
                     continue
                 later = self.now + self.query_rng.randint(0, self.profile.delay_max_ms)
-                self._schedule(later, _LAG_ARRIVE, dst.id, (dst.boot, src.id, reports))
+                self.kernel.schedule(later, _LAG_ARRIVE, dst.id, (dst.boot, src.id, reports))
 
     def _on_lag_report(self, node: Node, boot: int, src: int, reports: tuple[LagInfo, ...]) -> None:
         if not node.up or node.boot != boot:
@@ -972,17 +916,17 @@ class ReplicationWorld:
         target = self.nodes[query.candidates[query.index].node_id]
         if target.id == query.coordinator:
             self._serve(target, query)
-        elif self._cut(query.coordinator, target.id) or self.query_rng.random() < self.profile.drop:
-            self._schedule(self.now + QUERY_ATTEMPT_MS, _QUERY_NEXT, query.coordinator, query)
+        elif self.kernel.cut(query.coordinator, target.id) or self.query_rng.random() < self.profile.drop:
+            self.kernel.schedule(self.now + QUERY_ATTEMPT_MS, _QUERY_NEXT, query.coordinator, query)
         else:
             later = self.now + self.query_rng.randint(0, self.profile.delay_max_ms)
-            self._schedule(later, _SERVE, target.id, (query,))
+            self.kernel.schedule(later, _SERVE, target.id, (query,))
 
     def _serve(self, node: Node, query: _Query) -> None:
         """The serving side (QueryService.serve_local): answer from the local replica, or refuse."""
         core, witness = node.core, node.witness
         if not node.up:
-            self._schedule(self.now + QUERY_ATTEMPT_MS, _QUERY_NEXT, query.coordinator, query)
+            self.kernel.schedule(self.now + QUERY_ATTEMPT_MS, _QUERY_NEXT, query.coordinator, query)
             return
         refusal = "no replica here"
         if core is not None and witness is not None:
@@ -997,7 +941,7 @@ class ReplicationWorld:
             self._next_candidate(query)
         else:
             later = self.now + self.query_rng.randint(0, self.profile.delay_max_ms)
-            self._schedule(later, _QUERY_NEXT, query.coordinator, query)
+            self.kernel.schedule(later, _QUERY_NEXT, query.coordinator, query)
 
     def _check_answer(self, node: Node, query: _Query, value: bytes | None) -> None:
         """Every query is answered by a replica within its bound, never from a store ahead of the HW.
@@ -1342,7 +1286,9 @@ def main(argv: list[str] | None = None) -> int:
             f"placements reached ({stats.multi_step_moves} in several steps, {stats.full_moves} moving the "
             f"active to a new replica) in {stats.reassign_steps} "
             f"reassignment steps, {stats.active_moves} moving the active, {stats.replicas_removed} replicas "
-            f"deleted; {stats.probe_fences} fenced on a refused probe"
+            f"deleted; {stats.probe_fences} fenced on a refused probe; {stats.queries} queries, "
+            f"{stats.answered} answered ({stats.answered_bounded} bounded, {stats.answered_by_standby} by a "
+            f"standby), {stats.unserved} unserved, {stats.lag_unknown} times a replica's lag was unknown"
         )
         return 0
     started = time.monotonic()

@@ -1,14 +1,13 @@
-"""The deterministic simulator: Raft cores, a seeded network, disks that tear, and a simulated clock.
+"""The deterministic Raft simulator: Raft cores, a seeded network, disks that tear, and a simulated clock.
 
-Everything a run does is drawn from one seed, events are ordered by (time, sequence), and no wall clock,
-thread or socket is involved, so a seed replays exactly. After every event the invariant checker looks at
-the members the event touched; the first violation stops the run with the command that replays it.
+It runs on the simulator kernel (`sim/kernel.py`): everything a run does is drawn from one seed, events
+are ordered by (time, sequence), and no wall clock, thread or socket is involved, so a seed replays
+exactly. After every event the invariant checker looks at the members the event touched; the first
+violation stops the run with the command that replays it.
 """
 
 from __future__ import annotations
 
-import heapq
-import random
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,6 +18,20 @@ from hotstate.raft.node import NotLeaderError, ProposalRejectedError, RaftNode, 
 from hotstate.raft.ready import Ready
 from hotstate.sim.disk import SimDisk
 from hotstate.sim.invariants import Checker, InvariantViolation
+from hotstate.sim.kernel import (
+    CALM,
+    CRASH,
+    DELIVER,
+    DISK_DONE,
+    EVENT_KINDS_USED,
+    HEAL,
+    PARTITION,
+    RESTART,
+    TICK,
+    Kernel,
+    Link,
+    SimFailure,
+)
 from hotstate.sim.profile import FaultProfile
 from hotstate.sim.state_machine import HashChainStateMachine
 
@@ -28,35 +41,19 @@ NodeFactory = Callable[..., RaftNode]
 MAX_SLEEP_MS = 100
 
 (
-    _DELIVER,
-    _TICK,
-    _DISK_DONE,
-    _CRASH,
-    _RESTART,
-    _PARTITION,
-    _HEAL,
     _PROPOSE,
-    _CALM,
     _CONVERGED,
     _CRASH_MEMBER,
     _CRASH_LEADER,
     _LEADER_GONE,
-) = range(13)
+) = range(EVENT_KINDS_USED, EVENT_KINDS_USED + 5)
 
 # Proposals go on this long into the calm period, so that recovery is also tested under load.
 PROPOSALS_INTO_CALM_MS = 500
 
 
-class SimulationFailure(Exception):
-    """A run broke an invariant (or a core raised); carries what is needed to replay it."""
-
-    def __init__(self, seed: int, time: int, event: int, reason: str, replay: str) -> None:
-        super().__init__(f"seed {seed}: {reason} (at t={time} ms, event {event})\n  replay: {replay}")
-        self.seed = seed
-        self.time = time
-        self.event = event
-        self.reason = reason
-        self.replay = replay
+# A run broke an invariant (or a core raised): the kernel's failure, with the command that replays it.
+SimulationFailure = SimFailure
 
 
 @dataclass
@@ -113,19 +110,16 @@ class World:
         )
         self.trace = trace
         self.check_liveness = check_liveness
-        self.rng = random.Random(f"world/{seed}")
+        self.kernel = Kernel(seed, "world", self.replay)
+        self.rng = self.kernel.rng
         # Its own stream: a seed without leader_gone probes runs exactly as it did before they existed.
-        self.probe_rng = random.Random(f"world-probes/{seed}")
-        self.now = 0
-        self._seq = 0
-        self._events: list[tuple[int, int, int, int, Any]] = []
+        self.probe_rng = self.kernel.stream("world-probes")
         voter_ids = list(range(1, profile.voters + 1))
         observer_ids = list(range(profile.voters + 1, profile.voters + profile.observers + 1))
         self.voters = frozenset(voter_ids)
         self.members = {i: Member(i, i in self.voters) for i in voter_ids + observer_ids}
         self.checker = Checker(self.voters)
         self.stats = RunStats(seed)
-        self._partition: dict[int, int] | None = None  # member -> side; None when the network is whole
         self._calm = False
         self._crashed_leader_at: int | None = None
         self._crashed_leader_epoch = 0
@@ -138,59 +132,49 @@ class World:
         for member in self.members.values():
             self._start(member)
         end = profile.chaos_ms + profile.calm_ms
-        self._schedule(profile.chaos_ms, _CALM, 0, None)
-        self._schedule(self.rng.randrange(1, 20), _PROPOSE, 0, None)
+        self.kernel.schedule(profile.chaos_ms, CALM, 0, None)
+        self.kernel.schedule(self.rng.randrange(1, 20), _PROPOSE, 0, None)
         if profile.crash_every_ms:
-            self._schedule(self._gap(profile.crash_every_ms), _CRASH, 0, None)
+            self.kernel.schedule(self.kernel.gap(profile.crash_every_ms), CRASH, 0, None)
         if profile.partition_every_ms:
-            self._schedule(self._gap(profile.partition_every_ms), _PARTITION, 0, None)
-        event_no = 0
+            self.kernel.schedule(self.kernel.gap(profile.partition_every_ms), PARTITION, 0, None)
         try:
-            while self._events and self._events[0][0] <= end and not self._converged:
-                time, _, kind, target, payload = heapq.heappop(self._events)
-                self.now = time
-                event_no += 1
-                self._handle(kind, target, payload)
-            self.stats.events = event_no
+            self.kernel.run(end, self._handle, stop=lambda: self._converged)
+            self.stats.events = self.kernel.events_run
             if self.check_liveness and not self._converged:
                 self._check_recovered()
         except (InvariantViolation, RaftSafetyError, AssertionError) as error:
-            raise SimulationFailure(
-                self.seed, self.now, event_no, f"{type(error).__name__}: {error}", self.replay
-            ) from error
+            raise self.kernel.failure(error) from error
         self.stats.committed = len(self.checker.committed)
         return self.stats
 
+    @property
+    def now(self) -> int:
+        return self.kernel.now
+
     def crash_leader_at(self, time_ms: int, down_ms: int) -> None:
         """Script a crash of whoever leads at `time_ms` (for the demo and the failover benchmark)."""
-        self._schedule(time_ms, _CRASH_LEADER, 0, down_ms)
-
-    def _gap(self, mean_ms: int) -> int:
-        return 1 + int(self.rng.expovariate(1 / mean_ms))
-
-    def _schedule(self, time: int, kind: int, target: int, payload: Any) -> None:
-        self._seq += 1
-        heapq.heappush(self._events, (time, self._seq, kind, target, payload))
+        self.kernel.schedule(time_ms, _CRASH_LEADER, 0, down_ms)
 
     def _handle(self, kind: int, target: int, payload: Any) -> None:
-        if kind == _DELIVER:
+        if kind == DELIVER:
             self._deliver(payload)
-        elif kind == _TICK:
+        elif kind == TICK:
             member = self.members[target]
             if member.up and member.tick_at == self.now:
                 member.tick_at = None
-                self._input(member, _TICK, None)
+                self._input(member, TICK, None)
                 self._arm_tick(member)
-        elif kind == _DISK_DONE:
+        elif kind == DISK_DONE:
             member = self.members[target]
             if member.up and member.incarnation == payload:
                 self._finish_write(member)
-        elif kind == _CRASH:
+        elif kind == CRASH:
             if self._calm:
                 return
             self._crash_someone()
             if not self._calm:
-                self._schedule(self.now + self._gap(self.profile.crash_every_ms), _CRASH, 0, None)
+                self.kernel.schedule(self.now + self.kernel.gap(self.profile.crash_every_ms), CRASH, 0, None)
         elif kind == _CRASH_MEMBER:
             member = self.members[target]
             incarnation, down_ms = payload
@@ -200,7 +184,7 @@ class World:
             leader = self._current_leader()
             if leader is not None:
                 self._crash(leader, payload)
-        elif kind == _RESTART:
+        elif kind == RESTART:
             member = self.members[target]
             if not member.up:
                 self._start(member)
@@ -209,35 +193,37 @@ class World:
             # The probe is refused only while the crashed leader is still down.
             if member.up and not self.members[payload].up:
                 self._input(member, _LEADER_GONE, payload)
-        elif kind == _PARTITION:
+        elif kind == PARTITION:
             if self._calm:
                 return
             self._make_partition()
             if not self._calm:
-                self._schedule(self.now + self._gap(self.profile.partition_every_ms), _PARTITION, 0, None)
-        elif kind == _HEAL:
-            if self._partition is not None and self._partition is payload:
+                self.kernel.schedule(
+                    self.now + self.kernel.gap(self.profile.partition_every_ms), PARTITION, 0, None
+                )
+        elif kind == HEAL:
+            if self.kernel.partition is not None and self.kernel.partition is payload:
                 self._log("network healed")
-                self._partition = None
+                self.kernel.partition = None
         elif kind == _PROPOSE:
             self._propose()
             if self.now < self.profile.chaos_ms + PROPOSALS_INTO_CALM_MS:
-                self._schedule(
+                self.kernel.schedule(
                     self.now + self.rng.randint(1, self.profile.propose_every_ms), _PROPOSE, 0, None
                 )
-        elif kind == _CALM:
+        elif kind == CALM:
             self._calm = True
-            self._partition = None
+            self.kernel.partition = None
             for member in self.members.values():
                 if not member.up:
                     self._start(member)
             self._log("calm: network whole, everyone up")
-            self._schedule(self.now + PROPOSALS_INTO_CALM_MS + 100, _CONVERGED, 0, None)
+            self.kernel.schedule(self.now + PROPOSALS_INTO_CALM_MS + 100, _CONVERGED, 0, None)
         elif kind == _CONVERGED:
             try:
                 self._check_recovered()
             except InvariantViolation:
-                self._schedule(self.now + 100, _CONVERGED, 0, None)
+                self.kernel.schedule(self.now + 100, _CONVERGED, 0, None)
                 return
             self._converged = True
             self._log("converged: one leader, every member caught up")
@@ -277,9 +263,9 @@ class World:
             return
         core = member.core
         assert core is not None
-        if kind == _TICK:
+        if kind == TICK:
             core.tick(self.now)
-        elif kind == _DELIVER:
+        elif kind == DELIVER:
             core.step(payload, self.now)
         elif kind == _LEADER_GONE:
             core.leader_gone(payload, self.now)
@@ -301,7 +287,7 @@ class World:
             end, hw = core.log.end_offset, core.high_watermark
             self._log(f"member {member.id} leads epoch {core.epoch} (end {end}, HW {hw})")
             if not self._calm and self.rng.random() < self.profile.crash_after_win:
-                self._schedule(
+                self.kernel.schedule(
                     self.now + self.rng.randint(0, 3 * self.profile.delay_max_ms + 5),
                     _CRASH_MEMBER,
                     member.id,
@@ -317,9 +303,9 @@ class World:
             ready = core.ready()
             if ready.must_sync:
                 member.writing = ready
-                self._schedule(
+                self.kernel.schedule(
                     self.now + self.rng.randint(0, self.profile.disk_max_ms),
-                    _DISK_DONE,
+                    DISK_DONE,
                     member.id,
                     member.incarnation,
                 )
@@ -352,7 +338,7 @@ class World:
                 and not self._calm
                 and self.rng.random() < self.profile.crash_after_vote
             ):
-                self._schedule(
+                self.kernel.schedule(
                     self.now + self.rng.randint(0, 2),
                     _CRASH_MEMBER,
                     member.id,
@@ -385,7 +371,7 @@ class World:
         )
         if member.tick_at is None or wake < member.tick_at:
             member.tick_at = wake
-            self._schedule(wake, _TICK, member.id, None)
+            self.kernel.schedule(wake, TICK, member.id, None)
 
     # ------------------------------------------------------------------ faults
     def _crash_someone(self) -> None:
@@ -411,7 +397,7 @@ class World:
                 for other in self.members.values():
                     if other is not victim and other.up:
                         later = self.now + self.probe_rng.randint(1, self.profile.leader_gone_max_ms)
-                        self._schedule(later, _LEADER_GONE, other.id, victim.id)
+                        self.kernel.schedule(later, _LEADER_GONE, other.id, victim.id)
         if victim.writing is not None:
             changed = victim.disk.write_torn(victim.writing, self.rng)
             self.checker.check_disk(victim.id, victim.disk, changed)
@@ -421,7 +407,7 @@ class World:
         victim.backlog.clear()
         victim.down_since = self.now
         self.checker.check_durable_majority({m.id: m.disk for m in self.members.values()})
-        self._schedule(self.now + down_ms, _RESTART, victim.id, None)
+        self.kernel.schedule(self.now + down_ms, RESTART, victim.id, None)
 
     def _make_partition(self) -> None:
         ids = sorted(self.members)
@@ -432,33 +418,28 @@ class World:
             sides = {member: int(member == isolated) for member in ids}
         else:
             sides = {member: self.rng.randrange(2) for member in ids}
-        self._partition = sides
+        self.kernel.partition = sides
         left = [m for m in ids if sides[m] == 0]
         right = [m for m in ids if sides[m] == 1]
         self._log(f"network split {left} | {right}")
-        self._schedule(self.now + self.rng.randint(1, self.profile.partition_max_ms), _HEAL, 0, sides)
-
-    def _cut(self, a: int, b: int) -> bool:
-        return self._partition is not None and self._partition[a] != self._partition[b]
+        self.kernel.schedule(self.now + self.rng.randint(1, self.profile.partition_max_ms), HEAL, 0, sides)
 
     def _send(self, message: Message) -> None:
         self.stats.messages += 1
         profile = self.profile
-        if self._cut(message.src, message.dst):
-            return
-        if not self._calm and self.rng.random() < profile.drop:
-            return
-        copies = 2 if not self._calm and self.rng.random() < profile.duplicate else 1
-        high = 2 if self._calm else profile.delay_max_ms  # calm: a fast LAN, so laggards can catch up
-        for _ in range(copies):
-            delay = self.rng.randint(min(profile.delay_min_ms, high), high)
-            self._schedule(self.now + delay, _DELIVER, message.dst, message)
+        # Calm: a fast, reliable LAN, so laggards can catch up.
+        link = (
+            Link(None, None, profile.delay_min_ms, 2)
+            if self._calm
+            else Link(profile.drop, profile.duplicate, profile.delay_min_ms, profile.delay_max_ms)
+        )
+        self.kernel.send(message.src, message.dst, DELIVER, message.dst, message, link)
 
     def _deliver(self, message: Message) -> None:
         member = self.members.get(message.dst)
-        if member is None or not member.up or self._cut(message.src, message.dst):
+        if member is None or not member.up or self.kernel.cut(message.src, message.dst):
             return
-        self._input(member, _DELIVER, message)
+        self._input(member, DELIVER, message)
 
     # ------------------------------------------------------------------ workload and liveness
     def _propose(self) -> None:
