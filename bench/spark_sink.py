@@ -11,7 +11,9 @@ foreachBatch sinks in turn, each from a fresh checkpoint, on Spark local[2]:
                which takes the Arrow path for this schema
 Events/s counts input events over the batches' trigger time (query start-up excluded); per batch also the
 changed rows (state rows updated) and the batch's time. Each sink runs once to warm up, then REPEATS times
-interleaved with the others; the best run of each is reported with the events/s of every run.
+interleaved with the others; the best run of each is reported with the events/s of every run. The machine
+is shared: before each run the bench waits (at most QUIET_WAIT_S) until other processes use under 0.4
+cores (freshness.wait_quiet), and records the cores they used during the run (other_processes_cores).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from freshness import cpu_sample, others_cores, wait_quiet
 from hotstate.cli.local_cluster import LocalCluster
 
 RESULTS = Path(__file__).parent / "results" / "spark_sink.json"
@@ -35,8 +38,9 @@ FILES = 10
 EVENTS_PER_FILE = 40_000
 USERS = 50_000
 FILES_PER_BATCH = 2
-REPEATS = 2
+REPEATS = 3
 SCHEMA = "user STRING, n BIGINT, url STRING"
+QUIET_WAIT_S = 60.0
 
 
 def write_input(directory: Path) -> None:
@@ -70,10 +74,13 @@ def aggregation(spark: Any, source: Path) -> Any:
 
 
 def measure(name: str, start: Callable[[], Any]) -> dict[str, Any]:
+    wait_quiet(QUIET_WAIT_S)
+    before = cpu_sample()
     started = time.perf_counter()
     query = start()
     query.processAllAvailable()
     wall = time.perf_counter() - started
+    others = others_cores(before, cpu_sample())
     batches = [p for p in query.recentProgress if p["numInputRows"] > 0]
     query.stop()
     events = sum(p["numInputRows"] for p in batches)
@@ -89,6 +96,7 @@ def measure(name: str, start: Callable[[], Any]) -> dict[str, Any]:
         ),
         "add_batch_s": [round(p["durationMs"]["addBatch"] / 1000, 3) for p in batches],
         "changed_rows": [p["stateOperators"][0]["numRowsUpdated"] for p in batches],
+        "other_processes_cores": others,
     }
     print(name, out, flush=True)
     return out
