@@ -333,3 +333,33 @@ def test_a_live_server_fenced_by_a_wrong_probe_is_unfenced_by_its_next_heartbeat
     assert _probe(harness, 1, ProbeResult.REFUSED)
     reply = harness.heartbeat(1)
     assert not reply.fenced and not harness.image.servers[1].fenced
+
+
+def test_committed_batches_merge_positions_and_survive_a_snapshot() -> None:
+    from hotstate.controller.requests import CommitBatchRequest, CommitBatchResponse
+    from hotstate.controller.snapshot import decode_snapshot, encode_snapshot
+
+    harness = three_brokers()
+    create(harness, partitions=3)
+    table = harness.image.tables["clicks"]
+    assert table.batch_id == -1
+    reply = harness.handle(CommitBatchRequest("clicks", table.table_id, 0, ((0, 10), (2, 4)))).reply
+    assert reply == CommitBatchResponse(ControllerError.NONE, "")
+    # Batch 1 wrote partition 1 only: the others keep where batch 0 left them; positions never go back.
+    harness.handle(CommitBatchRequest("clicks", table.table_id, 1, ((1, 7), (2, 3))))
+    table = harness.image.tables["clicks"]
+    assert (table.batch_id, table.batch_positions) == (1, (10, 7, 4))
+    # A batch that wrote nothing knows no table id.
+    harness.handle(CommitBatchRequest("clicks", -1, 2, ()))
+    assert harness.image.tables["clicks"].batch_id == 2
+    restored = decode_snapshot(encode_snapshot(harness.image))
+    assert restored.tables["clicks"] == harness.image.tables["clicks"]
+    for bad, error in (
+        (CommitBatchRequest("nope", 1, 0, ()), ControllerError.UNKNOWN_TABLE),
+        (CommitBatchRequest("clicks", table.table_id + 1, 0, ()), ControllerError.UNKNOWN_TABLE),
+        (CommitBatchRequest("clicks", table.table_id, -1, ()), ControllerError.INVALID_REQUEST),
+        (CommitBatchRequest("clicks", table.table_id, 3, ((3, 1),)), ControllerError.INVALID_REQUEST),
+        (CommitBatchRequest("clicks", table.table_id, 3, ((0, -1),)), ControllerError.INVALID_REQUEST),
+    ):
+        assert harness.handle(bad).reply.error is error, bad
+    assert harness.image.tables["clicks"].batch_id == 2

@@ -105,7 +105,7 @@ def test_committed_entries_survive_a_whole_cluster_restart(tmp_path: Path) -> No
     for node_id in (1, 2, 3):
         node = cluster.start(node_id)
         assert node.epoch == epoch
-        assert [e.data for e in node.log.entries_between(0, node.log.end_offset) if e.kind is EntryKind.DATA][
+        assert [e.data for e in node.log.read_between(0, node.log.end_offset) if e.kind is EntryKind.DATA][
             :50
         ] == committed
     new_leader = _elect(cluster, 10_000)

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from hotstate.log.batch import RecordBatch
+from hotstate.log.divergence import DivergingEpoch
 from hotstate.replica.batchlog import BatchLog, BatchLogError, batch_bytes
 
 
@@ -55,15 +56,15 @@ def test_read_from_inside_a_batch_cuts_the_first_batch_to_start_there() -> None:
 
 def test_between_cuts_at_both_ends() -> None:
     log = sample()
-    assert flat(log.between(4, 9)) == [o for o in flat(log.read(0, 1 << 30)) if 4 <= o[0] < 9]
-    assert log.between(4, 9) == [
+    assert flat(log.read_between(4, 9)) == [o for o in flat(log.read(0, 1 << 30)) if 4 <= o[0] < 9]
+    assert log.read_between(4, 9) == [
         RecordBatch(4, 1, batch(3, 1, 2).records[1:]),
         batch(5, 2, 3),
         RecordBatch(8, 4, batch(8, 4, 2).records[:1]),
     ]
-    assert log.between(5, 8) == [batch(5, 2, 3)]
-    assert log.between(6, 6) == []
-    assert log.between(10, 10) == []
+    assert log.read_between(5, 8) == [batch(5, 2, 3)]
+    assert log.read_between(6, 6) == []
+    assert log.read_between(10, 10) == []
 
 
 def test_epoch_at() -> None:
@@ -133,11 +134,11 @@ def test_truncate_at_a_boundary_forgets_that_epoch() -> None:
     log = sample()
     log.truncate_to(5)
     assert log.last_epoch == 1
-    assert log.end_offset_for_epoch(2) == (1, 5)
-    assert log.end_offset_for_epoch(9) == (1, 5)
+    assert log.end_offset_for_epoch(2) == DivergingEpoch(1, 5)
+    assert log.end_offset_for_epoch(9) == DivergingEpoch(1, 5)
     log.append(batch(5, 3, 1))
-    assert log.end_offset_for_epoch(2) == (1, 5)
-    assert log.end_offset_for_epoch(3) == (3, 6)
+    assert log.end_offset_for_epoch(2) == DivergingEpoch(1, 5)
+    assert log.end_offset_for_epoch(3) == DivergingEpoch(3, 6)
 
 
 def test_truncate_at_or_past_the_end_changes_nothing() -> None:
@@ -151,7 +152,7 @@ def test_truncate_to_zero_empties_the_log() -> None:
     log = sample()
     log.truncate_to(0)
     assert (log.end_offset, log.batch_count, log.last_epoch) == (0, 0, 0)
-    assert log.end_offset_for_epoch(1) == (0, 0)
+    assert log.end_offset_for_epoch(1) == DivergingEpoch(0, 0)
     log.append(batch(0, 1, 1))
 
 
@@ -160,9 +161,9 @@ def test_truncate_to_the_start_keeps_the_pinned_start_epoch() -> None:
     log.advance_start(5)
     log.truncate_to(5)
     assert (log.start_offset, log.end_offset, log.last_epoch) == (5, 5, 1)
-    assert log.end_offset_for_epoch(1) == (1, 5)
-    assert log.end_offset_for_epoch(4) == (1, 5)
-    assert log.end_offset_for_epoch(0) == (-1, -1)
+    assert log.end_offset_for_epoch(1) == DivergingEpoch(1, 5)
+    assert log.end_offset_for_epoch(4) == DivergingEpoch(1, 5)
+    assert log.end_offset_for_epoch(0) is None
 
 
 # ---------------------------------------------------------------------- advance_start
@@ -192,21 +193,21 @@ def test_advance_start_past_the_end_stops_at_the_end() -> None:
     assert log.advance_start(100) == 10
     assert (log.start_offset, log.end_offset, log.batch_count) == (10, 10, 0)
     assert (log.start_epoch, log.last_epoch) == (4, 4)
-    assert log.end_offset_for_epoch(4) == (4, 10)
-    assert log.end_offset_for_epoch(3) == (-1, -1)
+    assert log.end_offset_for_epoch(4) == DivergingEpoch(4, 10)
+    assert log.end_offset_for_epoch(3) is None
     log.append(batch(10, 4, 1))
-    assert log.end_offset_for_epoch(4) == (4, 11)
+    assert log.end_offset_for_epoch(4) == DivergingEpoch(4, 11)
 
 
 def test_advance_start_at_an_epoch_boundary_pins_the_previous_epoch() -> None:
     log = sample()
     log.advance_start(5)  # record 4 is of epoch 1, record 5 starts epoch 2
     assert log.start_epoch == 1
-    assert log.end_offset_for_epoch(1) == (1, 5)
-    assert log.end_offset_for_epoch(2) == (2, 8)
-    assert log.end_offset_for_epoch(3) == (2, 8)
-    assert log.end_offset_for_epoch(4) == (4, 10)
-    assert log.end_offset_for_epoch(0) == (-1, -1)
+    assert log.end_offset_for_epoch(1) == DivergingEpoch(1, 5)
+    assert log.end_offset_for_epoch(2) == DivergingEpoch(2, 8)
+    assert log.end_offset_for_epoch(3) == DivergingEpoch(2, 8)
+    assert log.end_offset_for_epoch(4) == DivergingEpoch(4, 10)
+    assert log.end_offset_for_epoch(0) is None
 
 
 # ---------------------------------------------------------------------- reset
@@ -218,22 +219,22 @@ def test_reset_empties_the_log_at_the_snapshot_position() -> None:
     assert (log.start_offset, log.end_offset, log.batch_count) == (42, 42, 0)
     assert (log.start_epoch, log.last_epoch, log.epoch_at(41)) == (3, 3, 3)
     assert log.read(42, 100) == []
-    assert log.end_offset_for_epoch(3) == (3, 42)
-    assert log.end_offset_for_epoch(2) == (-1, -1)
+    assert log.end_offset_for_epoch(3) == DivergingEpoch(3, 42)
+    assert log.end_offset_for_epoch(2) is None
     with pytest.raises(BatchLogError):
         log.append(batch(43, 3, 1))
     with pytest.raises(BatchLogError):
         log.append(batch(42, 2, 1))
     log.append(batch(42, 3, 2))
-    assert log.end_offset_for_epoch(3) == (3, 44)
+    assert log.end_offset_for_epoch(3) == DivergingEpoch(3, 44)
 
 
 def test_constructor_with_a_start_pins_its_epoch() -> None:
     log = BatchLog(20, 2, [batch(20, 2, 2), batch(22, 5, 1)])
-    assert log.end_offset_for_epoch(2) == (2, 22)
-    assert log.end_offset_for_epoch(4) == (2, 22)
-    assert log.end_offset_for_epoch(5) == (5, 23)
-    assert log.end_offset_for_epoch(1) == (-1, -1)
+    assert log.end_offset_for_epoch(2) == DivergingEpoch(2, 22)
+    assert log.end_offset_for_epoch(4) == DivergingEpoch(2, 22)
+    assert log.end_offset_for_epoch(5) == DivergingEpoch(5, 23)
+    assert log.end_offset_for_epoch(1) is None
 
 
 # ---------------------------------------------------------------------- end_offset_for_epoch
@@ -241,19 +242,21 @@ def test_constructor_with_a_start_pins_its_epoch() -> None:
 
 def test_end_offset_for_epoch_answers() -> None:
     log = sample()
-    assert log.end_offset_for_epoch(1) == (1, 5)
-    assert log.end_offset_for_epoch(2) == (2, 8)
-    assert log.end_offset_for_epoch(3) == (2, 8)  # unknown epoch: the largest one below, and its end
-    assert log.end_offset_for_epoch(4) == (4, 10)
-    assert log.end_offset_for_epoch(99) == (4, 10)
-    assert log.end_offset_for_epoch(0) == (-1, -1)  # older than anything the log knows
+    assert log.end_offset_for_epoch(1) == DivergingEpoch(1, 5)
+    assert log.end_offset_for_epoch(2) == DivergingEpoch(2, 8)
+    assert log.end_offset_for_epoch(3) == DivergingEpoch(
+        2, 8
+    )  # unknown epoch: the largest one below, and its end
+    assert log.end_offset_for_epoch(4) == DivergingEpoch(4, 10)
+    assert log.end_offset_for_epoch(99) == DivergingEpoch(4, 10)
+    assert log.end_offset_for_epoch(0) is None  # older than anything the log knows
 
 
 def test_end_offset_for_epoch_of_an_empty_log_at_zero() -> None:
     log = BatchLog()
-    assert log.end_offset_for_epoch(0) == (0, 0)
-    assert log.end_offset_for_epoch(5) == (0, 0)
-    assert log.end_offset_for_epoch(-1) == (-1, -1)
+    assert log.end_offset_for_epoch(0) == DivergingEpoch(0, 0)
+    assert log.end_offset_for_epoch(5) == DivergingEpoch(0, 0)
+    assert log.end_offset_for_epoch(-1) is None
 
 
 # ---------------------------------------------------------------------- against a model
@@ -276,17 +279,17 @@ class Model:
     def last_epoch(self) -> int:
         return self.records[-1][0] if self.records else self.start_epoch
 
-    def end_for_epoch(self, epoch: int) -> tuple[int, int]:
+    def end_for_epoch(self, epoch: int) -> DivergingEpoch | None:
         known = [(e, self.start + i) for i, (e, _) in enumerate(self.records)]
         if self.start > 0:
             known.insert(0, (self.start_epoch, self.start))
         if not known:
-            return (0, 0) if self.start == 0 and epoch >= 0 else (-1, -1)
+            return DivergingEpoch(0, 0) if self.start == 0 and epoch >= 0 else None
         below = [e for e, _ in known if e <= epoch]
         if not below:
-            return (-1, -1)
+            return None
         found = max(below)
-        return found, min((o for e, o in known if e > found), default=self.end)
+        return DivergingEpoch(found, min((o for e, o in known if e > found), default=self.end))
 
 
 RECORDS = st.lists(st.binary(min_size=0, max_size=6), min_size=1, max_size=4)
@@ -358,7 +361,7 @@ class BatchLogMachine(RuleBasedStateMachine):
         m = self.model
         start = data.draw(st.integers(m.start, m.end))
         end = data.draw(st.integers(start, m.end))
-        got = flat(self.log.between(start, end))
+        got = flat(self.log.read_between(start, end))
         assert (
             got
             == [(m.start + i, e, r) for i, (e, r) in enumerate(m.records)][start - m.start : end - m.start]

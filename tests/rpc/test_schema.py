@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hotstate.log.divergence import DivergingEpoch
 from hotstate.raft import messages as raft
 from hotstate.raft.records import Entry, EntryKind, SnapshotId
 from hotstate.rpc import DecodeError, EncodeError, SchemaError, TypeRegistry
@@ -151,7 +152,7 @@ def test_recursive_kw_only_and_defaults_round_trip() -> None:
 def test_fetch_response_with_entries_round_trips() -> None:
     entries = tuple(Entry(i, 2, bytes([i]) * 10, EntryKind.DATA) for i in range(100))
     response = raft.FetchResponse(
-        1, 2, 3, 1, raft.ErrorCode.NONE, 0, 0, 100, entries, raft.DivergingEpoch(1, 5), SnapshotId(4, 1)
+        1, 2, 3, 1, raft.ErrorCode.NONE, 0, 0, 100, entries, DivergingEpoch(1, 5), SnapshotId(4, 1)
     )
     roundtrip(RAFT, response)
 

@@ -5,6 +5,7 @@ QueryPartitionsRequest the way a server does (or fail the way a transport does).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import pytest
 
@@ -97,11 +98,14 @@ class Peers:
 
 
 def _service(
-    peers: Peers, forwards: list[str] | None = None, hedging: HedgePolicy | None = None
+    peers: Peers,
+    forwards: list[str] | None = None,
+    hedging: HedgePolicy | None = None,
+    table: TableInfo = TABLE,
 ) -> QueryService:
     return QueryService(
         1,
-        image=_image,
+        image=lambda: dataclasses.replace(_image(), tables={"clicks": table}),
         replicas=None,
         lags=LagTable(),
         alive=lambda node: True,
@@ -339,3 +343,22 @@ def test_a_token_from_beyond_the_log_end_is_a_400_not_a_wait() -> None:
             )
         )
     assert error.value.kind == "bad_request" and "beyond the log end" in error.value.message
+
+
+def test_min_batch_reads_at_least_where_the_sinks_batch_left_every_partition() -> None:
+    peers = Peers()
+    user = next(u for u in USERS if PLACEMENT[_partition(u)][0] == 2)
+    positions = [0] * PARTITIONS
+    positions[_partition(user)] = 80
+    table = dataclasses.replace(TABLE, batch_id=5, batch_positions=tuple(positions))
+    peers.positions = {2: 50, 3: 90}  # the active has not applied batch 5 yet; its standby has
+    sql = f"SELECT * FROM clicks WHERE user = '{user}'"
+    for batch in (0, 5):
+        result = asyncio.run(_service(peers, table=table).execute(sql, {"min_batch": batch}))
+        assert [p.served_by for p in result.partitions] == [3]
+    without = asyncio.run(_service(peers, table=table).execute(sql))
+    assert [p.served_by for p in without.partitions] == [2]  # the batch asked for is what moved it
+    with pytest.raises(QueryError) as error:
+        asyncio.run(_service(peers, table=table).execute(sql, {"min_batch": 6, "timeout_ms": 50}))
+    assert error.value.kind == "unavailable" and "batch 6" in error.value.message
+    assert "last committed: 5" in error.value.message

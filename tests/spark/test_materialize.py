@@ -318,3 +318,39 @@ def test_kill_9_of_a_server_loses_no_committed_update_and_the_stream_goes_on(
     finally:
         stop.set()
         query.stop()
+
+
+def test_min_batch_after_process_all_available_sees_the_batch_from_every_server(
+    spark, start_cluster, tmp_path: Path
+) -> None:
+    """A notebook runs a batch and queries its results with a guarantee, not a sleep: each server, asked
+    with `min_batch` = the batch Spark just completed, answers with that batch's rows, never an older
+    value (no retry loop here, unlike wait_equal)."""
+    running = start_cluster(3)
+    source = tmp_path / "in"
+    _round(source, 0)
+    query = _materialize(running, clicks(spark, source), "batches", tmp_path / "chk")
+    servers = [f"127.0.0.1:{s.http_port}" for s in running.cluster.servers]
+    try:
+        for round_ in range(3):
+            if round_:
+                _round(source, round_)
+            query.processAllAvailable()
+            batch = hs.last_batch(query)
+            assert batch is not None
+            expected = recompute(spark, source)
+            for server in servers:
+                with hotstate.Client(server, timeout_s=10.0) as client:
+                    result = client.query("SELECT * FROM batches", min_batch=batch)
+                got = {row["user"]: (row["clicks"], row["total"], row["largest"]) for row in result.dicts()}
+                assert got == expected, (server, round_)
+        with hotstate.Client(servers[0], timeout_s=10.0) as client:
+            tables = {t["name"]: t for t in client.tables()}
+            assert tables["batches"]["last_batch"] == hs.last_batch(query)
+            # A batch not committed (yet) is a 503 naming the last one, after the query's timeout.
+            with pytest.raises(hotstate.Unavailable, match="not committed yet"):
+                client.query("SELECT * FROM batches", min_batch=10**6, timeout_ms=300)
+            with pytest.raises(hotstate.QueryFailed, match="min_batch"):
+                client.query("SELECT * FROM batches", min_batch=-1)
+    finally:
+        query.stop()

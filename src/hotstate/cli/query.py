@@ -101,6 +101,12 @@ def register(app: typer.Typer, *, default_dir: Path) -> None:
                 help="a consistency token (from an earlier answer's, or a write's): read at least from there",
             ),
         ] = None,
+        min_batch: Annotated[
+            int | None,
+            typer.Option(
+                "--min-batch", min=0, help="see everything the table's Spark sink wrote up to this batch"
+            ),
+        ] = None,
         as_json: Annotated[bool, typer.Option("--json", help="print the /v1/query JSON")] = False,
         server: ServerOption = None,
         directory: DirOption = default_dir,
@@ -114,6 +120,7 @@ def register(app: typer.Typer, *, default_dir: Path) -> None:
                 timeout_ms=timeout_ms,
                 standby_reads=standby_reads,
                 consistency_token=token,
+                min_batch=min_batch,
             )
         if as_json:
             typer.echo(json.dumps(result.raw, indent=2))

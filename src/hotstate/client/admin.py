@@ -14,6 +14,8 @@ from typing import cast
 
 from hotstate.controller.records import KeyColumn
 from hotstate.controller.requests import (
+    CommitBatchRequest,
+    CommitBatchResponse,
     ControllerError,
     ControllerRequest,
     ControllerResponse,
@@ -115,6 +117,21 @@ class AdminClient:
         """Add `rack` to the table's writer racks (idempotent)."""
         reply = await self._controller_call(RegisterWriterRequest(table, rack), deadline_s, idempotent=True)
         assert isinstance(reply, RegisterWriterResponse)
+        return reply
+
+    async def commit_batch(
+        self,
+        table: str,
+        table_id: int,
+        batch_id: int,
+        positions: tuple[tuple[int, int], ...],
+        *,
+        deadline_s: float = 10.0,
+    ) -> CommitBatchResponse:
+        """Record that Spark batch `batch_id` is in `table` at least at `positions` (idempotent)."""
+        request = CommitBatchRequest(table, table_id, batch_id, positions)
+        reply = await self._controller_call(request, deadline_s, idempotent=True)
+        assert isinstance(reply, CommitBatchResponse)
         return reply
 
     async def delete_table(self, name: str, *, deadline_s: float = 10.0) -> DeleteTableResponse:

@@ -262,12 +262,15 @@ def _query_body(
     standby_reads: bool,
     hedging: bool,
     consistency_token: str | None,
+    min_batch: int | None = None,
 ) -> dict[str, object]:
     body: dict[str, object] = {"sql": sql, "standby_reads": standby_reads}
     if not hedging:
         body["hedging"] = False
     if consistency_token:
         body["consistency_token"] = consistency_token
+    if min_batch is not None:
+        body["min_batch"] = min_batch
     if max_lag is not None:
         body["max_lag"] = max_lag
     if timeout_ms is not None:
@@ -337,19 +340,21 @@ class Client(_Base):
         standby_reads: bool = True,
         hedging: bool = True,
         consistency_token: str | None = None,
+        min_batch: int | None = None,
     ) -> QueryResult:
         """Run one pull query. `max_lag`: the most records a serving replica may be behind (default: the
         table's acceptable lag); `timeout_ms`: the server's time budget; `standby_reads=False`: only
         actives serve; `hedging=False`: a slow forward is never sent to a partition's next replica too;
         `consistency_token` (from an earlier answer or `TableWriter.upsert`): every partition is read from
-        a replica at least that far (monotonic reads, read-your-writes; docs/queries.md).
+        a replica at least that far (monotonic reads, read-your-writes; docs/queries.md); `min_batch`:
+        everything the table's Spark sink wrote up to that micro-batch id is visible.
         Raises QueryFailed (4xx), Unavailable (503 from every server), ClusterUnreachable."""
         attempt_s = _query_attempt_s(timeout_ms)
         body, server = self._request(
             "POST",
             "/v1/query",
             attempt_s,
-            _query_body(sql, max_lag, timeout_ms, standby_reads, hedging, consistency_token),
+            _query_body(sql, max_lag, timeout_ms, standby_reads, hedging, consistency_token, min_batch),
         )
         return QueryResult.from_json(_expect_dict(body, "query"), server)
 
@@ -426,6 +431,7 @@ class AsyncClient(_Base):
         standby_reads: bool = True,
         hedging: bool = True,
         consistency_token: str | None = None,
+        min_batch: int | None = None,
     ) -> QueryResult:
         """See `Client.query`."""
         attempt_s = _query_attempt_s(timeout_ms)
@@ -433,7 +439,7 @@ class AsyncClient(_Base):
             "POST",
             "/v1/query",
             attempt_s,
-            _query_body(sql, max_lag, timeout_ms, standby_reads, hedging, consistency_token),
+            _query_body(sql, max_lag, timeout_ms, standby_reads, hedging, consistency_token, min_batch),
         )
         return QueryResult.from_json(_expect_dict(body, "query"), server)
 

@@ -31,12 +31,15 @@ from hotstate.controller.records import (
     MetadataRecord,
     NoOp,
     RegisterServer,
+    TableBatch,
     TableWriters,
     UnfenceServer,
 )
 from hotstate.controller.requests import (
     AlterPartitionRequest,
     AlterPartitionResponse,
+    CommitBatchRequest,
+    CommitBatchResponse,
     ControllerError,
     ControllerRequest,
     ControllerResponse,
@@ -130,6 +133,8 @@ class QuorumController:
                 return self._alter_partition(request)
             case RegisterWriterRequest():
                 return self._register_writer(request)
+            case CommitBatchRequest():
+                return self._commit_batch(request)
 
     def tick(self, now: int, next_offset: int, *, reassign: bool = True) -> list[MetadataBatch]:
         """Fence every server whose session expired, moving its actives away, one batch per server; then,
@@ -424,6 +429,30 @@ class QuorumController:
         racks = tuple(sorted((*table.writer_racks, request.rack)))
         batch = self._propose((TableWriters(table.table_id, racks),))
         return Decision((batch,), RegisterWriterResponse(ControllerError.NONE, "", racks))
+
+    def _commit_batch(self, request: CommitBatchRequest) -> Decision:
+        """The table's last Spark batch and every partition's position, merged with what it had: positions
+        never go back, so a query's min_batch is at least as strict as the batch asked for."""
+        table = self._view.tables.get(request.table)
+        # table_id -1: a batch that wrote nothing knows no id (its writers learn it from the metadata).
+        if table is None or request.table_id not in (-1, table.table_id):
+            return self._error(
+                CommitBatchResponse(
+                    ControllerError.UNKNOWN_TABLE, f"no table {request.table!r} with id {request.table_id}"
+                )
+            )
+        problem = None
+        if request.batch_id < 0:
+            problem = f"batch_id={request.batch_id}: must be >= 0"
+        elif any(not 0 <= p < table.partitions or position < 0 for p, position in request.positions):
+            problem = f"positions must name partitions 0..{table.partitions - 1} with positions >= 0"
+        if problem is not None:
+            return self._error(CommitBatchResponse(ControllerError.INVALID_REQUEST, problem))
+        positions = list(table.batch_positions or (0,) * table.partitions)
+        for partition, position in request.positions:
+            positions[partition] = max(positions[partition], position)
+        record = TableBatch(table.table_id, request.batch_id, tuple(positions))
+        return Decision((self._propose((record,)),), CommitBatchResponse(ControllerError.NONE, ""))
 
     def _delete_table(self, request: DeleteTableRequest) -> Decision:
         table = self._view.tables.get(request.name)

@@ -23,6 +23,7 @@ from hotstate.controller.records import (
     PartitionAssignment,
     PartitionChange,
     RegisterServer,
+    TableBatch,
     TableWriters,
     UnfenceServer,
     UnregisterServer,
@@ -59,6 +60,9 @@ class TableInfo:
     key_columns: tuple[KeyColumn, ...]
     acceptable_lag: int | None
     writer_racks: tuple[str, ...] = ()  # where its writers run (sorted): the assignor's traffic cost
+    # The last Spark batch committed into it (-1: none) and every partition's position then (TableBatch).
+    batch_id: int = -1
+    batch_positions: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +216,13 @@ class ImageBuilder:
                     log.warning("metadata offset %d: writers of unknown table %d", offset, table_id)
                     return
                 tables[found.name] = replace(found, writer_racks=tuple(sorted(set(writer_racks))))
+            case TableBatch(table_id, batch_id, positions):
+                tables = self._tables_w()
+                found = next((t for t in tables.values() if t.table_id == table_id), None)
+                if found is None:
+                    log.warning("metadata offset %d: a batch of unknown table %d", offset, table_id)
+                    return
+                tables[found.name] = replace(found, batch_id=batch_id, batch_positions=positions)
             case PartitionAssignment():
                 parts = self._table_parts_w(record.table_id)
                 if parts is None:
@@ -308,6 +319,8 @@ def image_records(image: MetadataImage) -> list[MetadataRecord]:
                 table.writer_racks,
             )
         )
+        if table.batch_id >= 0:
+            records.append(TableBatch(table.table_id, table.batch_id, table.batch_positions))
         for part in image.partitions.get(table.table_id, ()):
             records.append(
                 PartitionAssignment(

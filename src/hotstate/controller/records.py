@@ -80,6 +80,17 @@ class TableWriters:
 
 
 @dataclass(frozen=True, slots=True)
+class TableBatch:
+    """The last Spark micro-batch its sink committed into a table, and where every partition was then:
+    positions (offset after the last record) per partition, merged over every batch so far, so that the
+    batch's writes, and all before it, are visible at least there (a query's `min_batch`)."""
+
+    table_id: int
+    batch_id: int
+    positions: tuple[int, ...]  # one per partition, in partition order
+
+
+@dataclass(frozen=True, slots=True)
 class DeleteTable:
     name: str
     table_id: int
@@ -124,6 +135,7 @@ MetadataRecord = (
     | CreateTable
     | DeleteTable
     | TableWriters
+    | TableBatch
     | PartitionAssignment
     | PartitionChange
     | NoOp

@@ -96,6 +96,24 @@ class RegisterWriterResponse:
 
 
 @dataclass(frozen=True, slots=True)
+class CommitBatchRequest:
+    """A Spark sink's driver, once every task of micro-batch `batch_id` was acked: the batch is in `table`
+    (whose id must still be `table_id`; -1 for a batch that wrote nothing), at least at these (partition,
+    position) pairs."""
+
+    table: str
+    table_id: int
+    batch_id: int
+    positions: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CommitBatchResponse:
+    error: ControllerError
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
 class DeleteTableRequest:
     name: str
 
@@ -144,6 +162,7 @@ ControllerRequest = (
     | ListTablesRequest
     | AlterPartitionRequest
     | RegisterWriterRequest
+    | CommitBatchRequest
 )
 ControllerResponse = (
     RegisterServerResponse
@@ -153,6 +172,7 @@ ControllerResponse = (
     | ListTablesResponse
     | AlterPartitionResponse
     | RegisterWriterResponse
+    | CommitBatchResponse
 )
 
 
@@ -173,3 +193,5 @@ def error_response(request: ControllerRequest, error: ControllerError, message: 
             return AlterPartitionResponse(error, message)
         case RegisterWriterRequest():
             return RegisterWriterResponse(error, message, ())
+        case CommitBatchRequest():
+            return CommitBatchResponse(error, message)

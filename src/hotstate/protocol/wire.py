@@ -11,6 +11,8 @@ from hotstate.controller.records import Endpoint, KeyColumn
 from hotstate.controller.requests import (
     AlterPartitionRequest,
     AlterPartitionResponse,
+    CommitBatchRequest,
+    CommitBatchResponse,
     ControllerRequest,
     CreateTableRequest,
     CreateTableResponse,
@@ -26,11 +28,11 @@ from hotstate.controller.requests import (
     ServerHeartbeatResponse,
 )
 from hotstate.log.batch import RecordBatch
+from hotstate.log.divergence import DivergingEpoch
 from hotstate.protocol.cluster import DescribeClusterRequest, DescribeClusterResponse, ServerStatus
 from hotstate.raft.messages import (
     BeginQuorumEpoch,
     BeginQuorumEpochResponse,
-    DivergingEpoch,
     Fetch,
     FetchResponse,
     FetchSnapshot,
@@ -82,6 +84,8 @@ for type_id, cls in (
     (72, AlterPartitionResponse),
     (73, RegisterWriterRequest),
     (74, RegisterWriterResponse),
+    (75, CommitBatchRequest),
+    (76, CommitBatchResponse),
     # Cluster status (100-)
     (100, DescribeClusterRequest),
     (101, ServerStatus),

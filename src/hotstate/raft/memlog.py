@@ -9,6 +9,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable
 
+from hotstate.log.divergence import DivergingEpoch
 from hotstate.raft.records import Entry, SnapshotId
 
 
@@ -69,7 +70,7 @@ class RaftLog:
             return 0
         return self.entry(offset).epoch
 
-    def entries_from(self, offset: int, max_bytes: int) -> list[Entry]:
+    def read(self, offset: int, max_bytes: int) -> list[Entry]:
         """Entries from `offset` on, at most `max_bytes` of them but always one when any is there."""
         if not self._start <= offset <= self.end_offset:
             raise RaftLogError(f"read from {offset} outside the log [{self._start}, {self.end_offset}]")
@@ -82,7 +83,8 @@ class RaftLog:
             out.append(entry)
         return out
 
-    def entries_between(self, start: int, end: int) -> list[Entry]:
+    def read_between(self, start: int, end: int) -> list[Entry]:
+        """The entries in [start, end)."""
         return self._entries[start - self._start : end - self._start]
 
     def append(self, entries: Iterable[Entry]) -> None:
@@ -106,7 +108,7 @@ class RaftLog:
         while len(self._epoch_starts) > pinned and self._epoch_starts[-1][1] >= offset:
             self._epoch_starts.pop()
 
-    def compact(self, snapshot_id: SnapshotId) -> None:
+    def advance_start(self, snapshot_id: SnapshotId) -> None:
         """Forget the entries a snapshot now covers; a snapshot beyond the log end empties the log."""
         if snapshot_id.end_offset <= self._start:
             return
@@ -121,18 +123,18 @@ class RaftLog:
         """Start over, empty, right after a snapshot received from the leader."""
         self._reset(snapshot_id)
 
-    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+    def end_offset_for_epoch(self, epoch: int) -> DivergingEpoch | None:
         """KRaft's divergence answer: the largest epoch <= `epoch` this log knows, and where it ends.
 
-        (-1, -1) when every epoch this log knows is newer (the answer lies inside the snapshot or nowhere).
+        None when every epoch this log knows is newer (the answer lies inside the snapshot or nowhere).
         """
         if not self._epoch_starts:
             # An empty log that never had a snapshot agrees with everybody on the empty prefix.
-            return (0, 0) if self._start == 0 and epoch >= 0 else (-1, -1)
+            return DivergingEpoch(0, 0) if self._start == 0 and epoch >= 0 else None
         index = bisect.bisect_right(self._epoch_starts, epoch, key=lambda start: start[0]) - 1
         if index < 0:
-            return (-1, -1)
+            return None
         found_epoch = self._epoch_starts[index][0]
         if index + 1 < len(self._epoch_starts):
-            return found_epoch, self._epoch_starts[index + 1][1]
-        return found_epoch, self.end_offset
+            return DivergingEpoch(found_epoch, self._epoch_starts[index + 1][1])
+        return DivergingEpoch(found_epoch, self.end_offset)

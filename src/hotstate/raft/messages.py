@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 
+from hotstate.log.divergence import DivergingEpoch
 from hotstate.raft.records import Entry, SnapshotId
 
 
@@ -67,14 +68,6 @@ class Fetch:
     max_bytes: int
     # The fetcher's HW: a leader whose HW is ahead answers at once instead of holding the request.
     high_watermark: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class DivergingEpoch:
-    """The leader's largest epoch <= the fetcher's last epoch, and where that epoch ends in its log."""
-
-    epoch: int
-    end_offset: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,12 +23,12 @@ import enum
 import random
 from collections.abc import Iterable, Sequence
 
+from hotstate.log.divergence import DivergingEpoch, NeedsSnapshot, check_fetch, truncation_offset
 from hotstate.raft.config import RaftConfig
 from hotstate.raft.memlog import RaftLog
 from hotstate.raft.messages import (
     BeginQuorumEpoch,
     BeginQuorumEpochResponse,
-    DivergingEpoch,
     ErrorCode,
     Fetch,
     FetchResponse,
@@ -274,7 +274,7 @@ class RaftNode:
             )
         snapshot_id = SnapshotId(end_offset, self._log.epoch_at(end_offset - 1))
         self._snapshot = Snapshot(snapshot_id, data)
-        self._log.compact(snapshot_id)
+        self._log.advance_start(snapshot_id)
         self._out_ops.append(SaveSnapshot(self._snapshot))
         return snapshot_id
 
@@ -314,7 +314,7 @@ class RaftNode:
         """Hand out the work gathered since the last call (the core forgets it: do it, then `advance`)."""
         committed: tuple[Entry, ...] = ()
         if self._hw > self._applied:
-            committed = tuple(self._log.entries_between(self._applied, self._hw))
+            committed = tuple(self._log.read_between(self._applied, self._hw))
             self._applied = self._hw
         ready = Ready(
             quorum_state=self._quorum_state_to_persist() if self._out_state_dirty else None,
@@ -652,28 +652,13 @@ class RaftNode:
             request.last_fetched_epoch,
             high_watermark=self._hw,
         )
-        snapshot_id = self._snapshot.id if self._snapshot is not None else None
-        if request.fetch_offset < log.start_offset:
-            return dataclasses.replace(base, snapshot_id=snapshot_id)
-        if request.fetch_offset == log.start_offset:
-            if request.last_fetched_epoch != log.start_epoch:
-                if log.start_offset == 0:
-                    return dataclasses.replace(base, diverging=DivergingEpoch(0, 0))
+        match check_fetch(log, request.fetch_offset, request.last_fetched_epoch):
+            case NeedsSnapshot():
+                snapshot_id = self._snapshot.id if self._snapshot is not None else None
                 return dataclasses.replace(base, snapshot_id=snapshot_id)
-        else:
-            epoch, end = log.end_offset_for_epoch(request.last_fetched_epoch)
-            if epoch != request.last_fetched_epoch or end < request.fetch_offset:
-                if epoch < 0 and log.start_offset == 0:
-                    # We know none of the fetcher's epochs: the only prefix we share is the empty one.
-                    return dataclasses.replace(base, diverging=DivergingEpoch(0, 0))
-                if epoch < 0 or end < log.start_offset:
-                    return dataclasses.replace(base, snapshot_id=snapshot_id)
-                return dataclasses.replace(
-                    base, diverging=DivergingEpoch(epoch, min(end, request.fetch_offset))
-                )
-        entries = tuple(
-            log.entries_from(request.fetch_offset, min(request.max_bytes, self.config.fetch_max_bytes))
-        )
+            case DivergingEpoch() as diverging:
+                return dataclasses.replace(base, diverging=diverging)
+        entries = tuple(log.read(request.fetch_offset, min(request.max_bytes, self.config.fetch_max_bytes)))
         return dataclasses.replace(base, entries=entries)
 
     def _on_fetch_snapshot(self, request: FetchSnapshot) -> None:
@@ -778,11 +763,7 @@ class RaftNode:
             return  # a late or duplicated answer to a fetch we no longer have out
         self._fetch_deadline = self._now + self._fetch_timeout()
         if response.diverging is not None:
-            # Cut where the leader's copy of that epoch ends or where ours does, whichever is first: entries
-            # of later epochs that the leader never had diverge too, and must go in this same step.
-            own_epoch, own_end = log.end_offset_for_epoch(response.diverging.epoch)
-            own_end = log.start_offset if own_epoch < 0 else own_end
-            self._truncate(min(response.diverging.end_offset, own_end, log.end_offset))
+            self._truncate(truncation_offset(log, response.diverging))
         elif response.snapshot_id is not None:
             self._snapshot_fetch = (response.snapshot_id, bytearray())
         else:

@@ -11,6 +11,7 @@ import bisect
 from collections.abc import Iterable
 
 from hotstate.log.batch import RecordBatch
+from hotstate.log.divergence import DivergingEpoch
 
 
 class BatchLogError(Exception):
@@ -95,7 +96,7 @@ class BatchLog:
             out.append(batch)
         return out
 
-    def between(self, start: int, end: int) -> list[RecordBatch]:
+    def read_between(self, start: int, end: int) -> list[RecordBatch]:
         """The records in [start, end) as batches, cut at both ends."""
         out = []
         for batch in self.read(start, 1 << 62):
@@ -153,14 +154,14 @@ class BatchLog:
         self._start_epoch = start_epoch
         self._epoch_starts = [(start_epoch, start_offset)] if start_offset else []
 
-    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
-        """The largest epoch <= `epoch` this log knows, and where it ends; (-1, -1) when none is."""
+    def end_offset_for_epoch(self, epoch: int) -> DivergingEpoch | None:
+        """The largest epoch <= `epoch` this log knows, and where it ends; None when none is."""
         if not self._epoch_starts:
-            return (0, 0) if self._start == 0 and epoch >= 0 else (-1, -1)
+            return DivergingEpoch(0, 0) if self._start == 0 and epoch >= 0 else None
         index = bisect.bisect_right(self._epoch_starts, epoch, key=lambda start: start[0]) - 1
         if index < 0:
-            return (-1, -1)
+            return None
         found = self._epoch_starts[index][0]
         if index + 1 < len(self._epoch_starts):
-            return found, self._epoch_starts[index + 1][1]
-        return found, self._end
+            return DivergingEpoch(found, self._epoch_starts[index + 1][1])
+        return DivergingEpoch(found, self._end)

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hotstate.log.batch import RecordBatch
+from hotstate.log.divergence import DivergingEpoch, NeedsSnapshot, check_fetch, truncation_offset
 from hotstate.replica.batchlog import BatchLog, batch_bytes
 from hotstate.replica.messages import FetchRequest, FetchResponse, ReplicaError, ReplicaMessage
 
@@ -363,7 +364,7 @@ class ReplicaCore:
     def ready(self) -> Ready:
         committed: tuple[RecordBatch, ...] = ()
         if self._hw > self._applied:
-            committed = tuple(self._log.between(self._applied, self._hw))
+            committed = tuple(self._log.read_between(self._applied, self._hw))
         out = self._out
         return Ready(
             tuple(out.log_ops),
@@ -472,7 +473,7 @@ class ReplicaCore:
             self._send(self._error_answer(request, ReplicaError.NOT_REPLICA))
             return
         answer = self._fetch_answer(request)
-        if answer.error is ReplicaError.NONE and answer.diverging_epoch < 0:
+        if answer.error is ReplicaError.NONE and answer.diverging is None:
             self._note_follower(request.src, follower, request.fetch_offset)
             if not answer.batches and request.high_watermark >= self._hw:
                 # Nothing new: hold the request until there is, or until the long poll runs out.
@@ -514,21 +515,11 @@ class ReplicaCore:
             log.start_offset,
             log.end_offset,
         )
-        if request.fetch_offset < log.start_offset:
-            return _with(base, error=ReplicaError.SNAPSHOT_NEEDED)
-        if request.fetch_offset == log.start_offset:
-            if request.last_fetched_epoch != log.start_epoch and log.start_offset > 0:
+        match check_fetch(log, request.fetch_offset, request.last_fetched_epoch):
+            case NeedsSnapshot():
                 return _with(base, error=ReplicaError.SNAPSHOT_NEEDED)
-            if request.last_fetched_epoch != log.start_epoch:
-                return _with(base, diverging_epoch=0, diverging_end_offset=0)
-        else:
-            epoch, end = log.end_offset_for_epoch(request.last_fetched_epoch)
-            if epoch != request.last_fetched_epoch or end < request.fetch_offset:
-                if epoch < 0 and log.start_offset == 0:
-                    return _with(base, diverging_epoch=0, diverging_end_offset=0)
-                if epoch < 0 or end < log.start_offset:
-                    return _with(base, error=ReplicaError.SNAPSHOT_NEEDED)
-                return _with(base, diverging_epoch=epoch, diverging_end_offset=min(end, request.fetch_offset))
+            case DivergingEpoch() as diverging:
+                return base.with_diverging(diverging)
         max_bytes = min(request.max_bytes, self.config.fetch_max_bytes)
         return _with(base, batches=tuple(log.read(request.fetch_offset, max_bytes)))
 
@@ -730,10 +721,9 @@ class ReplicaCore:
             return
         log = self._log
         self._leader_end_offset = response.log_end_offset
-        if response.diverging_epoch >= 0:
-            own_epoch, own_end = log.end_offset_for_epoch(response.diverging_epoch)
-            own_end = log.start_offset if own_epoch < 0 else own_end
-            self._truncate(min(response.diverging_end_offset, own_end, log.end_offset))
+        diverging = response.diverging
+        if diverging is not None:
+            self._truncate(truncation_offset(log, diverging))
         else:
             appended = []
             for batch in response.batches:

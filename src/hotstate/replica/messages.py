@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from enum import IntEnum
 
 from hotstate.controller.records import KeyColumn
 from hotstate.log.batch import RecordBatch
+from hotstate.log.divergence import DivergingEpoch
 
 
 class ReplicaError(IntEnum):
@@ -81,8 +83,20 @@ class FetchResponse:
     log_end_offset: int
     batches: tuple[RecordBatch, ...] = ()
     # Set when the fetcher's log diverged: the largest epoch both know, and where the active's copy ends.
+    # Two plain fields, -1 when unset, are the wire format; the core sees them as `diverging`.
     diverging_epoch: int = -1
     diverging_end_offset: int = -1
+
+    @property
+    def diverging(self) -> DivergingEpoch | None:
+        if self.diverging_epoch < 0:
+            return None
+        return DivergingEpoch(self.diverging_epoch, self.diverging_end_offset)
+
+    def with_diverging(self, diverging: DivergingEpoch) -> FetchResponse:
+        return dataclasses.replace(
+            self, diverging_epoch=diverging.epoch, diverging_end_offset=diverging.end_offset
+        )
 
 
 ReplicaMessage = FetchRequest | FetchResponse

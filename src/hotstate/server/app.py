@@ -21,6 +21,7 @@ from hotstate.controller.image import MetadataImage
 from hotstate.controller.records import Endpoint
 from hotstate.controller.requests import (
     AlterPartitionRequest,
+    CommitBatchRequest,
     ControllerError,
     ControllerRequest,
     ControllerResponse,
@@ -92,6 +93,7 @@ CONTROLLER_REQUESTS = (
     ListTablesRequest,
     AlterPartitionRequest,
     RegisterWriterRequest,
+    CommitBatchRequest,
 )
 REPLICA_MESSAGES = (replica_messages.FetchRequest, replica_messages.FetchResponse)
 HTTP_STOP_TIMEOUT_S = 5.0

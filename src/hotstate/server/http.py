@@ -78,6 +78,9 @@ class NativeQuery(BaseModel):
         default=None,
         description="a token from an earlier answer or write: every partition is read from at least there",
     )
+    min_batch: int | None = Field(
+        default=None, ge=0, description="everything this Spark batch of the table's sink wrote is visible"
+    )
 
 
 def _documented_body(model: type[BaseModel]) -> dict[str, Any]:
@@ -153,6 +156,8 @@ def build_app(ctx: HttpContext) -> QueryRoutes:
                     "standby_replicas": table.standby_replicas,
                     "acceptable_lag": table.acceptable_lag,
                     "writer_racks": list(table.writer_racks),
+                    # The last Spark batch its sink committed (null: none yet): a query's min_batch.
+                    "last_batch": table.batch_id if table.batch_id >= 0 else None,
                     "placement": [
                         {
                             "partition": p.partition,

@@ -50,8 +50,16 @@ STANDBY_READS_PROPERTIES = ("standby_reads", "ksql.query.pull.enable.standby.rea
 TIMEOUT_PROPERTY = "timeout_ms"
 HEDGING_PROPERTIES = ("hedging",)
 TOKEN_PROPERTY = "consistency_token"
+MIN_BATCH_PROPERTY = "min_batch"
 KNOWN_PROPERTIES = frozenset(
-    (*MAX_LAG_PROPERTIES, *STANDBY_READS_PROPERTIES, TIMEOUT_PROPERTY, *HEDGING_PROPERTIES, TOKEN_PROPERTY)
+    (
+        *MAX_LAG_PROPERTIES,
+        *STANDBY_READS_PROPERTIES,
+        TIMEOUT_PROPERTY,
+        *HEDGING_PROPERTIES,
+        TOKEN_PROPERTY,
+        MIN_BATCH_PROPERTY,
+    )
 )
 # A partition whose replicas are all behind the query's token is asked again this often (they apply what
 # the active commits within milliseconds) until the query's timeout.
@@ -201,8 +209,15 @@ class QueryService:
         standby_reads = _flag(properties, STANDBY_READS_PROPERTIES, default=True)
         hedge = _flag(properties, HEDGING_PROPERTIES, default=True)
         deadline = started + timeout_ms / 1000
+        min_batch = _min_batch(properties)
+        if min_batch is not None:
+            table = await self._committed_batch(table, min_batch, deadline)
+            image = self._image()
         parts = image.partitions.get(table.table_id, ())
         given = self._token(properties, table)
+        if min_batch is not None:
+            batch = {(table.table_id, p): at for p, at in enumerate(table.batch_positions) if at}
+            given = merge(given, batch)
         work = _partition_work(query_plan, table, max_lag, given)
         try:
             answers = await self._serve(table, parts, work, deadline, standby_reads, hedge)
@@ -224,6 +239,23 @@ class QueryService:
             non_finite,
             token,
         )
+
+    async def _committed_batch(self, table: TableInfo, batch_id: int, deadline: float) -> TableInfo:
+        """`table` once its Spark sink has committed batch `batch_id` or a later one (server images learn
+        of the commit a moment after the sink's driver does), else a 503 at the deadline."""
+        while True:
+            current = self._image().tables.get(table.name)
+            if current is None or current.table_id != table.table_id:
+                raise QueryError("not_found", f"table {table.name!r} was deleted while the query waited")
+            if current.batch_id >= batch_id:
+                return current
+            if time.monotonic() + BEHIND_RETRY_S > deadline:
+                last = "none" if current.batch_id < 0 else str(current.batch_id)
+                raise QueryError(
+                    "unavailable",
+                    f"Spark batch {batch_id} of {table.name} is not committed yet (last committed: {last})",
+                )
+            await asyncio.sleep(BEHIND_RETRY_S)
 
     def _token(self, properties: Mapping[str, object], table: TableInfo) -> Positions:
         """The positions of the query's consistency token (all tables: the answer carries them on)."""
@@ -570,6 +602,17 @@ def _max_lag(properties: Mapping[str, object], table: TableInfo) -> int | None:
                 raise QueryError("bad_request", problem)
             return number
     return table.acceptable_lag
+
+
+def _min_batch(properties: Mapping[str, object]) -> int | None:
+    value = properties.get(MIN_BATCH_PROPERTY)
+    if value is None:
+        return None
+    if type(value) is not int or value < 0:
+        raise QueryError(
+            "bad_request", f"{MIN_BATCH_PROPERTY}={value!r}: must be a Spark batch id (an integer >= 0)"
+        )
+    return value
 
 
 def _flag(properties: Mapping[str, object], names: tuple[str, ...], *, default: bool) -> bool:

@@ -50,7 +50,7 @@ SERVER_NOT_READY = 50302  # ksqlDB's ERROR_CODE_SERVER_NOT_READY: retriable, ask
 # (hotstate.query.sql.MAX_STATEMENT_CHARS) fits, with room for JSON escapes.
 MAX_BODY_BYTES = 4 * 1024 * 1024
 
-NATIVE_FIELDS = ("sql", "max_lag", "timeout_ms", "standby_reads", "hedging", "consistency_token")
+NATIVE_FIELDS = ("sql", "max_lag", "timeout_ms", "standby_reads", "hedging", "consistency_token", "min_batch")
 # ksqlDB's KsqlRequest fields, and `properties` (hotstate's name for streamsProperties since the start).
 KSQL_FIELDS = ("ksql", "streamsProperties", "properties", "sessionVariables", "commandSequenceNumber")
 
@@ -327,7 +327,7 @@ def _native_request(data: dict[str, Any]) -> tuple[str, dict[str, object]]:
     _refuse_unknown(data, NATIVE_FIELDS)
     sql = _statement(data, "sql")
     properties: dict[str, object] = {}
-    for name, least in (("max_lag", 0), ("timeout_ms", 1)):
+    for name, least in (("max_lag", 0), ("timeout_ms", 1), ("min_batch", 0)):
         value = data.get(name)
         if value is None:
             continue

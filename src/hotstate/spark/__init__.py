@@ -9,8 +9,15 @@ query = hs.materialize(counts, table="clicks_per_user", key="user", partitions=8
 from __future__ import annotations
 
 from hotstate.client.writer import WriteError
-from hotstate.spark.api import materialize, parse_cluster
+from hotstate.spark.api import last_batch, materialize, parse_cluster
 from hotstate.spark.sink import BatchWriteError
 from hotstate.spark.table import TableDefinitionError
 
-__all__ = ["BatchWriteError", "TableDefinitionError", "WriteError", "materialize", "parse_cluster"]
+__all__ = [
+    "BatchWriteError",
+    "TableDefinitionError",
+    "WriteError",
+    "last_batch",
+    "materialize",
+    "parse_cluster",
+]

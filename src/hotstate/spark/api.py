@@ -12,7 +12,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from hotstate.spark.sink import AfterWrite, batch_function, config_for_schema
 from hotstate.spark.table import TableDefinition, ensure_table, key_columns_for
 
-__all__ = ["materialize", "parse_cluster", "writer_rack"]
+__all__ = ["last_batch", "materialize", "parse_cluster", "writer_rack"]
 
 RACK_CONF = "spark.hotstate.rack"
 ENV_CLUSTER = "HOTSTATE_CLUSTER"
@@ -94,6 +94,22 @@ def materialize(
     elif trigger is not None:
         writer = writer.trigger(**trigger)
     return writer.start()
+
+
+def last_batch(query: StreamingQuery) -> int | None:
+    """The id of the last micro-batch `query` (from `materialize`) completed, None before the first.
+
+    The sink records each batch in the cluster before Spark completes it, so a pull query with
+    `min_batch=last_batch(query)` sees everything that batch and all before it wrote:
+
+        query.processAllAvailable()
+        client.query("SELECT ...", min_batch=hotstate.spark.last_batch(query))
+    """
+    progress = query.lastProgress
+    if progress is None:
+        return None
+    batch_id = progress["batchId"]
+    return int(batch_id) if batch_id is not None else None
 
 
 def writer_rack(spark: SparkSession) -> str | None:

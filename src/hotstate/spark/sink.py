@@ -30,7 +30,7 @@ import datetime as dt
 import functools
 import os
 import re
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -56,7 +56,10 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from hotstate.client.admin import AdminClient
 from hotstate.client.writer import TableWriter, WriteError, WriteResult
+from hotstate.controller.requests import ControllerError
+from hotstate.query.tokens import cluster_tag, decode, merge
 from hotstate.spark.arrow_rows import NotEncodable, encode_arrow_batch
 
 __all__ = [
@@ -64,6 +67,7 @@ __all__ = [
     "BatchWriteError",
     "SinkConfig",
     "batch_function",
+    "commit_batch",
     "config_for_schema",
     "write_arrow",
     "write_rows",
@@ -75,6 +79,9 @@ AfterWrite = Callable[[int, int, int], None]
 
 
 _T = TypeVar("_T")
+
+# What a task that had no rows wrote.
+NOTHING = WriteResult(0, 0, 0, "")
 
 _WRITE_ERROR = re.compile(r"^hotstate\.client\.writer\.WriteError: (.*)$", re.MULTILINE)
 
@@ -159,42 +166,68 @@ def batch_function(
         try:
             if config.arrow:
                 task = functools.partial(_write_arrow_task, config, batch_id, after_write)
-                batch_df.mapInArrow(task, "written long").collect()
+                tokens = [row["token"] for row in batch_df.mapInArrow(task, "token string").collect()]
             else:
-                batch_df.foreachPartition(functools.partial(_write_task, config, batch_id, after_write))
+                row_task = functools.partial(_write_task, config, batch_id, after_write)
+                tokens = batch_df.rdd.mapPartitions(row_task).collect()
         except Exception as error:
             # Spark wraps the executor's WriteError in pages of JVM and worker traceback: raise its text.
             found = _WRITE_ERROR.findall(str(error))
             if not found:
                 raise
             raise BatchWriteError(found[-1].strip()) from None
+        commit_batch(config, batch_id, tokens)
 
     return write_batch
 
 
+def commit_batch(config: SinkConfig, batch_id: int, tokens: Sequence[str]) -> None:
+    """On the driver, once every task of the batch was acked: record the batch in the cluster with every
+    partition's position (the tasks' consistency tokens merged), so a query can ask for `min_batch`."""
+    tag = cluster_tag(config.cluster_id)
+    positions = merge(*(decode(token, tag) for token in tokens if token))
+    table_ids = {table_id for table_id, _ in positions}
+    if len(table_ids) > 1:
+        raise BatchWriteError(f"hotstate sink, table {config.table}, batch {batch_id}: the table changed ids")
+    table_id = table_ids.pop() if table_ids else -1
+    pairs = tuple(sorted((partition, at) for (_, partition), at in positions.items()))
+
+    async def commit() -> None:
+        async with AdminClient(config.servers, cluster_id=config.cluster_id, secret=config.secret) as admin:
+            reply = await admin.commit_batch(config.table, table_id, batch_id, pairs)
+        if reply.error is not ControllerError.NONE:
+            raise BatchWriteError(
+                f"hotstate sink, table {config.table}, batch {batch_id} written but not recorded: "
+                f"{reply.error.name}: {reply.message}"
+            )
+
+    asyncio.run(commit())
+
+
 def _write_task(
     config: SinkConfig, batch_id: int, after_write: AfterWrite | None, rows: Iterator[Row]
-) -> None:
-    """One Spark task, on the executor."""
+) -> Iterator[str]:
+    """One Spark task, on the executor: yields the consistency token of what it wrote."""
     from pyspark import TaskContext
 
-    written = write_rows(config, rows, batch_id=batch_id)
+    result = _write_rows(config, rows, batch_id=batch_id)
     if after_write is not None:
         context = TaskContext.get()
-        after_write(batch_id, context.partitionId() if context is not None else -1, written)
+        after_write(batch_id, context.partitionId() if context is not None else -1, result.rows)
+    yield result.consistency_token
 
 
 def _write_arrow_task(
     config: SinkConfig, batch_id: int, after_write: AfterWrite | None, batches: Iterator[pa.RecordBatch]
 ) -> Iterator[pa.RecordBatch]:
-    """One Spark task of mapInArrow, on the executor: yields the number of rows it wrote."""
+    """One Spark task of mapInArrow, on the executor: yields the consistency token of what it wrote."""
     from pyspark import TaskContext
 
-    written = write_arrow(config, list(batches), batch_id=batch_id)
+    result = _write_arrow(config, list(batches), batch_id=batch_id)
     if after_write is not None:
         context = TaskContext.get()
-        after_write(batch_id, context.partitionId() if context is not None else -1, written)
-    yield pa.RecordBatch.from_arrays([pa.array([written], pa.int64())], names=["written"])
+        after_write(batch_id, context.partitionId() if context is not None else -1, result.rows)
+    yield pa.RecordBatch.from_arrays([pa.array([result.consistency_token], pa.string())], names=["token"])
 
 
 def write_arrow(config: SinkConfig, batches: list[pa.RecordBatch], *, batch_id: int = -1) -> int:
@@ -202,8 +235,12 @@ def write_arrow(config: SinkConfig, batches: list[pa.RecordBatch], *, batch_id: 
 
     Every batch is encoded before anything is sent; a batch the bulk encoding refuses sends the whole
     task's rows through `write_rows`, whose error names the bad row."""
+    return _write_arrow(config, batches, batch_id=batch_id).rows
+
+
+def _write_arrow(config: SinkConfig, batches: list[pa.RecordBatch], *, batch_id: int) -> WriteResult:
     if not any(batch.num_rows for batch in batches):
-        return 0
+        return NOTHING
     try:
         meta = _run(config, lambda writer: writer.metadata())
     except WriteError as error:
@@ -216,14 +253,11 @@ def write_arrow(config: SinkConfig, batches: list[pa.RecordBatch], *, batch_id: 
             ).items():
                 by_partition.setdefault(partition, []).extend(encoded)
     except NotEncodable:
-        return write_rows(config, _arrow_rows(batches), batch_id=batch_id)
+        return _write_rows(config, _arrow_rows(batches), batch_id=batch_id)
     try:
-        result = _run(
-            config, lambda writer: writer.upsert_encoded(by_partition, deadline_s=config.deadline_s)
-        )
+        return _run(config, lambda writer: writer.upsert_encoded(by_partition, deadline_s=config.deadline_s))
     except WriteError as error:
         raise _in_batch(config, batch_id, error) from None
-    return result.rows
 
 
 def _arrow_rows(batches: list[pa.RecordBatch]) -> Iterator[tuple[object, ...]]:
@@ -240,14 +274,19 @@ def _arrow_rows(batches: list[pa.RecordBatch]) -> Iterator[tuple[object, ...]]:
 
 def write_rows(config: SinkConfig, rows: Iterable[Row | tuple[object, ...]], *, batch_id: int = -1) -> int:
     """Upsert `rows` (Spark rows in `config.columns` order) into the table; the number written."""
+    return _write_rows(config, rows, batch_id=batch_id).rows
+
+
+def _write_rows(
+    config: SinkConfig, rows: Iterable[Row | tuple[object, ...]], *, batch_id: int
+) -> WriteResult:
     dicts = [_as_dict(config, row) for row in rows]
     if not dicts:
-        return 0
+        return NOTHING
     try:
-        result = _upsert(config, dicts)
+        return _upsert(config, dicts)
     except WriteError as error:
         raise _in_batch(config, batch_id, error) from None
-    return result.rows
 
 
 def _in_batch(config: SinkConfig, batch_id: int, error: WriteError) -> WriteError:
