@@ -16,7 +16,7 @@ from hotstate.raft.messages import (
     Vote,
     VoteResponse,
 )
-from hotstate.raft.node import NotLeaderError, RaftNode, Role
+from hotstate.raft.node import NotLeaderError, RaftNode, RaftRole
 from hotstate.raft.quorum_state import QuorumState
 from hotstate.raft.records import Entry, EntryKind
 
@@ -27,7 +27,7 @@ def test_single_voter_elects_itself_and_commits() -> None:
     cluster = Cluster(voters=(1,))
     cluster.tick(1, now=500)
     node = cluster.nodes[1]
-    assert node.role is Role.LEADER and node.epoch == 1
+    assert node.role is RaftRole.LEADER and node.epoch == 1
     node.propose(b"a", cluster.now)
     node.propose(b"b", cluster.now)
     cluster.flush(1)
@@ -37,7 +37,11 @@ def test_single_voter_elects_itself_and_commits() -> None:
 def test_three_voters_elect_replicate_and_apply_the_same_entries() -> None:
     cluster = Cluster(voters=(1, 2, 3))
     cluster.elect(1)
-    assert [cluster.nodes[i].role for i in (1, 2, 3)] == [Role.LEADER, Role.FOLLOWER, Role.FOLLOWER]
+    assert [cluster.nodes[i].role for i in (1, 2, 3)] == [
+        RaftRole.LEADER,
+        RaftRole.FOLLOWER,
+        RaftRole.FOLLOWER,
+    ]
     for data in (b"x", b"y", b"z"):
         cluster.nodes[1].propose(data, cluster.now)
     cluster.flush(1)
@@ -120,14 +124,14 @@ def test_a_granted_vote_is_persisted_in_the_same_ready_as_the_answer() -> None:
 def test_a_lost_election_backs_off_then_stands_in_a_new_epoch() -> None:
     node = RaftNode(1, (1, 2, 3), CONFIG, seed=3, now=0)
     node.tick(10_000)
-    assert node.role is Role.CANDIDATE and node.epoch == 1
+    assert node.role is RaftRole.CANDIDATE and node.epoch == 1
     node.ready()
     for voter in (2, 3):
         node.step(VoteResponse(voter, 1, epoch=1, granted=False, leader_id=None), 10_000)
     deadline = node.next_deadline()
     assert deadline is not None and 10_000 < deadline <= 10_000 + CONFIG.election_backoff_max_ms + 1
     node.tick(deadline)
-    assert node.role is Role.CANDIDATE and node.epoch == 2
+    assert node.role is RaftRole.CANDIDATE and node.epoch == 2
 
 
 def test_new_leader_sends_begin_quorum_epoch_and_writes_a_leader_change_record() -> None:
@@ -137,7 +141,7 @@ def test_new_leader_sends_begin_quorum_epoch_and_writes_a_leader_change_record()
     cluster.deliver(cluster.take(kind=Vote))
     cluster.deliver(cluster.take(kind=VoteResponse))
     leader = cluster.nodes[1]
-    assert leader.role is Role.LEADER
+    assert leader.role is RaftRole.LEADER
     assert {m.dst for m in cluster.take(kind=BeginQuorumEpoch)} == {2, 3}
     assert cluster.disks[1].entries == [Entry(0, 1, b"", EntryKind.LEADER_CHANGE)]
     assert cluster.disks[1].quorum_state == QuorumState(1, 1, 1)
@@ -178,7 +182,7 @@ def test_hw_waits_for_a_record_of_the_leaders_own_epoch() -> None:
     leader.tick(1000)
     leader.ready()
     leader.step(VoteResponse(2, 1, 2, granted=True, leader_id=None), 1000)
-    assert leader.role is Role.LEADER
+    assert leader.role is RaftRole.LEADER
     leader.advance(leader.ready())  # the leader-change record of epoch 2 is at offset 2, durable
     leader.step(Fetch(2, 1, epoch=2, fetch_offset=0, last_fetched_epoch=0, max_bytes=1), 1000)
     leader.ready()
@@ -195,16 +199,16 @@ def test_leader_without_fetches_from_a_majority_resigns() -> None:
     cluster.take()
     leader = cluster.nodes[1]
     cluster.tick(1, now=cluster.now + (3 * CONFIG.fetch_timeout_ms) // 2 - 1)
-    assert leader.role is Role.LEADER
+    assert leader.role is RaftRole.LEADER
     cluster.tick(1, now=cluster.now + 2)
-    assert leader.role is Role.UNATTACHED
+    assert leader.role is RaftRole.UNATTACHED
     with pytest.raises(NotLeaderError):
         leader.propose(b"x", cluster.now)
 
 
 def test_restarted_leader_resigns_and_does_not_vote_again_in_its_epoch() -> None:
     node = RaftNode(1, (1, 2, 3), CONFIG, seed=0, now=0, quorum_state=QuorumState(4, 1, 1))
-    assert node.role is Role.UNATTACHED and node.epoch == 4 and node.leader_id is None
+    assert node.role is RaftRole.UNATTACHED and node.epoch == 4 and node.leader_id is None
     assert not _vote_answer(node, Vote(2, 1, epoch=4, last_epoch=9, last_epoch_end_offset=99)).granted
 
 
@@ -216,13 +220,13 @@ def test_observer_finds_the_leader_through_any_voter_and_never_votes() -> None:
     cluster.tick(4, now=cluster.now + 1)
     cluster.deliver_all()
     observer = cluster.nodes[4]
-    assert observer.role is Role.FOLLOWER and observer.leader_id == 1
+    assert observer.role is RaftRole.FOLLOWER and observer.leader_id == 1
     assert cluster.applied[4] == [b"", b"x"]
     # It never stands, however long it goes without a leader.
     cluster.crash(1)
     for step in range(1, 20):
         cluster.tick(4, now=cluster.now + step * 1000)
-        assert observer.role is not Role.CANDIDATE
+        assert observer.role is not RaftRole.CANDIDATE
         assert not cluster.take(src=4, kind=Vote)
         assert not _vote_answer(
             observer, Vote(2, 4, epoch=50 + step, last_epoch=9, last_epoch_end_offset=99)
@@ -318,12 +322,12 @@ def test_a_follower_told_its_leader_is_gone_stands_at_once_and_wins() -> None:
     cluster.elect(1)
     cluster.crash(1)
     follower = cluster.nodes[2]
-    assert follower.role is Role.FOLLOWER and follower.leader_id == 1
+    assert follower.role is RaftRole.FOLLOWER and follower.leader_id == 1
     follower.leader_gone(1, cluster.now + 1)  # long before its fetch timeout
-    assert follower.role is Role.CANDIDATE and follower.epoch == 2
+    assert follower.role is RaftRole.CANDIDATE and follower.epoch == 2
     cluster.flush_all()
     cluster.deliver_all(drop_to=frozenset({1}))
-    assert follower.role is Role.LEADER and follower.epoch == 2
+    assert follower.role is RaftRole.LEADER and follower.epoch == 2
 
 
 def test_leader_gone_about_another_node_or_on_a_leader_changes_nothing() -> None:
@@ -331,10 +335,10 @@ def test_leader_gone_about_another_node_or_on_a_leader_changes_nothing() -> None
     cluster.elect(1)
     follower = cluster.nodes[2]
     follower.leader_gone(3, cluster.now + 1)  # not its leader: hearsay about a peer is not its business
-    assert follower.role is Role.FOLLOWER and follower.epoch == 1
+    assert follower.role is RaftRole.FOLLOWER and follower.epoch == 1
     leader = cluster.nodes[1]
     leader.leader_gone(1, cluster.now + 1)
-    assert leader.role is Role.LEADER and leader.epoch == 1
+    assert leader.role is RaftRole.LEADER and leader.epoch == 1
 
 
 def test_followers_told_the_leader_is_gone_stand_in_turn_by_node_id() -> None:
@@ -343,6 +347,6 @@ def test_followers_told_the_leader_is_gone_stand_in_turn_by_node_id() -> None:
     cluster.crash(1)
     second = cluster.nodes[3]  # rank 1 among the survivors {2, 3}
     second.leader_gone(1, cluster.now + 1)
-    assert second.role is Role.FOLLOWER  # waits its turn, so the two do not split the vote
+    assert second.role is RaftRole.FOLLOWER  # waits its turn, so the two do not split the vote
     cluster.tick(3, now=cluster.now + 1 + CONFIG.election_timeout_ms // 5)
-    assert second.role is Role.CANDIDATE
+    assert second.role is RaftRole.CANDIDATE

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from hotstate.raft.messages import Message
-from hotstate.raft.node import RaftNode, Role
+from hotstate.raft.node import RaftNode, RaftRole
 from hotstate.raft.quorum_state import QuorumState
 from hotstate.raft.ready import AppendEntries, LogOp, Ready, SaveSnapshot
 from hotstate.raft.records import Entry, EntryKind, Snapshot, SnapshotId
@@ -77,7 +77,7 @@ class DiskCluster:
         self.run()
 
     def leader(self) -> RaftNode:
-        (leader,) = [n for n in self.nodes.values() if n.role is Role.LEADER]
+        (leader,) = [n for n in self.nodes.values() if n.role is RaftRole.LEADER]
         return leader
 
 
@@ -85,7 +85,7 @@ def _elect(cluster: DiskCluster, start: int) -> RaftNode:
     # Fine steps keep the randomized election timeouts apart, as a shell ticking at next_deadline() does.
     for step in range(1, 400):
         cluster.tick_all(start + step * 10)
-        leaders = [n for n in cluster.nodes.values() if n.role is Role.LEADER]
+        leaders = [n for n in cluster.nodes.values() if n.role is RaftRole.LEADER]
         if leaders:
             return leaders[0]
     raise AssertionError("no leader")

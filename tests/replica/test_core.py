@@ -18,9 +18,9 @@ from hotstate.replica.core import (
     Ready,
     ReplicaConfig,
     ReplicaCore,
+    ReplicaRole,
     ReplicaSafetyError,
     ResetLog,
-    Role,
     SnapshotNeeded,
     TruncateTo,
 )
@@ -318,7 +318,7 @@ def test_a_new_active_waits_for_every_isr_member_to_fetch_in_its_epoch() -> None
     h.settle()
     h.publish(2, 2, (1, 2, 3))
     h.settle(hold=[3])  # 1 fetches from the new active in epoch 2; 3's fetch is held back
-    assert h.cores[2].role is Role.LEADER
+    assert h.cores[2].role is ReplicaRole.LEADER
     assert h.cores[2].follower_end_offsets() == {1: 1, 3: -1}
     h.produce(2, [b"b"])
     h.settle(hold=[3])
@@ -402,7 +402,7 @@ def test_pending_produces_fail_with_not_leader_when_leadership_moves() -> None:
     h.settle(hold=[2, 3])
     h.publish(2, 2, (1, 2, 3), to=[1])
     assert h.results[1] == [ProduceResult(token, ReplicaError.NOT_LEADER, 0, 2)]
-    assert h.cores[1].role is Role.FOLLOWER
+    assert h.cores[1].role is ReplicaRole.FOLLOWER
 
 
 def test_parked_fetches_get_not_leader_when_leadership_moves() -> None:

@@ -10,7 +10,7 @@ from hotstate.controller.evidence import ProbeResult
 from hotstate.controller.image import PartitionInfo
 from hotstate.controller.partition_rules import ReplicaEnds
 from hotstate.controller.records import PartitionChange
-from hotstate.replica.core import ReplicaCore, Role
+from hotstate.replica.core import ReplicaCore, ReplicaRole
 from hotstate.routing.freshness import EndWitness, local_lag, served_lag
 from hotstate.routing.lags import LagTable
 from hotstate.sim.broken_replica import BROKEN_REPLICA_RULES
@@ -181,7 +181,7 @@ def _lag_from_own_log_end(core: ReplicaCore, witness: EndWitness, lags: LagTable
     """Broken (issue 15, 1b): a follower that heard nobody since it opened takes its own log end for the
     partition's end, and claims lag 0 however much was acknowledged meanwhile."""
     return local_lag(
-        leader=core.role is Role.LEADER,
+        leader=core.role is ReplicaRole.LEADER,
         position=core.position,
         high_watermark=core.high_watermark,
         epoch_start=core.epoch_start_offset,
@@ -194,7 +194,7 @@ def _active_ignores_reports(
     core: ReplicaCore, witness: EndWitness, lags: LagTable, node_id: int
 ) -> int | None:
     """Broken: an active judges its lag by its own HW alone, even when a newer active reported more."""
-    if core.role is not Role.LEADER:
+    if core.role is not ReplicaRole.LEADER:
         return served_lag(core, witness, lags, node_id)
     return local_lag(
         leader=True,

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from hotstate.assignor.model import Role
+from hotstate.assignor.model import AssignedRole
 from hotstate.assignor.problem import NO_SERVER, Problem
 
 
@@ -47,13 +47,13 @@ def model_of(problem: Problem) -> CostModel:
     return CostModel(problem.config.traffic_cost, problem.config.non_overlap_cost)
 
 
-def held_as(problem: Problem, role: Role, p: int, s: int) -> bool:
+def held_as(problem: Problem, role: AssignedRole, p: int, s: int) -> bool:
     if role == "active":
         return s == problem.prev_active[p]
     return s in problem.held[p]
 
 
-def replica_cost(problem: Problem, model: CostModel, role: Role, p: int, s: int) -> int:
+def replica_cost(problem: Problem, model: CostModel, role: AssignedRole, p: int, s: int) -> int:
     return model.edge(problem.sources[p], problem.racks[s], held_as(problem, role, p, s))
 
 

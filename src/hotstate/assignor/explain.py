@@ -8,7 +8,7 @@ from typing import Final
 
 from hotstate.assignor.actives import ActiveChoice, lag_of
 from hotstate.assignor.cost import CostModel, held_as, replica_cost
-from hotstate.assignor.model import Assignment, ReplicaReason, Role
+from hotstate.assignor.model import AssignedRole, Assignment, ReplicaReason
 from hotstate.assignor.problem import Problem
 from hotstate.assignor.restoring import StandbyOutcome
 from hotstate.assignor.standbys import StandbySlot
@@ -32,7 +32,7 @@ def _lag_text(lag: float) -> str:
     return "unknown" if lag == float("inf") else str(int(lag))
 
 
-def _cost(problem: Problem, model: CostModel, role: Role, p: int, s: int) -> tuple[int, str]:
+def _cost(problem: Problem, model: CostModel, role: AssignedRole, p: int, s: int) -> tuple[int, str]:
     """The replica's cost and how it is made up."""
     cross = model.cross_rack(problem.sources[p], problem.racks[s])
     moved = not held_as(problem, role, p, s)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
 
-Role = Literal["active", "standby", "warmup"]
+AssignedRole = Literal["active", "standby", "warmup"]
 SpreadLevel = Literal["ideal", "partial", "least_loaded"]
 
 
@@ -137,7 +137,7 @@ class ReplicaReason:
 
     partition: PartitionId
     server: str
-    role: Role
+    role: AssignedRole
     reason: str
     detail: str
     cost: int

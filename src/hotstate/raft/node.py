@@ -43,7 +43,7 @@ from hotstate.raft.ready import AppendEntries, LogOp, Ready, SaveSnapshot, Trunc
 from hotstate.raft.records import Entry, EntryKind, Snapshot, SnapshotId
 
 
-class Role(enum.Enum):
+class RaftRole(enum.Enum):
     UNATTACHED = "unattached"
     FOLLOWER = "follower"
     CANDIDATE = "candidate"
@@ -137,7 +137,7 @@ class RaftNode:
         self._pending: list[tuple[bytes, EntryKind]] = []
         self._linger_deadline: int | None = None
 
-        self._role = Role.UNATTACHED
+        self._role = RaftRole.UNATTACHED
         if self._leader_id == self.id:
             # A restarted leader has lost its view of the followers; it resigns and lets the quorum move on.
             self._leader_id = None
@@ -150,7 +150,7 @@ class RaftNode:
 
     # ------------------------------------------------------------------ observation
     @property
-    def role(self) -> Role:
+    def role(self) -> RaftRole:
         return self._role
 
     @property
@@ -195,7 +195,7 @@ class RaftNode:
             )
             if t is not None
         ]
-        if self._role is Role.LEADER:
+        if self._role is RaftRole.LEADER:
             times.append(self._begin_epoch_resend_at)
             times.append(self._check_quorum_deadline())
             times.extend(deadline for _, deadline in self._parked_fetches.values())
@@ -205,14 +205,14 @@ class RaftNode:
     def tick(self, now: int) -> None:
         self._now = max(self._now, now)
         now = self._now
-        if self._role is Role.LEADER:
+        if self._role is RaftRole.LEADER:
             self._tick_leader(now)
-        elif self._role is Role.CANDIDATE:
+        elif self._role is RaftRole.CANDIDATE:
             if self._backoff_deadline is not None and now >= self._backoff_deadline:
                 self._become_candidate()
             elif self._election_deadline is not None and now >= self._election_deadline:
                 self._start_backoff()
-        elif self._role is Role.FOLLOWER:
+        elif self._role is RaftRole.FOLLOWER:
             if self._fetch_deadline is not None and now >= self._fetch_deadline:
                 if self.is_voter:
                     self._become_candidate()
@@ -232,7 +232,11 @@ class RaftNode:
         of it stands now instead of waiting out its fetch timeout. Standing early is always safe in Raft
         (only votes elect); proof rather than a hunch keeps a live leader from being disturbed."""
         self._now = max(self._now, now)
-        if self._role is Role.FOLLOWER and self._leader_id == leader_id and self._fetch_deadline is not None:
+        if (
+            self._role is RaftRole.FOLLOWER
+            and self._leader_id == leader_id
+            and self._fetch_deadline is not None
+        ):
             # Every follower hears of the death at about the same moment; standing all at once splits the
             # vote and costs a backoff round. So they stand in turn, by node id: the first at once, each next
             # one a fifth of an election timeout later, by when the first one's Vote has usually reached it.
@@ -248,7 +252,7 @@ class RaftNode:
         means success, a different epoch there means the proposal was lost with the leadership.
         """
         self._now = max(self._now, now)
-        if self._role is not Role.LEADER:
+        if self._role is not RaftRole.LEADER:
             raise NotLeaderError(self.id, self._epoch, self._leader_id)
         if len(self._pending) >= self.config.max_pending_proposals:
             raise ProposalRejectedError(
@@ -335,7 +339,7 @@ class RaftNode:
         """The shell has made `ready` durable and sent its messages."""
         if ready.log_ops:
             self._persisted_end = min(ready.log_end_offset, self._log.end_offset)
-        if self._role is Role.LEADER:
+        if self._role is RaftRole.LEADER:
             self._update_high_watermark()
 
     # ------------------------------------------------------------------ the safety rules
@@ -374,7 +378,7 @@ class RaftNode:
         return timeout + self._rng.randrange(timeout)
 
     def _enter_unattached_timers(self) -> None:
-        self._role = Role.UNATTACHED
+        self._role = RaftRole.UNATTACHED
         self._clear_leader_state()
         self._fetch_deadline = None
         self._backoff_deadline = None
@@ -401,7 +405,7 @@ class RaftNode:
         self._epoch = epoch
         self._leader_id = leader_id
         self._out_state_dirty = True
-        self._role = Role.FOLLOWER
+        self._role = RaftRole.FOLLOWER
         self._clear_leader_state()
         self._election_deadline = None
         self._backoff_deadline = None
@@ -418,7 +422,7 @@ class RaftNode:
         self._voted_id = self.id
         self._leader_id = None
         self._out_state_dirty = True
-        self._role = Role.CANDIDATE
+        self._role = RaftRole.CANDIDATE
         self._clear_leader_state()
         self._fetch_deadline = None
         self._request_deadline = None
@@ -454,7 +458,7 @@ class RaftNode:
             self._start_backoff()
 
     def _become_leader(self) -> None:
-        self._role = Role.LEADER
+        self._role = RaftRole.LEADER
         self._leader_id = self.id
         self._out_state_dirty = True
         self._election_deadline = None
@@ -490,9 +494,9 @@ class RaftNode:
             epoch == self._epoch
             and leader_id is not None
             and leader_id != self.id
-            and self._role is not Role.FOLLOWER
+            and self._role is not RaftRole.FOLLOWER
         ):
-            if self._role is Role.LEADER:
+            if self._role is RaftRole.LEADER:
                 raise RaftSafetyError(f"member {self.id} leads epoch {epoch} but {leader_id} claims it too")
             self._become_follower(epoch, leader_id)
 
@@ -512,7 +516,7 @@ class RaftNode:
         granted = (
             request.epoch == self._epoch
             and self.is_voter
-            and self._role is Role.UNATTACHED
+            and self._role is RaftRole.UNATTACHED
             and self._leader_id is None
             and self._voted_id in (None, request.src)
             and self._candidate_log_ok(request.last_epoch, request.last_epoch_end_offset)
@@ -528,7 +532,7 @@ class RaftNode:
         if response.epoch > self._epoch or (response.epoch == self._epoch and response.leader_id is not None):
             self._observe_epoch(response.epoch, response.leader_id)
             return
-        if self._role is not Role.CANDIDATE or response.epoch != self._epoch:
+        if self._role is not RaftRole.CANDIDATE or response.epoch != self._epoch:
             return
         if response.granted:
             self._votes_granted.add(response.src)
@@ -548,7 +552,7 @@ class RaftNode:
     def _on_begin_quorum_epoch_response(self, response: BeginQuorumEpochResponse) -> None:
         if response.epoch > self._epoch:
             self._observe_epoch(response.epoch, None)
-        elif self._role is Role.LEADER and response.epoch == self._epoch:
+        elif self._role is RaftRole.LEADER and response.epoch == self._epoch:
             self._begin_epoch_acked.add(response.src)
 
     # ------------------------------------------------------------------ leader
@@ -609,7 +613,7 @@ class RaftNode:
     def _on_fetch(self, request: Fetch) -> None:
         if request.epoch > self._epoch:
             self._observe_epoch(request.epoch, None)
-        if self._role is not Role.LEADER or request.epoch != self._epoch:
+        if self._role is not RaftRole.LEADER or request.epoch != self._epoch:
             error = ErrorCode.FENCED_LEADER_EPOCH if request.epoch < self._epoch else ErrorCode.NOT_LEADER
             self._send(
                 FetchResponse(
@@ -664,7 +668,7 @@ class RaftNode:
     def _on_fetch_snapshot(self, request: FetchSnapshot) -> None:
         if request.epoch > self._epoch:
             self._observe_epoch(request.epoch, None)
-        if self._role is not Role.LEADER or request.epoch != self._epoch:
+        if self._role is not RaftRole.LEADER or request.epoch != self._epoch:
             error = ErrorCode.FENCED_LEADER_EPOCH if request.epoch < self._epoch else ErrorCode.NOT_LEADER
             self._send(
                 FetchSnapshotResponse(
@@ -712,7 +716,7 @@ class RaftNode:
 
     # ------------------------------------------------------------------ follower and observer
     def _send_fetch(self) -> None:
-        target = self._fetch_target if self._role is Role.FOLLOWER else None
+        target = self._fetch_target if self._role is RaftRole.FOLLOWER else None
         if target is None:
             # An observer (or a voter with no leader) asks any voter; the answer names the leader.
             others = sorted(self.voters - {self.id})
@@ -720,7 +724,7 @@ class RaftNode:
                 return
             target = others[self._rng.randrange(len(others))]
         self._request_deadline = self._now + self.config.request_timeout_ms + self.config.fetch_max_wait_ms
-        if self._snapshot_fetch is not None and self._role is Role.FOLLOWER:
+        if self._snapshot_fetch is not None and self._role is RaftRole.FOLLOWER:
             snapshot_id, buffer = self._snapshot_fetch
             self._send(
                 FetchSnapshot(
@@ -741,14 +745,14 @@ class RaftNode:
         )
 
     def _is_current_leader_answer(self, src: int, epoch: int) -> bool:
-        return self._role is Role.FOLLOWER and src == self._leader_id and epoch == self._epoch
+        return self._role is RaftRole.FOLLOWER and src == self._leader_id and epoch == self._epoch
 
     def _on_fetch_response(self, response: FetchResponse) -> None:
         if response.epoch < self._epoch:
             return
         self._observe_epoch(response.epoch, response.leader_id)
         if response.error is not ErrorCode.NONE:
-            if self._role is not Role.FOLLOWER and not self.is_voter:
+            if self._role is not RaftRole.FOLLOWER and not self.is_voter:
                 # Ask another voter soon rather than hammering this one.
                 self._request_deadline = self._now + self.config.request_timeout_ms // 4
             return

@@ -36,7 +36,7 @@ class ReplicaSafetyError(Exception):
     """The core was driven into something that would lose or corrupt committed data."""
 
 
-class Role(enum.Enum):
+class ReplicaRole(enum.Enum):
     LEADER = "leader"
     FOLLOWER = "follower"
 
@@ -190,7 +190,7 @@ class ReplicaCore:
         self._applied = store_position  # the store's position; handed-out committed batches move it
         self._hw = store_position  # a store never holds a record above a HW
         self._durable_end = log.end_offset
-        self._role = Role.FOLLOWER
+        self._role = ReplicaRole.FOLLOWER
         self._view: PartitionView | None = None
         self._epoch = -1
         self._leader: int | None = None
@@ -215,7 +215,7 @@ class ReplicaCore:
 
     # ------------------------------------------------------------------ queries
     @property
-    def role(self) -> Role:
+    def role(self) -> ReplicaRole:
         return self._role
 
     @property
@@ -275,12 +275,16 @@ class ReplicaCore:
             return  # nothing new, or an older image than one already seen
         self._view = view
         if view.active == self.id:
-            if self._role is not Role.LEADER or view.leader_epoch != self._epoch:
+            if self._role is not ReplicaRole.LEADER or view.leader_epoch != self._epoch:
                 self._become_leader(view)
             else:
                 self._on_isr_update(view)
         else:
-            if self._role is Role.LEADER or view.leader_epoch != self._epoch or view.active != self._leader:
+            if (
+                self._role is ReplicaRole.LEADER
+                or view.leader_epoch != self._epoch
+                or view.active != self._leader
+            ):
                 self._become_follower(view)
         self._maybe_advance_hw()
 
@@ -312,7 +316,7 @@ class ReplicaCore:
 
     def tick(self, now: int) -> None:
         self._now = now
-        if self._role is Role.LEADER:
+        if self._role is ReplicaRole.LEADER:
             for src, (request, deadline) in list(self._parked.items()):
                 if now >= deadline:
                     del self._parked[src]
@@ -325,7 +329,7 @@ class ReplicaCore:
     def next_deadline(self) -> int | None:
         """When `tick` has something to do next (None: only an input can change anything)."""
         times: list[int] = []
-        if self._role is Role.LEADER:
+        if self._role is ReplicaRole.LEADER:
             times.extend(deadline for _, deadline in self._parked.values())
             times.extend(p.deadline for p in self._pending)
             if self._view is not None and len(self._view.isr) > 1:
@@ -393,13 +397,13 @@ class ReplicaCore:
         if ready.log_ops:
             # A reset or truncation after ready() (a snapshot installed) may have cut the log below it.
             self._durable_end = min(ready.log_end_offset, self._log.end_offset)
-            if self._role is Role.LEADER:
+            if self._role is ReplicaRole.LEADER:
                 self._maybe_advance_hw()
 
     # ------------------------------------------------------------------ roles
     def _become_leader(self, view: PartitionView) -> None:
         self._fail_pending(ReplicaError.NOT_LEADER)
-        self._role = Role.LEADER
+        self._role = ReplicaRole.LEADER
         self._epoch = view.leader_epoch
         self._leader = self.id
         self._awaiting_snapshot = False
@@ -419,12 +423,12 @@ class ReplicaCore:
         self._isr_request = None
 
     def _become_follower(self, view: PartitionView) -> None:
-        if self._role is Role.LEADER:
+        if self._role is ReplicaRole.LEADER:
             self._fail_pending(ReplicaError.NOT_LEADER)
             for request, _ in self._parked.values():
                 self._send(self._error_answer(request, ReplicaError.NOT_LEADER))
             self._parked.clear()
-        self._role = Role.FOLLOWER
+        self._role = ReplicaRole.FOLLOWER
         self._epoch = view.leader_epoch
         self._leader = view.active
         self._followers = {}
@@ -446,7 +450,7 @@ class ReplicaCore:
 
     # ------------------------------------------------------------------ leader
     def _produce_error(self, leader_epoch: int) -> ReplicaError:
-        if self._role is not Role.LEADER:
+        if self._role is not ReplicaRole.LEADER:
             if leader_epoch > self._epoch:
                 return ReplicaError.UNKNOWN_EPOCH
             return ReplicaError.FENCED_EPOCH if leader_epoch < self._epoch else ReplicaError.NOT_LEADER
@@ -459,7 +463,7 @@ class ReplicaCore:
         return ReplicaError.NONE
 
     def _on_fetch(self, request: FetchRequest) -> None:
-        if self._role is not Role.LEADER or request.leader_epoch != self._epoch:
+        if self._role is not ReplicaRole.LEADER or request.leader_epoch != self._epoch:
             if request.leader_epoch < self._epoch:
                 error = ReplicaError.FENCED_EPOCH
             elif request.leader_epoch > self._epoch:
@@ -561,7 +565,7 @@ class ReplicaCore:
         return min(ends)
 
     def _maybe_advance_hw(self) -> None:
-        if self._role is not Role.LEADER or self.id not in self.isr:
+        if self._role is not ReplicaRole.LEADER or self.id not in self.isr:
             return
         candidate = self._high_watermark_candidate()
         if candidate <= self._hw:
@@ -636,7 +640,7 @@ class ReplicaCore:
 
     def _maybe_change_isr(self) -> None:
         view = self._view
-        if view is None or self._role is not Role.LEADER:
+        if view is None or self._role is not ReplicaRole.LEADER:
             return
         if self._isr_request is not None:
             # Outstanding until the metadata answers: the controller may have applied it already, so its
@@ -670,7 +674,7 @@ class ReplicaCore:
 
     # ------------------------------------------------------------------ follower
     def _maybe_fetch(self) -> None:
-        if self._role is Role.LEADER or self._leader is None or self._awaiting_snapshot:
+        if self._role is ReplicaRole.LEADER or self._leader is None or self._awaiting_snapshot:
             return
         if self._fetch_in_flight is not None:
             _, sent_at = self._fetch_in_flight
@@ -702,7 +706,7 @@ class ReplicaCore:
 
     def _on_fetch_response(self, response: FetchResponse) -> None:
         if (
-            self._role is Role.LEADER
+            self._role is ReplicaRole.LEADER
             or self._fetch_in_flight is None
             or response.fetch_id != self._fetch_in_flight[0]
             or response.src != self._leader
@@ -773,9 +777,9 @@ __all__ = [
     "Ready",
     "ReplicaConfig",
     "ReplicaCore",
+    "ReplicaRole",
     "ReplicaSafetyError",
     "ResetLog",
-    "Role",
     "SnapshotNeeded",
     "TruncateTo",
     "batch_bytes",

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hotstate.replica.core import ReplicaCore, Role
+from hotstate.replica.core import ReplicaCore, ReplicaRole
 from hotstate.replica.messages import FetchResponse, LagInfo, ReplicaError, ReplicaMessage
 from hotstate.routing.lags import LagTable
 
@@ -65,7 +65,7 @@ class EndWitness:
 
 def end_known(core: ReplicaCore, witness: EndWitness, lags: LagTable, node_id: int) -> bool:
     """Whether the replica can know how far behind it is (an active always can)."""
-    if core.role is Role.LEADER or witness.heard_active:
+    if core.role is ReplicaRole.LEADER or witness.heard_active:
         return True
     return lags.reported_since(core.table_id, core.partition, witness.opened_at_ms, exclude=node_id)
 
@@ -74,7 +74,7 @@ def served_lag(core: ReplicaCore, witness: EndWitness, lags: LagTable, node_id: 
     """The replica's lag for a query's bound, as the server that holds it judges it; None: unknown."""
     if not end_known(core, witness, lags, node_id):
         return None
-    leader = core.role is Role.LEADER
+    leader = core.role is ReplicaRole.LEADER
     return local_lag(
         leader=leader,
         position=core.position,
@@ -119,7 +119,7 @@ def bound_refusal(max_lag: int | None, lag: int | None) -> str | None:
 def replica_state(core: ReplicaCore, warmups: tuple[int, ...]) -> str:
     """The replica's state in lag reports and answers: active, restoring (an active whose store is behind
     its HW), warmup or standby."""
-    if core.role is Role.LEADER:
+    if core.role is ReplicaRole.LEADER:
         return "active" if core.position >= core.high_watermark else "restoring"
     return "warmup" if core.id in warmups else "standby"
 

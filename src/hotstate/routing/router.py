@@ -21,20 +21,22 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING
 
 from hotstate.controller.image import PartitionInfo
 from hotstate.routing.freshness import UNKNOWN_LAG_REASON
 from hotstate.routing.lags import LagTable
 
-Role = Literal["active", "standby", "warmup"]
+if TYPE_CHECKING:
+    # Only for annotations: importing the assignor package at run time would load OR-Tools for routing.
+    from hotstate.assignor.model import AssignedRole
 
 
 @dataclass(frozen=True, slots=True)
 class Skip:
     node_id: int
     reason: str  # "down", "lag 1500 > bound 100", or what the executor met: "timed out", "refused", ...
-    role: Role | None = None
+    role: AssignedRole | None = None
 
     def __str__(self) -> str:
         who = str(self.node_id) if self.role is None else f"{self.node_id} ({self.role})"
@@ -44,7 +46,7 @@ class Skip:
 @dataclass(frozen=True, slots=True)
 class Candidate:
     node_id: int
-    role: Role
+    role: AssignedRole
     offset_lag: int | None  # None: the replica has not reported its lag yet
 
     def skip(self, reason: str) -> Skip:
@@ -131,10 +133,10 @@ def route(
     return Route(table, part.partition, (*candidates, *others), tuple(skipped))
 
 
-def _replicas(part: PartitionInfo) -> list[tuple[int, Role]]:
+def _replicas(part: PartitionInfo) -> list[tuple[int, AssignedRole]]:
     """Each replica once with its role: the active, then standbys and warmups in the image's order."""
     seen: set[int] = set()
-    out: list[tuple[int, Role]] = []
+    out: list[tuple[int, AssignedRole]] = []
     if part.active is not None:
         seen.add(part.active)
         out.append((part.active, "active"))

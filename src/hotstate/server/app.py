@@ -46,7 +46,7 @@ from hotstate.raft.messages import (
     Vote,
     VoteResponse,
 )
-from hotstate.raft.node import Role
+from hotstate.raft.node import RaftRole
 from hotstate.raft.records import Entry, Snapshot
 from hotstate.raft.storage import RaftStorage
 from hotstate.replica import messages as replica_messages
@@ -321,7 +321,7 @@ class Server:
 
         node = self.driver.node
         address = self._voter_addresses.get(node_id)
-        if node.role is Role.FOLLOWER and node.leader_id == node_id and address is not None:
+        if node.role is RaftRole.FOLLOWER and node.leader_id == node_id and address is not None:
             result = await probe_after_hint(*address, back)
             if result is ProbeResult.REFUSED:
                 log.info("the metadata leader %d refuses connections: standing for election now", node_id)

@@ -46,10 +46,10 @@ from hotstate.server.settings import (
 
 logger = logging.getLogger(__name__)
 
-Role = Literal["controller", "broker"]
+ProcessRole = Literal["controller", "broker"]
 ListenerName = Literal["rpc", "http"]
 
-ROLES: Final[tuple[Role, ...]] = ("controller", "broker")
+ROLES: Final[tuple[ProcessRole, ...]] = ("controller", "broker")
 ENV_PREFIX: Final = "HOTSTATE_"
 
 # ---------------------------------------------------------------------------------------------------------
@@ -201,7 +201,7 @@ class ServerConfig:
     """
 
     node_id: int
-    process_roles: frozenset[Role]
+    process_roles: frozenset[ProcessRole]
     rpc: Listener
     http: Listener | None = None
     voters: tuple[Voter, ...]
@@ -750,14 +750,14 @@ def _split_list(key: str, raw: object, allowed: str) -> list[str]:
     return [_to_str(key, item, allowed).strip() for item in items if item.strip()]
 
 
-def _parse_roles(setting: Setting, raw: object) -> frozenset[Role]:
+def _parse_roles(setting: Setting, raw: object) -> frozenset[ProcessRole]:
     allowed = _ROLES_ALLOWED
-    roles: set[Role] = set()
+    roles: set[ProcessRole] = set()
     for item in _split_list(setting.key, raw, allowed):
         name = item.lower()
         if name not in ROLES:
             raise ConfigError(setting.key, raw, f"{allowed}; {item!r} is not a role")
-        role: Role = "controller" if name == "controller" else "broker"
+        role: ProcessRole = "controller" if name == "controller" else "broker"
         if role in roles:
             raise ConfigError(setting.key, raw, f"{allowed}; {item!r} is given twice")
         roles.add(role)

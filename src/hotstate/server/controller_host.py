@@ -27,7 +27,7 @@ from hotstate.controller.requests import (
     ControllerResponse,
     error_response,
 )
-from hotstate.raft.node import NotLeaderError, ProposalRejectedError, RaftNode, Role
+from hotstate.raft.node import NotLeaderError, ProposalRejectedError, RaftNode, RaftRole
 from hotstate.raft.records import Entry, EntryKind
 from hotstate.server.metadata import MetadataPublisher
 from hotstate.server.raft_driver import RaftDriver
@@ -86,7 +86,7 @@ class ControllerHost:
 
     # ------------------------------------------------------------------ events from the quorum
     def on_role_change(self, node: RaftNode) -> None:
-        if self._controller is not None and (node.role is not Role.LEADER or node.epoch != self._epoch):
+        if self._controller is not None and (node.role is not RaftRole.LEADER or node.epoch != self._epoch):
             self._deactivate(f"no longer the metadata leader (now {node.role.value} in epoch {node.epoch})")
 
     def _on_image(self, image: MetadataImage, entries: Sequence[Entry]) -> None:
@@ -97,7 +97,7 @@ class ControllerHost:
                 self._lost_from = entry.offset
             if (
                 entry.kind is EntryKind.LEADER_CHANGE
-                and node.role is Role.LEADER
+                and node.role is RaftRole.LEADER
                 and entry.epoch == node.epoch
                 and self._controller is None
             ):

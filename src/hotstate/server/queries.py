@@ -27,7 +27,7 @@ from hotstate.controller.image import MetadataImage, PartitionInfo, TableInfo
 from hotstate.query.plan import FullScan, KeyLookup, KeyRange, QueryPlan, UnknownTableError, find_table, plan
 from hotstate.query.sql import SLOW_PARSE_CHARS, PullQuery, parse, parse_fast
 from hotstate.query.tokens import Positions, TokenError, cluster_tag, decode, encode, merge
-from hotstate.replica.core import Role
+from hotstate.replica.core import ReplicaRole
 from hotstate.replica.messages import (
     PartitionQueryRequest,
     PartitionQueryResponse,
@@ -543,7 +543,7 @@ def _behind_token(replica: LocalReplica, wanted: int, state: str, position: int)
     """The refusal of a store behind the token's position. The active tells a token no write reached
     (beyond its log end, which holds every committed record) from one its store has not applied yet."""
     core = replica.core
-    if core.role is Role.LEADER and wanted > core.log_end_offset:
+    if core.role is ReplicaRole.LEADER and wanted > core.log_end_offset:
         return PartitionQueryResponse(
             ReplicaError.TOKEN_AHEAD,
             f"the token asks for position {wanted}, beyond the partition's log end {core.log_end_offset}",

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 from hotstate.raft.config import RaftConfig
 from hotstate.raft.messages import Message
-from hotstate.raft.node import RaftNode, Role
+from hotstate.raft.node import RaftNode, RaftRole
 from hotstate.raft.records import Entry, Snapshot
 from hotstate.raft.storage import RaftStorage
 
@@ -67,7 +67,11 @@ class RaftDriver:
         self._gone_leaders: list[int] = []
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._last_role: tuple[Role, int, int | None] = (self.node.role, self.node.epoch, self.node.leader_id)
+        self._last_role: tuple[RaftRole, int, int | None] = (
+            self.node.role,
+            self.node.epoch,
+            self.node.leader_id,
+        )
         self._stopping = False
 
     # ------------------------------------------------------------------ inputs from the rest of the server

@@ -38,8 +38,8 @@ from hotstate.replica.core import (
     Ready,
     ReplicaConfig,
     ReplicaCore,
+    ReplicaRole,
     ResetLog,
-    Role,
     SnapshotNeeded,
     TruncateTo,
 )
@@ -357,7 +357,7 @@ class ReplicaManager:
             )
         replica = self.replicas.get((table.table_id, request.partition))
         part = self.image.partitions.get(table.table_id, ())[request.partition]
-        if replica is None or replica.core.role is not Role.LEADER:
+        if replica is None or replica.core.role is not ReplicaRole.LEADER:
             error = ReplicaError.NOT_LEADER
             if request.leader_epoch < part.leader_epoch:
                 error = ReplicaError.FENCED_EPOCH
@@ -383,7 +383,7 @@ class ReplicaManager:
 
     async def serve_snapshot(self, request: FetchStoreSnapshotRequest) -> FetchStoreSnapshotResponse:
         replica = self.replicas.get((request.table_id, request.partition))
-        if replica is None or replica.core.role is not Role.LEADER:
+        if replica is None or replica.core.role is not ReplicaRole.LEADER:
             return _snapshot_error(ReplicaError.NOT_LEADER, "not the active")
         if request.leader_epoch != replica.core.leader_epoch:
             return _snapshot_error(ReplicaError.FENCED_EPOCH, f"leader epoch is {replica.core.leader_epoch}")

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 
-from hotstate.raft.node import Role
+from hotstate.raft.node import RaftRole
 from hotstate.raft.records import EntryKind
 from hotstate.sim.profile import FaultProfile
 from hotstate.sim.world import World
@@ -80,7 +80,7 @@ def main() -> int:
         )
     console.print(members)
 
-    leaders = [m for m in world.members.values() if m.core is not None and m.core.role is Role.LEADER]
+    leaders = [m for m in world.members.values() if m.core is not None and m.core.role is RaftRole.LEADER]
     digests = {m.machine.digest for m in world.members.values()}
     failover = stats.failover_ms[0] if stats.failover_ms else None
     ok = len(leaders) == 1 and len(digests) == 1 and failover is not None and stats.max_epoch >= 2

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import msgpack
 
-from hotstate.raft.node import RaftNode, Role
+from hotstate.raft.node import RaftNode, RaftRole
 from hotstate.raft.records import Entry, Snapshot
 from hotstate.sim.disk import SimDisk
 from hotstate.sim.state_machine import GENESIS, HashChainStateMachine, chain
@@ -58,7 +58,7 @@ class Checker:
     # ------------------------------------------------------------------ after a member handled an event
     def check_core(self, member: int, core: RaftNode) -> None:
         watch = self.watch(member)
-        if core.role is Role.LEADER:
+        if core.role is RaftRole.LEADER:
             holder = self.leaders.setdefault(core.epoch, member)
             if holder != member:
                 raise InvariantViolation(f"two leaders in epoch {core.epoch}: {holder} and {member}")

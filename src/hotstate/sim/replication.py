@@ -61,8 +61,8 @@ from hotstate.replica.core import (
     Ready,
     ReplicaConfig,
     ReplicaCore,
+    ReplicaRole,
     ReplicaSafetyError,
-    Role,
     TruncateTo,
 )
 from hotstate.replica.messages import FetchResponse, LagInfo, ReplicaError, ReplicaMessage
@@ -611,7 +611,7 @@ class ReplicationWorld:
         ready = node.writing
         core = node.core
         assert ready is not None and core is not None
-        if core.role is Role.LEADER:
+        if core.role is ReplicaRole.LEADER:
             self.max_hw = max(self.max_hw, ready.high_watermark)
         for op in ready.log_ops:
             if isinstance(op, TruncateTo) and op.offset < node.store.position:
@@ -665,7 +665,7 @@ class ReplicationWorld:
         leader = self.nodes[needed.leader]
         if (
             leader.core is None
-            or leader.core.role is not Role.LEADER
+            or leader.core.role is not ReplicaRole.LEADER
             or leader.core.leader_epoch != needed.leader_epoch
             or self.kernel.cut(leader.id, node.id)
         ):
@@ -977,7 +977,7 @@ class ReplicationWorld:
             for src, (at, hw) in node.report_hws.items()
             if src != node.id and hw is not None and at >= node.opened_at
         ]
-        if core.role is Role.LEADER:
+        if core.role is ReplicaRole.LEADER:
             heard.append(core.high_watermark)
         if not heard:
             acked = max((base + len(records) for base, records in self.acked), default=0)
@@ -1123,7 +1123,7 @@ class ReplicationWorld:
             core = node.core
             if core is None:
                 continue
-            if core.role is Role.LEADER:
+            if core.role is ReplicaRole.LEADER:
                 leader = self.epoch_leaders.setdefault(core.leader_epoch, node.id)
                 if leader != node.id:
                     raise ReplicationInvariantViolation(
@@ -1211,7 +1211,9 @@ class ReplicationWorld:
             )
         assert c.active is not None, "no active after the calm period"
         leader = self.nodes[c.active]
-        assert leader.core is not None and leader.core.role is Role.LEADER, "the chosen active is not leading"
+        assert leader.core is not None and leader.core.role is ReplicaRole.LEADER, (
+            "the chosen active is not leading"
+        )
         end = leader.core.log_end_offset
         for node in self.nodes.values():
             if node.id not in c.replicas:

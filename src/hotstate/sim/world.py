@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hotstate.raft.messages import Message, VoteResponse
-from hotstate.raft.node import NotLeaderError, ProposalRejectedError, RaftNode, RaftSafetyError, Role
+from hotstate.raft.node import NotLeaderError, ProposalRejectedError, RaftNode, RaftRole, RaftSafetyError
 from hotstate.raft.ready import Ready
 from hotstate.sim.disk import SimDisk
 from hotstate.sim.invariants import Checker, InvariantViolation
@@ -275,7 +275,7 @@ class World:
         core = member.core
         assert core is not None
         self.checker.check_core(member.id, core)
-        if core.role is Role.LEADER:
+        if core.role is RaftRole.LEADER:
             self._note_leader(member, core)
         self._drain(member)
         self._arm_tick(member)
@@ -356,7 +356,7 @@ class World:
         if every and machine.applied - core.log.start_offset >= every:
             core.take_snapshot(machine.applied, machine.snapshot_bytes())
         self.checker.check_core(member.id, core)
-        if core.role is Role.LEADER:
+        if core.role is RaftRole.LEADER:
             self._note_leader(member, core)
 
     def _arm_tick(self, member: Member) -> None:
@@ -388,7 +388,7 @@ class World:
     def _crash(self, victim: Member, down_ms: int) -> None:
         core = victim.core
         assert core is not None
-        if core.role is Role.LEADER:
+        if core.role is RaftRole.LEADER:
             self.stats.leader_crashes += 1
             if self._crashed_leader_at is None:
                 self._crashed_leader_at = self.now
@@ -411,7 +411,9 @@ class World:
 
     def _make_partition(self) -> None:
         ids = sorted(self.members)
-        leaders = [m.id for m in self.members.values() if m.core is not None and m.core.role is Role.LEADER]
+        leaders = [
+            m.id for m in self.members.values() if m.core is not None and m.core.role is RaftRole.LEADER
+        ]
         if leaders and self.rng.random() < self.profile.isolate_leader:
             # Jepsen's classic: the leader alone keeps appending what can never commit, the rest elect anew.
             isolated = leaders[self.rng.randrange(len(leaders))]
@@ -459,7 +461,7 @@ class World:
 
     def _current_leader(self) -> Member | None:
         """The up member leading the highest epoch (a deposed leader may not know it yet)."""
-        leaders = [m for m in self.members.values() if m.core is not None and m.core.role is Role.LEADER]
+        leaders = [m for m in self.members.values() if m.core is not None and m.core.role is RaftRole.LEADER]
         return max(leaders, key=lambda m: m.core.epoch if m.core else -1, default=None)
 
     def _check_recovered(self) -> None:
