@@ -36,8 +36,8 @@ import ortools
 from hotstate.assignor import (
     Assignment,
     AssignorConfig,
-    PartitionAssignment,
     PartitionId,
+    Placement,
     Server,
     Table,
     assign,
@@ -66,8 +66,8 @@ def caught_up(previous: Assignment) -> dict[PartitionId, dict[str, int]]:
 
 
 def greedy_baseline(
-    servers: list[Server], table_list: list[Table], previous: Mapping[PartitionId, PartitionAssignment]
-) -> dict[PartitionId, PartitionAssignment]:
+    servers: list[Server], table_list: list[Table], previous: Mapping[PartitionId, Placement]
+) -> dict[PartitionId, Placement]:
     """Rack-blind, sticky, least-loaded: what an assignor without KIP-925 would do."""
     ids = [s.id for s in servers]
     total = sum(t.partitions for t in table_list)
@@ -103,15 +103,15 @@ def greedy_baseline(
         heapq.heappush(sheap, (n + 1, s))
         for entry in stash:
             heapq.heappush(sheap, entry)
-        out[pid] = PartitionAssignment(actives[pid], (s,))
+        out[pid] = Placement(actives[pid], (s,))
     return out
 
 
 def active_cost(
-    placement: Mapping[PartitionId, PartitionAssignment],
+    placement: Mapping[PartitionId, Placement],
     servers: list[Server],
     table_list: list[Table],
-    previous: Mapping[PartitionId, PartitionAssignment],
+    previous: Mapping[PartitionId, Placement],
     config: AssignorConfig,
 ) -> tuple[int, int]:
     """(KIP-925 cost, cross-rack actives), computed here from the definition, not by the assignor."""
@@ -131,7 +131,7 @@ def active_cost(
 def run_cell(partitions: int, n_servers: int, scenario: str, config: AssignorConfig) -> dict[str, object]:
     servers = cluster(n_servers)
     table_list = tables(partitions)
-    previous: Mapping[PartitionId, PartitionAssignment] = {}
+    previous: Mapping[PartitionId, Placement] = {}
     lags = None
     prev_arg = None
     if scenario == "add_server":
@@ -144,7 +144,7 @@ def run_cell(partitions: int, n_servers: int, scenario: str, config: AssignorCon
     baseline = greedy_baseline(servers, table_list, previous)
     baseline_seconds = time.perf_counter() - start
     targets = {
-        r.partition: PartitionAssignment(r.target or r.server)
+        r.partition: Placement(r.target or r.server)
         for r in result.explanation.replicas
         if r.role == "active"
     }

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from hotstate.assignor import (
     Assignment,
     AssignorConfig,
-    PartitionAssignment,
     PartitionId,
+    Placement,
     Server,
     Table,
 )
@@ -25,7 +25,7 @@ def servers_in_racks(n: int, racks: Sequence[str] = RACKS, prefix: str = "s") ->
 
 
 def all_caught_up(
-    assignment: Assignment | Mapping[PartitionId, PartitionAssignment],
+    assignment: Assignment | Mapping[PartitionId, Placement],
 ) -> dict[PartitionId, dict[str, int]]:
     """The lag model of the convergence tests: every assigned replica has caught up."""
     parts = assignment.partitions if isinstance(assignment, Assignment) else assignment
@@ -35,7 +35,7 @@ def all_caught_up(
 def lag_table(
     servers: Sequence[Server],
     partitions: Sequence[PartitionId],
-    previous: Mapping[PartitionId, PartitionAssignment] | None,
+    previous: Mapping[PartitionId, Placement] | None,
     lags: Mapping[PartitionId, Mapping[str, int]] | None,
 ) -> dict[PartitionId, dict[str, int]]:
     """Known lags per partition as the inputs define them: reports of live servers, and a live previous
@@ -98,9 +98,7 @@ def effective_rack(server: Server) -> str | None:
     return server.tags.get("rack", server.rack)
 
 
-def holders(
-    previous: Mapping[PartitionId, PartitionAssignment] | None, pid: PartitionId, role: str
-) -> set[str]:
+def holders(previous: Mapping[PartitionId, Placement] | None, pid: PartitionId, role: str) -> set[str]:
     """Servers that "held" the partition: its active for an active, any replica for a standby."""
     if not previous or pid not in previous:
         return set()
@@ -111,7 +109,7 @@ def placement_cost(
     placement: Mapping[PartitionId, str],
     servers: Sequence[Server],
     tables: Sequence[Table],
-    previous: Mapping[PartitionId, PartitionAssignment] | None,
+    previous: Mapping[PartitionId, Placement] | None,
     config: AssignorConfig,
     role: str = "active",
 ) -> int:
@@ -147,7 +145,7 @@ def spread_rank(vec: Sequence[str | None], used: Sequence[set[str | None]]) -> t
 class Case:
     servers: list[Server]
     tables: list[Table]
-    previous: dict[PartitionId, PartitionAssignment]
+    previous: dict[PartitionId, Placement]
     lags: dict[PartitionId, dict[str, int]]
     config: AssignorConfig
 
@@ -181,11 +179,11 @@ def cases(draw: st.DrawFn, max_servers: int = 7, max_partitions: int = 10) -> Ca
         tables.append(Table(f"t{t}", parts, standbys, writer, per_part))
     ids = [s.id for s in servers] + ["gone"]
     pids = [PartitionId(t.name, i) for t in tables for i in range(t.partitions)]
-    previous: dict[PartitionId, PartitionAssignment] = {}
+    previous: dict[PartitionId, Placement] = {}
     for pid in draw(st.lists(st.sampled_from(pids), unique=True)):
         reps = draw(st.lists(st.sampled_from(ids), min_size=1, max_size=4, unique=True))
         k = draw(st.integers(0, len(reps) - 1))
-        previous[pid] = PartitionAssignment(reps[0], tuple(reps[1 : 1 + k]), tuple(reps[1 + k :]))
+        previous[pid] = Placement(reps[0], tuple(reps[1 : 1 + k]), tuple(reps[1 + k :]))
     acceptable = draw(st.integers(0, 50))
     lags: dict[PartitionId, dict[str, int]] = {}
     for pid in draw(st.lists(st.sampled_from(pids), unique=True)):

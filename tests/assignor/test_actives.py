@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hotstate.assignor import AssignorConfig, PartitionAssignment, PartitionId, Server, Table, assign
+from hotstate.assignor import AssignorConfig, PartitionId, Placement, Server, Table, assign
 from hotstate.assignor.actives import ActiveChoice, choose_active, warmups_by_partition
 
 LIMIT = 100
@@ -39,7 +39,7 @@ def test_warmups_by_partition_are_on_the_target_when_wanted_or_granted() -> None
 def test_new_server_gets_warmups_then_takes_over_once_caught_up() -> None:
     cfg = AssignorConfig(num_standby_replicas=0, max_warmup_replicas=1, acceptable_recovery_lag=10)
     servers = [Server("a"), Server("b")]
-    prev = {PartitionId("t", i): PartitionAssignment("a") for i in range(2)}
+    prev = {PartitionId("t", i): Placement("a") for i in range(2)}
     first = assign(servers, [Table("t", 2)], prev, None, cfg)
     # b must get one of the two partitions; it has no state, so a keeps both and b warms one up.
     assert {pa.active for pa in first.partitions.values()} == {"a"}
@@ -52,6 +52,6 @@ def test_new_server_gets_warmups_then_takes_over_once_caught_up() -> None:
     # Caught up: the warmup is promoted.
     lags = {warm[0]: {"a": 0, "b": 3}}
     done = assign(servers, [Table("t", 2)], again, lags, cfg)
-    assert done.partitions[warm[0]] == PartitionAssignment("b")
+    assert done.partitions[warm[0]] == Placement("b")
     reasons = {(r.partition, r.role): r.reason for r in done.explanation.replicas}
     assert reasons[(warm[0], "active")] == "caught_up"

@@ -7,7 +7,7 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hotstate.assignor import AssignorConfig, PartitionAssignment, PartitionId, Server, Table
+from hotstate.assignor import AssignorConfig, PartitionId, Placement, Server, Table
 from hotstate.assignor.balance import LoadScale, balanced_bounds, plain_preferences, sticky_balanced_targets
 from hotstate.assignor.problem import build_problem
 
@@ -64,7 +64,7 @@ def test_sticky_placement_moves_only_the_overflow_to_a_new_server() -> None:
 def test_plain_preferences_put_the_active_then_a_caught_up_warmup_first_and_a_restoring_one_last() -> None:
     servers = [Server(x) for x in "abcde"]
     pid = PartitionId("t", 0)
-    prev = {pid: PartitionAssignment("a", ("b", "c"), ("d",))}
+    prev = {pid: Placement("a", ("b", "c"), ("d",))}
     cfg = AssignorConfig(acceptable_recovery_lag=10)
     caught = build_problem(servers, [Table("t", 1)], prev, {pid: {"b": 5, "c": 1, "d": 0}}, cfg)
     assert plain_preferences(caught, 0) == [0, 3, 2, 1]  # active a, warmup d, then c (lag 1), b (lag 5)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hotstate.assignor import AssignorConfig, PartitionAssignment, PartitionId, Server, Table
+from hotstate.assignor import AssignorConfig, PartitionId, Placement, Server, Table
 from hotstate.assignor.cost import CostModel, actives_cost, cross_rack_count, replica_cost, standbys_cost
 from hotstate.assignor.problem import build_problem
 
@@ -20,7 +20,7 @@ def test_edge_cost_terms() -> None:
 
 def test_held_means_previous_active_for_actives_and_any_replica_for_standbys() -> None:
     servers = [Server("a", "az-a"), Server("b", "az-b"), Server("c", "az-a")]
-    prev = {PartitionId("t", 0): PartitionAssignment("a", ("b",))}
+    prev = {PartitionId("t", 0): Placement("a", ("b",))}
     problem = build_problem(servers, [Table("t", 1, writer_racks=("az-a",))], prev, None, AssignorConfig())
     m = CostModel(10, 1)
     a, b, c = 0, 1, 2

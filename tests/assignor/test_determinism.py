@@ -13,7 +13,7 @@ SCRIPT = textwrap.dedent(
     """
     import hashlib, random, sys
     from hotstate.assignor import (
-        AssignorConfig, PartitionAssignment, PartitionId, Server, Table, assign, explain,
+        AssignorConfig, Placement, PartitionId, Server, Table, assign, explain,
     )
 
     order = random.Random(int(sys.argv[1]))
@@ -30,7 +30,7 @@ SCRIPT = textwrap.dedent(
         for p in range(t.partitions):
             pid = PartitionId(t.name, p)
             a, b, c = gen.sample([s.id for s in servers] + ["gone"], 3)
-            previous[pid] = PartitionAssignment(a, (b,), (c,) if p % 5 == 0 else ())
+            previous[pid] = Placement(a, (b,), (c,) if p % 5 == 0 else ())
             lags[pid] = {a: 0, b: gen.choice([0, 50, 50_000]), c: gen.choice([0, 20_000])}
     order.shuffle(servers)
     order.shuffle(tables)

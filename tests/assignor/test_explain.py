@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hotstate.assignor import (
     REASONS,
     AssignorConfig,
-    PartitionAssignment,
     PartitionId,
+    Placement,
     Server,
     Table,
     assign,
@@ -40,7 +40,7 @@ def test_every_replica_has_exactly_one_reason(case: Case) -> None:
 
 def test_explain_names_caught_up_warmup_spread_and_cost() -> None:
     servers = [Server("a", rack="az-a"), Server("b", rack="az-b"), Server("c", rack="az-c")]
-    prev = {PartitionId("t", i): PartitionAssignment("a", ("b",)) for i in range(3)}
+    prev = {PartitionId("t", i): Placement("a", ("b",)) for i in range(3)}
     lags = {PartitionId("t", i): {"a": 0, "b": 0} for i in range(3)}
     cfg = AssignorConfig(max_warmup_replicas=1, acceptable_recovery_lag=10)
     text = explain(assign(servers, [Table("t", 3, writer_racks=("az-a",))], prev, lags, cfg))

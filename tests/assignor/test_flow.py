@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from hotstate.assignor import (
     AssignorConfig,
     AssignorInternalError,
-    PartitionAssignment,
     PartitionId,
+    Placement,
     Server,
     Table,
 )
@@ -60,7 +60,7 @@ def test_cost_regression_guard_raises() -> None:
 @st.composite
 def small_problems(
     draw: st.DrawFn,
-) -> tuple[list[Server], list[Table], dict[PartitionId, PartitionAssignment], AssignorConfig]:
+) -> tuple[list[Server], list[Table], dict[PartitionId, Placement], AssignorConfig]:
     n = draw(st.integers(1, 3))
     servers = [
         Server(f"s{i}", rack=draw(st.sampled_from(RACKS)), capacity=draw(st.integers(1, 2))) for i in range(n)
@@ -78,7 +78,7 @@ def small_problems(
     for t in tables:
         for i in range(t.partitions):
             if draw(st.booleans()):
-                prev[PartitionId(t.name, i)] = PartitionAssignment(draw(st.sampled_from(ids)))
+                prev[PartitionId(t.name, i)] = Placement(draw(st.sampled_from(ids)))
     cfg = AssignorConfig(traffic_cost=draw(st.integers(0, 5)), non_overlap_cost=draw(st.integers(0, 5)))
     return servers, tables, prev, cfg
 
@@ -86,7 +86,7 @@ def small_problems(
 @settings(max_examples=60, deadline=None)
 @given(small_problems(), st.booleans())
 def test_compressed_flow_matches_brute_force_optimum(
-    case: tuple[list[Server], list[Table], dict[PartitionId, PartitionAssignment], AssignorConfig],
+    case: tuple[list[Server], list[Table], dict[PartitionId, Placement], AssignorConfig],
     per_table: bool,
 ) -> None:
     servers, tables, prev, cfg = case
@@ -121,7 +121,7 @@ def test_compressed_flow_matches_brute_force_optimum(
 def test_active_tiebreak_prefers_previous_active_then_caught_up_then_any_data() -> None:
     servers = [Server(x) for x in "abcde"]
     pid = PartitionId("t", 0)
-    prev = {pid: PartitionAssignment("a", ("b",), ("c",))}
+    prev = {pid: Placement("a", ("b",), ("c",))}
     lags = {pid: {"b": 0, "c": 10_000_000, "e": 3}}
     problem = build_problem(servers, [Table("t", 1)], prev, lags, AssignorConfig())
     assert [active_tiebreak(problem, 0, s) for s in range(5)] == [0, 1, 2, 3, 1]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hotstate.assignor import AssignorConfig, PartitionAssignment, PartitionId, Server, Table, assign
+from hotstate.assignor import AssignorConfig, PartitionId, Placement, Server, Table, assign
 
 
 @pytest.mark.parametrize("capacity", [0, -1, 1.5, True])
@@ -62,8 +62,8 @@ def test_negative_lag_names_partition_and_server() -> None:
 
 def test_previous_and_lags_must_be_keyed_by_partition_id() -> None:
     with pytest.raises(ValueError, match="previous must be keyed by PartitionId"):
-        assign([Server("a")], [Table("t", 1)], previous={("t", 0): PartitionAssignment("a")})  # type: ignore[dict-item]
-    with pytest.raises(ValueError, match=r"previous\[t-0\] must be a PartitionAssignment"):
+        assign([Server("a")], [Table("t", 1)], previous={("t", 0): Placement("a")})  # type: ignore[dict-item]
+    with pytest.raises(ValueError, match=r"previous\[t-0\] must be a Placement"):
         assign([Server("a")], [Table("t", 1)], previous={PartitionId("t", 0): "a"})  # type: ignore[dict-item]
     with pytest.raises(ValueError, match="lags must be keyed by PartitionId"):
         assign([Server("a")], [Table("t", 1)], lags={"t-0": {"a": 1}})  # type: ignore[dict-item]
@@ -71,8 +71,8 @@ def test_previous_and_lags_must_be_keyed_by_partition_id() -> None:
 
 def test_stale_references_are_dropped_with_notes() -> None:
     prev = {
-        PartitionId("t", 0): PartitionAssignment("gone", ("a",)),
-        PartitionId("deleted", 0): PartitionAssignment("a"),
+        PartitionId("t", 0): Placement("gone", ("a",)),
+        PartitionId("deleted", 0): Placement("a"),
     }
     lags = {PartitionId("t", 0): {"gone": 0, "a": 5}, PartitionId("t", 7): {"a": 0}}
     out = assign([Server("a"), Server("b")], [Table("t", 2)], prev, lags)

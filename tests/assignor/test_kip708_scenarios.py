@@ -8,8 +8,8 @@ from collections import Counter
 from hotstate.assignor import (
     Assignment,
     AssignorConfig,
-    PartitionAssignment,
     PartitionId,
+    Placement,
     Server,
     Table,
     assign,
@@ -34,7 +34,7 @@ ARTICLE_ACTIVES = {
 
 
 def run_article(servers: list[Server], standbys: int, actives: dict[PartitionId, str]) -> Assignment:
-    prev = {pid: PartitionAssignment(sid) for pid, sid in actives.items()}
+    prev = {pid: Placement(sid) for pid, sid in actives.items()}
     tables = sorted({pid.table for pid in actives})
     sizes = {t: 1 + max(pid.partition for pid in actives if pid.table == t) for t in tables}
     # The article places standbys next to running actives and has no restore budget: give every standby

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hotstate.assignor import AssignorConfig, PartitionAssignment, PartitionId, Server, Table, assign
+from hotstate.assignor import AssignorConfig, PartitionId, Placement, Server, Table, assign
 from hotstate.assignor.actives import ActiveChoice
 from hotstate.assignor.problem import Problem, build_problem
 from hotstate.assignor.restoring import (
@@ -24,9 +24,7 @@ SERVERS = [Server(x) for x in "abcdef"]  # indexes 0..5
 PID = PartitionId("t", 0)
 
 
-def problem_of(
-    previous: PartitionAssignment | None, lags: dict[str, int] | None, *, budget: int = 2
-) -> Problem:
+def problem_of(previous: Placement | None, lags: dict[str, int] | None, *, budget: int = 2) -> Problem:
     cfg = AssignorConfig(acceptable_recovery_lag=LIMIT, max_warmup_replicas=budget)
     return build_problem(
         SERVERS,
@@ -44,13 +42,13 @@ def test_a_new_partition_has_no_state_and_nothing_restores() -> None:
 
 def test_a_server_restores_unless_it_is_caught_up() -> None:
     # The previous active without a report is caught up; a report above the limit or none is not.
-    p = problem_of(PartitionAssignment("a", ("b",)), {"b": LIMIT + 1, "c": LIMIT})
+    p = problem_of(Placement("a", ("b",)), {"b": LIMIT + 1, "c": LIMIT})
     assert has_state(p, 0)
     assert [restores(p, 0, s) for s in range(4)] == [False, True, False, True]
 
 
 def test_the_keeper_is_a_previous_standby_first_then_the_lowest_lag() -> None:
-    p = problem_of(PartitionAssignment("a", ("d", "b")), {"b": 0, "c": 0, "d": 5, "e": 1})
+    p = problem_of(Placement("a", ("d", "b")), {"b": 0, "c": 0, "d": 5, "e": 1})
     assert keeper_for(p, 0, {0}) == 3  # d: a previous standby, in the previous order
     assert keeper_for(p, 0, {0, 3}) == 1  # b: the next previous standby
     assert keeper_for(p, 0, {0, 1, 3}) == 2  # c: lag 0 beats e's lag 1
@@ -58,7 +56,7 @@ def test_the_keeper_is_a_previous_standby_first_then_the_lowest_lag() -> None:
 
 
 def test_a_standby_target_that_is_not_caught_up_is_held_on_a_caught_up_server() -> None:
-    p = problem_of(PartitionAssignment("a", ("b", "c")), {"b": 0, "c": 0})
+    p = problem_of(Placement("a", ("b", "c")), {"b": 0, "c": 0})
     # Targets: c (caught up: stays), e (no state: b holds the standby while e warms up).
     assert plan_standbys(p, 0, [2, 4], 0, ()) == [StandbyPlan(2, False, None), StandbyPlan(4, True, 1)]
     # Both targets without state: only b is free to hold one; the other restores on its target.
@@ -74,7 +72,7 @@ def test_a_new_partition_places_every_standby_on_its_target() -> None:
 
 
 def test_requests_name_active_warmups_held_standbys_and_restoring_standbys() -> None:
-    p = problem_of(PartitionAssignment("a", ("b",), ("e",)), {"b": 0, "e": 40})
+    p = problem_of(Placement("a", ("b",), ("e",)), {"b": 0, "e": 40})
     choices = [ActiveChoice(0, 2, "held_for_warmup", True)]
     plans = [[StandbyPlan(3, True, 1), StandbyPlan(4, True, None)]]
     assert restore_requests(p, choices, plans) == [
@@ -112,7 +110,7 @@ def test_a_denied_slot_keeps_its_keeper_or_waits() -> None:
 
 
 def test_a_previous_warmup_stays_the_standby_target_while_it_restores() -> None:
-    p = problem_of(PartitionAssignment("a", ("b",), ("e",)), {"b": 0, "e": 400})
+    p = problem_of(Placement("a", ("b",), ("e",)), {"b": 0, "e": 400})
     classes = tag_classes(p.vectors)
     assert [slot.server for slot in keep_previous(p, classes, 0, 0, (), 1)] == [4]
 
@@ -124,7 +122,7 @@ def test_a_new_table_restores_nothing_so_the_budget_does_not_limit_it() -> None:
     out = assign(servers, [Table("t", 12)], None, None, cfg)
     assert all(len(pa.standbys) == 2 and pa.warmups == () for pa in out.partitions.values())
     # Next to a table with state whose standbys restore, the new one is still placed in full.
-    old = {PartitionId("old", i): PartitionAssignment(f"s{i}") for i in range(6)}
+    old = {PartitionId("old", i): Placement(f"s{i}") for i in range(6)}
     both = assign(servers, [Table("old", 6), Table("t", 12)], old, None, cfg)
     restoring = [s for pid, pa in both.partitions.items() if pid.table == "old" for s in pa.standbys]
     assert len(restoring) == 1  # the old table's standbys have no state: one at a time

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from hotstate.assignor import AssignorConfig, PartitionAssignment, PartitionId, Server, Table, assign
+from hotstate.assignor import AssignorConfig, PartitionId, Placement, Server, Table, assign
 from hotstate.assignor.problem import build_problem
 from hotstate.assignor.standbys import (
     StandbySlot,
@@ -51,11 +51,11 @@ def test_previous_standby_is_kept_only_while_it_spreads_as_well_as_any_choice() 
     servers = servers_in_racks(6)  # s000 az-a, s001 az-b, s002 az-c, s003 az-a, ...
     pid = PartitionId("t", 0)
     cfg = AssignorConfig(num_standby_replicas=1)
-    good = build_problem(servers, [Table("t", 1)], {pid: PartitionAssignment("s000", ("s001",))}, None, cfg)
+    good = build_problem(servers, [Table("t", 1)], {pid: Placement("s000", ("s001",))}, None, cfg)
     classes = tag_classes(good.vectors)
     assert [s.server for s in keep_previous(good, classes, 0, 0, (), 1)] == [1]
     # Same rack as the active while other racks are free: not kept.
-    bad = build_problem(servers, [Table("t", 1)], {pid: PartitionAssignment("s000", ("s003",))}, None, cfg)
+    bad = build_problem(servers, [Table("t", 1)], {pid: Placement("s000", ("s003",))}, None, cfg)
     assert keep_previous(bad, classes, 0, 0, (), 1) == []
 
 

@@ -7,8 +7,7 @@ from collections import Counter
 
 import pytest
 
-from hotstate.assignor import PartitionAssignment as Placement
-from hotstate.assignor import PartitionId
+from hotstate.assignor import PartitionId, Placement
 from hotstate.controller.controller import ControllerConfig, QuorumController
 from hotstate.controller.image import PartitionInfo
 from hotstate.controller.reassign import ReassignJob, partition_step, replica_lags

@@ -33,7 +33,7 @@ from hotstate.assignor.model import (
     Assignment,
     CostSummary,
     Explanation,
-    PartitionAssignment,
+    Placement,
     ReplicaReason,
     Server,
     Table,
@@ -103,7 +103,7 @@ def assign(
 ) -> Assignment:
     """Place every partition's active, standbys and warmups.
 
-    ``previous`` is the last assignment (an ``Assignment`` or a mapping of ``PartitionAssignment``);
+    ``previous`` is the last assignment (an ``Assignment`` or a mapping of ``Placement``);
     ``lags`` maps a partition to {server id: offset lag}; a previous active without a report counts as
     caught up, any other server without a report as having no state. Raises ``ValueError`` on bad input.
     """
@@ -150,7 +150,7 @@ def assign(
         reasons.extend(warmup_reason(problem, model, p, s) for s in warmups[p])
         standbys = [o.server for o in outcomes[p] if o.server is not None]
         standby_warmups = [o.plan.target for o in outcomes[p] if o.warmup]
-        partitions[pid] = PartitionAssignment(
+        partitions[pid] = Placement(
             active=problem.server_ids[actives[p]],
             standbys=tuple(problem.server_ids[s] for s in standbys),
             warmups=tuple(problem.server_ids[s] for s in (*warmups[p], *standby_warmups)),

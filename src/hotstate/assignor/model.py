@@ -116,7 +116,7 @@ class Table:
 
 
 @dataclass(frozen=True, slots=True)
-class PartitionAssignment:
+class Placement:
     """Where one partition's replicas live. ``standbys`` are in placement order (first standby first)."""
 
     active: str
@@ -174,7 +174,7 @@ class Explanation:
 class Assignment:
     """The assignor's output: per partition its replicas, and why."""
 
-    partitions: Mapping[PartitionId, PartitionAssignment] = field(hash=False)
+    partitions: Mapping[PartitionId, Placement] = field(hash=False)
     explanation: Explanation = field(hash=False)
 
     def __post_init__(self) -> None:

@@ -14,12 +14,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from hotstate.assignor.config import AssignorConfig
-from hotstate.assignor.model import Assignment, PartitionAssignment, PartitionId, Server, Table
+from hotstate.assignor.model import Assignment, PartitionId, Placement, Server, Table
 from hotstate.assignor.tags import TagVector, resolve_locations
 
 NO_SERVER = -1
 
-Previous = Assignment | Mapping[PartitionId, PartitionAssignment] | None
+Previous = Assignment | Mapping[PartitionId, Placement] | None
 Lags = Mapping[PartitionId, Mapping[str, int]] | None
 
 
@@ -85,7 +85,7 @@ def _sorted_partition_keys(mapping: Mapping[PartitionId, object], what: str) -> 
     return sorted(mapping)
 
 
-def _previous_map(previous: Previous) -> Mapping[PartitionId, PartitionAssignment]:
+def _previous_map(previous: Previous) -> Mapping[PartitionId, Placement]:
     if previous is None:
         return {}
     if isinstance(previous, Assignment):
@@ -137,8 +137,8 @@ def build_problem(
     prev_map = _previous_map(previous)
     for pid in _sorted_partition_keys(prev_map, "previous"):
         pa = prev_map[pid]
-        if not isinstance(pa, PartitionAssignment):
-            raise ValueError(f"previous[{pid}] must be a PartitionAssignment, got {type(pa).__name__}")
+        if not isinstance(pa, Placement):
+            raise ValueError(f"previous[{pid}] must be a Placement, got {type(pa).__name__}")
         p = p_index.get(pid)
         if p is None:
             gone_partitions += 1

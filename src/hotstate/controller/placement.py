@@ -12,8 +12,7 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
-from hotstate.assignor import Assignment, AssignorConfig, PartitionId, Server, Table, assign
-from hotstate.assignor import PartitionAssignment as Placement
+from hotstate.assignor import Assignment, AssignorConfig, PartitionId, Placement, Server, Table, assign
 from hotstate.controller.image import MetadataImage, PartitionInfo, TableInfo
 from hotstate.controller.records import PartitionAssignment
 

@@ -17,8 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from hotstate.assignor import Assignment, AssignorConfig, PartitionId, Server, assign
-from hotstate.assignor import PartitionAssignment as Placement
+from hotstate.assignor import Assignment, AssignorConfig, PartitionId, Placement, Server, assign
 from hotstate.controller.image import MetadataImage, PartitionInfo, ServerInfo
 from hotstate.controller.placement import assignor_table, previous_placement
 from hotstate.controller.records import PartitionAssignment

@@ -47,7 +47,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from hotstate.assignor import PartitionAssignment as Placement
+from hotstate.assignor import Placement
 from hotstate.controller.evidence import ProbeResult, fences_on_probe
 from hotstate.controller.image import PartitionInfo
 from hotstate.controller.partition_rules import IsrRefusal, alter_isr, elect_after_fence, elect_on_unfence
