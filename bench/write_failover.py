@@ -11,7 +11,8 @@ without pause (a write every ~10 ms per partition). Then, one at a time, faults:
 
 Then overlapping faults, on a 5-server cluster (3 would lose the metadata quorum):
 
-- `stop_then_kill_leader`: SIGSTOP of a server holding actives, and 0.5 s later kill -9 of the leader;
+- `stop_then_kill_leader`: SIGSTOP of a server holding actives for 3 s, and 0.5 s into it kill -9 of the
+  leader, restarted at once;
 - `kill_during_recovery`: kill -9 of a server holding actives, restarted at once, and 0.3 s later (while it
   starts) kill -9 of another server holding actives, also restarted at once.
 
@@ -56,6 +57,7 @@ KEY = (KeyColumn("user", KeyType.STRING),)
 WRITE_PAUSE_S = 0.01
 # A partition that has not acked this long after a fault counts as this (and is reported as such).
 GIVE_UP_S = 20.0
+STOP_S = 3.0  # how long the overlapping case's SIGSTOP lasts
 OVERLAPPING = ("stop_then_kill_leader", "kill_during_recovery")
 
 
@@ -130,10 +132,21 @@ async def wait_all_acked(acks: Acks, partitions: Sequence[int], fault_at: float)
 
 
 async def settle(cluster: LocalCluster, acks: Acks) -> None:
-    """Every server registered and unfenced, every partition writing again, and a breath."""
+    """Every server registered and unfenced, every partition writing again with all its replicas in sync
+    (else the next fault could take a partition's last in-sync replica, which no failover may replace),
+    and a breath."""
     await cluster.wait_ready(60.0)
     now = time.monotonic()
     await wait_all_acked(acks, range(PARTITIONS), now)
+    end = time.monotonic() + 60.0
+    async with TableWriter(
+        cluster.addresses(), TABLE, cluster_id=cluster.cluster_id, secret=cluster.secret
+    ) as writer:
+        while time.monotonic() < end:
+            meta = await writer.metadata(refresh=True)
+            if all(set(p.isr) == set(p.replicas) and p.active is not None for p in meta.partitions):
+                break
+            await asyncio.sleep(0.2)
     await asyncio.sleep(1.0)
 
 
@@ -172,15 +185,16 @@ async def one_fault(
             await restart(cluster, first)
             await asyncio.sleep(0.3)
         cluster.signal(server(cluster, second), signal.SIGKILL)
-        if mode == "kill_during_recovery":
-            # Restarted at once too: a partition whose only in-sync replica it was waits for it (no replica
-            # outside the ISR is ever made the active), so the gap includes a process start.
-            await restart(cluster, second)
+        # Restarted at once: a partition whose only in-sync replica it was waits for it (no replica outside
+        # the ISR is ever made the active), so such a gap includes a process start.
+        await restart(cluster, second)
+        if mode == "stop_then_kill_leader":
+            # A pause ends: a partition whose two replicas were the paused server and the killed leader has
+            # no in-sync replica until one of them is back.
+            await asyncio.sleep(max(0.0, fault_at + STOP_S - time.monotonic()))
+            cluster.signal(server(cluster, first), signal.SIGCONT)
         await wait_all_acked(acks, range(PARTITIONS), time.monotonic())
         gap = acks.longest_gap(fault_at - 1.0, time.monotonic())
-        if mode == "stop_then_kill_leader":
-            cluster.signal(server(cluster, first), signal.SIGCONT)
-            await restart(cluster, second)
         await settle(cluster, acks)
         return [gap], {"first": first, "second": second, "leader": leader, "longest_gap_s": round(gap, 3)}
     signum = signal.SIGSTOP if mode == "sigstop" else signal.SIGKILL
