@@ -463,6 +463,38 @@ def spark_sink(data: Mapping[str, Any]) -> Section:
     )
 
 
+def gray_failure(data: Mapping[str, Any]) -> Section:
+    rows = []
+    for fault, modes in data["results"].items():
+        if fault == "extra_requests":
+            continue
+        for mode, m in modes.items():
+            rows.append(
+                (
+                    fault,
+                    mode.replace("_", " "),
+                    m.get("median_p50_ms"),
+                    m.get("median_p99_ms"),
+                    m.get("median_first_second_p99_ms", "-"),
+                    m.get("median_max_ms"),
+                    m.get("failed"),
+                )
+            )
+    extra = data["results"].get("extra_requests", {})
+    notes = [
+        f"Hedged partitions: {fmt(extra.get('hedged_partitions'))} of "
+        f"{fmt(extra.get('forwarded_partitions'))} forwarded ({fmt(extra.get('hedged_fraction'))}), "
+        f"{fmt(extra.get('hedges_won'))} answered first."
+    ]
+    goal = data.get("goal")
+    return Section(
+        f"the same queries with hedging off, alternating in the same run{f'; goal: {goal}' if goal else ''}. "
+        "Medians over the trials of each trial's p50/p99/max (ms) of the queries begun during the fault.",
+        [Table(("fault", "hedging", "p50 ms", "p99 ms", "p99 first s", "max ms", "failed"), rows)],
+        notes,
+    )
+
+
 def write_failover(data: Mapping[str, Any]) -> Section:
     rows = []
     totals = []
@@ -489,6 +521,7 @@ def write_failover(data: Mapping[str, Any]) -> Section:
 FORMATTERS: dict[str, Formatter] = {
     "assignor": assignor,
     "freshness": freshness,
+    "gray_failure": gray_failure,
     "http_servers": http_servers,
     "log_append": log_append,
     "metadata": metadata,

@@ -90,7 +90,7 @@ def test_a_missing_benchmark_is_simply_absent_and_no_results_says_so(tmp_path: P
 
 def test_unknown_changed_and_broken_results_do_not_break_the_page(tmp_path: Path) -> None:
     _write(
-        tmp_path, "gray_failure", {"cpu_count": 2, "results": {"sigstop": {"hedging_on": {"p99_ms": 12.5}}}}
+        tmp_path, "future_bench", {"cpu_count": 2, "results": {"sigstop": {"hedging_on": {"p99_ms": 12.5}}}}
     )
     _write(tmp_path, "replication", {"cpu_count": 2, "results": {"batch_100": {"rows": 1}}})
     (tmp_path / "truncated.json").write_text('{"cpu_count": ')
