@@ -72,7 +72,14 @@ def end_known(core: ReplicaCore, witness: EndWitness, lags: LagTable, node_id: i
 
 def served_lag(core: ReplicaCore, witness: EndWitness, lags: LagTable, node_id: int) -> int | None:
     """The replica's lag for a query's bound, as the server that holds it judges it; None: unknown."""
-    if not end_known(core, witness, lags, node_id):
+    if core.role is ReplicaRole.LEADER:
+        high_watermark = core.high_watermark
+        if high_watermark >= core.epoch_start_offset:
+            # What local_lag answers for a running active, without the partition's end it would not use:
+            # this runs on every pull query a server answers from its own active.
+            reported_hw = lags.partition_hw(core.table_id, core.partition, exclude=node_id)
+            return max(0, max(high_watermark, reported_hw) - core.position)
+    elif not end_known(core, witness, lags, node_id):
         return None
     leader = core.role is ReplicaRole.LEADER
     return local_lag(
