@@ -104,8 +104,14 @@ class QueryResult:
     took_ms: float = 0.0
     # Some row may hold a NaN or an infinity, which JSON has no number for (the answer's encoder decides).
     non_finite: bool = False
-    # Where this answer read, merged with the token the query was given (query/tokens.py).
-    consistency_token: str = ""
+    # Where this answer read, merged with the token the query was given (query/tokens.py), and the
+    # cluster's tag: the token's string is built only when an answer carries it (ksqlDB's /query does not).
+    token_positions: Positions = field(default_factory=dict)
+    token_tag: bytes = b""
+
+    @property
+    def consistency_token(self) -> str:
+        return encode(self.token_positions, self.token_tag) if self.token_tag else ""
 
 
 @dataclass(slots=True)
@@ -224,7 +230,6 @@ class QueryService:
         except NoReplicaError as error:
             raise QueryError("unavailable", str(error)) from error
         read = {(table.table_id, a.served.partition): a.served.position for a in answers}
-        token = encode(merge(given, read), self._tag)
         columns, rows = _rows(query_plan, table, answers)
         # One search over all rows: a mark spanning two rows is at worst a false alarm.
         non_finite = may_hold_non_finite(b"".join([row for a in answers for _, row in a.items]))
@@ -237,7 +242,8 @@ class QueryService:
             sum(1 for a in answers if a.served.served_by != self.node_id),
             (time.monotonic() - started) * 1000,
             non_finite,
-            token,
+            merge(given, read),
+            self._tag,
         )
 
     async def _committed_batch(self, table: TableInfo, batch_id: int, deadline: float) -> TableInfo:
