@@ -30,7 +30,7 @@ from hotstate.controller.requests import (
 )
 from hotstate.protocol.cluster import DescribeClusterRequest, DescribeClusterResponse
 from hotstate.protocol.wire import MESSAGES
-from hotstate.rpc import NOT_SENT, PeerPool, RpcError
+from hotstate.rpc import NOT_SENT, PeerPool, RpcError, bootstrap_peer_id, bootstrap_peers
 
 # Clients are not cluster members; they identify as node 0 in the RPC handshake.
 CLIENT_NODE_ID = 0
@@ -61,8 +61,8 @@ class AdminClient:
             raise ValueError("no servers to talk to")
         self._servers = list(servers)
         self._pool = PeerPool(CLIENT_NODE_ID, cluster_id, secret, MESSAGES)
-        # The pool is keyed by node id; the client numbers its servers 1..N by list position.
-        self._pool.update({i + 1: address for i, address in enumerate(self._servers)})
+        # Node ids are not known up front (the list may be any subset, in any order): bootstrap ids.
+        self._pool.update(bootstrap_peers(self._servers))
         self._request_timeout_s = request_timeout_s
         self._preferred = 0
 
@@ -85,7 +85,9 @@ class AdminClient:
 
         async def one(index: int) -> DescribeClusterResponse | Exception:
             try:
-                reply = await self._pool.request(index + 1, DescribeClusterRequest(), self._request_timeout_s)
+                reply = await self._pool.request(
+                    bootstrap_peer_id(index), DescribeClusterRequest(), self._request_timeout_s
+                )
             except Exception as error:
                 return error
             assert isinstance(reply, DescribeClusterResponse)
@@ -166,7 +168,7 @@ class AdminClient:
             index = (self._preferred + attempt) % len(self._servers)
             timeout = min(self._request_timeout_s, max(0.05, end - time.monotonic()))
             try:
-                reply = await self._pool.request(index + 1, request, timeout)
+                reply = await self._pool.request(bootstrap_peer_id(index), request, timeout)
             except NOT_SENT as error:  # refused, down, or between reconnects: certainly not sent
                 last_error = error
                 attempt += 1

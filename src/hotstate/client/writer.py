@@ -47,7 +47,7 @@ from hotstate.replica.messages import (
     TableMetadataResponse,
 )
 from hotstate.replica.rows import encode_row
-from hotstate.rpc import DEFAULT_MAX_FRAME_BYTES, PeerPool, RpcError
+from hotstate.rpc import DEFAULT_MAX_FRAME_BYTES, PeerPool, RpcError, bootstrap_peers
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +138,7 @@ class TableWriter:
             max_frame_bytes=DEFAULT_MAX_FRAME_BYTES,
             backoff_max=0.25,
         )
-        self._addresses: dict[int, tuple[str, int]] = {-(i + 1): a for i, a in enumerate(self._bootstrap)}
+        self._addresses: dict[int, tuple[str, int]] = bootstrap_peers(self._bootstrap)
         self._pool.update(self._addresses)
         self._request_timeout_s = request_timeout_s
         self._metadata: TableMetadataResponse | None = None

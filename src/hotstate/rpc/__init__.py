@@ -15,7 +15,7 @@ from hotstate.rpc.channel import (
     OnewayHandler,
     PeerInfo,
 )
-from hotstate.rpc.client import Connection, PeerPool
+from hotstate.rpc.client import Connection, PeerPool, bootstrap_peer_id, bootstrap_peers
 from hotstate.rpc.errors import (
     NOT_SENT,
     ConnectionLost,
@@ -67,5 +67,7 @@ __all__ = [
     "SchemaError",
     "TypeRegistry",
     "UnknownPeer",
+    "bootstrap_peer_id",
+    "bootstrap_peers",
     "encode_frame",
 ]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from hotstate.rpc.channel import (
@@ -32,6 +32,18 @@ from hotstate.rpc.handshake import ClientHandshake, HandshakeRefused, normalize_
 from hotstate.rpc.schema import TypeRegistry
 
 logger = logging.getLogger(__name__)
+
+
+def bootstrap_peer_id(index: int) -> int:
+    """The pool id of a client's `index`-th bootstrap address (0-based). Negative, so it never collides
+    with a node id and the handshake accepts whichever member listens there: a client may be given any
+    subset of the servers, in any order (a Kafka bootstrap list), not every server in node-id order."""
+    return -(index + 1)
+
+
+def bootstrap_peers(servers: Sequence[tuple[str, int]]) -> dict[int, tuple[str, int]]:
+    """`servers` under their `bootstrap_peer_id`s, for `PeerPool.update`."""
+    return {bootstrap_peer_id(i): address for i, address in enumerate(servers)}
 
 
 class _ClientChannel(Channel):
