@@ -15,6 +15,7 @@ from rich.table import Table
 from hotstate import __version__
 from hotstate.cli import query as query_commands
 from hotstate.cli import sql as sql_commands
+from hotstate.cli import table as table_commands
 
 if TYPE_CHECKING:
     from hotstate.cli.local_cluster import LocalCluster
@@ -186,6 +187,7 @@ async def show_cluster_status(cluster: LocalCluster) -> None:
 
 query_commands.register(app, default_dir=DEFAULT_DIR)
 sql_commands.register(app, default_dir=DEFAULT_DIR)
+table_commands.register(app, default_dir=DEFAULT_DIR)
 
 
 def main() -> None:

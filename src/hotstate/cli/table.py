@@ -1,0 +1,276 @@
+"""`hotstate table create | list | describe | drop`: table administration without Python.
+
+The commands talk to the servers' RPC port with the admin client, so they need the cluster's id and
+secret: `--cluster HOST:PORT` (repeatable or comma-separated; any subset of the servers, in any order),
+`--cluster-id` and `--secret` (or HOTSTATE_CLUSTER, HOTSTATE_CLUSTER_ID, HOTSTATE_CLUSTER_SECRET, as the
+Spark sink reads them), or else the local cluster in `--dir`. `describe` then reads placement, writer
+racks and lags from the HTTP API of the servers the cluster names. Expected failures print one red line
+and exit 1; a usage mistake exits 2; neither prints a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from hotstate.controller.records import KeyColumn, KeyType
+
+if TYPE_CHECKING:
+    from hotstate.client.admin import AdminClient
+
+T = TypeVar("T")
+
+# Module level: with postponed annotations, typer resolves these names in the module's globals.
+ClusterOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--cluster",
+        "-c",
+        envvar="HOTSTATE_CLUSTER",
+        help="HOST:PORT of a server's RPC port (repeat, or comma-separate; any subset of the servers); "
+        "default: the local cluster in --dir",
+    ),
+]
+ClusterIdOption = Annotated[
+    str | None, typer.Option("--cluster-id", envvar="HOTSTATE_CLUSTER_ID", help="the cluster's id")
+]
+SecretOption = Annotated[
+    str | None,
+    typer.Option("--secret", envvar="HOTSTATE_CLUSTER_SECRET", help="the cluster's secret"),
+]
+DirOption = Annotated[Path, typer.Option("--dir", help="the local cluster to use when no --cluster")]
+# The SQL names `describe` and GET /v1/tables print, so that a key shown there can be typed back.
+SQL_KEY_TYPES = {"BIGINT": KeyType.INT, "DOUBLE": KeyType.FLOAT, "BOOLEAN": KeyType.BOOL}
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    servers: list[tuple[str, int]]
+    cluster_id: str
+    secret: str
+
+
+def _fail(message: str, code: int = 1) -> typer.Exit:
+    Console(stderr=True, soft_wrap=True).print(f"[red]{escape(message)}[/red]")
+    return typer.Exit(code)
+
+
+def _out() -> Console:
+    # Made per command, not at import, so that output goes wherever sys.stdout is at the time.
+    return Console(width=shutil.get_terminal_size((130, 24)).columns)
+
+
+def parse_key(specs: list[str]) -> tuple[KeyColumn, ...]:
+    """`--key NAME:TYPE` (repeated for a compound key, in order) as key columns. Raises ValueError."""
+    columns = []
+    types = ", ".join([t.name for t in KeyType] + list(SQL_KEY_TYPES))
+    for spec in specs:
+        name, sep, type_name = spec.rpartition(":")
+        name, type_name = name.strip(), type_name.strip()
+        if not sep or not name:
+            raise ValueError(f"--key {spec!r}: expected NAME:TYPE, e.g. user:STRING (types: {types})")
+        key_type = SQL_KEY_TYPES.get(type_name.upper()) or KeyType.__members__.get(type_name.upper())
+        if key_type is None:
+            raise ValueError(f"--key {spec!r}: unknown type {type_name!r} (types: {types})")
+        columns.append(KeyColumn(name, key_type))
+    return tuple(columns)
+
+
+def _target(cluster: list[str] | None, cluster_id: str | None, secret: str | None, directory: Path) -> Target:
+    if cluster:
+        from hotstate.spark.api import parse_cluster
+
+        try:
+            servers = list(parse_cluster(",".join(cluster)))
+        except ValueError as error:
+            raise _fail(f"--{error}", 2) from error
+        if not cluster_id or not secret:
+            raise _fail("--cluster needs --cluster-id and --secret (or HOTSTATE_CLUSTER_ID/_SECRET)", 2)
+        return Target(servers, cluster_id, secret)
+    from hotstate.cli.local_cluster import LocalCluster
+
+    try:
+        local = LocalCluster.load(directory)
+    except FileNotFoundError as error:
+        raise _fail(f"{error}; or name a server with --cluster HOST:PORT", 2) from error
+    return Target(local.addresses(), cluster_id or local.cluster_id, secret or local.secret)
+
+
+def _run(target: Target, work: Callable[[AdminClient], Awaitable[T]]) -> T:
+    """`work` with an admin client of `target`; the client's failures as one line and exit 1."""
+    from hotstate.client.admin import AdminClient, ClusterUnavailableError, OutcomeUnknownError
+
+    async def go() -> T:
+        async with AdminClient(target.servers, cluster_id=target.cluster_id, secret=target.secret) as admin:
+            return await work(admin)
+
+    try:
+        return asyncio.run(go())
+    except (ClusterUnavailableError, OutcomeUnknownError) as error:
+        raise _fail(str(error)) from error
+
+
+def _check(action: str, reply: Any) -> None:
+    from hotstate.controller.requests import ControllerError
+
+    if reply.error is not ControllerError.NONE:
+        raise _fail(f"{action}: {reply.message or reply.error.name}")
+
+
+def register(app: typer.Typer, *, default_dir: Path) -> None:
+    """Add `table create | list | describe | drop` to the `hotstate` command."""
+    table_app = typer.Typer(help="Create, list, describe and drop tables.", no_args_is_help=True)
+    app.add_typer(table_app, name="table")
+
+    @table_app.command("create")
+    def create(
+        name: Annotated[str, typer.Argument(help="the table's name")],
+        key: Annotated[
+            list[str],
+            typer.Option("--key", "-k", help="a key column NAME:TYPE, e.g. user:STRING (repeat, in order)"),
+        ],
+        partitions: Annotated[int, typer.Option("--partitions", "-p", help="how many partitions")] = 8,
+        standby_replicas: Annotated[
+            int, typer.Option("--standby-replicas", help="standbys per partition")
+        ] = 1,
+        acceptable_lag: Annotated[
+            int | None,
+            typer.Option("--acceptable-lag", help="most records a replica may be behind and still serve"),
+        ] = None,
+        cluster: ClusterOption = None,
+        cluster_id: ClusterIdOption = None,
+        secret: SecretOption = None,
+        directory: DirOption = default_dir,
+    ) -> None:
+        """Create a table (the controller places its partitions at once)."""
+        try:
+            columns = parse_key(key)
+        except ValueError as error:
+            raise _fail(str(error), 2) from error
+        target = _target(cluster, cluster_id, secret, directory)
+        reply = _run(
+            target,
+            lambda admin: admin.create_table(
+                name,
+                partitions=partitions,
+                standby_replicas=standby_replicas,
+                key_columns=columns,
+                acceptable_lag=acceptable_lag,
+            ),
+        )
+        _check(f"cannot create table {name!r}", reply)
+        _out().print(
+            f"created table {escape(name)} (id {reply.table_id}): {partitions} partitions, "
+            f"{standby_replicas} standby replicas, key {escape(_key_text(columns))}",
+            highlight=False,
+        )
+
+    @table_app.command("list")
+    def list_tables(
+        cluster: ClusterOption = None,
+        cluster_id: ClusterIdOption = None,
+        secret: SecretOption = None,
+        directory: DirOption = default_dir,
+    ) -> None:
+        """The tables' names, one a line."""
+        reply = _run(_target(cluster, cluster_id, secret, directory), lambda admin: admin.list_tables())
+        _check("cannot list tables", reply)
+        for name in sorted(reply.tables):
+            typer.echo(name)
+
+    @table_app.command("describe")
+    def describe(
+        name: Annotated[str, typer.Argument(help="the table's name")],
+        cluster: ClusterOption = None,
+        cluster_id: ClusterIdOption = None,
+        secret: SecretOption = None,
+        directory: DirOption = default_dir,
+    ) -> None:
+        """A table's definition, writer racks and last Spark batch, then each partition's replicas and
+        their lags."""
+        target = _target(cluster, cluster_id, secret, directory)
+        status = _run(target, lambda admin: admin.describe())
+        http = [f"{s.http_host}:{s.http_port}" for s in status.servers if s.http_host and s.http_port]
+        if not http:
+            raise _fail("no server of the cluster has an HTTP API to describe tables with")
+        from hotstate.client.query import Client, ClusterUnreachable, QueryFailed
+
+        try:
+            with Client(http, timeout_s=10.0) as client:
+                tables = client.tables()
+                lags = client.lags()
+        except (QueryFailed, ClusterUnreachable) as error:
+            raise _fail(str(error)) from error
+        found = next((t for t in tables if t.get("name") == name), None)
+        if found is None:
+            raise _fail(f"no table {name!r} (tables: {', '.join(t['name'] for t in tables) or 'none'})")
+        print_table(found, lags.get("lags", {}), _out())
+
+    @table_app.command("drop")
+    def drop(
+        name: Annotated[str, typer.Argument(help="the table's name")],
+        cluster: ClusterOption = None,
+        cluster_id: ClusterIdOption = None,
+        secret: SecretOption = None,
+        directory: DirOption = default_dir,
+    ) -> None:
+        """Delete a table and its rows on every server."""
+        reply = _run(_target(cluster, cluster_id, secret, directory), lambda admin: admin.delete_table(name))
+        _check(f"cannot drop table {name!r}", reply)
+        _out().print(f"dropped table {escape(name)}", highlight=False)
+
+
+def _key_text(columns: tuple[KeyColumn, ...]) -> str:
+    return ", ".join(f"{c.name}:{c.type.name}" for c in columns)
+
+
+def print_table(table: dict[str, Any], lags: dict[str, Any], console: Console) -> None:
+    name = str(table["name"])
+    key = ", ".join(f"{c['name']}:{c['type']}" for c in table.get("key_columns", ()))
+    lag_limit = table.get("acceptable_lag")
+    last_batch = table.get("last_batch")
+    console.print(
+        f"table {escape(name)}: key {escape(key)}; {table['partitions']} partitions, "
+        f"{table['standby_replicas']} standby replicas; acceptable lag "
+        f"{'unset' if lag_limit is None else lag_limit}; writer racks "
+        f"{escape(', '.join(table.get('writer_racks', ())) or 'none')}; last batch "
+        f"{'none' if last_batch is None else last_batch}",
+        highlight=False,
+    )
+    view = Table(title=f"{name}: partitions")
+    for column in ("partition", "active", "standbys", "warmups", "isr", "epoch", "lag per replica (records)"):
+        view.add_column(column)
+    for part in table.get("placement", ()):
+        replicas = [part.get("active"), *part.get("standbys", ()), *part.get("warmups", ())]
+        view.add_row(
+            str(part["partition"]),
+            "none" if part.get("active") is None else str(part["active"]),
+            _nodes(part.get("standbys", ())),
+            _nodes(part.get("warmups", ())),
+            _nodes(part.get("isr", ())),
+            str(part.get("leader_epoch", "")),
+            "  ".join(
+                f"{node}: {_lag(lags, node, name, part['partition'])}"
+                for node in replicas
+                if node is not None
+            ),
+        )
+    console.print(view)
+
+
+def _nodes(nodes: Any) -> str:
+    return ", ".join(str(n) for n in nodes) or "-"
+
+
+def _lag(lags: dict[str, Any], node: int, table: str, partition: int) -> str:
+    lag = lags.get(str(node), {}).get(table, {}).get(str(partition))
+    return "?" if lag is None else str(lag.get("offset_lag", "?"))
