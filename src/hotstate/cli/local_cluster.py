@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import secrets
 import signal
 import socket
@@ -197,17 +198,28 @@ class LocalCluster:
         raise TimeoutError(f"cluster in {self.root} not ready after {timeout_s:.0f} s (last status: {last})")
 
 
+# Below Linux's default ephemeral range (32768-60999). A port the kernel hands out for bind(("", 0)) comes
+# from that range, and so does the local port of every outgoing connection: between picking such a port
+# and the server binding it, any connection on the machine could take it (seen in the test suite as a
+# server dying with "address already in use").
+PORT_RANGE = (20_000, 32_000)
+
+
 def _free_ports(count: int) -> list[int]:
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
+    """`count` distinct ports that nothing listens on now, drawn at random outside the ephemeral range."""
+    rng = random.SystemRandom()
+    ports: list[int] = []
+    while len(ports) < count:
+        port = rng.randrange(*PORT_RANGE)
+        if port in ports:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        ports.append(port)
+    return ports
 
 
 def _not_zombie(pid: int) -> bool:
