@@ -218,7 +218,9 @@ class Connection:
 
     def __str__(self) -> str:
         address = format_address(self.host, self.port)
-        return f"node {self.peer_node_id} at {address}" if self.peer_node_id is not None else address
+        # A bootstrap address (id <= 0) is known to its user only by the address itself.
+        known = self.peer_node_id is not None and self.peer_node_id > 0
+        return f"node {self.peer_node_id} at {address}" if known else address
 
     @property
     def address(self) -> tuple[str, int]:
