@@ -66,7 +66,8 @@ def _fail(message: str, code: int = 1) -> typer.Exit:
 
 def _out() -> Console:
     # Made per command, not at import, so that output goes wherever sys.stdout is at the time.
-    return Console(width=shutil.get_terminal_size((130, 24)).columns)
+    # Lines of text are not wrapped (scripts grep them); tables still fit the terminal.
+    return Console(width=shutil.get_terminal_size((130, 24)).columns, soft_wrap=True)
 
 
 def parse_key(specs: list[str]) -> tuple[KeyColumn, ...]:

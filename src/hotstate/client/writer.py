@@ -413,7 +413,12 @@ class TableWriter:
                     position = max(position, reply.end_offset)
                     break
                 if reply is not None:
-                    if reply.error not in RETRIABLE:
+                    if reply.error is ReplicaError.UNKNOWN_TABLE:
+                        # The active's image may not hold a table created a moment ago, which the metadata
+                        # this writer got from another server does. A table gone from every image fails
+                        # this refresh (WriteError); one that exists is written again after the backoff.
+                        await self.metadata(refresh=True)
+                    elif reply.error not in RETRIABLE:
                         raise WriteError(reply.error, f"{self.table}/{partition}: {reply.message}")
                     problem = f"{reply.error.name}: {reply.message}"
                     moved = self._take_hint(partition, part, reply)
