@@ -65,7 +65,6 @@ import re
 import resource
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -78,7 +77,7 @@ from typing import Any
 
 import httpx
 
-from hotstate.cli.local_cluster import LocalCluster, LocalServer
+from hotstate.cli.local_cluster import LocalCluster, LocalServer, free_ports
 from hotstate.client.writer import TableWriter
 from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.controller.requests import ControllerError
@@ -149,9 +148,8 @@ def percentile(values: Sequence[float], fraction: float) -> float:
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    # Outside the ephemeral range, as the local cluster's (cli/local_cluster.py free_ports).
+    return free_ports(1)[0]
 
 
 # ---------------------------------------------------------------------------------------------- processes

@@ -78,7 +78,7 @@ class LocalCluster:
     def create(root: Path, count: int, *, base_port: int = 0) -> LocalCluster:
         if count < 1:
             raise ValueError(f"--servers {count}: a cluster needs at least one server")
-        ports = _free_ports(2 * count) if base_port == 0 else list(range(base_port, base_port + 2 * count))
+        ports = free_ports(2 * count) if base_port == 0 else list(range(base_port, base_port + 2 * count))
         servers = [
             LocalServer(i + 1, RACKS[i % len(RACKS)], rpc_port=ports[2 * i], http_port=ports[2 * i + 1])
             for i in range(count)
@@ -205,7 +205,7 @@ class LocalCluster:
 PORT_RANGE = (20_000, 32_000)
 
 
-def _free_ports(count: int) -> list[int]:
+def free_ports(count: int) -> list[int]:
     """`count` distinct ports that nothing listens on now, drawn at random outside the ephemeral range."""
     rng = random.SystemRandom()
     ports: list[int] = []
