@@ -86,11 +86,16 @@ def generate(folder: Path, staging: Path, stats: Stats, stop: threading.Event) -
         stop.wait(FILE_EVERY_S)
 
 
+def _batch_started(progress: Mapping[str, Any]) -> float:
+    """When a micro-batch (a progress report) started, as a Unix time."""
+    return dt.datetime.fromisoformat(progress["timestamp"].replace("Z", "+00:00")).timestamp()
+
+
 def _batch_spanning(progress: Sequence[Mapping[str, Any]], at: float) -> float | None:
     """The duration (ms) of the micro-batch running at wall time `at`, else of the first one after it."""
     after = None
     for p in progress:
-        started = dt.datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp()
+        started = _batch_started(p)
         duration = float(p["durationMs"].get("triggerExecution", 0))
         if started <= at < started + duration / 1000:
             return duration
@@ -353,7 +358,7 @@ def run(root: Path) -> bool:
                     f"{statistics.median(durations):.0f} / {max(durations):.0f} ms",
                 )
                 slowest = max(progress, key=lambda p: p["durationMs"].get("triggerExecution", 0))
-                began = dt.datetime.fromisoformat(slowest["timestamp"].replace("Z", "+00:00")).timestamp()
+                began = _batch_started(slowest)
                 took = slowest["durationMs"].get("triggerExecution", 0)
                 summary.add_row(
                     "slowest micro-batch, started (relative to the kill)",

@@ -72,22 +72,21 @@ def end_known(core: ReplicaCore, witness: EndWitness, lags: LagTable, node_id: i
 
 def served_lag(core: ReplicaCore, witness: EndWitness, lags: LagTable, node_id: int) -> int | None:
     """The replica's lag for a query's bound, as the server that holds it judges it; None: unknown."""
-    if core.role is ReplicaRole.LEADER:
-        high_watermark = core.high_watermark
-        if high_watermark >= core.epoch_start_offset:
-            # What local_lag answers for a running active, without the partition's end it would not use:
-            # this runs on every pull query a server answers from its own active.
-            reported_hw = lags.partition_hw(core.table_id, core.partition, exclude=node_id)
-            return max(0, max(high_watermark, reported_hw) - core.position)
-    elif not end_known(core, witness, lags, node_id):
-        return None
     leader = core.role is ReplicaRole.LEADER
+    if not leader and not end_known(core, witness, lags, node_id):
+        return None
+    # A running active's lag does not use the partition's end (local_lag), and this runs on every pull query
+    # a server answers from its own active: the reports are searched only when the end counts.
+    running = leader and core.high_watermark >= core.epoch_start_offset
+    known_end = core.known_end_offset
+    if not running:
+        known_end = max(known_end, lags.partition_end(core.table_id, core.partition))
     return local_lag(
         leader=leader,
         position=core.position,
         high_watermark=core.high_watermark,
         epoch_start=core.epoch_start_offset,
-        known_end=max(core.known_end_offset, lags.partition_end(core.table_id, core.partition)),
+        known_end=known_end,
         reported_hw=lags.partition_hw(core.table_id, core.partition, exclude=node_id) if leader else 0,
     )
 
