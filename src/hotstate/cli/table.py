@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from hotstate.controller.records import KeyColumn, KeyType
+from hotstate.controller.records import KEY_TYPE_NAMES, KeyColumn, key_type_named
 
 if TYPE_CHECKING:
     from hotstate.client.admin import AdminClient
@@ -48,8 +48,6 @@ SecretOption = Annotated[
     typer.Option("--secret", envvar="HOTSTATE_CLUSTER_SECRET", help="the cluster's secret"),
 ]
 DirOption = Annotated[Path, typer.Option("--dir", help="the local cluster to use when no --cluster")]
-# The SQL names `describe` and GET /v1/tables print, so that a key shown there can be typed back.
-SQL_KEY_TYPES = {"BIGINT": KeyType.INT, "DOUBLE": KeyType.FLOAT, "BOOLEAN": KeyType.BOOL}
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,15 +71,17 @@ def _out() -> Console:
 def parse_key(specs: list[str]) -> tuple[KeyColumn, ...]:
     """`--key NAME:TYPE` (repeated for a compound key, in order) as key columns. Raises ValueError."""
     columns = []
-    types = ", ".join([t.name for t in KeyType] + list(SQL_KEY_TYPES))
     for spec in specs:
         name, sep, type_name = spec.rpartition(":")
         name, type_name = name.strip(), type_name.strip()
         if not sep or not name:
-            raise ValueError(f"--key {spec!r}: expected NAME:TYPE, e.g. user:STRING (types: {types})")
-        key_type = SQL_KEY_TYPES.get(type_name.upper()) or KeyType.__members__.get(type_name.upper())
+            raise ValueError(
+                f"--key {spec!r}: expected NAME:TYPE, e.g. user:STRING (types: {KEY_TYPE_NAMES})"
+            )
+        # The SQL names `describe` and GET /v1/tables print, so that a key shown there can be typed back.
+        key_type = key_type_named(type_name)
         if key_type is None:
-            raise ValueError(f"--key {spec!r}: unknown type {type_name!r} (types: {types})")
+            raise ValueError(f"--key {spec!r}: unknown type {type_name!r} (types: {KEY_TYPE_NAMES})")
         columns.append(KeyColumn(name, key_type))
     return tuple(columns)
 

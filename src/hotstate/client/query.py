@@ -33,9 +33,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import httpx
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
 
 __all__ = [
     "AsyncClient",
@@ -120,9 +124,27 @@ class QueryResult:
     consistency_token: str = ""
     """Where this answer read (and the token it was given): pass it to the next query for monotonic reads."""
 
+    key_columns: dict[str, str] = field(default_factory=dict)
+    """The table's key columns and their SQL types (STRING, BIGINT, DOUBLE, BOOLEAN, BYTES, TIMESTAMP)."""
+
     def dicts(self) -> list[dict[str, Any]]:
         """The rows as {column: value} maps."""
         return [dict(zip(self.columns, row, strict=True)) for row in self.rows]
+
+    def to_arrow(self) -> pa.Table:
+        """The rows as a pyarrow Table (needs pyarrow: `pip install 'hotstate[spark]'` brings it).
+
+        Key columns have the table's key types: BYTES keys are decoded from base64 and TIMESTAMP keys
+        parsed, as the JSON answer cannot say what they were. Other columns are typed from their values as
+        JSON gives them (numbers, strings, booleans, lists, maps), where "NaN" and the infinities in a
+        column of numbers become floats again; a column with no value but null is of Arrow's null type."""
+        from hotstate.client.frames import arrow_table
+
+        return arrow_table(self.columns, self.rows, self.key_columns)
+
+    def to_pandas(self) -> pd.DataFrame:
+        """The rows as a pandas DataFrame (needs pandas and pyarrow), typed as `to_arrow` types them."""
+        return self.to_arrow().to_pandas()
 
     @staticmethod
     def from_json(body: dict[str, Any], server: str) -> QueryResult:
@@ -146,6 +168,7 @@ class QueryResult:
             coordinator=body.get("served_locally"),
             raw=body,
             consistency_token=str(body.get("consistency_token", "")),
+            key_columns={str(c["name"]): str(c["type"]) for c in body.get("key_columns", ())},
         )
 
 

@@ -19,6 +19,27 @@ class KeyType(IntEnum):
     TIMESTAMP = 6
 
 
+# The SQL name of each key type, as pull-query answers, GET /v1/tables and `hotstate table describe` show
+# it (ksqlDB's names); key_type_named takes these back, and the enum's own names too.
+KEY_SQL_TYPES = {
+    KeyType.STRING: "STRING",
+    KeyType.INT: "BIGINT",
+    KeyType.FLOAT: "DOUBLE",
+    KeyType.BOOL: "BOOLEAN",
+    KeyType.BYTES: "BYTES",
+    KeyType.TIMESTAMP: "TIMESTAMP",
+}
+_KEY_TYPE_NAMES = {key_type.name: key_type for key_type in KeyType} | {
+    name: key_type for key_type, name in KEY_SQL_TYPES.items()
+}
+KEY_TYPE_NAMES = ", ".join(_KEY_TYPE_NAMES)
+
+
+def key_type_named(name: str) -> KeyType | None:
+    """The key type a SQL or enum name (any case) stands for, e.g. BIGINT or INT; None if neither."""
+    return _KEY_TYPE_NAMES.get(name.strip().upper())
+
+
 @dataclass(frozen=True, slots=True)
 class Endpoint:
     host: str

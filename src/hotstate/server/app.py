@@ -414,7 +414,7 @@ class Server:
         config = self.config
         if config.http is None or self.queries is None or self.liveness is None:
             return
-        assert self.metadata is not None and self.driver is not None
+        assert self.metadata is not None and self.driver is not None and self.controller is not None
         metadata, driver = self.metadata, self.driver
         context = HttpContext(
             config.node_id,
@@ -426,6 +426,7 @@ class Server:
             self.metrics,
             lambda: driver.node.leader_id,
             metadata.not_ready,
+            self.controller.handle,
         )
         server = http_server(build_app(context), config.http.host, config.http.port)
         self._http = server

@@ -27,20 +27,19 @@ from hotstate.controller.image import MetadataImage
 from hotstate.server.http_limits import LimitedHttpToolsProtocol
 from hotstate.server.liveness import Liveness
 from hotstate.server.metrics import Metrics
+from hotstate.server.openapi import documented_body
 from hotstate.server.queries import MAX_LAG_LIMIT, MAX_TIMEOUT_MS, QueryService
 from hotstate.server.query_http import (
-    KEY_SQL_TYPES,
-    SERVER_NOT_READY,
     BadRequest,
     Endpoint,
     QueryEndpoints,
     QueryRoutes,
     answer_request,
-    error_body,
     internal_error,
 )
 from hotstate.server.raft_driver import monotonic_ms
 from hotstate.server.replicas import ReplicaManager
+from hotstate.server.table_http import Controller, TableContext, add_table_routes
 
 log = logging.getLogger(__name__)
 
@@ -83,15 +82,6 @@ class NativeQuery(BaseModel):
     )
 
 
-def _documented_body(model: type[BaseModel]) -> dict[str, Any]:
-    return {
-        "requestBody": {
-            "required": True,
-            "content": {"application/json": {"schema": model.model_json_schema()}},
-        }
-    }
-
-
 @dataclass
 class HttpContext:
     node_id: int
@@ -103,7 +93,9 @@ class HttpContext:
     metrics: Metrics
     leader_id: Callable[[], int | None]
     # Why this server cannot answer yet (metadata not caught up since it started); None once it can.
-    not_ready: Callable[[], str | None] = lambda: None
+    not_ready: Callable[[], str | None]
+    # Hands a table create or drop to the active controller (table_http.py).
+    controller: Controller
 
 
 def build_app(ctx: HttpContext) -> QueryRoutes:
@@ -125,53 +117,19 @@ def build_app(ctx: HttpContext) -> QueryRoutes:
 
     # Reached only where QueryRoutes does not answer first (it always does for these paths); here so that
     # OpenAPI documents them.
-    @app.post("/query", summary="ksqlDB-compatible pull query", openapi_extra=_documented_body(KsqlRequest))
+    @app.post("/query", summary="ksqlDB-compatible pull query", openapi_extra=documented_body(KsqlRequest))
     async def ksql_query(request: Request) -> Response:
         return await _answer(request, endpoints.ksql)
 
     @app.post(
         "/v1/query",
         summary="Pull query with per-partition serving details",
-        openapi_extra=_documented_body(NativeQuery),
+        openapi_extra=documented_body(NativeQuery),
     )
     async def native_query(request: Request) -> Response:
         return await _answer(request, endpoints.native)
 
-    @app.get("/v1/tables", summary="Tables, their keys and placement")
-    async def tables() -> Response:
-        reason = ctx.not_ready()
-        if reason is not None:  # a stale image would list too few tables
-            return _json_response(error_body(503, "generic_error", SERVER_NOT_READY, reason))
-        image = ctx.image()
-        out = []
-        for table in sorted(image.tables.values(), key=lambda t: t.name):
-            parts = image.partitions.get(table.table_id, ())
-            out.append(
-                {
-                    "name": table.name,
-                    "key_columns": [
-                        {"name": c.name, "type": KEY_SQL_TYPES[c.type]} for c in table.key_columns
-                    ],
-                    "partitions": table.partitions,
-                    "standby_replicas": table.standby_replicas,
-                    "acceptable_lag": table.acceptable_lag,
-                    "writer_racks": list(table.writer_racks),
-                    # The last Spark batch its sink committed (null: none yet): a query's min_batch.
-                    "last_batch": table.batch_id if table.batch_id >= 0 else None,
-                    "placement": [
-                        {
-                            "partition": p.partition,
-                            "active": p.active,
-                            "standbys": list(p.standbys),
-                            "warmups": list(p.warmups),
-                            "isr": list(p.isr),
-                            "leader_epoch": p.leader_epoch,
-                        }
-                        for p in parts
-                    ],
-                }
-            )
-        return JSONResponse({"tables": out})
+    add_table_routes(app, TableContext(ctx.image, ctx.not_ready, ctx.controller))
 
     @app.get("/v1/lag", summary="The lags this server knows, per server and partition (KIP-535)")
     async def lags() -> Response:

@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from hotstate.controller.records import KeyColumn, KeyType
+from hotstate.controller.records import KEY_SQL_TYPES, KeyColumn
 from hotstate.server.metrics import Metrics
 from hotstate.server.queries import QueryError, QueryResult, QueryService
 
@@ -60,14 +60,6 @@ _KIND = {
     "unavailable": (503, "generic_error", UNAVAILABLE),
     "timeout": (503, "generic_error", UNAVAILABLE),
     "not_ready": (503, "generic_error", SERVER_NOT_READY),
-}
-KEY_SQL_TYPES = {
-    KeyType.STRING: "STRING",
-    KeyType.INT: "BIGINT",
-    KeyType.FLOAT: "DOUBLE",
-    KeyType.BOOL: "BOOLEAN",
-    KeyType.BYTES: "BYTES",
-    KeyType.TIMESTAMP: "TIMESTAMP",
 }
 _JSON_HEADERS = [(b"content-type", b"application/json")]
 _NON_FINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}
@@ -125,6 +117,9 @@ class QueryEndpoints:
             "query_id": result.query_id,
             "table": result.table.name,
             "columns": result.columns,
+            # The key's types, as GET /v1/tables gives them: clients type these columns exactly (JSON
+            # alone cannot tell a timestamp or bytes key from a string).
+            "key_columns": _key_columns(result.table.key_columns),
             "rows": rows,
             "partitions": [
                 {
@@ -390,6 +385,11 @@ def _schema(result: QueryResult) -> str:
         value = next((row[index] for row in rows if row[index] is not None), None)
         parts.append(f"`{name}` {'STRING' if value is None else _sql_type(value)}")
     return ", ".join(parts)
+
+
+@functools.lru_cache(maxsize=256)
+def _key_columns(key_columns: tuple[KeyColumn, ...]) -> list[dict[str, str]]:
+    return [{"name": c.name, "type": KEY_SQL_TYPES[c.type]} for c in key_columns]
 
 
 @functools.lru_cache(maxsize=256)

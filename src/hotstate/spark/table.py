@@ -31,7 +31,7 @@ from pyspark.sql.types import (
 
 from hotstate.client.admin import AdminClient, OutcomeUnknownError
 from hotstate.client.writer import TableWriter
-from hotstate.controller.records import KeyColumn, KeyType
+from hotstate.controller.records import KeyColumn, KeyType, key_type_named
 from hotstate.controller.requests import ControllerError, CreateTableResponse
 
 __all__ = ["TableDefinition", "TableDefinitionError", "ensure_table", "key_columns_for"]
@@ -213,18 +213,15 @@ def _http_tables(servers: list[str]) -> list[dict[str, Any]]:
         return client.tables()
 
 
-_SQL_KEY_TYPES = {
-    "STRING": KeyType.STRING,
-    "BIGINT": KeyType.INT,
-    "DOUBLE": KeyType.FLOAT,
-    "BOOLEAN": KeyType.BOOL,
-    "BYTES": KeyType.BYTES,
-    "TIMESTAMP": KeyType.TIMESTAMP,
-}
-
-
 def _from_http(table: dict[str, Any]) -> TableDefinition:
-    keys = tuple(KeyColumn(c["name"], _SQL_KEY_TYPES[c["type"]]) for c in table["key_columns"])
+    keys = tuple(KeyColumn(c["name"], _key_type(c["type"])) for c in table["key_columns"])
     return TableDefinition(
         table["name"], table["partitions"], table["standby_replicas"], keys, table["acceptable_lag"]
     )
+
+
+def _key_type(name: str) -> KeyType:
+    key_type = key_type_named(name)
+    if key_type is None:  # a newer server's type: refuse rather than guess
+        raise TableDefinitionError(f"the server reports key type {name!r}, which this client does not know")
+    return key_type
