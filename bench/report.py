@@ -174,9 +174,44 @@ def freshness(data: Mapping[str, Any]) -> Section:
                     "failed pull queries",
                 ),
                 rows,
-            )
+            ),
+            *_freshness_kill(data),
         ],
     )
+
+
+def _freshness_kill(data: Mapping[str, Any]) -> list[Table]:
+    kill = data.get("kill_summary")
+    if kill is None:
+        return []
+    return [
+        Table(
+            (
+                "kill run: offered events/s",
+                "visible p50 ms",
+                "visible p99 ms",
+                "visible max ms",
+                "batch spanning the kill ms",
+                "median batch ms",
+                "over the median ms",
+                "kept up",
+                "failed pull queries",
+            ),
+            [
+                (
+                    kill["offered_events_per_s"],
+                    kill["visible_p50_ms"],
+                    kill["visible_p99_ms"],
+                    kill["visible_max_ms"],
+                    kill["kill_batch_ms"],
+                    kill["median_batch_ms"],
+                    kill["kill_batch_over_median_ms"],
+                    kill["kept_up"],
+                    kill["failed_pull_queries"],
+                )
+            ],
+        )
+    ]
 
 
 def http_servers(data: Mapping[str, Any]) -> Section:
