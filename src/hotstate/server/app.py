@@ -54,6 +54,8 @@ from hotstate.routing.hedging import HedgePolicy
 from hotstate.rpc import NOT_SENT, Connection, PeerInfo, PeerPool, RpcError, RpcServer
 from hotstate.server import runtime
 from hotstate.server.config import ServerConfig
+from hotstate.server.console_feed import ConsoleFeed
+from hotstate.server.console_http import ConsoleContext
 from hotstate.server.controller_host import ControllerHost
 from hotstate.server.http import HttpContext, build_app, http_server
 from hotstate.server.lifecycle import ServerLifecycle
@@ -122,6 +124,7 @@ class Server:
         self._tasks: list[asyncio.Task[None]] = []
         self._voter_addresses = {v.node_id: (v.host, v.port) for v in config.voters}
         self._suspects: Suspects | None = None
+        self.console: ConsoleFeed | None = None
 
     # ------------------------------------------------------------------ start and stop
     async def start(self) -> None:
@@ -194,6 +197,16 @@ class Server:
                 hedging=HedgePolicy(config.hedging),
             )
         self.metadata.add_listener(self._on_image)
+        metadata = self.metadata
+        self.console = ConsoleFeed(
+            config.node_id,
+            image=lambda: metadata.image,
+            caught_up=lambda: metadata.caught_up,
+            liveness=self.liveness,
+            replica_ends=self.replicas.replica_ends if self.replicas is not None else tuple,
+            metrics=self.metrics,
+        )
+        self.metadata.add_listener(self.console.on_image)
         self.controller = ControllerHost(
             self.driver,
             self.metadata,
@@ -247,6 +260,7 @@ class Server:
         self.driver.start()
         self.controller.start()
         self._tasks.append(asyncio.create_task(self.lifecycle.run(), name="lifecycle"))
+        self._tasks.append(asyncio.create_task(self.console.run(), name="console"))
         log.info(
             "server %d up: rpc %s:%d, roles %s, rack %s, incarnation %s",
             config.node_id,
@@ -345,6 +359,8 @@ class Server:
     def _on_role_change(self, node: object) -> None:
         if self.controller is not None:
             self.controller.on_role_change(node)  # type: ignore[arg-type]
+        if self.console is not None and self.driver is not None:
+            self.console.on_leader(self.driver.node.leader_id, self.driver.node.epoch)
 
     def _connect_eagerly(self, peers: dict[int, tuple[str, int]]) -> None:
         """Open (and from then on keep reopening) connections to peers before there is anything to send:
@@ -415,6 +431,7 @@ class Server:
         if config.http is None or self.queries is None or self.liveness is None:
             return
         assert self.metadata is not None and self.driver is not None and self.controller is not None
+        assert self.console is not None
         metadata, driver = self.metadata, self.driver
         context = HttpContext(
             config.node_id,
@@ -427,6 +444,15 @@ class Server:
             lambda: driver.node.leader_id,
             metadata.not_ready,
             self.controller.handle,
+            console=ConsoleContext(
+                config.node_id,
+                config.cluster_id,
+                self.console,
+                lambda: metadata.image,
+                self.liveness,
+                lambda: (driver.node.leader_id, driver.node.epoch),
+                metadata.not_ready,
+            ),
         )
         server = http_server(build_app(context), config.http.host, config.http.port)
         self._http = server

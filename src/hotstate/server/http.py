@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from hotstate import __version__
 from hotstate.controller.image import MetadataImage
+from hotstate.server.console_http import ConsoleContext, console_router
 from hotstate.server.http_limits import LimitedHttpToolsProtocol
 from hotstate.server.liveness import Liveness
 from hotstate.server.metrics import Metrics
@@ -96,6 +97,7 @@ class HttpContext:
     not_ready: Callable[[], str | None]
     # Hands a table create or drop to the active controller (table_http.py).
     controller: Controller
+    console: ConsoleContext | None = None  # the console's page and JSON (server/console_http.py)
 
 
 def build_app(ctx: HttpContext) -> QueryRoutes:
@@ -200,6 +202,8 @@ def build_app(ctx: HttpContext) -> QueryRoutes:
         _refresh_gauges(ctx)
         return Response(ctx.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
+    if ctx.console is not None:
+        app.include_router(console_router(ctx.console))
     return QueryRoutes(endpoints, app)
 
 
