@@ -15,12 +15,11 @@ import shutil
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import httpx
-from playwright.sync_api import BrowserContext, ConsoleMessage, Page, sync_playwright
-from playwright.sync_api import expect
+from playwright.sync_api import BrowserContext, ConsoleMessage, Page, expect, sync_playwright
 
 import hotstate
 from hotstate.cli.local_cluster import LocalCluster
@@ -70,10 +69,8 @@ def traffic(cluster: LocalCluster, http_port: int) -> Iterator[None]:
         with hotstate.Client(f"127.0.0.1:{http_port}") as client:
             i = 0
             while not stop.is_set():
-                try:
+                with suppress(Exception):
                     client.query(f"SELECT * FROM {TABLE} WHERE k = 'k{i % 50}'")
-                except Exception:
-                    pass
                 i += 1
                 stop.wait(0.05)
 
@@ -85,10 +82,10 @@ def traffic(cluster: LocalCluster, http_port: int) -> Iterator[None]:
             try:
                 n = 0
                 while not stop.is_set():
-                    try:
-                        await writer.upsert([{"k": f"k{(n + j) % 50}", "v": n} for j in range(20)], deadline_s=2)
-                    except Exception:
-                        pass
+                    with suppress(Exception):
+                        await writer.upsert(
+                            [{"k": f"k{(n + j) % 50}", "v": n} for j in range(20)], deadline_s=2
+                        )
                     n += 1
                     await asyncio.sleep(0.1)
             finally:

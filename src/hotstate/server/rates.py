@@ -74,4 +74,3 @@ class WriteTotals:
     def forget(self, table: str) -> None:
         """Drop a deleted table's total."""
         self.totals.pop(table, None)
-
