@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test quick lint typecheck pytest bench bench-report bench-tools clean venv java
+.PHONY: demo test quick lint typecheck pytest bench bench-report bench-tools clean venv java chromium
 
 # Re-install when pyproject.toml changes (the stamp is older) or the venv is missing.
 $(STAMP): pyproject.toml
@@ -20,6 +20,11 @@ venv: $(STAMP)
 java:
 	@command -v java >/dev/null || (apt-get update && apt-get install -y --no-install-recommends openjdk-17-jre-headless)
 
+# tests/cluster/test_console.py drives Debian's Chromium through the console page (/ui) with Playwright for
+# Python; Playwright's own browser download is never used.
+chromium:
+	@test -x /usr/bin/chromium || (apt-get update && apt-get install -y --no-install-recommends chromium)
+
 demo: $(STAMP) java
 	$(PY) -m hotstate.cli.demo
 
@@ -31,7 +36,7 @@ typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
 # loadgroup: the Spark tests (xdist_group "spark") share one worker and its one SparkSession.
-pytest: $(STAMP) java
+pytest: $(STAMP) java chromium
 	$(VENV)/bin/pytest -n 2 --dist loadgroup -q
 
 test: lint typecheck pytest

@@ -24,6 +24,7 @@ def test_the_demo_streams_kills_the_busiest_server_and_no_query_fails() -> None:
     out = " ".join(done.stdout.split())
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-3000:]
     assert "kill -9 server" in out and "after the kill" in out
+    assert "console of server" in out and "/ui" in out  # the console's URL, to open while it runs
     assert "micro-batch spanning the kill" in out
     assert "failed pull queries │ 0" in out or "failed pull queries 0" in " ".join(
         out.replace("│", " ").split()

@@ -205,6 +205,11 @@ def run(root: Path) -> bool:
             asyncio.run(cluster.wait_ready(60))
             spark = spark_session()
         console.print(f"cluster up, Spark up ({time.monotonic() - started:.0f} s)")
+        first, *others = cluster.servers
+        console.print(
+            f"[bold]console[/bold] (live while the demo runs): http://127.0.0.1:{first.http_port}/ui; every "
+            f"server serves one (ports {', '.join(str(s.http_port) for s in others)})"
+        )
         folder, staging = root / "data" / "clicks", root / "data" / "staging"
         folder.mkdir(parents=True)
         staging.mkdir(parents=True)
@@ -263,6 +268,10 @@ def run(root: Path) -> bool:
             thread.start()
         console.print(
             f"queries go through server {receiver.node_id}; files keep arriving every {FILE_EVERY_S} s"
+        )
+        console.print(
+            f"[bold]console[/bold] of server {receiver.node_id}, which stays up: "
+            f"http://127.0.0.1:{receiver.http_port}/ui (watch the kill there)"
         )
         time.sleep(WARM_S)
         steady = time.monotonic()  # Spark's first batches (its Python workers starting) are behind
