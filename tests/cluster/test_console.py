@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import threading
 import time
@@ -181,10 +182,15 @@ def test_the_console_shows_servers_partitions_and_a_failover_in_a_real_browser(
             expect(row).to_have_attribute("data-active", str(active))
             expect(row.locator(f'td[data-role="active"][data-server="{active}"]')).to_have_count(1)
             expect(row.locator('td[data-role="standby"]')).to_have_count(1)
-        # The rates once a few samples are in (queries go through the page's server).
-        expect(page.locator(f'.server[data-server="{leader}"] .server-stats')).not_to_contain_text(
-            "–/s", timeout=10_000
-        )
+        # The rates once two samples are in: queries go through the page's server, writes to every active.
+        rate = re.compile(r"^[0-9.]+k?/s")
+        nonzero = re.compile(r"^(?!0\.0/s)[0-9.]+k?/s")
+        card = page.locator(f'.server[data-server="{leader}"]')
+        expect(card.locator('[data-stat="queries"] dd')).to_have_text(nonzero, timeout=10_000)
+        expect(page.locator('#summary [data-stat="writes"] dd')).to_have_text(nonzero, timeout=10_000)
+        for server in cluster.servers:
+            stats = page.locator(f'.server[data-server="{server.node_id}"]')
+            expect(stats.locator('[data-stat="rows written"] dd')).to_have_text(rate)
         expect(page.locator('.events li[data-kind="table_created"]')).to_have_count(1)
         healthy = shot(page, shots, "console-healthy.png")
 
@@ -210,6 +216,12 @@ def test_the_console_shows_servers_partitions_and_a_failover_in_a_real_browser(
             row = page.locator(f'[data-table="{TABLE}"] tr[data-partition="{partition}"]')
             expect(row).to_have_attribute("data-active", str(active))
         expect(page.locator(f'[data-table="{TABLE}"] th.col-down[data-server="{victim}"]')).to_have_count(1)
+        expect(page.locator(f'.server[data-server="{victim}"] [data-stat="actives"] dd')).to_have_text("0")
+        expect(page.locator('#summary [data-stat="servers up"] dd')).to_have_text("2 / 3")
+        rates = httpx.get(f"http://127.0.0.1:{page_server.http_port}/v1/cluster/rates", timeout=5).json()
+        by_server = {r["server"]: r for r in rates["rates"]}
+        assert by_server[victim]["error"] == "down: no heartbeats from it", rates
+        assert by_server[leader]["queries_per_s"] > 0, rates
         moved = page.locator('.events li[data-kind="active_moved"]', has_text=f"from server {victim}")
         expect(moved.first).to_be_visible(timeout=5_000)
         expect(

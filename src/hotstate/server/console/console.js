@@ -144,7 +144,7 @@ function renderSummary(cluster, tables, rates) {
     ["page from", "server " + cluster.server],
   ];
   byId("summary").replaceChildren(
-    ...items.map(([name, value]) => el("div", {}, el("dt", {}, name), el("dd", {}, value)))
+    ...items.map(([name, value]) => el("div", { "data-stat": name }, el("dt", {}, name), el("dd", {}, value)))
   );
 }
 
@@ -220,7 +220,7 @@ function serverCard(server, cluster, rates) {
 }
 
 function stat(name, value) {
-  return el("div", {}, el("dt", {}, name), el("dd", {}, value));
+  return el("div", { "data-stat": name }, el("dt", {}, name), el("dd", {}, value));
 }
 
 function consoleLink(server, cluster) {
