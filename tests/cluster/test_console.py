@@ -233,9 +233,20 @@ def test_the_console_shows_servers_partitions_and_a_failover_in_a_real_browser(
     assert errors == [], errors
 
 
-def test_the_console_page_and_its_endpoints_refuse_what_they_do_not_serve(start_cluster) -> None:
-    running = start_cluster(1)
+RACK_AS_HTML = "<b>bold</b><script>document.title.concat('injected')</script><i>x</i>"
+
+
+def test_the_console_puts_api_strings_in_as_text_and_refuses_what_it_does_not_serve(
+    start_cluster, tmp_path: Path
+) -> None:
+    running = start_cluster(1, rack=RACK_AS_HTML)
     port = running.cluster.servers[0].http_port
+    with browser(tmp_path / "chromium-profile") as context:
+        page = context.new_page()
+        page.goto(f"http://127.0.0.1:{port}/ui")
+        rack = page.locator(".rack h3")
+        expect(rack).to_have_text(f"rack {RACK_AS_HTML}")  # as text: no <b>, no script ran
+        expect(page.locator(".rack b, .rack script, .rack i")).to_have_count(0)
     with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5) as http:
         page = http.get("/ui")
         assert page.status_code == 200
