@@ -187,7 +187,7 @@ def test_the_console_shows_servers_partitions_and_a_failover_in_a_real_browser(
         nonzero = re.compile(r"^(?!0\.0/s)[0-9.]+k?/s")
         card = page.locator(f'.server[data-server="{leader}"]')
         expect(card.locator('[data-stat="queries"] dd')).to_have_text(nonzero, timeout=10_000)
-        expect(page.locator('#summary [data-stat="writes"] dd')).to_have_text(nonzero, timeout=10_000)
+        expect(page.locator('#summary [data-stat="rows written"] dd')).to_have_text(nonzero, timeout=10_000)
         for server in cluster.servers:
             stats = page.locator(f'.server[data-server="{server.node_id}"]')
             expect(stats.locator('[data-stat="rows written"] dd')).to_have_text(rate)

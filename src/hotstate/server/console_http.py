@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import importlib.resources
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -20,7 +21,7 @@ from fastapi import APIRouter, Query
 from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
-from hotstate.controller.image import MetadataImage, ServerInfo
+from hotstate.controller.image import MetadataImage, PartitionInfo, ServerInfo
 from hotstate.server.console_feed import ConsoleFeed, Rates, wall_ms
 from hotstate.server.liveness import Liveness
 from hotstate.server.raft_driver import monotonic_ms
@@ -121,6 +122,7 @@ def console_router(ctx: ConsoleContext) -> APIRouter:
     assets = {name: _asset(name) for name in ASSETS}
     page = _asset("index.html")
     peers = _PeerRates(ctx)
+    counts = _ReplicaCounts()
 
     @router.get("/ui", include_in_schema=False)
     async def ui() -> Response:
@@ -138,7 +140,7 @@ def console_router(ctx: ConsoleContext) -> APIRouter:
         summary="Servers (rack, fencing, heartbeat status, partitions) and the controller leader",
     )
     async def cluster() -> ClusterView:
-        return cluster_view(ctx)
+        return cluster_view(ctx, counts)
 
     @router.get("/v1/events", response_model=EventsView, summary="Recent cluster events this server saw")
     async def events(
@@ -179,21 +181,11 @@ def console_router(ctx: ConsoleContext) -> APIRouter:
     return router
 
 
-def cluster_view(ctx: ConsoleContext) -> ClusterView:
+def cluster_view(ctx: ConsoleContext, counts: _ReplicaCounts) -> ClusterView:
     image = ctx.image()
     leader, epoch = ctx.quorum()
     statuses = ctx.liveness.status.status()
-    actives: dict[int, int] = {}
-    standbys: dict[int, int] = {}
-    warmups: dict[int, int] = {}
-    for parts in image.partitions.values():
-        for part in parts:
-            if part.active is not None:
-                actives[part.active] = actives.get(part.active, 0) + 1
-            for node in part.standbys:
-                standbys[node] = standbys.get(node, 0) + 1
-            for node in part.warmups:
-                warmups[node] = warmups.get(node, 0) + 1
+    actives, standbys, warmups = counts(image.partitions)
     now_wall = wall_ms()
     now_mono = monotonic_ms()
     servers = []
@@ -233,6 +225,32 @@ def cluster_view(ctx: ConsoleContext) -> ClusterView:
         time_ms=now_wall,
         servers=servers,
     )
+
+
+Counts = tuple[dict[int, int], dict[int, int], dict[int, int]]
+
+
+class _ReplicaCounts:
+    """Actives, standbys and warmups per server, kept for the last image's partitions: the page asks
+    every second, the placement changes rarely."""
+
+    def __init__(self) -> None:
+        self._partitions: object = None
+        self._counts: Counts = ({}, {}, {})
+
+    def __call__(self, partitions: Mapping[int, tuple[PartitionInfo, ...]]) -> Counts:
+        if partitions is not self._partitions:
+            actives: Counter[int] = Counter()
+            standbys: Counter[int] = Counter()
+            warmups: Counter[int] = Counter()
+            for parts in partitions.values():
+                for part in parts:
+                    if part.active is not None:
+                        actives[part.active] += 1
+                    standbys.update(part.standbys)
+                    warmups.update(part.warmups)
+            self._partitions, self._counts = partitions, (dict(actives), dict(standbys), dict(warmups))
+        return self._counts
 
 
 def _rates_view(node_id: int, rates: Rates, error: str | None = None) -> RatesView:

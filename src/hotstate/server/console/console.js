@@ -140,7 +140,7 @@ function renderSummary(cluster, tables, rates) {
     ["tables", tables ? String(tables.tables.length) : "–"],
     ["partitions", partitions === null ? "–" : String(partitions)],
     ["queries", fmtRate(sum("queries_per_s"))],
-    ["writes", fmtRate(sum("rows_written_per_s")) + " rows"],
+    ["rows written", fmtRate(sum("rows_written_per_s"))],
     ["page from", "server " + cluster.server],
   ];
   byId("summary").replaceChildren(
@@ -315,7 +315,7 @@ function tableCard(table, servers, lags, writesPerS) {
         el("span", {}, el("b", {}, String(table.partitions)), " partitions"),
         el("span", {}, el("b", {}, String(table.standby_replicas)), " standby each"),
         el("span", {}, "acceptable lag ", el("b", {}, table.acceptable_lag === null ? "any" : fmtCount(table.acceptable_lag))),
-        el("span", {}, "writes ", el("b", {}, fmtRate(writesPerS === undefined ? null : writesPerS)), " rows"),
+        el("span", {}, "rows written ", el("b", {}, fmtRate(writesPerS === undefined ? null : writesPerS))),
         el("span", {}, "last batch ", el("b", {}, table.last_batch === null ? "none" : String(table.last_batch))),
         el("span", {}, "key ", el("b", {}, table.key_columns.map((c) => c.name + " " + c.type).join(", "))),
         without > 0 ? el("span", { class: "lag-high" }, plural(without, "partition") + " without an active") : null
