@@ -19,6 +19,7 @@ from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -107,6 +108,14 @@ def build_app(ctx: HttpContext) -> QueryRoutes:
         version=__version__,
         description="Pull queries on tables materialized from PySpark; ksqlDB-compatible and native APIs.",
     )
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, error: RequestValidationError) -> Response:
+        # A query parameter FastAPI checked (e.g. /v1/events?limit=): the API's error shape, not FastAPI's.
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in item['loc'])}: {item['msg']}" for item in error.errors()
+        )
+        return _json_response(BadRequest(problems or "invalid request").refusal())
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, error: Exception) -> Response:
