@@ -8,15 +8,19 @@ from hotstate.controller.image import TableInfo
 from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.query.plan import plan
 from hotstate.query.sql import parse
-from hotstate.replica.keys import encode_key
+from hotstate.replica.keys import encode_key, partition_for
 from hotstate.replica.rows import encode_row
 from hotstate.server.queries import (
     PartitionServed,
     QueryError,
+    QueryResult,
+    _after,
     _flag,
     _max_lag,
+    _page,
     _partition_work,
     _PartitionAnswer,
+    _partitions,
     _rows,
     _timeout_ms,
 )
@@ -46,14 +50,59 @@ def test_ranges_and_scans_read_every_partition() -> None:
 
 def test_rows_are_merged_in_key_order_and_cut_at_the_limit() -> None:
     answers = [_answer(0, ["d", "a"]), _answer(1, ["c", "b"]), _answer(2, ["e"])]
-    columns, rows = _rows(plan(parse("SELECT * FROM clicks LIMIT 4"), TABLE), TABLE, answers)
+    columns, rows, last_key = _rows(plan(parse("SELECT * FROM clicks LIMIT 4"), TABLE), TABLE, answers)
     assert columns == ["user", "clicks"]
     assert [r[0] for r in rows] == ["a", "b", "c", "d"]
+    assert last_key == encode_key(("d",))  # cut short: the next page starts after "d"
+    assert _rows(plan(parse("SELECT * FROM clicks LIMIT 5"), TABLE), TABLE, answers)[2] is None
+    assert _rows(plan(parse("SELECT * FROM clicks"), TABLE), TABLE, answers)[2] is None
+
+
+def test_a_table_is_read_in_pages_of_chosen_partitions_after_a_cursor() -> None:
+    users = [f"u{i:02d}" for i in range(40)]
+    by_partition: dict[int, list[str]] = {}
+    for user in users:
+        by_partition.setdefault(partition_for(encode_key((user,)), 4), []).append(user)
+    query_plan = plan(parse("SELECT * FROM clicks LIMIT 3"), TABLE)
+    for partition, held in by_partition.items():
+        read: list[str] = []
+        after = None
+        while True:
+            properties: dict[str, object] = {"partitions": [partition]}
+            if after is not None:
+                properties["after"] = after
+            work = _page(
+                _partition_work(query_plan, TABLE), _partitions(properties, TABLE), _after(properties)
+            )
+            assert list(work) == [partition]
+            spec = work[partition]
+            items = [(encode_key((u,)), encode_row({"user": u})) for u in sorted(held)]
+            items = [item for item in items if spec.start is None or item[0] >= spec.start][: spec.limit]
+            answer = _PartitionAnswer(PartitionServed(partition, 1, "active", 0, 10), items)
+            _, rows, last_key = _rows(query_plan, TABLE, [answer])
+            assert len(rows) <= 3
+            read += [row[0] for row in rows]
+            result = QueryResult("q", TABLE, [], [], last_key=last_key)
+            after = result.cursor
+            if after is None:
+                break
+        assert read == sorted(held)
+    lookup = plan(parse("SELECT * FROM clicks WHERE user IN ('u01', 'u02', 'u03')"), TABLE)
+    work = _page(_partition_work(lookup, TABLE), None, encode_key(("u01",)))
+    assert sorted(k for spec in work.values() for k in spec.keys) == [
+        encode_key((u,)) for u in ("u02", "u03")
+    ]
+    for bad in ([], [4], [-1], ["0"], [True], 3):
+        with pytest.raises(QueryError, match="partitions: must be a list of partition numbers of clicks"):
+            _partitions({"partitions": bad}, TABLE)
+    for bad_after in ("%%%", 7, ""):
+        with pytest.raises(QueryError, match="after: must be the cursor of an earlier answer"):
+            _after({"after": bad_after})
 
 
 def test_projection_matches_columns_ignoring_case_and_refuses_unknown_ones() -> None:
     answers = [_answer(0, ["a"])]
-    columns, rows = _rows(plan(parse("SELECT CLICKS, user FROM clicks"), TABLE), TABLE, answers)
+    columns, rows, _ = _rows(plan(parse("SELECT CLICKS, user FROM clicks"), TABLE), TABLE, answers)
     assert columns == ["CLICKS", "user"] and rows == [[1, "a"]]
     with pytest.raises(QueryError, match="column 'nope'"):
         _rows(plan(parse("SELECT nope FROM clicks"), TABLE), TABLE, answers)

@@ -123,7 +123,8 @@ class QueryResult:
     """The /v1/query body as the server sent it."""
     consistency_token: str = ""
     """Where this answer read (and the token it was given): pass it to the next query for monotonic reads."""
-
+    cursor: str | None = None
+    """Set when the query's LIMIT cut the rows short: pass it as `after` to read the rows that follow."""
     key_columns: dict[str, str] = field(default_factory=dict)
     """The table's key columns and their SQL types (STRING, BIGINT, DOUBLE, BOOLEAN, BYTES, TIMESTAMP)."""
 
@@ -169,6 +170,7 @@ class QueryResult:
             raw=body,
             consistency_token=str(body.get("consistency_token", "")),
             key_columns={str(c["name"]): str(c["type"]) for c in body.get("key_columns", ())},
+            cursor=body.get("cursor"),
         )
 
 
@@ -286,8 +288,14 @@ def _query_body(
     hedging: bool,
     consistency_token: str | None,
     min_batch: int | None = None,
+    partitions: Sequence[int] | None = None,
+    after: str | None = None,
 ) -> dict[str, object]:
     body: dict[str, object] = {"sql": sql, "standby_reads": standby_reads}
+    if partitions is not None:
+        body["partitions"] = list(partitions)
+    if after is not None:
+        body["after"] = after
     if not hedging:
         body["hedging"] = False
     if consistency_token:
@@ -364,20 +372,34 @@ class Client(_Base):
         hedging: bool = True,
         consistency_token: str | None = None,
         min_batch: int | None = None,
+        partitions: Sequence[int] | None = None,
+        after: str | None = None,
     ) -> QueryResult:
         """Run one pull query. `max_lag`: the most records a serving replica may be behind (default: the
         table's acceptable lag); `timeout_ms`: the server's time budget; `standby_reads=False`: only
         actives serve; `hedging=False`: a slow forward is never sent to a partition's next replica too;
         `consistency_token` (from an earlier answer or `TableWriter.upsert`): every partition is read from
         a replica at least that far (monotonic reads, read-your-writes; docs/queries.md); `min_batch`:
-        everything the table's Spark sink wrote up to that micro-batch id is visible.
+        everything the table's Spark sink wrote up to that micro-batch id is visible. `partitions`: read
+        only these partitions of the table; `after`: only keys after the `cursor` of an earlier answer
+        whose LIMIT cut it short (a table read in pages: same SQL, next `after`, until `cursor` is None).
         Raises QueryFailed (4xx), Unavailable (503 from every server), ClusterUnreachable."""
         attempt_s = _query_attempt_s(timeout_ms)
         body, server = self._request(
             "POST",
             "/v1/query",
             attempt_s,
-            _query_body(sql, max_lag, timeout_ms, standby_reads, hedging, consistency_token, min_batch),
+            _query_body(
+                sql,
+                max_lag,
+                timeout_ms,
+                standby_reads,
+                hedging,
+                consistency_token,
+                min_batch,
+                partitions,
+                after,
+            ),
         )
         return QueryResult.from_json(_expect_dict(body, "query"), server)
 
@@ -455,6 +477,8 @@ class AsyncClient(_Base):
         hedging: bool = True,
         consistency_token: str | None = None,
         min_batch: int | None = None,
+        partitions: Sequence[int] | None = None,
+        after: str | None = None,
     ) -> QueryResult:
         """See `Client.query`."""
         attempt_s = _query_attempt_s(timeout_ms)
@@ -462,7 +486,17 @@ class AsyncClient(_Base):
             "POST",
             "/v1/query",
             attempt_s,
-            _query_body(sql, max_lag, timeout_ms, standby_reads, hedging, consistency_token, min_batch),
+            _query_body(
+                sql,
+                max_lag,
+                timeout_ms,
+                standby_reads,
+                hedging,
+                consistency_token,
+                min_batch,
+                partitions,
+                after,
+            ),
         )
         return QueryResult.from_json(_expect_dict(body, "query"), server)
 

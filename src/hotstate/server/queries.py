@@ -16,6 +16,8 @@ HTTP request, and its cost is most of a lookup's CPU.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import dataclasses
 import itertools
 import os
@@ -51,6 +53,10 @@ TIMEOUT_PROPERTY = "timeout_ms"
 HEDGING_PROPERTIES = ("hedging",)
 TOKEN_PROPERTY = "consistency_token"
 MIN_BATCH_PROPERTY = "min_batch"
+# Reading a table a piece at a time (the Spark data source): only these partitions, and only keys after
+# the `cursor` of an earlier answer (one whose LIMIT cut it short).
+PARTITIONS_PROPERTY = "partitions"
+AFTER_PROPERTY = "after"
 KNOWN_PROPERTIES = frozenset(
     (
         *MAX_LAG_PROPERTIES,
@@ -59,6 +65,8 @@ KNOWN_PROPERTIES = frozenset(
         *HEDGING_PROPERTIES,
         TOKEN_PROPERTY,
         MIN_BATCH_PROPERTY,
+        PARTITIONS_PROPERTY,
+        AFTER_PROPERTY,
     )
 )
 # A partition whose replicas are all behind the query's token is asked again this often (they apply what
@@ -108,6 +116,13 @@ class QueryResult:
     # cluster's tag: the token's string is built only when an answer carries it (ksqlDB's /query does not).
     token_positions: Positions = field(default_factory=dict)
     token_tag: bytes = b""
+    # The last key returned when the LIMIT cut the answer short: the next page starts after it.
+    last_key: bytes | None = None
+
+    @property
+    def cursor(self) -> str | None:
+        """`last_key` as the `after` of the next page's query (opaque to clients), None: no more rows."""
+        return None if self.last_key is None else base64.urlsafe_b64encode(self.last_key).decode()
 
     @property
     def consistency_token(self) -> str:
@@ -225,12 +240,13 @@ class QueryService:
             batch = {(table.table_id, p): at for p, at in enumerate(table.batch_positions) if at}
             given = merge(given, batch)
         work = _partition_work(query_plan, table, max_lag, given)
+        work = _page(work, _partitions(properties, table), _after(properties))
         try:
             answers = await self._serve(table, parts, work, deadline, standby_reads, hedge)
         except NoReplicaError as error:
             raise QueryError("unavailable", str(error)) from error
         read = {(table.table_id, a.served.partition): a.served.position for a in answers}
-        columns, rows = _rows(query_plan, table, answers)
+        columns, rows, last_key = _rows(query_plan, table, answers)
         # One search over all rows: a mark spanning two rows is at worst a false alarm.
         non_finite = may_hold_non_finite(b"".join([row for a in answers for _, row in a.items]))
         return QueryResult(
@@ -244,6 +260,7 @@ class QueryService:
             non_finite,
             merge(given, read),
             self._tag,
+            last_key,
         )
 
     async def _committed_batch(self, table: TableInfo, batch_id: int, deadline: float) -> TableInfo:
@@ -621,6 +638,56 @@ def _min_batch(properties: Mapping[str, object]) -> int | None:
     return value
 
 
+def _partitions(properties: Mapping[str, object], table: TableInfo) -> frozenset[int] | None:
+    value = properties.get(PARTITIONS_PROPERTY)
+    if value is None:
+        return None
+    problem = f"{PARTITIONS_PROPERTY}: must be a list of partition numbers of {table.name} (0 to "
+    problem += f"{table.partitions - 1})"
+    if not isinstance(value, list | tuple) or not value:
+        raise QueryError("bad_request", problem)
+    for number in value:
+        if type(number) is not int or not 0 <= number < table.partitions:
+            raise QueryError("bad_request", f"{problem}, got {number!r}")
+    return frozenset(value)
+
+
+def _after(properties: Mapping[str, object]) -> bytes | None:
+    value = properties.get(AFTER_PROPERTY)
+    if value is None:
+        return None
+    problem = f"{AFTER_PROPERTY}: must be the cursor of an earlier answer"
+    if not isinstance(value, str) or not value:
+        raise QueryError("bad_request", problem)
+    try:
+        return base64.b64decode(value.encode("ascii"), altchars=b"-_", validate=True)
+    except (ValueError, binascii.Error):
+        raise QueryError("bad_request", problem) from None
+
+
+def _page(
+    work: dict[int, PartitionQueryRequest], partitions: frozenset[int] | None, after: bytes | None
+) -> dict[int, PartitionQueryRequest]:
+    """`work` restricted to `partitions` and to keys greater than `after`."""
+    if partitions is not None:
+        work = {partition: spec for partition, spec in work.items() if partition in partitions}
+    if after is None:
+        return work
+    # The least key greater than `after`: keys compare as bytes.
+    start = after + b"\x00"
+    paged = {}
+    for partition, spec in work.items():
+        if spec.scan:
+            spec = dataclasses.replace(spec, start=start if spec.start is None else max(spec.start, start))
+        else:
+            keys = tuple(key for key in spec.keys if key > after)
+            if not keys:
+                continue
+            spec = dataclasses.replace(spec, keys=keys)
+        paged[partition] = spec
+    return paged
+
+
 def _flag(properties: Mapping[str, object], names: tuple[str, ...], *, default: bool) -> bool:
     for name in names:
         if name in properties:
@@ -676,8 +743,9 @@ def _plain_work(
         }
     start, end = (access.start, access.end) if isinstance(access, KeyRange) else (None, None)
     assert isinstance(access, KeyRange | FullScan)
-    # A LIMIT above what one query returns reads no more than that (and fits the wire).
-    limit = None if query_plan.limit is None else min(query_plan.limit, MAX_ROWS + 1)
+    # One row past the LIMIT tells whether more follow (the answer's cursor); a LIMIT above what one query
+    # returns reads no more than that (and fits the wire).
+    limit = None if query_plan.limit is None else min(query_plan.limit + 1, MAX_ROWS + 1)
     return {
         partition: PartitionQueryRequest(table.name, partition, (), True, start, end, limit, max_lag)
         for partition in range(table.partitions)
@@ -689,18 +757,21 @@ _MISSING = object()
 
 def _rows(
     query_plan: QueryPlan, table: TableInfo, answers: Iterable[_PartitionAnswer]
-) -> tuple[list[str], list[list[object]]]:
-    """Merge the partitions' rows in key order, apply the LIMIT, and project the columns."""
+) -> tuple[list[str], list[list[object]], bytes | None]:
+    """Merge the partitions' rows in key order, apply the LIMIT, and project the columns; the last key
+    when the LIMIT cut the rows short (maybe more follow)."""
     sources = [a.items for a in answers if a.items]
     limit = MAX_ROWS + 1 if query_plan.limit is None else min(query_plan.limit, MAX_ROWS + 1)
-    if len(sources) == 1:  # each partition's items are already in key order
-        items = sources[0][:limit]
-    else:
-        # A key lives in one partition, so (key, row) pairs order by key alone; a sort in C beats a merge
-        # in Python at every size one query returns (each partition sends at most `limit` items).
-        items = sorted(itertools.chain.from_iterable(sources))[:limit]
+    # Each partition's items are already in key order. A key lives in one partition, so (key, row) pairs
+    # order by key alone; a sort in C beats a merge in Python at every size one query returns (each
+    # partition sends at most `limit` + 1 items).
+    merged = sources[0] if len(sources) == 1 else sorted(itertools.chain.from_iterable(sources))
+    items = merged[:limit]
     if query_plan.limit is None and len(items) > MAX_ROWS:
         raise QueryError("bad_request", f"more than {MAX_ROWS} rows: add a LIMIT or narrow the key range")
+    # Rows past the LIMIT: the next page starts after the last key returned. Each partition sent its
+    # first items in key order, so every key up to that one is among those returned.
+    last_key = items[-1][0] if query_plan.limit is not None and items and len(merged) > len(items) else None
     decoded = [decode_row(row) for _, row in items]
     if query_plan.columns is None:
         columns = [c.name for c in table.key_columns]
@@ -719,7 +790,7 @@ def _rows(
         if _MISSING in values:  # a name that matches a column only when case is ignored, or none
             values = [_value(row, name) for name in columns]
         rows.append(values)
-    return columns, rows
+    return columns, rows, last_key
 
 
 def _value(row: dict[str, object], name: str) -> object:

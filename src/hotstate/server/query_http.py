@@ -50,7 +50,17 @@ SERVER_NOT_READY = 50302  # ksqlDB's ERROR_CODE_SERVER_NOT_READY: retriable, ask
 # (hotstate.query.sql.MAX_STATEMENT_CHARS) fits, with room for JSON escapes.
 MAX_BODY_BYTES = 4 * 1024 * 1024
 
-NATIVE_FIELDS = ("sql", "max_lag", "timeout_ms", "standby_reads", "hedging", "consistency_token", "min_batch")
+NATIVE_FIELDS = (
+    "sql",
+    "max_lag",
+    "timeout_ms",
+    "standby_reads",
+    "hedging",
+    "consistency_token",
+    "min_batch",
+    "partitions",
+    "after",
+)
 # ksqlDB's KsqlRequest fields, and `properties` (hotstate's name for streamsProperties since the start).
 KSQL_FIELDS = ("ksql", "streamsProperties", "properties", "sessionVariables", "commandSequenceNumber")
 
@@ -113,7 +123,7 @@ class QueryEndpoints:
         return 200, dumps(shape(result, rows))
 
     def _native_answer(self, result: QueryResult, rows: list[list[object]]) -> object:
-        return {
+        answer: dict[str, object] = {
             "query_id": result.query_id,
             "table": result.table.name,
             "columns": result.columns,
@@ -135,6 +145,10 @@ class QueryEndpoints:
             "took_ms": round(result.took_ms, 3),
             "consistency_token": result.consistency_token,
         }
+        cursor = result.cursor
+        if cursor is not None:  # the LIMIT cut the rows short: the next page's `after`
+            answer["cursor"] = cursor
+        return answer
 
     async def _run(self, sql: str, properties: dict[str, object]) -> QueryResult:
         started = time.perf_counter()
@@ -341,6 +355,10 @@ def _native_request(data: dict[str, Any]) -> tuple[str, dict[str, object]]:
                 "malformed request: consistency_token: must be a string (a token an answer gave)"
             )
         properties["consistency_token"] = token
+    # A page of a table read a piece at a time: the query checks the values against the table.
+    for name in ("partitions", "after"):
+        if data.get(name) is not None:
+            properties[name] = data[name]
     return sql, properties
 
 
