@@ -69,6 +69,8 @@ __all__ = [
     "batch_function",
     "commit_batch",
     "config_for_schema",
+    "upsert_arrow",
+    "upsert_rows",
     "write_arrow",
     "write_rows",
 ]
@@ -210,7 +212,7 @@ def _write_task(
     """One Spark task, on the executor: yields the consistency token of what it wrote."""
     from pyspark import TaskContext
 
-    result = _write_rows(config, rows, batch_id=batch_id)
+    result = upsert_rows(config, rows, batch_id=batch_id)
     if after_write is not None:
         context = TaskContext.get()
         after_write(batch_id, context.partitionId() if context is not None else -1, result.rows)
@@ -223,7 +225,7 @@ def _write_arrow_task(
     """One Spark task of mapInArrow, on the executor: yields the consistency token of what it wrote."""
     from pyspark import TaskContext
 
-    result = _write_arrow(config, list(batches), batch_id=batch_id)
+    result = upsert_arrow(config, list(batches), batch_id=batch_id)
     if after_write is not None:
         context = TaskContext.get()
         after_write(batch_id, context.partitionId() if context is not None else -1, result.rows)
@@ -235,10 +237,12 @@ def write_arrow(config: SinkConfig, batches: list[pa.RecordBatch], *, batch_id: 
 
     Every batch is encoded before anything is sent; a batch the bulk encoding refuses sends the whole
     task's rows through `write_rows`, whose error names the bad row."""
-    return _write_arrow(config, batches, batch_id=batch_id).rows
+    return upsert_arrow(config, batches, batch_id=batch_id).rows
 
 
-def _write_arrow(config: SinkConfig, batches: list[pa.RecordBatch], *, batch_id: int) -> WriteResult:
+def upsert_arrow(config: SinkConfig, batches: list[pa.RecordBatch], *, batch_id: int) -> WriteResult:
+    """One task's rows as Arrow batches upserted: what it wrote (both entry points, foreachBatch and the
+    data source's stream writer, call this on the executor)."""
     if not any(batch.num_rows for batch in batches):
         return NOTHING
     try:
@@ -253,7 +257,7 @@ def _write_arrow(config: SinkConfig, batches: list[pa.RecordBatch], *, batch_id:
             ).items():
                 by_partition.setdefault(partition, []).extend(encoded)
     except NotEncodable:
-        return _write_rows(config, _arrow_rows(batches), batch_id=batch_id)
+        return upsert_rows(config, _arrow_rows(batches), batch_id=batch_id)
     try:
         return _run(config, lambda writer: writer.upsert_encoded(by_partition, deadline_s=config.deadline_s))
     except WriteError as error:
@@ -274,12 +278,13 @@ def _arrow_rows(batches: list[pa.RecordBatch]) -> Iterator[tuple[object, ...]]:
 
 def write_rows(config: SinkConfig, rows: Iterable[Row | tuple[object, ...]], *, batch_id: int = -1) -> int:
     """Upsert `rows` (Spark rows in `config.columns` order) into the table; the number written."""
-    return _write_rows(config, rows, batch_id=batch_id).rows
+    return upsert_rows(config, rows, batch_id=batch_id).rows
 
 
-def _write_rows(
+def upsert_rows(
     config: SinkConfig, rows: Iterable[Row | tuple[object, ...]], *, batch_id: int
 ) -> WriteResult:
+    """One task's rows upserted one by one (nested types): what it wrote."""
     dicts = [_as_dict(config, row) for row in rows]
     if not dicts:
         return NOTHING

@@ -1,0 +1,326 @@
+"""`format("hotstate")`: a hotstate table as a Spark data source (PySpark 4's Python Data Source API).
+
+    spark.read.format("hotstate").option("table", "clicks").option("servers", "h1:8088,h2:8088").load()
+    df.writeStream.format("hotstate").outputMode("complete").option("table", "clicks").option("key", "user")
+      .option("partitions", 8).option("checkpointLocation", "chk/clicks").start()
+
+Reading is `reading.py`: one Spark partition per hotstate partition, read in pages over the HTTP API
+(key filters pushed down with `register(spark, push_filters=True)`).
+Writing is the sink of `materialize()` behind Spark's streaming writer: each task upserts its rows from the
+executor with the same code (`sink.upsert_arrow` / `sink.upsert_rows`) and returns the consistency token
+of what it wrote; `commit(messages, batchId)` on the driver records the batch in the cluster
+(`sink.commit_batch`). Spark commits a micro-batch to its checkpoint only after that, and a batch re-run
+from the checkpoint upserts the same rows again: exactly-once, as with `materialize()`.
+
+Spark 4's Python streaming sinks take the append and complete output modes, not update (complete rewrites
+every row of the result each batch; `materialize()` writes only the changed ones).
+
+Options arrive with their names lower-cased (Spark's options are case-insensitive); an unknown one is an
+error naming the known ones.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql import Row, SparkSession
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import StructType
+
+from hotstate.client.writer import WriteResult
+from hotstate.spark.api import ENV_CLUSTER, ENV_CLUSTER_ID, ENV_RACK, ENV_SECRET, parse_cluster
+from hotstate.spark.reading import PushingTableReader, ReadSettings, TableReader, infer_schema, table_shape
+from hotstate.spark.sink import SinkConfig, commit_batch, config_for_schema, upsert_arrow, upsert_rows
+from hotstate.spark.table import TableDefinition, ensure_table, key_columns_for
+
+__all__ = [
+    "NAME",
+    "READ_OPTIONS",
+    "WRITE_OPTIONS",
+    "HotstateDataSource",
+    "KeyFilterDataSource",
+    "OptionError",
+    "read_settings",
+    "register",
+]
+
+NAME = "hotstate"
+ENV_SERVERS = "HOTSTATE_SERVERS"
+PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+
+# Spark sets these itself (`checkpointLocation` from the writer, `path` from load(path) / start(path)).
+_SPARKS_OWN = ("checkpointLocation", "path")
+READ_OPTIONS = ("table", "servers", "maxLag", "standbyReads", "pageSize", "timeoutMs")
+WRITE_OPTIONS = (
+    "table",
+    "key",
+    "partitions",
+    "standbyReplicas",
+    "acceptableLag",
+    "cluster",
+    "clusterId",
+    "secret",
+    "rack",
+    "writeTimeoutMs",
+)
+DEFAULT_PAGE_SIZE = 10_000
+MAX_PAGE_SIZE = 100_000  # what one query returns at most (server.queries.MAX_ROWS)
+DEFAULT_READ_TIMEOUT_MS = 30_000
+
+
+class OptionError(ValueError):
+    """An option the source does not know, or a value it cannot take."""
+
+
+def _options(options: Mapping[str, str], known: tuple[str, ...], what: str) -> dict[str, str]:
+    """The options by their documented names; an unknown one is an error naming the known ones."""
+    by_folded = {name.casefold(): name for name in (*known, *_SPARKS_OWN)}
+    out: dict[str, str] = {}
+    for name, value in options.items():
+        canonical = by_folded.get(name.casefold())
+        if canonical is None:
+            raise OptionError(
+                f"unknown option {name!r} for {what} a hotstate table; known: {', '.join(known)}"
+            )
+        out[canonical] = value
+    return out
+
+
+def _table(options: Mapping[str, str]) -> str:
+    table = (options.get("table") or "").strip()
+    path = (options.get("path") or "").strip()
+    if table and path and table != path:
+        raise OptionError(f"option 'table' is {table!r} but the path given is {path!r}: name the table once")
+    if not (table or path):
+        raise OptionError("option 'table': name the hotstate table (or pass it to load() / start())")
+    return table or path
+
+
+def _integer(options: Mapping[str, str], name: str, least: int, most: int | None = None) -> int | None:
+    text = options.get(name)
+    if text is None:
+        return None
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        value = None
+    if value is None or value < least or (most is not None and value > most):
+        limits = f"from {least} to {most}" if most is not None else f">= {least}"
+        raise OptionError(f"option {name!r}: must be an integer {limits}, got {text!r}")
+    return value
+
+
+def _boolean(options: Mapping[str, str], name: str, default: bool) -> bool:
+    text = options.get(name)
+    if text is None:
+        return default
+    folded = str(text).strip().lower()
+    if folded in ("true", "false"):
+        return folded == "true"
+    raise OptionError(f"option {name!r}: must be true or false, got {text!r}")
+
+
+def read_settings(options: Mapping[str, str]) -> ReadSettings:
+    given = _options(options, READ_OPTIONS, "reading")
+    servers_text = given.get("servers") or os.environ.get(ENV_SERVERS) or ""
+    servers = tuple(s.strip() for s in servers_text.split(",") if s.strip())
+    if not servers:
+        raise OptionError(
+            f"option 'servers': give the servers' HTTP addresses (\"host:port,...\") or set {ENV_SERVERS}"
+        )
+    timeout_ms = _integer(given, "timeoutMs", 1) or DEFAULT_READ_TIMEOUT_MS
+    return ReadSettings(
+        servers=servers,
+        table=_table(given),
+        max_lag=_integer(given, "maxLag", 0),
+        standby_reads=_boolean(given, "standbyReads", True),
+        page_size=_integer(given, "pageSize", 1, MAX_PAGE_SIZE) or DEFAULT_PAGE_SIZE,
+        timeout_s=timeout_ms / 1000,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class WriteSettings:
+    servers: tuple[tuple[str, int], ...]
+    cluster_id: str
+    secret: str
+    table: str
+    key: tuple[str, ...]
+    partitions: int
+    standby_replicas: int
+    acceptable_lag: int | None
+    rack: str | None
+    deadline_s: float
+
+
+def write_settings(options: Mapping[str, str]) -> WriteSettings:
+    given = _options(options, WRITE_OPTIONS, "writing")
+    cluster_id = given.get("clusterId") or os.environ.get(ENV_CLUSTER_ID)
+    secret = given.get("secret") or os.environ.get(ENV_SECRET)
+    if not cluster_id or not secret:
+        raise OptionError(
+            f"options 'clusterId' and 'secret': the cluster's id and secret are needed (or set "
+            f"{ENV_CLUSTER_ID} and {ENV_SECRET})"
+        )
+    key = tuple(k.strip() for k in (given.get("key") or "").split(",") if k.strip())
+    if not key:
+        raise OptionError("option 'key': name the key column, or several as \"a,b\"")
+    partitions = _integer(given, "partitions", 1)
+    if partitions is None:
+        raise OptionError("option 'partitions': how many partitions the table has (created if missing)")
+    try:
+        servers = parse_cluster(given.get("cluster") or os.environ.get(ENV_CLUSTER))
+    except ValueError as error:
+        raise OptionError(f"option {error}") from None
+    rack = (given.get("rack") or os.environ.get(ENV_RACK) or "").strip() or None
+    standby = _integer(given, "standbyReplicas", 0)
+    return WriteSettings(
+        servers=servers,
+        cluster_id=cluster_id,
+        secret=secret,
+        table=_table(given),
+        key=key,
+        partitions=partitions,
+        standby_replicas=1 if standby is None else standby,
+        acceptable_lag=_integer(given, "acceptableLag", 0),
+        rack=rack,
+        deadline_s=(_integer(given, "writeTimeoutMs", 1) or 60_000) / 1000,
+    )
+
+
+# The tables this Python worker has created or checked: Spark creates the stream writer again for every
+# batch's commit, and the table's definition need not be checked each time (workers are reused).
+_ensured: set[tuple[WriteSettings, TableDefinition]] = set()
+
+
+def _sink_config(settings: WriteSettings, schema: StructType) -> SinkConfig:
+    definition = TableDefinition(
+        settings.table,
+        settings.partitions,
+        settings.standby_replicas,
+        key_columns_for(schema, settings.key),
+        settings.acceptable_lag,
+    )
+    if (settings, definition) not in _ensured:
+        ensure_table(settings.servers, settings.cluster_id, settings.secret, definition, rack=settings.rack)
+        _ensured.add((settings, definition))
+    return config_for_schema(
+        schema,
+        servers=settings.servers,
+        table=settings.table,
+        cluster_id=settings.cluster_id,
+        secret=settings.secret,
+        rack=settings.rack,
+        deadline_s=settings.deadline_s,
+    )
+
+
+# ------------------------------------------------------------------------------------------ writing
+
+
+class Written(WriterCommitMessage):
+    """What one task wrote: the consistency token of its upserts (the batch's commit merges them)."""
+
+    def __init__(self, token: str, rows: int) -> None:
+        self.token = token
+        self.rows = rows
+
+
+def _batch_id() -> int:
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    batch = context.getLocalProperty("streaming.sql.batchId") if context is not None else None
+    return int(batch) if batch is not None and batch.lstrip("-").isdigit() else -1
+
+
+def _written(result: WriteResult) -> Written:
+    return Written(result.consistency_token, result.rows)
+
+
+class _Commit:
+    config: SinkConfig
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        tokens = [m.token for m in messages if isinstance(m, Written)]
+        commit_batch(self.config, batchId, tokens)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        # The rows some tasks wrote stay: full upserts, which the batch's re-run writes again.
+        pass
+
+
+class ArrowStreamWriter(_Commit, DataSourceStreamArrowWriter):
+    """Flat columns of the common types: Arrow batches encoded a column at a time (as materialize())."""
+
+    def __init__(self, config: SinkConfig) -> None:
+        self.config = config
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        return _written(upsert_arrow(self.config, list(iterator), batch_id=_batch_id()))
+
+
+class RowStreamWriter(_Commit, DataSourceStreamWriter):
+    """Structs, arrays, maps, decimals: rows as dicts (as materialize())."""
+
+    def __init__(self, config: SinkConfig) -> None:
+        self.config = config
+
+    def write(self, iterator: Iterator[Row]) -> WriterCommitMessage:
+        return _written(upsert_rows(self.config, iterator, batch_id=_batch_id()))
+
+
+# ------------------------------------------------------------------------------------------ the source
+
+
+class HotstateDataSource(DataSource):
+    """`format("hotstate")`: read a table, or write a stream into one."""
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self) -> StructType:
+        settings = read_settings(self.options)
+        return infer_schema(settings, table_shape(settings))
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return TableReader(read_settings(self.options), schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        config = _sink_config(write_settings(self.options), schema)
+        return ArrowStreamWriter(config) if config.arrow else RowStreamWriter(config)
+
+
+class KeyFilterDataSource(HotstateDataSource):
+    """The source with key filters pushed to the cluster (`register(spark, push_filters=True)`)."""
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return PushingTableReader(read_settings(self.options), schema)
+
+
+def register(spark: SparkSession | None = None, *, push_filters: bool = False) -> None:
+    """Make `format("hotstate")` work in `spark` (default: the active session); `import hotstate.spark`
+    calls it when a session is active.
+
+    `push_filters=True` sends key filters (=, IN, ranges on the key) to the cluster instead of reading
+    every row for Spark to filter, and turns on the session's spark.sql.python.filterPushdown.enabled
+    (off by default in Spark 4). Off by default because Spark 4.3 keeps a pushed-down read on the
+    DataFrame it was planned for: a DataFrame scanned once with a key filter and scanned again with no
+    filter at all reads the filtered rows again. With it on, load() a new DataFrame for each filtered
+    read."""
+    session = spark if spark is not None else SparkSession.getActiveSession()
+    if session is None:
+        raise RuntimeError("no active SparkSession: create one, then call hotstate.spark.register(spark)")
+    if push_filters:
+        session.conf.set(PUSHDOWN_CONF, "true")
+    session.dataSource.register(KeyFilterDataSource if push_filters else HotstateDataSource)
