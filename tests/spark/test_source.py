@@ -81,7 +81,7 @@ def test_a_read_equals_what_was_written_one_spark_partition_per_partition(
 
     # No schema given: the key's type from the table, the others from a sample (a timestamp column reads
     # as its ISO-8601 text); pages of 100 rows, so every partition takes several.
-    df = _read(spark, running, "kv", pageSize=100).load()
+    df = _read(spark, running, "kv", pageSize=100, maxLag=0).load()
     assert df.rdd.getNumPartitions() == 6
     assert [(f.name, f.dataType.simpleString(), f.nullable) for f in df.schema.fields] == [
         ("user", "string", False),
