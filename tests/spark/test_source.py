@@ -16,7 +16,7 @@ import hotstate
 import hotstate.spark as hs
 from hotstate.spark.sink import config_for_schema, write_rows
 from hotstate.spark.table import TableDefinition, ensure_table, key_columns_for
-from spark.streams import clicks, drop_file, recompute, wait_equal
+from spark.streams import SCHEMA, clicks, drop_file, recompute, wait_equal
 
 pytestmark = pytest.mark.xdist_group("spark")
 
@@ -183,26 +183,33 @@ def test_unknown_tables_unreachable_clusters_and_unknown_options_are_clear_error
 
     cluster = running.cluster
     source = tmp_path / "in"
-    drop_file(source, [{"user": "a", "n": 1}])
-    stream = clicks(spark, source)
-    writer = (
-        stream.writeStream.format("hotstate")
-        .outputMode("complete")
-        .options(
-            table="w", key="user", partitions=2, cluster=",".join(f"{h}:{p}" for h, p in cluster.addresses())
+    # One small file, no shuffle: one Spark task holds every row, the null key last.
+    drop_file(source, [{"user": f"u{i}", "n": i} for i in range(5)] + [{"n": 99}])
+
+    def write(**options: object):
+        writer = (
+            spark.readStream.schema(SCHEMA)
+            .json(str(source))
+            .writeStream.format("hotstate")
+            .options(table="w", key="user", partitions=2, standbyReplicas=0)
+            .options(cluster=",".join(f"{h}:{p}" for h, p in cluster.addresses()))
+            .options(clusterId=cluster.cluster_id, secret=cluster.secret, **options)
+            .option("checkpointLocation", str(tmp_path / f"chk-{len(options)}"))
         )
-        .options(clusterId=cluster.cluster_id, secret=cluster.secret, partitons=3)
-        .option("checkpointLocation", str(tmp_path / "chk"))
-    )
-    with pytest.raises(
-        Exception,
-        match=r"unknown option 'partitons' for writing a hotstate table; known: table, key, partitions",
-    ):
         query = writer.start()
         try:
             query.processAllAvailable()
         finally:
             query.stop()
+
+    with pytest.raises(
+        Exception,
+        match=r"unknown option 'partitons' for writing a hotstate table; known: table, key, partitions",
+    ):
+        write(partitons=3)
+    with pytest.raises(Exception, match=r"WriteError: hotstate sink, table w, batch 0: row 5 of w: key column 'user' is null"):
+        write()
+    assert _read(spark, running, "w").load().count() == 0  # nothing of the task's rows was sent
 
 
 def test_the_write_format_is_exactly_once_across_a_restart_from_its_checkpoint(
