@@ -207,7 +207,9 @@ def test_unknown_tables_unreachable_clusters_and_unknown_options_are_clear_error
         match=r"unknown option 'partitons' for writing a hotstate table; known: table, key, partitions",
     ):
         write(partitons=3)
-    with pytest.raises(Exception, match=r"WriteError: hotstate sink, table w, batch 0: row 5 of w: key column 'user' is null"):
+    with pytest.raises(
+        Exception, match=r"WriteError: hotstate sink, table w, batch 0: row 5 of w: key column 'user' is null"
+    ):
         write()
     assert _read(spark, running, "w").load().count() == 0  # nothing of the task's rows was sent
 

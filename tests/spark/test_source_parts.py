@@ -24,12 +24,14 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from hotstate.controller.image import TableInfo
+from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.query.plan import plan
 from hotstate.query.sql import parse
 from hotstate.spark.reading import HotstateReadError, _converter, _merged, key_where
 from hotstate.spark.source import OptionError, read_settings, write_settings
 
-KEYS = (("user", "STRING"), ("n", "BIGINT"))
+KEYS = (("user", KeyType.STRING), ("n", KeyType.INT))
 SCHEMA = StructType(
     [StructField("user", StringType()), StructField("n", LongType()), StructField("v", DoubleType())]
 )
@@ -110,10 +112,7 @@ def test_key_filters_become_the_where_the_planner_reads_and_the_rest_stay_with_s
     assert key_where([EqualTo(("user",), "a"), EqualTo(("n",), 2)], KEYS, ints)[0].endswith("`n` = 2")
 
 
-def _table():
-    from hotstate.controller.image import TableInfo
-    from hotstate.controller.records import KeyColumn, KeyType
-
+def _table() -> TableInfo:
     keys = (KeyColumn("user", KeyType.STRING), KeyColumn("n", KeyType.INT))
     return TableInfo("t", 1, 4, 1, keys, acceptable_lag=None)
 

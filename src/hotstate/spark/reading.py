@@ -56,6 +56,7 @@ from pyspark.sql.types import (
 )
 
 from hotstate.client.query import Client, ClusterUnreachable, QueryFailed, QueryResult, Unavailable
+from hotstate.controller.records import KeyType, key_type_named
 
 __all__ = [
     "ReadSettings",
@@ -71,14 +72,14 @@ SAMPLE_ROWS = 1000
 # Between two attempts at a page when no server could serve it (a server just died, a replica took over).
 RETRY_PAUSE_S = 0.2
 
-# The table's key types (as GET /v1/tables names them) as Spark types.
-_KEY_TYPES: dict[str, DataType] = {
-    "STRING": StringType(),
-    "BIGINT": LongType(),
-    "DOUBLE": DoubleType(),
-    "BOOLEAN": BooleanType(),
-    "BYTES": BinaryType(),
-    "TIMESTAMP": TimestampType(),
+# The table's key types as Spark types.
+_KEY_TYPES: dict[KeyType, DataType] = {
+    KeyType.STRING: StringType(),
+    KeyType.INT: LongType(),
+    KeyType.FLOAT: DoubleType(),
+    KeyType.BOOL: BooleanType(),
+    KeyType.BYTES: BinaryType(),
+    KeyType.TIMESTAMP: TimestampType(),
 }
 _INTEGRAL = (LongType, IntegerType, ShortType, ByteType)
 
@@ -99,7 +100,7 @@ class TableShape:
 
     name: str
     partitions: int
-    key_columns: tuple[tuple[str, str], ...]  # (name, SQL type)
+    key_columns: tuple[tuple[str, KeyType | None], ...]  # None: a type this client does not know
 
 
 class HotstateReadError(Exception):
@@ -117,7 +118,7 @@ def table_shape(settings: ReadSettings) -> TableShape:
         names = ", ".join(sorted(str(t.get("name")) for t in tables)) or "none"
         raise HotstateReadError(f"hotstate table {settings.table!r} does not exist (tables: {names})")
     [table] = found
-    keys = tuple((str(c["name"]), str(c["type"])) for c in table["key_columns"])
+    keys = tuple((str(c["name"]), key_type_named(str(c["type"]))) for c in table["key_columns"])
     return TableShape(str(table["name"]), int(table["partitions"]), keys)
 
 
@@ -128,7 +129,8 @@ def infer_schema(settings: ReadSettings, shape: TableShape) -> StructType:
             settings, lambda: client.query(_select(shape.name, "", SAMPLE_ROWS), **_query_args(settings))
         )
     fields = [
-        StructField(name, _KEY_TYPES.get(kind, StringType()), False) for name, kind in shape.key_columns
+        StructField(name, StringType() if kind is None else _KEY_TYPES[kind], False)
+        for name, kind in shape.key_columns
     ]
     keys = {name.casefold() for name, _ in shape.key_columns}
     for index, column in enumerate(sample.columns):
@@ -186,7 +188,7 @@ def _wider(a: DataType, b: DataType) -> DataType:
 
 
 def key_where(
-    filters: Sequence[Filter], key_columns: Sequence[tuple[str, str]], schema: StructType
+    filters: Sequence[Filter], key_columns: Sequence[tuple[str, KeyType | None]], schema: StructType
 ) -> tuple[str, list[Filter]]:
     """The WHERE clause for the filters the planner can read exactly, and the filters left to Spark.
 
@@ -231,21 +233,21 @@ def _column(item: Filter) -> str | None:
     return None
 
 
-def _pushable(kind: str, spark_type: DataType) -> bool:
-    if kind == "STRING":
+def _pushable(kind: KeyType | None, spark_type: DataType) -> bool:
+    if kind is KeyType.STRING:
         return type(spark_type) is StringType
-    if kind == "BIGINT":
+    if kind is KeyType.INT:
         return isinstance(spark_type, _INTEGRAL)
-    return kind == "BOOLEAN" and isinstance(spark_type, BooleanType)
+    return kind is KeyType.BOOL and isinstance(spark_type, BooleanType)
 
 
-def _fits(item: Filter, kind: str) -> bool:
+def _fits(item: Filter, kind: KeyType | None) -> bool:
     values = item.value if isinstance(item, In) else (item.value,)  # type: ignore[attr-defined]
     if not values:
         return False
-    if kind == "STRING":
+    if kind is KeyType.STRING:
         return all(type(v) is str for v in values)
-    if kind == "BIGINT":
+    if kind is KeyType.INT:
         return all(type(v) is int for v in values)
     return all(type(v) is bool for v in values)
 
