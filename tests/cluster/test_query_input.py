@@ -93,6 +93,21 @@ def test_each_bad_request_gets_its_clear_4xx_and_the_server_keeps_serving(start_
         ),
         ("/v1/query", b'{"sql": "SELECT * FROM clicks", "min_batch": -1}', 400, 40000, "min_batch"),
         (
+            "/v1/query",
+            b'{"sql": "SELECT * FROM clicks", "partitions": [0, 99]}',
+            400,
+            40001,
+            "partitions: must be a list of partition numbers of clicks",
+        ),
+        ("/v1/query", b'{"sql": "SELECT * FROM clicks", "partitions": "0"}', 400, 40001, "partitions"),
+        (
+            "/v1/query",
+            b'{"sql": "SELECT * FROM clicks LIMIT 5", "after": "not a cursor!"}',
+            400,
+            40001,
+            "after: must be the cursor of an earlier answer",
+        ),
+        (
             "/query",
             b'{"ksql": "SELECT * FROM clicks;", "streamsProperties": {"min_batch": "3"}}',
             400,
