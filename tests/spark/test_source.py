@@ -76,8 +76,8 @@ def test_a_read_equals_what_was_written_one_spark_partition_per_partition(
 ) -> None:
     from pyspark.sql import functions as F
 
-    running = start_cluster(3)
-    rows = _write_table(spark, running, "kv", 1500)
+    running = start_cluster(1)
+    rows = _write_table(spark, running, "kv", 1000)
 
     # No schema given: the key's type from the table, the others from a sample (a timestamp column reads
     # as its ISO-8601 text); pages of 100 rows, so every partition takes several.
@@ -107,7 +107,7 @@ def test_a_read_equals_what_was_written_one_spark_partition_per_partition(
 
     # Filtered by Spark (every row read), and again after a filtered scan of the same DataFrame.
     assert [r["user"] for r in df.filter(F.col("user") == "u00007").collect()] == ["u00007"]
-    assert df.count() == 1500
+    assert df.count() == 1000
 
     # Joined with batch data, as a DataFrame like any other.
     batch = spark.createDataFrame([("u00003", "ana"), ("u00004", "bob")], "user STRING, name STRING")
