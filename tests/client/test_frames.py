@@ -67,7 +67,50 @@ def test_a_string_column_that_holds_nan_as_text_stays_text() -> None:
 
 
 def test_a_key_value_that_does_not_fit_its_type_is_a_clear_error() -> None:
-    with pytest.raises(FrameError, match="BYTES key 'not base64!' is not base64"):
+    with pytest.raises(FrameError, match="bytes value 'not base64!' is not base64"):
         arrow_table(["b"], [["not base64!"]], {"b": "BYTES"})
-    with pytest.raises(FrameError, match="TIMESTAMP key 'yesterday'"):
+    with pytest.raises(FrameError, match="timestamp value 'yesterday'"):
         arrow_table(["t"], [["yesterday"]], {"t": "TIMESTAMP"})
+    with pytest.raises(FrameError, match="decimal value 'ten' is not a number"):
+        arrow_table(["d"], [["ten"]], {"d": "decimal(10,2)"})
+
+
+def test_value_columns_take_the_types_their_writer_declared() -> None:
+    body = {
+        "query_id": "q",
+        "columns": ["k", "price", "day", "seen", "local", "n", "ratio", "raw", "tags"],
+        "rows": [
+            [
+                "a",
+                "12.50",
+                "2024-03-01",
+                "2024-03-01T12:00:00+02:00",
+                "2024-03-01T12:00:00",
+                7,
+                0.5,
+                "aGk=",
+                ["x"],
+            ]
+        ],
+        "key_columns": [{"name": "k", "type": "STRING"}],
+        "value_columns": [
+            {"name": "price", "type": "decimal(10,2)"},
+            {"name": "day", "type": "date"},
+            {"name": "seen", "type": "timestamp"},
+            {"name": "local", "type": "timestamp_ntz"},
+            {"name": "n", "type": "int"},
+            {"name": "ratio", "type": "float"},
+            {"name": "raw", "type": "binary"},
+            {"name": "tags", "type": "array<string>"},
+        ],
+    }
+    table = QueryResult.from_json(body, "127.0.0.1:1").to_arrow()
+    types = {f.name: f.type for f in table.schema}
+    assert types["price"] == pa.decimal128(10, 2) and types["day"] == pa.date32()
+    assert types["seen"] == pa.timestamp("us", tz="UTC") and types["local"] == pa.timestamp("us")
+    assert types["n"] == pa.int32() and types["ratio"] == pa.float32() and types["raw"] == pa.binary()
+    assert types["tags"] == pa.list_(pa.string())  # nested: inferred
+    row = table.to_pylist()[0]
+    assert str(row["price"]) == "12.50" and row["day"] == dt.date(2024, 3, 1)
+    assert row["seen"] == dt.datetime(2024, 3, 1, 10, 0, tzinfo=dt.UTC)
+    assert row["local"] == dt.datetime(2024, 3, 1, 12, 0) and row["raw"] == b"hi"

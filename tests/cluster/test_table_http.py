@@ -5,12 +5,15 @@ error, and the server goes on answering."""
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 
 import httpx
 import pyarrow as pa
 
 import hotstate
 from hotstate.client.writer import TableWriter
+from hotstate.controller.records import ValueColumn
+from hotstate.controller.requests import ControllerError
 
 
 def _error(response: httpx.Response, status: int, code: int, *texts: str) -> None:
@@ -132,10 +135,30 @@ def test_a_query_answer_converts_to_arrow_and_pandas_with_the_tables_key_types(s
     assert made.status_code == 201, made.text
     at = dt.datetime(2024, 3, 1, 12, 30, 15, 250_000)
     rows = [
-        {"at": at + dt.timedelta(minutes=i), "blob": bytes([i, 255]), "count": i, "ratio": i / 4}
+        {
+            "at": at + dt.timedelta(minutes=i),
+            "blob": bytes([i, 255]),
+            "count": i,
+            "ratio": i / 4,
+            "price": decimal.Decimal(f"{i}.25"),
+            "day": dt.date(2024, 3, i + 1),
+        }
         for i in range(5)
     ]
     running.run(_write(cluster, rows, table="events"))
+    # As a Spark sink declares its DataFrame's schema: GET /v1/tables shows it, answers carry it.
+    declared = tuple(
+        ValueColumn(name, kind)
+        for name, kind in (
+            ("count", "bigint"),
+            ("ratio", "double"),
+            ("price", "decimal(10,2)"),
+            ("day", "date"),
+        )
+    )
+    running.run(_declare(cluster, "events", declared))
+    listed = httpx.get(f"http://{servers[2]}/v1/tables", timeout=10).json()["tables"]
+    assert listed[0]["value_columns"] == [{"name": c.name, "type": c.type} for c in declared]
     with hotstate.Client(servers[1:]) as client:
         result = client.query("SELECT * FROM events")
     frame = result.to_pandas().sort_values("count")
@@ -143,5 +166,18 @@ def test_a_query_answer_converts_to_arrow_and_pandas_with_the_tables_key_types(s
     assert [t.to_pydatetime() for t in frame["at"]] == [r["at"].replace(tzinfo=dt.UTC) for r in rows]
     assert frame["blob"].tolist() == [r["blob"] for r in rows]
     assert frame["ratio"].tolist() == [r["ratio"] for r in rows]
+    assert frame["price"].tolist() == [r["price"] for r in rows] and frame["day"].tolist() == [
+        r["day"] for r in rows
+    ]
     table = result.to_arrow()
     assert table.schema.field("blob").type == pa.binary() and table.num_rows == 5
+    assert (
+        table.schema.field("price").type == pa.decimal128(10, 2)
+        and table.schema.field("day").type == pa.date32()
+    )
+
+
+async def _declare(cluster, table: str, columns: tuple[ValueColumn, ...]) -> None:
+    async with cluster.admin() as admin:
+        reply = await admin.set_value_columns(table, columns)
+    assert reply.error is ControllerError.NONE, reply

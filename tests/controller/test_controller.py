@@ -363,3 +363,42 @@ def test_committed_batches_merge_positions_and_survive_a_snapshot() -> None:
     ):
         assert harness.handle(bad).reply.error is error, bad
     assert harness.image.tables["clicks"].batch_id == 2
+
+
+def test_value_columns_are_the_latest_writers_and_survive_a_snapshot() -> None:
+    from hotstate.controller.records import ValueColumn
+    from hotstate.controller.requests import SetValueColumnsRequest, SetValueColumnsResponse
+    from hotstate.controller.snapshot import decode_snapshot, encode_snapshot
+
+    harness = three_brokers()
+    create(harness, partitions=2)
+    assert harness.image.tables["clicks"].value_columns == ()
+    first = (ValueColumn("clicks", "bigint"), ValueColumn("seen", "timestamp"))
+    assert harness.handle(SetValueColumnsRequest("clicks", first)).reply == SetValueColumnsResponse(
+        ControllerError.NONE, ""
+    )
+    assert harness.image.tables["clicks"].value_columns == first
+    # The same again writes nothing; a grown schema replaces it.
+    assert harness.handle(SetValueColumnsRequest("clicks", first)).batches[0].records == (NoOp(),)
+    grown = (*first, ValueColumn("tags", "array<string>"))
+    harness.handle(SetValueColumnsRequest("clicks", grown))
+    assert harness.image.tables["clicks"].value_columns == grown
+    restored = decode_snapshot(encode_snapshot(harness.image))
+    assert restored.tables["clicks"].value_columns == grown
+    for bad, error, fragment in (
+        (SetValueColumnsRequest("nope", first), ControllerError.UNKNOWN_TABLE, "no table 'nope'"),
+        (SetValueColumnsRequest("clicks", first * 2), ControllerError.INVALID_REQUEST, "distinct"),
+        (
+            SetValueColumnsRequest("clicks", (ValueColumn("user", "string"),)),
+            ControllerError.INVALID_REQUEST,
+            "key columns are not value columns",
+        ),
+        (
+            SetValueColumnsRequest("clicks", (ValueColumn("x", ""),)),
+            ControllerError.INVALID_REQUEST,
+            "needs a name and a type",
+        ),
+    ):
+        reply = harness.handle(bad).reply
+        assert reply.error is error and fragment in reply.message, reply
+    assert harness.image.tables["clicks"].value_columns == grown

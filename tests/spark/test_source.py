@@ -15,7 +15,7 @@ import pytest
 import hotstate
 import hotstate.spark as hs
 from hotstate.spark.sink import config_for_schema, write_rows
-from hotstate.spark.table import TableDefinition, ensure_table, key_columns_for
+from hotstate.spark.table import TableDefinition, ensure_table, key_columns_for, value_columns_for
 from spark.streams import SCHEMA, clicks, drop_file, recompute, wait_equal
 
 pytestmark = pytest.mark.xdist_group("spark")
@@ -34,12 +34,16 @@ def _written(i: int) -> tuple[object, ...]:
     return (f"u{i:05d}", i, i / 4, i % 3 == 0, START + dt.timedelta(seconds=i), [f"t{i % 5}"] * (i % 3))
 
 
-def _write_table(spark, running, name: str, count: int, partitions: int = 6) -> list[tuple[object, ...]]:
-    """`count` rows written into a new table with the sink's own code (its Row path: the array column)."""
+def _write_table(
+    spark, running, name: str, count: int, partitions: int = 6, *, declare: bool = False
+) -> list[tuple[object, ...]]:
+    """`count` rows written into a new table with the sink's own code (its Row path: the array column);
+    `declare`: its value columns declared as the sink declares them (else none are)."""
     cluster = running.cluster
     schema = spark.createDataFrame([], WRITTEN_SCHEMA).schema
     definition = TableDefinition(name, partitions, 1, key_columns_for(schema, "user"), None)
-    ensure_table(cluster.addresses(), cluster.cluster_id, cluster.secret, definition)
+    values = value_columns_for(schema, "user") if declare else ()
+    ensure_table(cluster.addresses(), cluster.cluster_id, cluster.secret, definition, values=values)
     config = config_for_schema(
         schema,
         servers=tuple(cluster.addresses()),
@@ -103,6 +107,18 @@ def test_a_read_equals_what_was_written_one_spark_partition_per_partition(
     )
     assert sorted(_as_written(r) for r in typed.load().collect()) == sorted(
         (u, n, x, ok, ts.astimezone().replace(tzinfo=None), tags) for u, n, x, ok, ts, tags in rows
+    )
+
+    # A table whose writer declared its value columns (as materialize() and the write format do) reads
+    # with their types without a schema given.
+    declared_rows = _write_table(spark, running, "kvd", 50, partitions=2, declare=True)
+    declared = _read(spark, running, "kvd").load()
+    written = spark.createDataFrame([], WRITTEN_SCHEMA).schema.fields
+    assert [(f.name, f.dataType.simpleString(), f.nullable) for f in declared.schema.fields] == [
+        (f.name, f.dataType.simpleString(), f.name != "user") for f in written
+    ]
+    assert sorted(_as_written(r) for r in declared.collect()) == sorted(
+        (u, n, x, ok, ts.astimezone().replace(tzinfo=None), tags) for u, n, x, ok, ts, tags in declared_rows
     )
 
     # Filtered by Spark (every row read), and again after a filtered scan of the same DataFrame.
@@ -289,8 +305,15 @@ def test_the_write_format_is_exactly_once_across_a_restart_from_its_checkpoint(
         expected = recompute(spark, source)
         assert wait_equal(running, "once", expected) == expected
         with hotstate.Client(_servers(running)) as client:
-            assert [t["last_batch"] for t in client.tables() if t["name"] == "once"] == [hs.last_batch(query)]
+            [described] = [t for t in client.tables() if t["name"] == "once"]
+            assert described["last_batch"] == hs.last_batch(query)
             answer = client.query("SELECT * FROM once", min_batch=hs.last_batch(query))
         assert {r["user"]: (r["clicks"], r["total"], r["largest"]) for r in answer.dicts()} == expected
+        # The write format declared the DataFrame's value columns: a read needs no schema for them.
+        written = clicks(spark, source).withColumn("total", crash_once("total")).schema
+        values = [(f.name, f.dataType.simpleString()) for f in written.fields if f.name != "user"]
+        assert [(c["name"], c["type"]) for c in described["value_columns"]] == values
+        read = _read(spark, running, "once").load()
+        assert [(f.name, f.dataType.simpleString()) for f in read.schema.fields[1:]] == values
     finally:
         query.stop()

@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 from typing import cast
 
-from hotstate.controller.records import KeyColumn
+from hotstate.controller.records import KeyColumn, ValueColumn
 from hotstate.controller.requests import (
     CommitBatchRequest,
     CommitBatchResponse,
@@ -27,6 +27,8 @@ from hotstate.controller.requests import (
     ListTablesResponse,
     RegisterWriterRequest,
     RegisterWriterResponse,
+    SetValueColumnsRequest,
+    SetValueColumnsResponse,
 )
 from hotstate.protocol.cluster import DescribeClusterRequest, DescribeClusterResponse
 from hotstate.protocol.wire import MESSAGES
@@ -134,6 +136,15 @@ class AdminClient:
         request = CommitBatchRequest(table, table_id, batch_id, positions)
         reply = await self._controller_call(request, deadline_s, idempotent=True)
         assert isinstance(reply, CommitBatchResponse)
+        return reply
+
+    async def set_value_columns(
+        self, table: str, value_columns: tuple[ValueColumn, ...], *, deadline_s: float = 10.0
+    ) -> SetValueColumnsResponse:
+        """Declare `table`'s value columns (its writer's schema); they replace what it had (idempotent)."""
+        request = SetValueColumnsRequest(table, value_columns)
+        reply = await self._controller_call(request, deadline_s, idempotent=True)
+        assert isinstance(reply, SetValueColumnsResponse)
         return reply
 
     async def delete_table(self, name: str, *, deadline_s: float = 10.0) -> DeleteTableResponse:

@@ -127,6 +127,9 @@ class QueryResult:
     """Set when the query's LIMIT cut the rows short: pass it as `after` to read the rows that follow."""
     key_columns: dict[str, str] = field(default_factory=dict)
     """The table's key columns and their SQL types (STRING, BIGINT, DOUBLE, BOOLEAN, BYTES, TIMESTAMP)."""
+    value_columns: dict[str, str] = field(default_factory=dict)
+    """The value columns' types as the table's writer declared them (Spark's names, e.g. bigint,
+    timestamp, decimal(10,2), array<string>); empty when none did (a table not written by Spark)."""
 
     def dicts(self) -> list[dict[str, Any]]:
         """The rows as {column: value} maps."""
@@ -135,13 +138,15 @@ class QueryResult:
     def to_arrow(self) -> pa.Table:
         """The rows as a pyarrow Table (needs pyarrow: `pip install 'hotstate[spark]'` brings it).
 
-        Key columns have the table's key types: BYTES keys are decoded from base64 and TIMESTAMP keys
-        parsed, as the JSON answer cannot say what they were. Other columns are typed from their values as
-        JSON gives them (numbers, strings, booleans, lists, maps), where "NaN" and the infinities in a
-        column of numbers become floats again; a column with no value but null is of Arrow's null type."""
+        Key columns have the table's key types, and value columns the types the table's writer declared
+        (a Spark sink declares its DataFrame's): bytes are decoded from base64, timestamps and dates
+        parsed, decimals read exactly, as the JSON answer cannot say what they were. Undeclared columns,
+        and nested ones (arrays, maps, structs), are typed from their values as JSON gives them, where
+        "NaN" and the infinities in a column of numbers become floats again; a column with no value but
+        null is of Arrow's null type."""
         from hotstate.client.frames import arrow_table
 
-        return arrow_table(self.columns, self.rows, self.key_columns)
+        return arrow_table(self.columns, self.rows, self.key_columns | self.value_columns)
 
     def to_pandas(self) -> pd.DataFrame:
         """The rows as a pandas DataFrame (needs pandas and pyarrow), typed as `to_arrow` types them."""
@@ -170,6 +175,7 @@ class QueryResult:
             raw=body,
             consistency_token=str(body.get("consistency_token", "")),
             key_columns={str(c["name"]): str(c["type"]) for c in body.get("key_columns", ())},
+            value_columns={str(c["name"]): str(c["type"]) for c in body.get("value_columns", ())},
             cursor=body.get("cursor"),
         )
 

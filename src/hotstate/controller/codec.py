@@ -17,9 +17,11 @@ from hotstate.controller.records import (
     PartitionChange,
     RegisterServer,
     TableBatch,
+    TableValueColumns,
     TableWriters,
     UnfenceServer,
     UnregisterServer,
+    ValueColumn,
 )
 from hotstate.rpc.schema import DecodeError, TypeRegistry
 
@@ -27,6 +29,7 @@ RECORDS = TypeRegistry()
 for type_id, cls in (
     (1, Endpoint),
     (2, KeyColumn),
+    (3, ValueColumn),
     (10, RegisterServer),
     (11, UnregisterServer),
     (12, FenceServer),
@@ -34,6 +37,7 @@ for type_id, cls in (
     (21, DeleteTable),
     (22, TableWriters),
     (23, TableBatch),
+    (24, TableValueColumns),
     (30, PartitionAssignment),
     (31, PartitionChange),
     (40, NoOp),

@@ -27,13 +27,16 @@ from hotstate.controller.records import (
     CreateTable,
     DeleteTable,
     FenceServer,
+    KeyColumn,
     MetadataBatch,
     MetadataRecord,
     NoOp,
     RegisterServer,
     TableBatch,
+    TableValueColumns,
     TableWriters,
     UnfenceServer,
+    ValueColumn,
 )
 from hotstate.controller.requests import (
     AlterPartitionRequest,
@@ -55,6 +58,8 @@ from hotstate.controller.requests import (
     RegisterWriterResponse,
     ServerHeartbeatRequest,
     ServerHeartbeatResponse,
+    SetValueColumnsRequest,
+    SetValueColumnsResponse,
 )
 
 log = logging.getLogger(__name__)
@@ -62,6 +67,9 @@ log = logging.getLogger(__name__)
 TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 MAX_PARTITIONS = 10_000
 MAX_STANDBYS = 10
+# A Spark schema's worth: its columns, and a nested type's name (a struct of structs is long).
+MAX_VALUE_COLUMNS = 4096
+MAX_VALUE_TYPE_CHARS = 16_384
 MAX_RACK_CHARS = 255
 MAX_WRITER_RACKS = 64
 
@@ -135,6 +143,8 @@ class QuorumController:
                 return self._register_writer(request)
             case CommitBatchRequest():
                 return self._commit_batch(request)
+            case SetValueColumnsRequest():
+                return self._set_value_columns(request)
 
     def tick(self, now: int, next_offset: int, *, reassign: bool = True) -> list[MetadataBatch]:
         """Fence every server whose session expired, moving its actives away, one batch per server; then,
@@ -430,6 +440,20 @@ class QuorumController:
         batch = self._propose((TableWriters(table.table_id, racks),))
         return Decision((batch,), RegisterWriterResponse(ControllerError.NONE, "", racks))
 
+    def _set_value_columns(self, request: SetValueColumnsRequest) -> Decision:
+        table = self._view.tables.get(request.table)
+        if table is None:
+            return self._error(
+                SetValueColumnsResponse(ControllerError.UNKNOWN_TABLE, f"no table {request.table!r}")
+            )
+        problem = _invalid_value_columns(request.value_columns, table.key_columns)
+        if problem is not None:
+            return self._error(SetValueColumnsResponse(ControllerError.INVALID_REQUEST, problem))
+        if request.value_columns == table.value_columns:
+            return self._error(SetValueColumnsResponse(ControllerError.NONE, ""))
+        batch = self._propose((TableValueColumns(table.table_id, request.value_columns),))
+        return Decision((batch,), SetValueColumnsResponse(ControllerError.NONE, ""))
+
     def _commit_batch(self, request: CommitBatchRequest) -> Decision:
         """The table's last Spark batch and every partition's position, merged with what it had: positions
         never go back, so a query's min_batch is at least as strict as the batch asked for."""
@@ -492,6 +516,21 @@ def _invalid_table(request: CreateTableRequest) -> str | None:
         return f"acceptable_lag={request.acceptable_lag}: must be >= 0 or unset"
     if request.writer_rack is not None:
         return _invalid_rack(request.writer_rack)
+    return None
+
+
+def _invalid_value_columns(columns: tuple[ValueColumn, ...], key: tuple[KeyColumn, ...]) -> str | None:
+    if len(columns) > MAX_VALUE_COLUMNS:
+        return f"{len(columns)} value columns: at most {MAX_VALUE_COLUMNS}"
+    names = [c.name for c in columns]
+    if len(set(names)) != len(names):
+        return f"value columns {names}: names must be distinct"
+    keys = {c.name for c in key} & set(names)
+    if keys:
+        return f"value columns {sorted(keys)}: key columns are not value columns"
+    for column in columns:
+        if not column.name or not column.type or len(column.type) > MAX_VALUE_TYPE_CHARS:
+            return f"value column {column.name!r} of type {column.type[:80]!r}: needs a name and a type"
     return None
 
 

@@ -24,9 +24,11 @@ from hotstate.controller.records import (
     PartitionChange,
     RegisterServer,
     TableBatch,
+    TableValueColumns,
     TableWriters,
     UnfenceServer,
     UnregisterServer,
+    ValueColumn,
 )
 
 log = logging.getLogger(__name__)
@@ -63,6 +65,8 @@ class TableInfo:
     # The last Spark batch committed into it (-1: none) and every partition's position then (TableBatch).
     batch_id: int = -1
     batch_positions: tuple[int, ...] = ()
+    # Its value columns as its latest writer declared them (TableValueColumns); () when none did.
+    value_columns: tuple[ValueColumn, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,6 +220,13 @@ class ImageBuilder:
                     log.warning("metadata offset %d: writers of unknown table %d", offset, table_id)
                     return
                 tables[found.name] = replace(found, writer_racks=tuple(sorted(set(writer_racks))))
+            case TableValueColumns(table_id, value_columns):
+                tables = self._tables_w()
+                found = next((t for t in tables.values() if t.table_id == table_id), None)
+                if found is None:
+                    log.warning("metadata offset %d: value columns of unknown table %d", offset, table_id)
+                    return
+                tables[found.name] = replace(found, value_columns=value_columns)
             case TableBatch(table_id, batch_id, positions):
                 tables = self._tables_w()
                 found = next((t for t in tables.values() if t.table_id == table_id), None)
@@ -321,6 +332,8 @@ def image_records(image: MetadataImage) -> list[MetadataRecord]:
         )
         if table.batch_id >= 0:
             records.append(TableBatch(table.table_id, table.batch_id, table.batch_positions))
+        if table.value_columns:
+            records.append(TableValueColumns(table.table_id, table.value_columns))
         for part in image.partitions.get(table.table_id, ()):
             records.append(
                 PartitionAssignment(

@@ -93,6 +93,24 @@ class CreateTable:
 
 
 @dataclass(frozen=True, slots=True)
+class ValueColumn:
+    """A non-key column as its writer declared it: `type` is Spark's name for it (DataType.simpleString(),
+    e.g. bigint, timestamp, decimal(10,2), array<string>). Rows are not checked against it: it tells
+    readers what the JSON of an answer stood for."""
+
+    name: str
+    type: str
+
+
+@dataclass(frozen=True, slots=True)
+class TableValueColumns:
+    """The table's value columns, as its latest writer declared them (the whole list)."""
+
+    table_id: int
+    value_columns: tuple[ValueColumn, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class TableWriters:
     """The racks a table's writers report (the whole set, sorted): later placements keep actives near them."""
 
@@ -157,6 +175,7 @@ MetadataRecord = (
     | DeleteTable
     | TableWriters
     | TableBatch
+    | TableValueColumns
     | PartitionAssignment
     | PartitionChange
     | NoOp

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 
-from hotstate.controller.records import Endpoint, KeyColumn
+from hotstate.controller.records import Endpoint, KeyColumn, ValueColumn
 
 
 class ControllerError(IntEnum):
@@ -154,6 +154,20 @@ class AlterPartitionResponse:
     message: str
 
 
+@dataclass(frozen=True, slots=True)
+class SetValueColumnsRequest:
+    """A writer of `table` (a Spark sink) declares its value columns: they replace the table's."""
+
+    table: str
+    value_columns: tuple[ValueColumn, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SetValueColumnsResponse:
+    error: ControllerError
+    message: str
+
+
 ControllerRequest = (
     RegisterServerRequest
     | ServerHeartbeatRequest
@@ -163,6 +177,7 @@ ControllerRequest = (
     | AlterPartitionRequest
     | RegisterWriterRequest
     | CommitBatchRequest
+    | SetValueColumnsRequest
 )
 ControllerResponse = (
     RegisterServerResponse
@@ -173,6 +188,7 @@ ControllerResponse = (
     | AlterPartitionResponse
     | RegisterWriterResponse
     | CommitBatchResponse
+    | SetValueColumnsResponse
 )
 
 
@@ -195,3 +211,5 @@ def error_response(request: ControllerRequest, error: ControllerError, message: 
             return RegisterWriterResponse(error, message, ())
         case CommitBatchRequest():
             return CommitBatchResponse(error, message)
+        case SetValueColumnsRequest():
+            return SetValueColumnsResponse(error, message)

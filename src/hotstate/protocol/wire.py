@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hotstate.controller.records import Endpoint, KeyColumn
+from hotstate.controller.records import Endpoint, KeyColumn, ValueColumn
 from hotstate.controller.requests import (
     AlterPartitionRequest,
     AlterPartitionResponse,
@@ -26,6 +26,8 @@ from hotstate.controller.requests import (
     RegisterWriterResponse,
     ServerHeartbeatRequest,
     ServerHeartbeatResponse,
+    SetValueColumnsRequest,
+    SetValueColumnsResponse,
 )
 from hotstate.log.batch import RecordBatch
 from hotstate.log.divergence import DivergingEpoch
@@ -86,6 +88,9 @@ for type_id, cls in (
     (74, RegisterWriterResponse),
     (75, CommitBatchRequest),
     (76, CommitBatchResponse),
+    (77, SetValueColumnsRequest),
+    (78, SetValueColumnsResponse),
+    (79, ValueColumn),
     # Cluster status (100-)
     (100, DescribeClusterRequest),
     (101, ServerStatus),

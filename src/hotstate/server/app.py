@@ -31,6 +31,7 @@ from hotstate.controller.requests import (
     RegisterServerRequest,
     RegisterWriterRequest,
     ServerHeartbeatRequest,
+    SetValueColumnsRequest,
     error_response,
 )
 from hotstate.protocol.cluster import DescribeClusterRequest
@@ -96,6 +97,7 @@ CONTROLLER_REQUESTS = (
     AlterPartitionRequest,
     RegisterWriterRequest,
     CommitBatchRequest,
+    SetValueColumnsRequest,
 )
 REPLICA_MESSAGES = (replica_messages.FetchRequest, replica_messages.FetchResponse)
 HTTP_STOP_TIMEOUT_S = 5.0

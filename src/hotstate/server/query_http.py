@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from hotstate.controller.records import KEY_SQL_TYPES, KeyColumn
+from hotstate.controller.records import KEY_SQL_TYPES, KeyColumn, ValueColumn
 from hotstate.server.metrics import Metrics
 from hotstate.server.queries import QueryError, QueryResult, QueryService
 
@@ -130,6 +130,8 @@ class QueryEndpoints:
             # The key's types, as GET /v1/tables gives them: clients type these columns exactly (JSON
             # alone cannot tell a timestamp or bytes key from a string).
             "key_columns": _key_columns(result.table.key_columns),
+            # The value columns' types as the table's writer declared them (Spark's names; []: none did).
+            "value_columns": _value_columns(result.table.value_columns),
             "rows": rows,
             "partitions": [
                 {
@@ -408,6 +410,11 @@ def _schema(result: QueryResult) -> str:
 @functools.lru_cache(maxsize=256)
 def _key_columns(key_columns: tuple[KeyColumn, ...]) -> list[dict[str, str]]:
     return [{"name": c.name, "type": KEY_SQL_TYPES[c.type]} for c in key_columns]
+
+
+@functools.lru_cache(maxsize=256)
+def _value_columns(value_columns: tuple[ValueColumn, ...]) -> list[dict[str, str]]:
+    return [{"name": c.name, "type": c.type} for c in value_columns]
 
 
 @functools.lru_cache(maxsize=256)

@@ -123,6 +123,8 @@ def describe(image: MetadataImage, name: str) -> dict[str, Any]:
     return {
         "name": table.name,
         "key_columns": [{"name": c.name, "type": KEY_SQL_TYPES[c.type]} for c in table.key_columns],
+        # Spark's names for the value columns' types, as the table's writer declared them ([]: none did).
+        "value_columns": [{"name": c.name, "type": c.type} for c in table.value_columns],
         "partitions": table.partitions,
         "standby_replicas": table.standby_replicas,
         "acceptable_lag": table.acceptable_lag,

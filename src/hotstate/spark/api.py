@@ -10,7 +10,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from hotstate.spark.sink import AfterWrite, batch_function, config_for_schema
-from hotstate.spark.table import TableDefinition, ensure_table, key_columns_for
+from hotstate.spark.table import TableDefinition, ensure_table, key_columns_for, value_columns_for
 
 __all__ = ["last_batch", "materialize", "parse_cluster", "writer_rack"]
 
@@ -72,7 +72,7 @@ def materialize(
         table, partitions, standby_replicas, key_columns_for(df.schema, key), acceptable_lag
     )
     rack = writer_rack(df.sparkSession)
-    ensure_table(servers, cluster_id, secret, definition, rack=rack)
+    ensure_table(servers, cluster_id, secret, definition, rack=rack, values=value_columns_for(df.schema, key))
     config = config_for_schema(
         df.schema,
         servers=servers,

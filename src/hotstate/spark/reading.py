@@ -5,10 +5,12 @@ with `partitions=[p]`), a page at a time: `SELECT * ... LIMIT page`, then the sa
 answer's cursor until an answer has none. Any server answers (it routes the partition to the freshest
 live replica within `max_lag`), so a server that dies mid-read costs a retry on another, not the read.
 
-The table's key columns and their types come from the cluster; the other columns are not declared
-anywhere (rows are maps), so without a user schema they are inferred from a sample of rows as JSON
-shows them: a value column of timestamps, bytes or decimals reads as strings unless `.schema(...)` says
-otherwise, and then the JSON value is turned back into it (ISO-8601 text, base64, decimal text).
+The table's key columns and their types come from the cluster, and so do its value columns' when the
+table's writer declared them (materialize() and the write format do: the DataFrame's schema). A table
+written otherwise (TableWriter, the HTTP API) has none declared, so without a user schema they are
+inferred from a sample of rows as JSON shows them: a value column of timestamps, bytes or decimals then
+reads as strings unless `.schema(...)` says otherwise. Either way each JSON value is turned back into its
+column's type (ISO-8601 text, base64, decimal text).
 """
 
 from __future__ import annotations
@@ -101,6 +103,8 @@ class TableShape:
     name: str
     partitions: int
     key_columns: tuple[tuple[str, KeyType | None], ...]  # None: a type this client does not know
+    # Spark's names for the value columns' types, as the table's writer declared them (): none did).
+    value_columns: tuple[tuple[str, str], ...] = ()
 
 
 class HotstateReadError(Exception):
@@ -119,11 +123,16 @@ def table_shape(settings: ReadSettings) -> TableShape:
         raise HotstateReadError(f"hotstate table {settings.table!r} does not exist (tables: {names})")
     [table] = found
     keys = tuple((str(c["name"]), key_type_named(str(c["type"]))) for c in table["key_columns"])
-    return TableShape(str(table["name"]), int(table["partitions"]), keys)
+    values = tuple((str(c["name"]), str(c["type"])) for c in table.get("value_columns", ()))
+    return TableShape(str(table["name"]), int(table["partitions"]), keys, values)
 
 
-def infer_schema(settings: ReadSettings, shape: TableShape) -> StructType:
-    """The key columns with their types, then the value columns as a sample of rows shows them."""
+def infer_schema(settings: ReadSettings, shape: TableShape) -> StructType | str:
+    """The key columns with their types, then the value columns: as the table's writer declared them
+    (a DDL string: Spark parses their type names itself, as this Python worker has no JVM to ask), else
+    as a sample of rows shows them."""
+    if shape.value_columns:
+        return declared_schema(shape)
     with Client(list(settings.servers), timeout_s=settings.timeout_s) as client:
         sample = _call(
             settings, lambda: client.query(_select(shape.name, "", SAMPLE_ROWS), **_query_args(settings))
@@ -138,6 +147,19 @@ def infer_schema(settings: ReadSettings, shape: TableShape) -> StructType:
             kind = _merged(row[index] for row in sample.rows)
             fields.append(StructField(column, StringType() if kind is None else kind, True))
     return StructType(fields)
+
+
+def declared_schema(shape: TableShape) -> str:
+    """The table's schema in Spark's DDL: key columns NOT NULL, then the declared value columns."""
+    keys = [
+        f"{_quoted(name)} {'string' if kind is None else _KEY_TYPES[kind].simpleString()} NOT NULL"
+        for name, kind in shape.key_columns
+    ]
+    return ", ".join(keys + [f"{_quoted(name)} {type_name}" for name, type_name in shape.value_columns])
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
 
 
 def _merged(values: Iterable[object]) -> DataType | None:

@@ -40,7 +40,7 @@ from hotstate.client.writer import WriteResult
 from hotstate.spark.api import ENV_CLUSTER, ENV_CLUSTER_ID, ENV_RACK, ENV_SECRET, parse_cluster
 from hotstate.spark.reading import PushingTableReader, ReadSettings, TableReader, infer_schema, table_shape
 from hotstate.spark.sink import SinkConfig, commit_batch, config_for_schema, upsert_arrow, upsert_rows
-from hotstate.spark.table import TableDefinition, ensure_table, key_columns_for
+from hotstate.spark.table import TableDefinition, ensure_table, key_columns_for, value_columns_for
 
 __all__ = [
     "NAME",
@@ -211,7 +211,14 @@ def _sink_config(settings: WriteSettings, schema: StructType) -> SinkConfig:
         settings.acceptable_lag,
     )
     if (settings, definition) not in _ensured:
-        ensure_table(settings.servers, settings.cluster_id, settings.secret, definition, rack=settings.rack)
+        ensure_table(
+            settings.servers,
+            settings.cluster_id,
+            settings.secret,
+            definition,
+            rack=settings.rack,
+            values=value_columns_for(schema, settings.key),
+        )
         _ensured.add((settings, definition))
     return config_for_schema(
         schema,
@@ -289,7 +296,7 @@ class HotstateDataSource(DataSource):
     def name(cls) -> str:
         return NAME
 
-    def schema(self) -> StructType:
+    def schema(self) -> StructType | str:
         settings = read_settings(self.options)
         return infer_schema(settings, table_shape(settings))
 

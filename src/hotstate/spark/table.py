@@ -31,10 +31,10 @@ from pyspark.sql.types import (
 
 from hotstate.client.admin import AdminClient, OutcomeUnknownError
 from hotstate.client.writer import TableWriter
-from hotstate.controller.records import KeyColumn, KeyType, key_type_named
+from hotstate.controller.records import KeyColumn, KeyType, ValueColumn, key_type_named
 from hotstate.controller.requests import ControllerError, CreateTableResponse
 
-__all__ = ["TableDefinition", "TableDefinitionError", "ensure_table", "key_columns_for"]
+__all__ = ["TableDefinition", "TableDefinitionError", "ensure_table", "key_columns_for", "value_columns_for"]
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +110,12 @@ def key_columns_for(schema: StructType, key: str | Sequence[str]) -> tuple[KeyCo
     return tuple(columns)
 
 
+def value_columns_for(schema: StructType, key: str | Sequence[str]) -> tuple[ValueColumn, ...]:
+    """The DataFrame's other columns with Spark's names for their types: what readers type answers by."""
+    keys = {key} if isinstance(key, str) else set(key)
+    return tuple(ValueColumn(f.name, f.dataType.simpleString()) for f in schema.fields if f.name not in keys)
+
+
 def ensure_table(
     servers: Sequence[tuple[str, int]],
     cluster_id: str,
@@ -117,11 +123,13 @@ def ensure_table(
     wanted: TableDefinition,
     *,
     rack: str | None = None,
+    values: tuple[ValueColumn, ...] = (),
 ) -> None:
     """Create the table, or check that the existing one has this definition (TableDefinitionError).
 
-    `rack`: the writers' rack, added to the table's writer racks (the assignor places actives near it)."""
-    work = _ensure_table(servers, cluster_id, secret, wanted, rack)
+    `rack`: the writers' rack, added to the table's writer racks (the assignor places actives near it).
+    `values`: the writer's value columns, which become the table's (a schema may grow between runs)."""
+    work = _ensure_table(servers, cluster_id, secret, wanted, rack, values)
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -138,6 +146,7 @@ async def _ensure_table(
     secret: str,
     wanted: TableDefinition,
     rack: str | None,
+    values: tuple[ValueColumn, ...],
 ) -> None:
     async with AdminClient(servers, cluster_id=cluster_id, secret=secret) as admin:
         try:
@@ -146,6 +155,7 @@ async def _ensure_table(
             # Maybe created: ask again; a second create answers TABLE_EXISTS and the check below runs.
             reply = await _create(admin, wanted, rack)
         if reply.error is ControllerError.NONE:
+            await _declare_values(admin, wanted.name, values)
             return
         if reply.error is not ControllerError.TABLE_EXISTS:
             raise TableDefinitionError(
@@ -157,6 +167,7 @@ async def _ensure_table(
                 f"table {wanted.name!r} exists with another definition: it is {existing.describe()}, "
                 f"the materialization asks for {wanted.describe()}; delete the table or use another name"
             )
+        await _declare_values(admin, wanted.name, values)
         if rack is not None:
             # The rack only steers placement: a job whose rack cannot be registered still writes.
             try:
@@ -172,6 +183,19 @@ async def _ensure_table(
                         registered.error.name,
                         registered.message,
                     )
+
+
+async def _declare_values(admin: AdminClient, table: str, values: tuple[ValueColumn, ...]) -> None:
+    """Only readers' typing depends on it: a job whose value columns cannot be recorded still writes."""
+    if not values:
+        return
+    try:
+        reply = await admin.set_value_columns(table, values)
+    except Exception as error:
+        log.warning("table %r: value columns not recorded: %s", table, error)
+        return
+    if reply.error is not ControllerError.NONE:
+        log.warning("table %r: value columns not recorded: %s: %s", table, reply.error.name, reply.message)
 
 
 async def _existing(
