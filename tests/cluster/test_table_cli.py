@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from hotstate.cli.main import app
 from hotstate.cli.table import parse_key
 from hotstate.client.writer import TableWriter
-from hotstate.controller.records import KeyColumn, KeyType
+from hotstate.controller.records import KeyColumn, KeyType, ValueColumn
 
 ROWS = [{"user": f"u{i}", "day": i % 3, "clicks": i} for i in range(20)]
 
@@ -58,6 +58,7 @@ def test_table_commands_create_list_describe_and_drop(start_cluster) -> None:
             await writer.upsert(ROWS)
         async with cluster.admin() as admin:
             await admin.register_writer("clicks", "az-b")
+            await admin.set_value_columns("clicks", (ValueColumn("clicks", "bigint"),))
 
     running.run(write())
     # Lags reach a server with the replicas' next reports: until every replica's is known.
@@ -75,6 +76,7 @@ def test_table_commands_create_list_describe_and_drop(start_cluster) -> None:
         "acceptable lag 50",
         "writer racks az-b",
         "last batch none",
+        "value columns: clicks:bigint",
     ):
         assert part in text, shown.stdout
     assert len(lags) == 8 and all(lag.isdigit() for lag in lags), shown.stdout  # 4 actives + 4 standbys

@@ -247,6 +247,8 @@ def print_table(table: dict[str, Any], lags: dict[str, Any], console: Console) -
         f"{'none' if last_batch is None else last_batch}",
         highlight=False,
     )
+    values = ", ".join(f"{c['name']}:{c['type']}" for c in table.get("value_columns", ()))
+    console.print(f"value columns: {escape(values) or 'not declared'}", highlight=False)
     view = Table(title=f"{name}: partitions")
     for column in ("partition", "active", "standbys", "warmups", "isr", "epoch", "lag per replica (records)"):
         view.add_column(column)
