@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from hotstate.client.writer import TableWriter
 from hotstate.log.batch import HEADER_SIZE
 from hotstate.server.data_dir import DISK_FAILURE_EXIT_CODE
 
@@ -29,7 +28,9 @@ def _data_dir(running, node_id: int) -> Path:
 
 
 def _server_log(running, node_id: int) -> str:
-    return (running.server(node_id).directory(running.cluster.root) / "server.log").read_text(errors="replace")
+    return (running.server(node_id).directory(running.cluster.root) / "server.log").read_text(
+        errors="replace"
+    )
 
 
 def _stop(running, node_id: int) -> None:
@@ -160,7 +161,9 @@ def test_damaged_replica_files_are_detected_never_served_and_rebuilt_without_los
 
     lines = _server_log(running, VICTIM).splitlines()
     for partition, (what, _) in REBUILT.items():
-        damaged = [line for line in lines if f"replica {table}/{partition} is damaged, not serving it" in line]
+        damaged = [
+            line for line in lines if f"replica {table}/{partition} is damaged, not serving it" in line
+        ]
         assert len(damaged) == 1 and what in damaged[0], (partition, damaged)
         assert any(f"replica {table}/{partition}: discarding the damaged copy" in line for line in lines)
     torn = f"replica {table}/{TORN}"
@@ -180,17 +183,16 @@ def _tmpfs(path: Path, size: str) -> Iterator[None]:
 
 
 def _fill(directory: Path) -> Path:
+    """A file taking every byte the file system has left."""
     filler = directory / "filler"
-    with open(filler, "wb") as out:
-        chunk = b"\0" * (1 << 20)
-        with contextlib.suppress(OSError):
-            while True:
-                out.write(chunk)
-                out.flush()
-        with contextlib.suppress(OSError):
-            while True:
-                out.write(b"\0" * 4096)
-                out.flush()
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        for size in (1 << 20, 4096, 1):
+            with contextlib.suppress(OSError):
+                while True:
+                    os.write(fd, b"\0" * size)
+    finally:
+        os.close(fd)
     return filler
 
 
@@ -256,5 +258,7 @@ def test_a_damaged_metadata_log_refuses_to_start_and_a_torn_tail_is_fetched_agai
     segment.write_bytes(pristine[:-5])
     running.restart(VICTIM)
     running.run(running.cluster.wait_ready(30.0))
-    running.run(_check_everywhere(running, "meta", 1, running.run(_write_rounds(running, "meta", 50, range(1)))))
+    running.run(
+        _check_everywhere(running, "meta", 1, running.run(_write_rounds(running, "meta", 50, range(1))))
+    )
     assert "cutting a damaged tail" in _server_log(running, VICTIM)

@@ -295,7 +295,7 @@ class ReplicaManager:
     def _open(self, table: TableInfo, part: PartitionInfo, now: int) -> LocalReplica:
         directory = self._directory((table.table_id, part.partition))
         directory.mkdir(parents=True, exist_ok=True)
-        store, plog, batches = _open_files(directory, self.fsync, f"{table.name}/{part.partition}")
+        store, plog, batches = open_replica_files(directory, self.fsync, f"{table.name}/{part.partition}")
         start_epoch = 0
         if plog.start_offset > 0:
             start_epoch = store.epoch if store.position == plog.start_offset else _epoch_before(plog)
@@ -662,7 +662,9 @@ class ReplicaManager:
         return tuple((pid[0], pid[1], r.core.log_end_offset) for pid, r in sorted(self.replicas.items()))
 
 
-def _open_files(directory: Path, fsync: FsyncPolicy, name: str) -> tuple[Store, Log, list[RecordBatch]]:
+def open_replica_files(
+    directory: Path, fsync: FsyncPolicy, name: str
+) -> tuple[Store, Log, list[RecordBatch]]:
     """Open a replica's store and log and check them against each other; DamagedReplicaError if they
     cannot be trusted. OSError and StoreError (not StoreCorruptError) are the disk's, and pass through."""
     try:
