@@ -404,7 +404,7 @@ class ReplicaManager:
         )
         self._take_offline(replica)
         self.damaged[replica.pid] = str(damage)
-        if replica.pid in self.replicas or self._closed:
+        if self._closed:
             return
         rebuilt = self._open_or_rebuild(replica.table, replica.info, monotonic_ms())
         if rebuilt is not None:
