@@ -16,6 +16,13 @@ from pathlib import Path
 import pytest
 
 from hotstate.log.batch import HEADER_SIZE
+from hotstate.replica.messages import (
+    PartitionQueryRequest,
+    PartitionQueryResponse,
+    QueryPartitionsRequest,
+    QueryPartitionsResponse,
+    ReplicaError,
+)
 from hotstate.server.data_dir import DISK_FAILURE_EXIT_CODE
 
 from .test_replication import Probe, _create, _writer
@@ -262,3 +269,60 @@ def test_a_damaged_metadata_log_refuses_to_start_and_a_torn_tail_is_fetched_agai
         _check_everywhere(running, "meta", 1, running.run(_write_rounds(running, "meta", 50, range(1))))
     )
     assert "cutting a damaged tail" in _server_log(running, VICTIM)
+
+
+def test_a_block_going_bad_under_a_running_replica_is_refused_and_rebuilt(start_cluster) -> None:
+    """A store block that fails its checksum when a query reads it: the query gets a refusal, never the
+    rows before the block as the whole answer, and the replica is rebuilt from the active."""
+    running = start_cluster(3)
+    table = "rot"
+    running.run(_create(running, table, partitions=1, standbys=2))
+    acked = running.run(_write_rounds(running, table, 3000, range(1)))
+    running.run(_check_everywhere(running, table, 1, acked))
+    meta = running.run(_metadata(running, table))
+    victim = next(n for n in (1, 2, 3) if n != meta.partitions[0].active)
+    _stop(running, victim)  # its memtable goes to an SST file; the restart verifies it without caching it
+    running.restart(victim)
+    running.run(running.cluster.wait_ready(30.0))
+    running.run(_converged(running, table))  # nothing read from its store: no block of it in the cache
+    [directory] = (_data_dir(running, victim) / "partitions").iterdir()
+    sst = max((directory / "store").glob("*.sst"), key=lambda p: p.stat().st_size)
+    with open(sst, "r+b") as file:
+        file.seek(sst.stat().st_size // 3)
+        byte = file.read(1)
+        file.seek(-1, os.SEEK_CUR)
+        file.write(bytes([byte[0] ^ 0xFF]))
+    answer = running.run(_scan_at(running, victim, table))
+    assert answer.error is ReplicaError.UNKNOWN_PARTITION and "checksum mismatch" in answer.message, answer
+    running.run(_check_everywhere(running, table, 1, acked))
+    log = _server_log(running, victim)
+    assert f"replica {table}/0 is damaged, not serving it: store" in log
+    assert f"replica {table}/0: discarding the damaged copy" in log
+
+
+async def _converged(running, table: str) -> None:
+    probe = Probe(running)
+    try:
+        await probe.wait_converged([1, 2, 3], table, timeout_s=40)
+    finally:
+        await probe.close()
+
+
+async def _metadata(running, table: str):
+    probe = Probe(running)
+    try:
+        return await probe.metadata(1, table)
+    finally:
+        await probe.close()
+
+
+async def _scan_at(running, node: int, table: str) -> PartitionQueryResponse:
+    probe = Probe(running)
+    try:
+        request = QueryPartitionsRequest((PartitionQueryRequest(table, 0, (), True, None, None, None, None),))
+        reply = await probe.pool.request(node, request, 5.0)
+        assert isinstance(reply, QueryPartitionsResponse)
+        [answer] = reply.answers
+        return answer
+    finally:
+        await probe.close()

@@ -61,3 +61,40 @@ def test_verify_counts_every_row_of_a_sound_store(tmp_path: Path) -> None:
     with Store.open(path) as store:
         assert store.verify() == 2000
         assert store.position == 20
+
+
+def test_a_scan_over_a_damaged_block_raises_instead_of_ending_early(tmp_path: Path) -> None:
+    """rocksdict's iteration stops quietly at a block failing its checksum; a query must not get the rows
+    before it as the whole answer."""
+    path = _made(tmp_path / "store")
+    _flip_sst(path)
+    with Store.open(path) as store, pytest.raises(StoreCorruptError, match="checksum mismatch"):
+        list(store.scan())
+
+
+def test_a_scan_that_reaches_its_end_or_limit_is_not_mistaken_for_damage(tmp_path: Path) -> None:
+    path = _made(tmp_path / "store")
+    with Store.open(path) as store:
+        assert len(list(store.scan())) == 2000
+        assert len(list(store.scan(b"k005", b"k007"))) == 200
+        assert len(list(store.scan(b"k005", limit=7))) == 7
+        assert list(store.scan(b"zzz")) == []
+        rows = iter(store.scan(b"k001", b"k002"))
+        first = next(rows)
+        store.apply([(b"k001-zzz", b"written while scanning")], 21, 1)
+        assert [first, *rows][-1][0] == b"k001-099"  # the view is as of the call
+
+
+def test_a_store_found_damaged_can_be_destroyed_and_reopened_at_once(tmp_path: Path) -> None:
+    """Nothing of the damaged store (an iterator in a traceback) keeps RocksDB's lock on the path."""
+    path = _made(tmp_path / "store")
+    _flip_sst(path)
+    store = Store.open(path)
+    try:
+        with pytest.raises(StoreCorruptError):
+            list(store.scan())
+    finally:
+        store.close()
+    Store.destroy(path)
+    with Store.open(path) as fresh:
+        assert fresh.position == 0

@@ -96,6 +96,14 @@ class StoreCorruptError(StoreError):
 _DAMAGE_MARKERS = ("Corruption:", "No such file or directory", "checksum mismatch")
 
 
+def _status_error(path: Path, what: str, iterator: RdictIter) -> StoreError | None:
+    try:
+        iterator.status()
+    except Exception as error:
+        return _store_error(path, what, error)
+    return None
+
+
 def _store_error(path: Path, what: str, error: Exception) -> StoreError:
     text = str(error)
     if any(marker in text for marker in _DAMAGE_MARKERS):
@@ -316,13 +324,21 @@ class Store:
             self._epoch = epoch
 
     def get(self, key: bytes) -> bytes | None:
-        value = self._require_open().get(key)
+        db = self._require_open()
+        try:
+            value = db.get(key)
+        except Exception as error:  # a block failing its checksum, an IO error
+            raise _store_error(self._path, "read failed", error) from None
         return cast(bytes | None, value)
 
     def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
         if not keys:
             return []
-        values = self._require_open().get(list(keys))
+        db = self._require_open()
+        try:
+            values = db.get(list(keys))
+        except Exception as error:
+            raise _store_error(self._path, "read failed", error) from None
         return cast(list[bytes | None], values)
 
     def scan(
@@ -343,19 +359,47 @@ class Store:
         items = cast(Iterator[tuple[bytes, bytes]], db.items(from_key=start, read_opt=read_options))
         cursor = _Cursor(self._path, items)
         self._cursors.add(cursor)
-        return self._scan(cursor, limit)
+        return self._scan(cursor, limit, start, end)
 
-    def _scan(self, cursor: _Cursor, limit: int | None) -> Iterator[tuple[bytes, bytes]]:
+    def _scan(
+        self, cursor: _Cursor, limit: int | None, start: bytes | None, end: bytes | None
+    ) -> Iterator[tuple[bytes, bytes]]:
         remaining = -1 if limit is None else limit
+        last: bytes | None = None
         try:
             while remaining != 0:
                 item = cursor.next_item()
                 if item is None:
+                    self._check_scan_end(start if last is None else last, last is not None, end)
                     return
+                last = item[0]
                 yield item
                 remaining -= 1
         finally:
             cursor.release()
+
+    def _check_scan_end(self, key: bytes | None, past: bool, end: bytes | None) -> None:
+        """rocksdict's item iteration ends quietly at a block it cannot read (a checksum mismatch): step
+        past where it ended with a RocksDB iterator, whose status tells damage from the end of the range
+        (StoreCorruptError rather than an answer missing rows). One seek per scan that reached its end."""
+        db = self._db
+        if db is None:
+            raise StoreError(self._path, "closed during a scan")
+        options = ReadOptions()
+        if end is not None:
+            options.set_iterate_upper_bound(end)
+        iterator = db.iter(options)
+        if key is None:
+            iterator.seek_to_first()
+        else:
+            iterator.seek(key)
+            if past and iterator.valid() and iterator.key() == key:
+                iterator.next()
+        failure = _status_error(self._path, "scan failed", iterator)
+        # The iterator holds the DB open (and its LOCK): it must not live on in the traceback's frame.
+        del iterator
+        if failure is not None:
+            raise failure
 
     def snapshot(self) -> StoreSnapshot:
         """A consistent view of the data with the (position, epoch) it reflects; close it when done."""
@@ -393,11 +437,11 @@ class Store:
                 if column is db:
                     count += 1
                 iterator.next()
-            try:
-                iterator.status()
-            except Exception as error:
-                raise _store_error(self._path, "verification failed", error) from None
-            del iterator
+            failure = _status_error(self._path, "verification failed", iterator)
+            del iterator  # see _check_scan_end
+            if failure is not None:
+                del column  # a column family handle holds the DB open too
+                raise failure
         return count
 
     def close(self) -> None:

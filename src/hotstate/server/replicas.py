@@ -412,6 +412,16 @@ class ReplicaManager:
             rebuilt.core.set_metadata(_view(replica.info), monotonic_ms())
             self._pump(rebuilt)
 
+    def store_failed(self, replica: LocalReplica, error: StoreError) -> None:
+        """A read of `replica`'s store failed: damaged (rebuilt, as found at open) or the disk's fault."""
+        if self.replicas.get(replica.pid) is not replica:
+            return
+        if isinstance(error, StoreCorruptError):
+            self._damaged_while_running(replica, error)
+        else:
+            self._take_offline(replica)
+            self._disk_failed(f"reading replica {replica.table.name}/{replica.partition} failed: {error}")
+
     def _disk_failed(self, reason: str) -> None:
         if self.disk_failure is not None:
             return
@@ -641,7 +651,11 @@ class ReplicaManager:
             )
         start = None if request.after_key is None else request.after_key + b"\x00"
         limit = max(1, min(request.limit, 100_000))
-        items = tuple(replica.store.scan(start, None, limit=limit))
+        try:
+            items = tuple(replica.store.scan(start, None, limit=limit))
+        except StoreError as error:
+            self.store_failed(replica, error)
+            return ReadPartitionResponse(ReplicaError.UNKNOWN_PARTITION, f"replica failed: {error}")
         return ReadPartitionResponse(ReplicaError.NONE, "", replica.store.position, items)
 
     def lag_info(self) -> list[LagInfo]:
