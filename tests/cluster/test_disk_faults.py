@@ -211,8 +211,10 @@ def test_a_full_disk_stops_the_server_and_writes_go_on_elsewhere_without_loss(st
     with _tmpfs(data, "96m"):
         running.restart(VICTIM)
         running.run(running.cluster.wait_ready(30.0))
-        running.run(_create(running, table, partitions=2, standbys=2))
+        running.run(_create(running, table, partitions=3, standbys=2))
         acked = running.run(_write_rounds(running, table, 500, range(2)))
+        # The victim leads a partition: that partition's writes must move, not just stop.
+        assert VICTIM in {p.active for p in running.run(_metadata(running, table)).partitions}
         filler = _fill(data)
         # Every write goes on being acknowledged while the victim finds out and leaves.
         acked.update(running.run(_write_rounds(running, table, 500, range(2, 8))))
@@ -230,7 +232,7 @@ def test_a_full_disk_stops_the_server_and_writes_go_on_elsewhere_without_loss(st
         filler.unlink()
         running.restart(VICTIM)
         running.run(running.cluster.wait_ready(30.0))
-        running.run(_check_everywhere(running, table, 2, acked))
+        running.run(_check_everywhere(running, table, 3, acked))
         _stop(running, VICTIM)
 
 
@@ -326,3 +328,30 @@ async def _scan_at(running, node: int, table: str) -> PartitionQueryResponse:
         return answer
     finally:
         await probe.close()
+
+
+def test_the_last_in_sync_replica_is_never_discarded(start_cluster) -> None:
+    """No other copy holds every acknowledged write: the damaged one is kept for an operator, not
+    replaced by an empty one that could become the active."""
+    running = start_cluster(3)
+    table = "alone"
+    running.run(_create(running, table, partitions=1, standbys=0))
+    running.run(_write_rounds(running, table, 300, range(2)))
+    [part] = running.run(_metadata(running, table)).partitions
+    [holder] = part.replicas
+    _stop(running, holder)
+    [directory] = (_data_dir(running, holder) / "partitions").iterdir()
+    _log_middle(directory)
+    [segment] = sorted((directory / "log").glob("*.log"))
+    damaged = segment.read_bytes()
+    running.restart(holder)
+    running.run(running.cluster.wait_ready(30.0))
+    end = time.monotonic() + 10
+    while "only in-sync replica" not in (log := _server_log(running, holder)):
+        assert time.monotonic() < end, log[-3000:]
+        time.sleep(0.05)
+    assert f"replica {table}/0 is damaged, not serving it: corrupt log data" in log
+    assert "discarding the damaged copy" not in log
+    assert segment.read_bytes() == damaged and list((directory / "store").glob("*.sst"))  # kept as found
+    answer = running.run(_scan_at(running, holder, table))
+    assert answer.error is ReplicaError.UNKNOWN_PARTITION, answer
