@@ -3,6 +3,7 @@ checked against each other when it opens."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 from pathlib import Path
@@ -10,8 +11,12 @@ from pathlib import Path
 import pytest
 
 from hotstate.log import Log
+from hotstate.raft.config import RaftConfig
+from hotstate.raft.node import RaftRole
+from hotstate.raft.storage import RaftStorage
 from hotstate.replica.store import Store
 from hotstate.server.data_dir import DataDirError, check_writable
+from hotstate.server.raft_driver import RaftDriver
 from hotstate.server.replicas import DamagedReplicaError, open_replica_files
 
 
@@ -69,3 +74,56 @@ def test_a_log_cut_below_the_store_restarts_at_the_store_position(tmp_path: Path
     finally:
         log.close()
         store.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
+def test_a_full_disk_under_the_metadata_log_stops_the_member_and_reports_it(tmp_path: Path) -> None:
+    """A Ready that cannot be made durable: nothing of it leaves, the member stops, the server is told."""
+    metadata = tmp_path / "metadata"
+    metadata.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(metadata)], check=True)
+    try:
+
+        async def scenario() -> list[str]:
+            failures: list[str] = []
+            driver = RaftDriver(
+                1,
+                [1],
+                RaftConfig(),
+                RaftStorage(metadata),
+                send=lambda message: None,
+                on_committed=lambda entries, snapshot: None,
+                on_disk_failure=failures.append,
+            )
+            driver.start()
+            for _ in range(200):
+                if driver.node.role is RaftRole.LEADER:
+                    break
+                await asyncio.sleep(0.01)
+            fd = os.open(metadata / "filler", os.O_WRONLY | os.O_CREAT)
+            try:
+                while True:
+                    os.write(fd, b"\0" * 65536)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+            driver.propose(b"x" * 200_000)
+            for _ in range(200):
+                if failures:
+                    break
+                await asyncio.sleep(0.01)
+            await driver.stop()
+            return failures
+
+        failures = asyncio.run(scenario())
+        assert len(failures) == 1 and "No space left on device" in failures[0], failures
+        # The member's log on disk never got the entry; it reopens (the tail cut if torn).
+        (metadata / "filler").unlink()
+        storage = RaftStorage(metadata)
+        try:
+            assert all(entry.data != b"x" * 200_000 for entry in storage.load().entries)
+        finally:
+            storage.close()
+    finally:
+        subprocess.run(["umount", "-l", str(metadata)], check=False)
