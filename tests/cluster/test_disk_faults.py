@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from hotstate.cli.local_cluster import LocalCluster
 from hotstate.log.batch import HEADER_SIZE
 from hotstate.replica.messages import (
     PartitionQueryRequest,
@@ -56,8 +57,11 @@ def _wait_dead(running, node_id: int, timeout_s: float) -> None:
 
 
 def _run_server(running, node_id: int) -> subprocess.CompletedProcess[str]:
+    return _run(running.server(node_id).directory(running.cluster.root) / "server.toml")
+
+
+def _run(config: Path) -> subprocess.CompletedProcess[str]:
     """One server started by hand, to see its exit code and output (LocalCluster keeps neither)."""
-    config = running.server(node_id).directory(running.cluster.root) / "server.toml"
     return subprocess.run(
         [sys.executable, "-m", "hotstate.cli.main", "server", "--config", str(config)],
         capture_output=True,
@@ -237,14 +241,16 @@ def test_a_full_disk_stops_the_server_and_writes_go_on_elsewhere_without_loss(st
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="a read-only bind mount needs root")
-def test_a_read_only_data_directory_refuses_to_start_with_one_line(start_cluster) -> None:
-    running = start_cluster(3, hold=(VICTIM,))
-    data = _data_dir(running, VICTIM)
+def test_a_read_only_data_directory_refuses_to_start_with_one_line(tmp_path: Path) -> None:
+    cluster = LocalCluster.create(tmp_path / "cluster", 1)
+    cluster.write_configs()
+    [server] = cluster.servers
+    data = server.directory(cluster.root).resolve() / "data"
     data.mkdir(parents=True, exist_ok=True)
     subprocess.run(["mount", "--bind", str(data), str(data)], check=True)
     try:
         subprocess.run(["mount", "-o", "remount,bind,ro", str(data)], check=True)
-        refused = _run_server(running, VICTIM)
+        refused = _run(server.directory(cluster.root) / "server.toml")
     finally:
         subprocess.run(["umount", "-l", str(data)], check=False)
     assert refused.returncode == DISK_FAILURE_EXIT_CODE, refused.stderr[-2000:]
