@@ -277,3 +277,23 @@ def test_an_emptied_log_may_restart_at_a_lower_epoch(tmp_path: Path, how: str) -
     with open_log(tmp_path) as log:
         assert (log.start_offset, log.end_offset, log.epoch_entries()) == (4, 6, [(0, 4)])
         assert flat(log) == [(4, 0, b"low"), (5, 0, b"low again")]
+
+
+def test_a_log_flushed_by_its_caller_refuses_damage_in_an_older_segment(tmp_path: Path) -> None:
+    """The Raft storage fsyncs before it acknowledges: a damaged older segment may hold acknowledged
+    entries, so recovery refuses rather than ending the log there (as it does for an unflushed log)."""
+    write_pristine(tmp_path, "never", clean=False)
+    second = segment_files(tmp_path)[1]
+    second.write_bytes(second.read_bytes()[:-5])
+    with pytest.raises(CorruptLogError, match=second.name):
+        Log.open(tmp_path, segment_bytes=SEGMENT_BYTES, index_interval_bytes=64, flushed_by_caller=True)
+    assert len(segment_files(tmp_path)) >= 3  # nothing was cut or dropped
+
+
+def test_a_log_flushed_by_its_caller_still_cuts_a_torn_tail(tmp_path: Path) -> None:
+    batches = write_pristine(tmp_path, "never", clean=False)
+    last = segment_files(tmp_path)[-1]
+    last.write_bytes(last.read_bytes()[:-5])
+    log = Log.open(tmp_path, segment_bytes=SEGMENT_BYTES, index_interval_bytes=64, flushed_by_caller=True)
+    with log:
+        assert flat(log) == flat_batches(batches[:-1])

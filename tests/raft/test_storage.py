@@ -195,3 +195,41 @@ def test_segments_wholly_below_a_snapshot_are_deleted(tmp_path: Path) -> None:
     store.close()
     loaded = RaftStorage(tmp_path, segment_bytes=600).load()
     assert loaded.entries[0].offset == 150 and loaded.entries[-1].offset == 199
+
+
+def _committed_cluster(tmp_path: Path) -> tuple[DiskCluster, list[bytes]]:
+    cluster = DiskCluster(tmp_path, (1, 2, 3))
+    leader = _elect(cluster, 0)
+    for i in range(20):
+        leader.propose(f"v{i}".encode(), cluster.now)
+        cluster.run()  # one batch per proposal: damage can sit in the middle
+    return cluster, [e.data for e in cluster.applied[leader.id] if e.kind is EntryKind.DATA]
+
+
+def test_a_damaged_middle_of_the_metadata_log_refuses_to_start(tmp_path: Path) -> None:
+    cluster, _ = _committed_cluster(tmp_path)
+    follower = next(n for n in cluster.nodes.values() if n.role is not RaftRole.LEADER).id
+    cluster.crash(follower)
+    [segment] = sorted((tmp_path / f"member-{follower}" / "log").glob("*.log"))
+    data = bytearray(segment.read_bytes())
+    data[30] ^= 0xFF  # inside the first batch; valid ones follow
+    segment.write_bytes(bytes(data))
+    with pytest.raises(StorageError, match=f"metadata log damaged: corrupt log data in {segment}"):
+        RaftStorage(tmp_path / f"member-{follower}").load()
+
+
+def test_a_torn_tail_of_the_metadata_log_is_cut_and_fetched_again(tmp_path: Path) -> None:
+    cluster, committed = _committed_cluster(tmp_path)
+    follower = next(n for n in cluster.nodes.values() if n.role is not RaftRole.LEADER).id
+    cluster.crash(follower)
+    [segment] = sorted((tmp_path / f"member-{follower}" / "log").glob("*.log"))
+    segment.write_bytes(segment.read_bytes()[:-5])
+    node = cluster.start(follower)
+    before = [e.data for e in node.log.read_between(0, node.log.end_offset) if e.kind is EntryKind.DATA]
+    assert before == committed[: len(before)] and len(before) < len(committed)
+    cluster.tick_all(cluster.now + 10)
+    leader = cluster.leader()
+    leader.propose(b"after", cluster.now)
+    cluster.run()
+    after = [e.data for e in node.log.read_between(0, node.log.end_offset) if e.kind is EntryKind.DATA]
+    assert after == [*committed, b"after"]

@@ -95,8 +95,13 @@ class Log:
         fsync: FsyncPolicy = "never",
         segment_bytes: int = 64 * 1024 * 1024,
         index_interval_bytes: int = 4096,
+        flushed_by_caller: bool = False,
     ) -> Log:
-        """Open the log in `directory` (created if missing) and recover it; see the module docstring."""
+        """Open the log in `directory` (created if missing) and recover it; see the module docstring.
+
+        flushed_by_caller: the caller flushes after its writes and before telling anyone of them, so only
+        the last segment's tail can be torn (recovery.py).
+        """
         if fsync not in get_args(FsyncPolicy):
             raise ValueError(f"fsync must be one of {get_args(FsyncPolicy)}, got {fsync!r}")
         if not HEADER_SIZE < segment_bytes <= MAX_SEGMENT_BYTES:
@@ -116,7 +121,12 @@ class Log:
             raise LogError(f"log directory {path} is open elsewhere") from None
         log = cls(path, fsync, segment_bytes, index_interval_bytes, lock_fd)
         try:
-            recovered = recover(path, always=fsync == "always", index_interval_bytes=index_interval_bytes)
+            recovered = recover(
+                path,
+                always=fsync == "always",
+                index_interval_bytes=index_interval_bytes,
+                flushed_by_caller=flushed_by_caller,
+            )
         except BaseException:
             os.close(lock_fd)
             raise
@@ -434,7 +444,10 @@ class Log:
         os.close(self._lock_fd)  # also drops the flock
         self._closed = True
 
-    def _abandon(self) -> None:
-        """Close without flushing or marking a clean shutdown: what a crash of the process leaves (tests)."""
+    def abandon(self) -> None:
+        """Close without flushing or marking a clean shutdown: what a crash of the process leaves (a failed
+        disk; tests), so the next open validates every segment."""
         if not self._closed:
             self._release()
+
+    _abandon = abandon

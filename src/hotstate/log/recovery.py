@@ -9,6 +9,9 @@
   and rebuilt. After an unclean stop of an fsync="never" log every segment is validated (the page cache
   may have lost any unsynced part) and the log ends at the first damage, as Kafka's recovery does.
 - Damage followed by a valid batch is corruption, not a torn write: CorruptLogError, nothing is cut.
+- A caller that fsyncs every write before it tells anyone of it (flushed_by_caller: the Raft storage) can
+  only have a torn tail in the last segment: damage in an older segment is CorruptLogError too, rather
+  than an end of the log with the later segments dropped (they may hold acknowledged entries).
 - Segments wholly below the persisted start offset are deleted (a crash during advance_start_offset);
   a log whose recovered end fell below its start is emptied at the start.
 - The epoch file is made to agree with the records: entries past the end are dropped (a crash during a
@@ -52,9 +55,11 @@ class RecoveredLog(NamedTuple):
     epochs: LeaderEpochCache
 
 
-def recover(directory: Path, *, always: bool, index_interval_bytes: int) -> RecoveredLog:
+def recover(
+    directory: Path, *, always: bool, index_interval_bytes: int, flushed_by_caller: bool = False
+) -> RecoveredLog:
     """Recover the log in `directory` (see the module docstring); the caller owns the open segments."""
-    recovery = _Recovery(directory, always, index_interval_bytes)
+    recovery = _Recovery(directory, always, index_interval_bytes, flushed_by_caller)
     try:
         return recovery.run()
     except BaseException:
@@ -78,9 +83,12 @@ def epochs_from(changes: Sequence[tuple[int, int]], start: int) -> list[tuple[in
 
 
 class _Recovery:
-    def __init__(self, directory: Path, always: bool, index_interval_bytes: int) -> None:
+    def __init__(
+        self, directory: Path, always: bool, index_interval_bytes: int, flushed_by_caller: bool
+    ) -> None:
         self.directory = directory
         self.always = always
+        self.flushed_by_caller = flushed_by_caller
         self.index_interval = index_interval_bytes
         self.segments: list[Segment] = []
 
@@ -158,10 +166,17 @@ class _Recovery:
         scanned: list[tuple[Segment, ScanResult]] = []
         for i, segment in enumerate(self.segments):
             if scanned and segment.base_offset != scanned[-1][1].next_offset:
-                self.drop_from(i, f"{segment.path.name} does not follow offset {scanned[-1][1].next_offset}")
+                why = f"{segment.path.name} does not follow offset {scanned[-1][1].next_offset}"
+                if self.flushed_by_caller:
+                    raise CorruptLogError(segment.path, 0, why)
+                self.drop_from(i, why)
                 break
             result = segment.scan(self.index_interval)
             scanned.append((segment, result))
+            if result.damage is not None and self.flushed_by_caller and i + 1 < len(self.segments):
+                raise CorruptLogError(
+                    segment.path, result.valid_bytes, f"{result.damage}, in a segment with others after it"
+                )
             if result.damage is not None:
                 self.cut_tail(segment, result)
                 self.drop_from(i + 1, f"{segment.path.name} has a damaged tail")

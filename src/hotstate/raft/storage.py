@@ -10,6 +10,14 @@ The core never imports this module; a shell loads the state here to build a `Raf
 Write order: quorum state, then each log operation in turn (a snapshot is durable before the log below it
 is dropped), then one fsync of the log. Loading repairs the one gap a crash can leave, a snapshot saved
 but the log not yet compacted or reset behind it.
+
+Damage (docs/replication.md, "Bad disks"): every Ready is fsynced before any message about it leaves, so
+a crash can tear only what no peer was told of: the tail of the last segment written since the last
+fsync. Such a tail is cut on open (with a warning naming the file), as KRaft does, and the member fetches
+it again from the leader. Damage anywhere else (a bad batch with valid ones after it, a bad batch in an
+older segment) hit entries this member may have acknowledged, which a Raft leader counted toward a
+commit: cutting them could let this member vote for a candidate missing a committed entry. Loading then
+raises StorageError, and the server refuses to start, naming the file and byte.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import crc32c
 import msgpack
 
 from hotstate.log import Log, RecordBatch
+from hotstate.log.errors import CorruptLogError
 from hotstate.raft.quorum_state import QuorumState
 from hotstate.raft.ready import AppendEntries, Ready, SaveSnapshot, TruncateTo
 from hotstate.raft.records import Entry, EntryKind, Snapshot, SnapshotId
@@ -58,7 +67,12 @@ class RaftStorage:
         self.directory.mkdir(parents=True, exist_ok=True)
         # One fsync per Ready (in write) rather than one per batch: the log itself never syncs on its own.
         # Small segments: a snapshot frees the segments wholly below it, so they must not be huge.
-        self.log = Log.open(self.directory / "log", fsync="never", segment_bytes=segment_bytes)
+        try:
+            self.log = Log.open(
+                self.directory / "log", fsync="never", segment_bytes=segment_bytes, flushed_by_caller=True
+            )
+        except CorruptLogError as error:
+            raise _corrupt(error) from error
         self._snapshot_path: Path | None = None
 
     def close(self) -> None:
@@ -85,7 +99,11 @@ class RaftStorage:
             raise StorageError(
                 f"{self.log.directory}: log starts at {self.log.start_offset} but no snapshot covers it"
             )
-        return LoadedState(state, snapshot, self._read_entries())
+        try:
+            entries = self._read_entries()
+        except CorruptLogError as error:
+            raise _corrupt(error) from error
+        return LoadedState(state, snapshot, entries)
 
     def _read_entries(self) -> list[Entry]:
         entries: list[Entry] = []
@@ -181,6 +199,15 @@ class RaftStorage:
         previous, self._snapshot_path = self._snapshot_path, path
         if previous is not None and previous != path:
             previous.unlink(missing_ok=True)
+
+
+def _corrupt(error: CorruptLogError) -> StorageError:
+    return StorageError(
+        f"metadata log damaged: {error}. Refusing to start: the damage is not a torn tail, so it may hold "
+        "entries this member acknowledged, and dropping them could let it vote a committed entry away. "
+        "Restore the file, or (only if a majority of the other voters are healthy) remove the metadata "
+        "directory so that this member rejoins empty and fetches the log from the leader."
+    )
 
 
 def _snapshot_sort_key(path: Path) -> tuple[int, int]:

@@ -20,6 +20,7 @@ store, either the complete old one or the complete new one:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import struct
@@ -45,7 +46,15 @@ from rocksdict import (
 
 from hotstate.log.files import fsync_dir, fsync_file
 
-__all__ = ["Store", "StoreError", "StoreInstall", "StorePaths", "StoreSnapshot", "store_paths"]
+__all__ = [
+    "Store",
+    "StoreCorruptError",
+    "StoreError",
+    "StoreInstall",
+    "StorePaths",
+    "StoreSnapshot",
+    "store_paths",
+]
 
 META_COLUMN_FAMILY = "hotstate.meta"
 _APPLIED_KEY = b"applied"
@@ -73,6 +82,33 @@ class StoreError(Exception):
     def __init__(self, path: Path, message: str) -> None:
         super().__init__(f"store {path}: {message}")
         self.path = path
+
+
+class StoreCorruptError(StoreError):
+    """The store's files are damaged or missing (RocksDB's Corruption status, a file its MANIFEST names
+    that is gone, a block whose checksum fails): its contents cannot be trusted. Unlike a plain StoreError
+    (no space, a read-only disk) this says nothing about the disk being unusable now, only that this copy
+    is lost: the replica can be rebuilt from another one."""
+
+
+# RocksDB's status texts for damaged files rather than a failing disk: a Corruption status, or a file the
+# MANIFEST (or CURRENT) names that is not there.
+_DAMAGE_MARKERS = ("Corruption:", "No such file or directory", "checksum mismatch")
+
+
+def _status_error(path: Path, what: str, iterator: RdictIter) -> StoreError | None:
+    try:
+        iterator.status()
+    except Exception as error:
+        return _store_error(path, what, error)
+    return None
+
+
+def _store_error(path: Path, what: str, error: Exception) -> StoreError:
+    text = str(error)
+    if any(marker in text for marker in _DAMAGE_MARKERS):
+        return StoreCorruptError(path, f"{what}: {text}")
+    return StoreError(path, f"{what}: {text}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +159,7 @@ def _open_rdict(path: Path) -> Rdict:
     try:
         return Rdict(str(path), _options(), column_families={META_COLUMN_FAMILY: _options()})
     except Exception as error:  # rocksdict raises bare Exceptions carrying RocksDB's status text
-        raise StoreError(path, f"cannot open: {error}") from None
+        raise _store_error(path, "cannot open", error) from None
 
 
 def _read_applied(path: Path, db: Rdict) -> tuple[int, int]:
@@ -131,7 +167,7 @@ def _read_applied(path: Path, db: Rdict) -> tuple[int, int]:
     if raw is None:
         return 0, 0
     if not isinstance(raw, bytes) or len(raw) != _APPLIED.size:
-        raise StoreError(path, f"corrupt applied-position entry {raw!r}")
+        raise StoreCorruptError(path, f"corrupt applied-position entry {raw!r}")
     position, epoch = _APPLIED.unpack(raw)
     return position, epoch
 
@@ -283,18 +319,26 @@ class Store:
             try:
                 db.write(batch, self._write_options)
             except Exception as error:
-                raise StoreError(self._path, f"write failed: {error}") from None
+                raise _store_error(self._path, "write failed", error) from None
             self._position = position
             self._epoch = epoch
 
     def get(self, key: bytes) -> bytes | None:
-        value = self._require_open().get(key)
+        db = self._require_open()
+        try:
+            value = db.get(key)
+        except Exception as error:  # a block failing its checksum, an IO error
+            raise _store_error(self._path, "read failed", error) from None
         return cast(bytes | None, value)
 
     def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
         if not keys:
             return []
-        values = self._require_open().get(list(keys))
+        db = self._require_open()
+        try:
+            values = db.get(list(keys))
+        except Exception as error:
+            raise _store_error(self._path, "read failed", error) from None
         return cast(list[bytes | None], values)
 
     def scan(
@@ -315,19 +359,47 @@ class Store:
         items = cast(Iterator[tuple[bytes, bytes]], db.items(from_key=start, read_opt=read_options))
         cursor = _Cursor(self._path, items)
         self._cursors.add(cursor)
-        return self._scan(cursor, limit)
+        return self._scan(cursor, limit, start, end)
 
-    def _scan(self, cursor: _Cursor, limit: int | None) -> Iterator[tuple[bytes, bytes]]:
+    def _scan(
+        self, cursor: _Cursor, limit: int | None, start: bytes | None, end: bytes | None
+    ) -> Iterator[tuple[bytes, bytes]]:
         remaining = -1 if limit is None else limit
+        last: bytes | None = None
         try:
             while remaining != 0:
                 item = cursor.next_item()
                 if item is None:
+                    self._check_scan_end(start if last is None else last, last is not None, end)
                     return
+                last = item[0]
                 yield item
                 remaining -= 1
         finally:
             cursor.release()
+
+    def _check_scan_end(self, key: bytes | None, past: bool, end: bytes | None) -> None:
+        """rocksdict's item iteration ends quietly at a block it cannot read (a checksum mismatch): step
+        past where it ended with a RocksDB iterator, whose status tells damage from the end of the range
+        (StoreCorruptError rather than an answer missing rows). One seek per scan that reached its end."""
+        db = self._db
+        if db is None:
+            raise StoreError(self._path, "closed during a scan")
+        options = ReadOptions()
+        if end is not None:
+            options.set_iterate_upper_bound(end)
+        iterator = db.iter(options)
+        if key is None:
+            iterator.seek_to_first()
+        else:
+            iterator.seek(key)
+            if past and iterator.valid() and iterator.key() == key:
+                iterator.next()
+        failure = _status_error(self._path, "scan failed", iterator)
+        # The iterator holds the DB open (and its LOCK): it must not live on in the traceback's frame.
+        del iterator
+        if failure is not None:
+            raise failure
 
     def snapshot(self) -> StoreSnapshot:
         """A consistent view of the data with the (position, epoch) it reflects; close it when done."""
@@ -346,6 +418,32 @@ class Store:
         value = self._require_open().property_int_value("rocksdb.estimate-num-keys")
         return value or 0
 
+    def verify(self) -> int:
+        """Read every entry of both column families with block checksums on; the number of data entries.
+
+        RocksDB checks at open only that the files its MANIFEST names exist; a damaged block is found when
+        read, and a plain iteration over it just ends early. This reads it all (without filling the block
+        cache) and raises StoreCorruptError on the first damage, naming RocksDB's status.
+        """
+        db = self._require_open()
+        count = 0
+        for column in (db, db.get_column_family(META_COLUMN_FAMILY)):
+            options = ReadOptions()
+            options.set_verify_checksums(True)
+            options.fill_cache(False)  # type: ignore[call-arg]  # the stub lacks the flag
+            iterator = column.iter(options)
+            iterator.seek_to_first()
+            while iterator.valid():
+                if column is db:
+                    count += 1
+                iterator.next()
+            failure = _status_error(self._path, "verification failed", iterator)
+            del iterator  # see _check_scan_end
+            if failure is not None:
+                del column  # a column family handle holds the DB open too
+                raise failure
+        return count
+
     def close(self) -> None:
         with self._lock:
             db = self._db
@@ -359,6 +457,9 @@ class Store:
                 cursor.release()
             self._meta = None
             self._db = None
+            # Memtables to SST files: the next open replays no WAL, and verify() checks every row's block.
+            with contextlib.suppress(Exception):
+                db.flush()
             try:
                 db.close()
             finally:

@@ -2,6 +2,8 @@
 
 SIGTERM runs a controlled shutdown (the controller moves this server's actives away, committed, before
 the process exits); SIGKILL loses nothing committed, since every Ready is fsynced before it is answered.
+A data directory that cannot be written or trusted stops the server the same way, with the exit code
+`data_dir.DISK_FAILURE_EXIT_CODE` (at start: before anything is opened).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import sys
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -49,7 +52,7 @@ from hotstate.raft.messages import (
 )
 from hotstate.raft.node import RaftRole
 from hotstate.raft.records import Entry, Snapshot
-from hotstate.raft.storage import RaftStorage
+from hotstate.raft.storage import RaftStorage, StorageError
 from hotstate.replica import messages as replica_messages
 from hotstate.routing.hedging import HedgePolicy
 from hotstate.rpc import NOT_SENT, Connection, PeerInfo, PeerPool, RpcError, RpcServer
@@ -58,6 +61,7 @@ from hotstate.server.config import ServerConfig
 from hotstate.server.console_feed import ConsoleFeed
 from hotstate.server.console_http import ConsoleContext
 from hotstate.server.controller_host import ControllerHost
+from hotstate.server.data_dir import DISK_FAILURE_EXIT_CODE, DataDirError, check_writable
 from hotstate.server.http import HttpContext, build_app, http_server
 from hotstate.server.lifecycle import ServerLifecycle
 from hotstate.server.liveness import Liveness
@@ -104,6 +108,9 @@ HTTP_STOP_TIMEOUT_S = 5.0
 FORWARD_TIMEOUT_S = 5.0
 PEER_BACKOFF_MAX_S = 0.25
 SHUTDOWN_TIMEOUT_S = 10.0
+# After a disk failure the controlled shutdown may have no quorum to commit it (this server may be the
+# metadata leader that can no longer write): bounded, since the others fence it on its exit anyway.
+DISK_FAILURE_SHUTDOWN_TIMEOUT_S = 3.0
 
 
 class Server:
@@ -111,6 +118,9 @@ class Server:
         self.config = config
         self.incarnation_id = uuid.uuid4().hex
         self._stopped = asyncio.Event()
+        self._stop_requested = asyncio.Event()
+        # Set when the server stops for a disk fault: run_server exits with it.
+        self.exit_code = 0
         self.driver: RaftDriver | None = None
         self.rpc: RpcServer | None = None
         self.pool: PeerPool | None = None
@@ -132,7 +142,7 @@ class Server:
     async def start(self) -> None:
         config = self.config
         data_dir = Path(config.data_dir)
-        data_dir.mkdir(parents=True, exist_ok=True)
+        check_writable(data_dir)
         storage = RaftStorage(data_dir / "metadata")
         self.pool = PeerPool(
             config.node_id,
@@ -153,6 +163,7 @@ class Server:
             send=self._send_raft,
             on_committed=self._on_committed,
             on_role_change=self._on_role_change,
+            on_disk_failure=self.disk_failed,
         )
         self.metadata = MetadataPublisher(
             snapshot=self.driver.initial_snapshot,
@@ -164,6 +175,7 @@ class Server:
         )
         if config.is_broker:
             pool = self.pool
+            metadata = self.metadata
             self.replicas = ReplicaManager(
                 config.node_id,
                 data_dir,
@@ -173,6 +185,8 @@ class Server:
                 send=pool.send_oneway,
                 request=pool.request,
                 to_controller=self._to_controller,
+                ready=lambda: metadata.not_ready() is None,
+                on_disk_failure=self.disk_failed,
             )
         if config.is_broker:
             replicas = self.replicas
@@ -273,12 +287,19 @@ class Server:
             self.incarnation_id,
         )
 
+    def disk_failed(self, reason: str) -> None:
+        """A write on the data directory failed: shut down (controlled, bounded) and exit with
+        DISK_FAILURE_EXIT_CODE. The caller has logged the failure."""
+        if self.exit_code == 0:
+            self.exit_code = DISK_FAILURE_EXIT_CODE
+            self._stop_requested.set()
+
     async def stop(self, *, controlled: bool) -> None:
         if controlled and self.lifecycle is not None:
             log.info("controlled shutdown: asking the controller to move this server's actives away")
             driver = self.driver
             await self.lifecycle.controlled_shutdown(
-                SHUTDOWN_TIMEOUT_S,
+                DISK_FAILURE_SHUTDOWN_TIMEOUT_S if self.exit_code else SHUTDOWN_TIMEOUT_S,
                 leader_known=lambda: driver is not None and driver.node.leader_id is not None,
             )
         for task in self._tasks:
@@ -310,12 +331,16 @@ class Server:
         await self.start()
         runtime.settle_gc()
         loop = asyncio.get_running_loop()
-        stop_requested = asyncio.Event()
         for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, stop_requested.set)
-        await stop_requested.wait()
+            loop.add_signal_handler(signum, self._stop_requested.set)
+        await self._stop_requested.wait()
         await self.stop(controlled=True)
-        log.info("server %d stopped", self.config.node_id)
+        if self.exit_code:
+            log.critical(
+                "server %d stopped after a disk failure (exit code %d)", self.config.node_id, self.exit_code
+            )
+        else:
+            log.info("server %d stopped", self.config.node_id)
 
     # ------------------------------------------------------------------ quorum plumbing
     def _send_raft(self, message: Message) -> None:
@@ -506,7 +531,11 @@ def run_server(config: ServerConfig) -> None:
         format=f"%(asctime)s server-{config.node_id} %(levelname)s %(name)s: %(message)s",
     )
 
-    async def main() -> None:
-        await Server(config).run_until_signalled()
-
-    runtime.run(main())
+    server = Server(config)
+    try:
+        runtime.run(server.run_until_signalled())
+    except (DataDirError, StorageError) as error:
+        log.critical("server %d refuses to start: %s", config.node_id, error)
+        sys.exit(DISK_FAILURE_EXIT_CODE)
+    if server.exit_code:
+        sys.exit(server.exit_code)

@@ -38,6 +38,7 @@ from hotstate.replica.messages import (
     ReplicaError,
 )
 from hotstate.replica.rows import decode_row, may_hold_non_finite
+from hotstate.replica.store import StoreError
 from hotstate.routing.freshness import END_UNKNOWN, bound_refusal, served_lag
 from hotstate.routing.freshness import local_lag as local_lag  # where it lived before routing.freshness
 from hotstate.routing.hedging import HedgeConfig, HedgePolicy, last_if_slow
@@ -545,16 +546,24 @@ class QueryService:
             return _behind_token(replica, request.min_position, state, position)
         store = replica.store
         items: tuple[tuple[bytes, bytes], ...]
-        if request.scan:
-            limit = MAX_ROWS + 1 if request.limit is None else min(request.limit, MAX_ROWS + 1)
-            items = tuple(store.scan(request.start, request.end, limit=limit))
-        elif len(request.keys) == 1:
-            [key] = request.keys
-            value = store.get(key)
-            items = () if value is None else ((key, value),)
-        else:
-            values = store.get_many(request.keys)
-            items = tuple((k, v) for k, v in zip(request.keys, values, strict=True) if v is not None)
+        try:
+            if request.scan:
+                limit = MAX_ROWS + 1 if request.limit is None else min(request.limit, MAX_ROWS + 1)
+                items = tuple(store.scan(request.start, request.end, limit=limit))
+            elif len(request.keys) == 1:
+                [key] = request.keys
+                value = store.get(key)
+                items = () if value is None else ((key, value),)
+            else:
+                values = store.get_many(request.keys)
+                items = tuple((k, v) for k, v in zip(request.keys, values, strict=True) if v is not None)
+        except StoreError as error:
+            # A damaged block or a failing disk: never a partial answer (the replica goes offline).
+            assert self._replicas is not None
+            self._replicas.store_failed(replica, error)
+            return PartitionQueryResponse(
+                ReplicaError.UNKNOWN_PARTITION, f"server {self.node_id}'s replica of it failed: {error}"
+            )
         return PartitionQueryResponse(ReplicaError.NONE, "", state, position, offset_lag, items)
 
     def _local_lag(self, replica: LocalReplica) -> tuple[str, int, int | None]:

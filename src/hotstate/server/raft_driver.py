@@ -43,10 +43,12 @@ class RaftDriver:
         send: Callable[[Message], None],
         on_committed: CommitCallback,
         on_role_change: Callable[[RaftNode], None] | None = None,
+        on_disk_failure: Callable[[str], None] | None = None,
         clock: Callable[[], int] = monotonic_ms,
         seed: int | None = None,
     ) -> None:
         self._storage = storage
+        self._on_disk_failure = on_disk_failure
         self._send = send
         self._on_committed = on_committed
         self._on_role_change = on_role_change
@@ -109,7 +111,11 @@ class RaftDriver:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        self._storage.close()
+        try:
+            self._storage.close()
+        except OSError as error:  # the disk failed: leave the log as a crash would, to be validated
+            log.warning("metadata log %s not closed cleanly: %s", self._storage.directory, error)
+            self._storage.log.abandon()
 
     async def _run(self) -> None:
         node = self.node
@@ -139,7 +145,16 @@ class RaftDriver:
             ready = node.ready()
             if ready.must_sync:
                 # fsync off the event loop; inputs arriving meanwhile wait in the inbox, as the core expects.
-                await asyncio.to_thread(self._storage.write, ready)
+                try:
+                    await asyncio.to_thread(self._storage.write, ready)
+                except OSError as error:
+                    # Nothing of this Ready may leave (a vote or an ack for what is not on disk): the member
+                    # stops here, and the server shuts down.
+                    self._stopping = True
+                    log.critical("metadata log %s: write failed: %s", self._storage.directory, error)
+                    if self._on_disk_failure is not None:
+                        self._on_disk_failure(f"metadata log write failed: {error}")
+                    return
             for message in ready.messages:
                 self._send(message)
             if ready.committed or ready.snapshot_to_load is not None:

@@ -5,6 +5,14 @@ change, closed and deleted when the partition (or table) goes away. Each replica
 way: input (metadata, Produce, Fetch, tick) -> `ready()` -> log ops on the partition's `hotstate.log`,
 messages out, Produce answers, ISR change to the controller, committed batches into the RocksDB store
 (with the position in the same write), store snapshot transfer when asked -> `advance()`.
+
+Bad disks (docs/replication.md, "Bad disks"): a replica whose files are damaged (a corrupt log batch with
+valid data after it, a store file missing or failing its checksums, a store that lost records its log no
+longer holds) is never served; once this server's image holds its own registration (which took it out of
+every ISR with another member) it is discarded and opened empty, to restore from the active exactly as a
+new replica does. A write that fails on the disk (no space, read-only, an IO error) takes the replica
+offline and reports the failure (`on_disk_failure`): the server then shuts down, as Kafka does when its
+only log directory fails.
 """
 
 from __future__ import annotations
@@ -27,6 +35,8 @@ from hotstate.controller.requests import (
     ControllerRequest,
     ControllerResponse,
 )
+from hotstate.log.batch import RecordBatch
+from hotstate.log.errors import CorruptLogError
 from hotstate.log.log import FsyncPolicy, Log
 from hotstate.replica.batchlog import BatchLog
 from hotstate.replica.core import (
@@ -69,7 +79,7 @@ from hotstate.replica.messages import (
     TableMetadataResponse,
 )
 from hotstate.replica.rows import decode_records, decode_row
-from hotstate.replica.store import Store, StoreError, StoreSnapshot
+from hotstate.replica.store import Store, StoreCorruptError, StoreError, StoreSnapshot
 from hotstate.routing.freshness import EndWitness, lag_report
 from hotstate.routing.freshness import replica_state as state_of
 from hotstate.routing.lags import LagTable
@@ -84,6 +94,18 @@ SNAPSHOT_IDLE_S = 60.0
 SNAPSHOT_REQUEST_TIMEOUT_S = 10.0
 
 PartitionId = tuple[int, int]  # (table id, partition)
+
+
+class DamagedReplicaError(Exception):
+    """A replica's files cannot be trusted: the message names the file and what is wrong with it."""
+
+
+class _FilesFailed(Exception):
+    """A write to a replica's log or store failed (`error`): the disk's fault or the files' damage."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 @dataclass
@@ -123,6 +145,8 @@ class ReplicaManager:
         send: Callable[[int, ReplicaMessage], object],
         request: Callable[[int, object, float], Awaitable[object]],
         to_controller: Callable[[ControllerRequest], Awaitable[ControllerResponse]],
+        ready: Callable[[], bool] = lambda: True,
+        on_disk_failure: Callable[[str], None] = lambda reason: None,
     ) -> None:
         self.node_id = node_id
         self.root = data_dir / "partitions"
@@ -132,7 +156,15 @@ class ReplicaManager:
         self._send = send
         self._request = request
         self._to_controller = to_controller
+        # Whether this server's image holds its own registration (server.metadata's not_ready is None).
+        self._ready = ready
+        self._on_disk_failure = on_disk_failure
         self.replicas: dict[PartitionId, LocalReplica] = {}
+        # Replicas found damaged and not rebuilt yet: never served; the value says why (logged once).
+        self.damaged: dict[PartitionId, str] = {}
+        self._kept_damaged: set[PartitionId] = set()  # refused a rebuild (the last in-sync replica), logged
+        # Set once a write failed on the disk: no replica is opened or written any more.
+        self.disk_failure: str | None = None
         # The lag reports this server holds (server.liveness fills it): a replica's lag is known once one of
         # them, from another server, arrived after the replica opened.
         self.lags = LagTable()
@@ -179,7 +211,7 @@ class ReplicaManager:
     # ------------------------------------------------------------------ metadata
     def on_image(self, image: MetadataImage) -> None:
         """Create, update and remove local replicas to match the image."""
-        if self._closed:
+        if self._closed or self.disk_failure is not None:
             return
         self.image = image
         now = monotonic_ms()
@@ -193,9 +225,14 @@ class ReplicaManager:
                 replica = self.replicas.get(pid)
                 if replica is None:
                     try:
-                        replica = self._open(table, part, now)
-                    except (OSError, StoreError, ValueError) as error:
+                        replica = self._open_or_rebuild(table, part, now)
+                    except (OSError, StoreError) as error:
+                        self._disk_failed(f"cannot open replica {table.name}/{part.partition}: {error}")
+                        return
+                    except ValueError as error:
                         log.error("cannot open replica %s/%d: %s", table.name, part.partition, error)
+                        continue
+                    if replica is None:
                         continue
                     self.replicas[pid] = replica
                 replica.info = part
@@ -206,17 +243,59 @@ class ReplicaManager:
             log.info("replica %s/%d removed from this server: deleting its data", replica.table.name, pid[1])
             self._close(replica)
             shutil.rmtree(replica.directory, ignore_errors=True)
+        for pid in [pid for pid in self.damaged if pid not in wanted]:
+            log.info("damaged replica %d/%d removed from this server: deleting its data", *pid)
+            del self.damaged[pid]
+            self._kept_damaged.discard(pid)
+            shutil.rmtree(self._directory(pid), ignore_errors=True)
+
+    def _directory(self, pid: PartitionId) -> Path:
+        return self.root / f"{pid[0]}-{pid[1]}"
+
+    def _open_or_rebuild(self, table: TableInfo, part: PartitionInfo, now: int) -> LocalReplica | None:
+        """The replica, opened from its files; if they are damaged, rebuilt empty when that is safe (None
+        until then: a damaged replica is never served)."""
+        pid = (table.table_id, part.partition)
+        name = f"{table.name}/{part.partition}"
+        if pid not in self.damaged:
+            try:
+                return self._open(table, part, now)
+            except DamagedReplicaError as damage:
+                log.error("replica %s is damaged, not serving it: %s", name, damage)
+                self.damaged[pid] = str(damage)
+        # Registering fenced this server's previous incarnation, which took it out of every ISR that has
+        # another member; only then does the image tell whether another replica holds every committed record.
+        if not self._ready():
+            return None
+        others = [r for r in part.isr if r != self.node_id]
+        if not others:
+            if pid not in self._kept_damaged:
+                self._kept_damaged.add(pid)
+                log.error(
+                    "replica %s: not rebuilding the damaged copy: this server is the partition's only "
+                    "in-sync replica, so no other copy holds every acknowledged write; the partition stays "
+                    "without it, and the files stay in %s for an operator",
+                    name,
+                    self._directory(pid),
+                )
+            return None
+        log.warning(
+            "replica %s: discarding the damaged copy and restoring it from the active like a new replica "
+            "(in-sync replicas %s)",
+            name,
+            others,
+        )
+        directory = self._directory(pid)
+        Store.destroy(directory / "store")
+        shutil.rmtree(directory)
+        del self.damaged[pid]
+        self._kept_damaged.discard(pid)
+        return self._open(table, part, now)
 
     def _open(self, table: TableInfo, part: PartitionInfo, now: int) -> LocalReplica:
-        directory = self.root / f"{table.table_id}-{part.partition}"
+        directory = self._directory((table.table_id, part.partition))
         directory.mkdir(parents=True, exist_ok=True)
-        store = Store.open(directory / "store")
-        try:
-            plog = Log.open(directory / "log", fsync=self.fsync)
-        except BaseException:
-            store.close()
-            raise
-        batches = plog.read(plog.start_offset, 1 << 62) if plog.end_offset > plog.start_offset else []
+        store, plog, batches = open_replica_files(directory, self.fsync, f"{table.name}/{part.partition}")
         start_epoch = 0
         if plog.start_offset > 0:
             start_epoch = store.epoch if store.position == plog.start_offset else _epoch_before(plog)
@@ -242,12 +321,28 @@ class ReplicaManager:
 
     # ------------------------------------------------------------------ the pump
     def _pump(self, replica: LocalReplica) -> None:
+        if self.replicas.get(replica.pid) is not replica:
+            return  # taken offline (a disk fault) while an input was on its way
+        try:
+            self._pump_ready(replica)
+        except _FilesFailed as failed:
+            error = failed.error
+            if isinstance(error, CorruptLogError | StoreCorruptError):
+                self._damaged_while_running(replica, error)
+            else:
+                self._take_offline(replica)
+                self._disk_failed(f"writing replica {replica.table.name}/{replica.partition} failed: {error}")
+
+    def _pump_ready(self, replica: LocalReplica) -> None:
         core = replica.core
         while True:
             ready = core.ready()
             if ready.is_empty():
                 return
-            self._do_log_ops(replica, ready)
+            try:
+                self._do_log_ops(replica, ready)
+            except (OSError, StoreError, CorruptLogError) as error:
+                raise _FilesFailed(error) from error
             for message in ready.messages:
                 self._send(message.dst, message)
             for result in ready.produce_results:
@@ -255,7 +350,10 @@ class ReplicaManager:
                 if waiter is not None and not waiter.done():
                     waiter.set_result(result)
             if ready.committed:
-                self._apply(replica, ready)
+                try:
+                    self._apply(replica, ready)
+                except (OSError, StoreError) as error:
+                    raise _FilesFailed(error) from error
             if ready.isr_change is not None:
                 self._spawn(self._alter_isr(replica, ready.isr_change), f"isr-{replica.pid}")
             if ready.snapshot_needed is not None and not replica.installing:
@@ -286,6 +384,55 @@ class ReplicaManager:
                     plog.reset(offset)
         # With fsync "always" the log syncs each write itself; "never" leaves it to the page cache, and
         # acknowledged writes are protected by replication to the ISR.
+
+    def _take_offline(self, replica: LocalReplica) -> None:
+        """Stop serving and writing `replica`; its files are left as a crash would leave them."""
+        if self.replicas.get(replica.pid) is replica:
+            del self.replicas[replica.pid]
+        for waiter in replica.waiters.values():
+            if not waiter.done():
+                waiter.set_result(ProduceResult(0, ReplicaError.NOT_LEADER, -1, -1))
+        replica.waiters.clear()
+        # No clean-shutdown mark: the next open validates every segment.
+        replica.log.abandon()
+        with contextlib.suppress(Exception):
+            replica.store.close()
+
+    def _damaged_while_running(self, replica: LocalReplica, damage: Exception) -> None:
+        log.error(
+            "replica %s/%d is damaged, not serving it: %s", replica.table.name, replica.partition, damage
+        )
+        self._take_offline(replica)
+        self.damaged[replica.pid] = str(damage)
+        if self._closed:
+            return
+        rebuilt = self._open_or_rebuild(replica.table, replica.info, monotonic_ms())
+        if rebuilt is not None:
+            self.replicas[rebuilt.pid] = rebuilt
+            rebuilt.core.set_metadata(_view(replica.info), monotonic_ms())
+            self._pump(rebuilt)
+
+    def store_failed(self, replica: LocalReplica, error: StoreError) -> None:
+        """A read of `replica`'s store failed: damaged (rebuilt, as found at open) or the disk's fault."""
+        if self.replicas.get(replica.pid) is not replica:
+            return
+        if isinstance(error, StoreCorruptError):
+            self._damaged_while_running(replica, error)
+        else:
+            self._take_offline(replica)
+            self._disk_failed(f"reading replica {replica.table.name}/{replica.partition} failed: {error}")
+
+    def _disk_failed(self, reason: str) -> None:
+        if self.disk_failure is not None:
+            return
+        self.disk_failure = reason
+        log.critical(
+            "disk failure under %s: %s; this server stops taking writes and shuts down (start it again once "
+            "the disk is fixed; its replicas recover and catch up from the other servers)",
+            self.root,
+            reason,
+        )
+        self._on_disk_failure(reason)
 
     def _apply(self, replica: LocalReplica, ready: Ready) -> None:
         store = replica.store
@@ -361,9 +508,10 @@ class ReplicaManager:
             error = ReplicaError.NOT_LEADER
             if request.leader_epoch < part.leader_epoch:
                 error = ReplicaError.FENCED_EPOCH
+            why = "" if self.disk_failure is None else f" (its disk failed: {self.disk_failure})"
             return ProduceResponse(
                 error,
-                f"server {self.node_id} is not the active of {table.name}/{request.partition}",
+                f"server {self.node_id} is not the active of {table.name}/{request.partition}{why}",
                 active=part.active,
                 leader_epoch=part.leader_epoch,
             )
@@ -479,11 +627,15 @@ class ReplicaManager:
                 install.abort()
             raise
         except Exception as error:
-            log.warning("snapshot transfer for %s failed: %s", name, error)
             if install is not None:
                 with contextlib.suppress(Exception):
                     install.abort()
             replica.installing = False
+            if isinstance(error, StoreError) and not isinstance(error, StoreCorruptError):
+                self._take_offline(replica)
+                self._disk_failed(f"installing a snapshot of {name} failed: {error}")
+                return
+            log.warning("snapshot transfer for %s failed: %s", name, error)
             replica.core.snapshot_failed(monotonic_ms())
         self._pump(replica)
 
@@ -499,7 +651,11 @@ class ReplicaManager:
             )
         start = None if request.after_key is None else request.after_key + b"\x00"
         limit = max(1, min(request.limit, 100_000))
-        items = tuple(replica.store.scan(start, None, limit=limit))
+        try:
+            items = tuple(replica.store.scan(start, None, limit=limit))
+        except StoreError as error:
+            self.store_failed(replica, error)
+            return ReadPartitionResponse(ReplicaError.UNKNOWN_PARTITION, f"replica failed: {error}")
         return ReadPartitionResponse(ReplicaError.NONE, "", replica.store.position, items)
 
     def lag_info(self) -> list[LagInfo]:
@@ -518,6 +674,57 @@ class ReplicaManager:
 
     def replica_ends(self) -> tuple[tuple[int, int, int], ...]:
         return tuple((pid[0], pid[1], r.core.log_end_offset) for pid, r in sorted(self.replicas.items()))
+
+
+def open_replica_files(
+    directory: Path, fsync: FsyncPolicy, name: str
+) -> tuple[Store, Log, list[RecordBatch]]:
+    """Open a replica's store and log and check them against each other; DamagedReplicaError if they
+    cannot be trusted. OSError and StoreError (not StoreCorruptError) are the disk's, and pass through."""
+    try:
+        store = Store.open(directory / "store")
+    except StoreCorruptError as error:
+        raise DamagedReplicaError(str(error)) from error
+    try:
+        store.verify()
+        plog = Log.open(directory / "log", fsync=fsync)
+    except (StoreCorruptError, CorruptLogError) as error:
+        store.close()
+        raise DamagedReplicaError(str(error)) from error
+    except BaseException:
+        store.close()
+        raise
+    try:
+        if store.position < plog.start_offset:
+            # The store went back (a lost WAL or a store rebuilt empty by RocksDB) past records the log no
+            # longer holds: nothing here can bring it forward again.
+            raise DamagedReplicaError(
+                f"store {store.path} is at {store.position}, below the log start {plog.start_offset} "
+                f"of {plog.directory}: the records between are lost"
+            )
+        if store.position > plog.end_offset:
+            # A damaged tail was cut below what the store had applied (all committed): the log starts
+            # again at the store's position, as after installing a snapshot, and refetches the rest.
+            log.warning(
+                "replica %s: log %s ends at %d, below the store's position %d (a damaged tail was cut): "
+                "restarting the log at %d",
+                name,
+                plog.directory,
+                plog.end_offset,
+                store.position,
+                store.position,
+            )
+            plog.reset(store.position)
+        batches = plog.read(plog.start_offset, 1 << 62) if plog.end_offset > plog.start_offset else []
+    except CorruptLogError as error:
+        plog.abandon()
+        store.close()
+        raise DamagedReplicaError(str(error)) from error
+    except BaseException:
+        plog.abandon()
+        store.close()
+        raise
+    return store, plog, batches
 
 
 def replica_state(replica: LocalReplica) -> str:
