@@ -32,6 +32,7 @@ from hotstate.server.metrics import Metrics
 from hotstate.server.openapi import documented_body
 from hotstate.server.queries import MAX_LAG_LIMIT, MAX_TIMEOUT_MS, QueryService
 from hotstate.server.query_http import (
+    DELIMITED,
     BadRequest,
     Endpoint,
     QueryEndpoints,
@@ -216,8 +217,10 @@ def build_app(ctx: HttpContext) -> QueryRoutes:
     return QueryRoutes(endpoints, app)
 
 
-def _json_response(answer: tuple[int, bytes]) -> Response:
+def _json_response(answer: tuple[int, bytes | list[bytes]]) -> Response:
     status, payload = answer
+    if isinstance(payload, list):  # delimited lines (QueryRoutes sends them one by one)
+        return Response(b"".join(payload), status_code=status, media_type=DELIMITED)
     return Response(payload, status_code=status, media_type="application/json")
 
 

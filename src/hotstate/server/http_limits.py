@@ -2,14 +2,24 @@
 request's head (request line and headers) larger than MAX_HEAD_BYTES is refused with 431, and a request
 not read in full within REQUEST_READ_TIMEOUT_S of its first byte (or a new connection that sends
 nothing) is answered 408 and closed, so a slow client cannot hold a connection and its buffers forever.
-Idle keep-alive connections are closed by uvicorn itself (`timeout_keep_alive`)."""
+Idle keep-alive connections are closed by uvicorn itself (`timeout_keep_alive`).
+
+It also hands HTTP/2 connections to http2.py: one that starts with HTTP/2's preface (prior knowledge), and
+one whose request asks to upgrade (`Upgrade: h2c`, answered 101 and then over HTTP/2 as stream 1). Only a
+connection's first bytes are looked at, so HTTP/1.1 keeps uvicorn's httptools path as it was."""
 
 from __future__ import annotations
 
 import asyncio
+import sys
+import urllib.parse
 from typing import Any, cast
 
+import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from hotstate.server.http2 import PREFACE, Http2Protocol
+from hotstate.server.query_http import MAX_BODY_BYTES  # a request that upgrades is read whole first
 
 MAX_HEAD_BYTES = 64 * 1024
 REQUEST_READ_TIMEOUT_S = 30.0
@@ -42,6 +52,11 @@ class _JoinedWrites:
         self._flush()
         self._transport.close()
 
+    def unwrapped(self) -> asyncio.Transport:
+        """The transport itself, with what was held written: for a protocol that takes the connection over."""
+        self._flush()
+        return self._transport
+
     def get_write_buffer_size(self) -> int:
         return sum(map(len, self._held)) + self._transport.get_write_buffer_size()
 
@@ -55,6 +70,40 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._head_bytes = 0
         self._head_too_large = False
         self._read_timer: asyncio.TimerHandle | None = None
+        self._first_bytes: bytes | None = b""  # None once the connection is known to be HTTP/1.1
+        self._h2c_settings: bytes | None = None  # the request asks to upgrade to HTTP/2
+        self._h2c_offset: int | None = None  # where the upgrading request's head ended in the last bytes
+        self._h2c_length = 0
+        self._h2c_body: list[bytes] = []
+
+    def data_received(self, data: bytes) -> None:
+        if self._first_bytes is not None:
+            data = self._first_bytes + data
+            if data[: len(PREFACE)] != PREFACE[: len(data)]:  # not HTTP/2's preface: HTTP/1.1
+                self._first_bytes = None
+            elif len(data) < len(PREFACE):  # could still be the preface
+                self._first_bytes = data
+                return
+            else:
+                self._switch_to_http2(data)
+                return
+        if self._h2c_offset is None:
+            super().data_received(data)
+            if self._h2c_offset is None:
+                return
+            self._start_h2c()
+            data = data[self._h2c_offset :]
+        if not self.transport.is_closing():
+            self._read_h2c_body(data)
+
+    def _start_h2c(self) -> None:
+        length = next((value for name, value in self.headers if name == b"content-length"), b"0")
+        try:
+            self._h2c_length = int(length)
+        except ValueError:
+            self._h2c_length = -1
+        if not 0 <= self._h2c_length <= MAX_BODY_BYTES:
+            self._refuse(b"413 Content Too Large", f"request body larger than {MAX_BODY_BYTES} bytes")
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(cast(asyncio.Transport, _JoinedWrites(transport, self.loop)))
@@ -77,18 +126,93 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._count(len(name) + len(value) + 4)
         super().on_header(name, value)
 
+    def on_headers_complete(self) -> None:
+        self._h2c_settings = self._h2c_request() if self.parser.should_upgrade() else None
+        super().on_headers_complete()  # returns at once when upgrading (see _should_upgrade)
+
+    def _should_upgrade(self) -> bool:
+        return self._h2c_settings is not None or super()._should_upgrade()
+
+    def handle_websocket_upgrade(self) -> None:  # uvicorn's only upgrade hook; reached for h2c too
+        if self._h2c_settings is None:
+            super().handle_websocket_upgrade()
+        else:  # the switch waits for the request's body, which follows the head (see data_received)
+            error = sys.exc_info()[1]
+            self._h2c_offset = error.args[0] if isinstance(error, httptools.HttpParserUpgrade) else 0
+
+    def _h2c_request(self) -> bytes | None:
+        """The HTTP2-Settings of a request that asks to upgrade to h2c (RFC 7540 3.2), else None. A chunked
+        body is not read for an upgrade (curl and ksqlDB's clients send a Content-Length)."""
+        if self._get_upgrade() != b"h2c" or any(name == b"transfer-encoding" for name, _ in self.headers):
+            return None
+        return next((value for name, value in self.headers if name == b"http2-settings"), None)
+
+    def _read_h2c_body(self, data: bytes) -> None:
+        """Bytes after an upgrading request's head: its body (Content-Length), then the switch."""
+        self._h2c_body.append(data)
+        received = sum(map(len, self._h2c_body))
+        if received < self._h2c_length:
+            return
+        rest = b"".join(self._h2c_body)
+        self._h2c_body = []
+        self._h2c_offset = None
+        assert self._h2c_settings is not None
+        protocol = self._switch_to_h2c(self._h2c_settings, rest[: self._h2c_length])
+        if len(rest) > self._h2c_length:  # the client's preface, if it did not wait for the 101
+            protocol.data_received(rest[self._h2c_length :])
+
     def on_message_complete(self) -> None:
         self._disarm()
         super().on_message_complete()
 
     def send_400_response(self, msg: str) -> None:
         # uvicorn answers every parser error with 400; an oversized head gets its own status.
+        if self.transport.is_closing():  # refused already (an upgrading request's body too large)
+            return
         if self._head_too_large:
             self._refuse(
                 b"431 Request Header Fields Too Large", f"request head larger than {MAX_HEAD_BYTES} bytes"
             )
         else:
             super().send_400_response(msg)
+
+    def _http2(self) -> Http2Protocol:
+        self._disarm()
+        self._unset_keepalive_if_required()
+        self.connections.discard(self)
+        protocol = Http2Protocol(
+            self.app,
+            self.loop,
+            connections=self.connections,
+            tasks=self.tasks,
+            app_state=self.app_state,
+            server=self.server,
+            client=self.client,
+            idle_timeout_s=self.timeout_keep_alive,
+            read_timeout_s=REQUEST_READ_TIMEOUT_S,
+            max_header_bytes=MAX_HEAD_BYTES,
+        )
+        transport = cast(_JoinedWrites, self.transport).unwrapped()
+        transport.set_protocol(protocol)
+        protocol.connection_made(transport)
+        return protocol
+
+    def _switch_to_http2(self, data: bytes) -> None:
+        self._first_bytes = None
+        self._http2().start(data)
+
+    def _switch_to_h2c(self, settings: bytes, body: bytes) -> Http2Protocol:
+        scope = cast(dict[str, Any], self.scope)
+        url = httptools.parse_url(self.url)
+        path = url.path.decode("ascii", "replace")
+        scope["path"] = urllib.parse.unquote(path) if "%" in path else path
+        scope["raw_path"] = url.path
+        scope["query_string"] = url.query or b""
+        skip = (b"connection", b"upgrade", b"http2-settings", b"keep-alive", b"transfer-encoding")
+        scope["headers"] = [(name, value) for name, value in self.headers if name not in skip]
+        protocol = self._http2()
+        protocol.start_upgraded(settings, scope, body)
+        return protocol
 
     def _count(self, size: int) -> None:
         self._head_bytes += size

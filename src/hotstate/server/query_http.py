@@ -1,10 +1,18 @@
-"""The pull-query endpoints, `POST /v1/query` and ksqlDB's `POST /query`, on the hot path.
+"""The pull-query endpoints, `POST /v1/query` and ksqlDB's `POST /query` and `POST /query-stream` (and its
+`POST /close-query`), on the hot path.
 
 Every lookup pays for this code, so it is plain ASGI in front of the FastAPI app: the body is read as
 bytes, checked by hand against the fields each endpoint takes (an unknown field is refused, naming the
 known ones), and the answer is encoded with orjson. The FastAPI app declares the same two routes, so
 OpenAPI documents them, and calls the same `QueryEndpoints` methods: `QueryRoutes` only saves the
 framework's per-request cost (routing, dependency injection, model validation), a third of a lookup's CPU.
+
+ksqlDB's endpoints answer in the format the `Accept` header picks among those the endpoint produces, as
+ksqlDB's server does (its routes' `produces`): `/query` defaults to its JSON array of `{"header"}` and
+`{"row"}` objects, `/query-stream` to the delimited format (a header object with `queryId`, `columnNames`
+and `columnTypes`, then one JSON array per row, each on its own line and sent as its own chunk or HTTP/2
+DATA frame); `application/json` on `/query-stream` is the same header and rows as one JSON array. All
+three read their statement and properties with one parser and run it on the same QueryService.
 
 JSON has no number for NaN or the infinities: answers carry them as the strings "NaN", "Infinity" and
 "-Infinity", as ksqlDB's JSON writer (Jackson) does. Decimals travel as strings, bytes as base64, dates
@@ -50,6 +58,15 @@ SERVER_NOT_READY = 50302  # ksqlDB's ERROR_CODE_SERVER_NOT_READY: retriable, ask
 # (hotstate.query.sql.MAX_STATEMENT_CHARS) fits, with room for JSON escapes.
 MAX_BODY_BYTES = 4 * 1024 * 1024
 
+# The media types ksqlDB's query endpoints produce.
+DELIMITED = "application/vnd.ksqlapi.delimited.v1"
+JSON = "application/json"
+KSQL_V1_JSON = "application/vnd.ksql.v1+json"
+# Per endpoint, in ksqlDB's order of preference (the first is what no Accept header or */* gets).
+QUERY_PRODUCES = (KSQL_V1_JSON, JSON, DELIMITED)
+STREAM_PRODUCES = (DELIMITED, JSON, KSQL_V1_JSON)
+NOT_ACCEPTABLE = 40600
+
 NATIVE_FIELDS = (
     "sql",
     "max_lag",
@@ -63,6 +80,8 @@ NATIVE_FIELDS = (
 )
 # ksqlDB's KsqlRequest fields, and `properties` (hotstate's name for streamsProperties since the start).
 KSQL_FIELDS = ("ksql", "streamsProperties", "properties", "sessionVariables", "commandSequenceNumber")
+# ksqlDB's QueryStreamArgs; streamsProperties as on /query (ksqlDB's own curl example sends it there).
+STREAM_FIELDS = ("sql", "properties", "streamsProperties", "sessionVariables")
 
 _KIND = {
     "bad_request": (400, "statement_error", BAD_STATEMENT),
@@ -72,6 +91,7 @@ _KIND = {
     "not_ready": (503, "generic_error", SERVER_NOT_READY),
 }
 _JSON_HEADERS = [(b"content-type", b"application/json")]
+_DELIMITED_HEADERS = [(b"content-type", DELIMITED.encode())]
 _NON_FINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}
 
 
@@ -100,17 +120,31 @@ class QueryEndpoints:
         self._latency = metrics.latency
 
     async def native(self, body: bytes) -> tuple[int, bytes]:
-        return await self._answer(body, _native_request, self._native_answer)
+        return await self._answer(body, _native_request, self._native_answer)  # type: ignore[return-value]
 
-    async def ksql(self, body: bytes) -> tuple[int, bytes]:
-        return await self._answer(body, _ksql_request, _ksql_answer)
+    async def ksql(self, body: bytes, media: str = KSQL_V1_JSON) -> Answer:
+        return await self._answer(body, _ksql_request, _SHAPES[media])
+
+    async def stream(self, body: bytes, media: str = DELIMITED) -> Answer:
+        return await self._answer(body, _stream_request, _STREAM_SHAPES[media])
+
+    async def close_query(self, body: bytes) -> tuple[int, bytes]:
+        """ksqlDB's `/close-query`: a pull query's answer is complete when sent, so there is never a query
+        to close; ksqlDB answers the same for a pull query's id (400, "No query with id ...")."""
+        try:
+            data = _json_object(body)
+            _refuse_unknown(data, ("queryId",))
+            query_id = _statement(data, "queryId")
+        except BadRequest as error:
+            return error.refusal()
+        return error_body(400, "generic_error", BAD_REQUEST, f"No query with id {query_id}")
 
     async def _answer(
         self,
         body: bytes,
         read: Callable[[dict[str, Any]], tuple[str, dict[str, object]]],
         shape: Callable[[QueryResult, list[list[object]]], object],
-    ) -> tuple[int, bytes]:
+    ) -> Answer:
         try:
             statement, properties = read(_json_object(body))
         except BadRequest as error:
@@ -120,7 +154,10 @@ class QueryEndpoints:
         except QueryError as error:
             return query_error(error, statement)
         rows = _finite_rows(result.rows) if result.non_finite else result.rows
-        return 200, dumps(shape(result, rows))
+        answer = shape(result, rows)
+        if isinstance(answer, Lines):
+            return 200, [dumps(line) + b"\n" for line in answer.lines]
+        return 200, dumps(answer)
 
     def _native_answer(self, result: QueryResult, rows: list[list[object]]) -> object:
         answer: dict[str, object] = {
@@ -167,36 +204,105 @@ class QueryEndpoints:
 
 
 class QueryRoutes:
-    """ASGI: `POST /v1/query` and `POST /query` answered by `QueryEndpoints`, everything else by `app`."""
+    """ASGI: `POST /v1/query`, `/query`, `/query-stream` and `/close-query` answered by `QueryEndpoints`,
+    everything else by `app`."""
 
     def __init__(self, endpoints: QueryEndpoints, app: ASGIApp) -> None:
         self._app = app
         self._routes: dict[str, Endpoint] = {
             "/v1/query": endpoints.native,
-            "/query": endpoints.ksql,
+            "/close-query": endpoints.close_query,
+        }
+        # ksqlDB's query endpoints: what they produce, the first without an Accept header.
+        self._negotiated: dict[str, tuple[NegotiatedEndpoint, tuple[str, ...]]] = {
+            "/query": (endpoints.ksql, QUERY_PRODUCES),
+            "/query-stream": (endpoints.stream, STREAM_PRODUCES),
         }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
-            endpoint = self._routes.get(scope["path"])
+            path = scope["path"]
+            endpoint = self._routes.get(path)
+            if endpoint is None:
+                negotiated = self._negotiated.get(path)
+                if negotiated is not None:
+                    endpoint = _negotiate(scope, *negotiated)
             if endpoint is not None:
                 try:
                     answer = await answer_request(endpoint, receive)
                 except Exception as error:  # never a stack trace in a body
-                    log.exception("unexpected error answering %s", scope["path"])
+                    log.exception("unexpected error answering %s", path)
                     answer = internal_error(error)
-                if answer is not None:  # None: the client has gone
-                    await send_json(send, *answer)
+                if answer is None:  # the client has gone
+                    return
+                if isinstance(answer[1], list):
+                    await send_lines(send, answer[1])
+                else:
+                    await send_json(send, answer[0], answer[1])
                 return
         await self._app(scope, receive, send)
 
 
-Endpoint = Callable[[bytes], Awaitable[tuple[int, bytes]]]
+# An answer's body: JSON, or the delimited format's lines (each sent as its own chunk or DATA frame).
+Answer = tuple[int, bytes | list[bytes]]
+Endpoint = Callable[[bytes], Awaitable[Answer]]
+NegotiatedEndpoint = Callable[[bytes, str], Awaitable[Answer]]
 
 
-async def answer_request(endpoint: Endpoint, receive: Receive) -> tuple[int, bytes] | None:
-    """The endpoint's (status, JSON) for the request body `receive` gives; None when the client went away
-    before it was read."""
+def _negotiate(scope: Scope, endpoint: NegotiatedEndpoint, produces: tuple[str, ...]) -> Endpoint:
+    accept = next((value for name, value in scope["headers"] if name == b"accept"), None)
+    if accept is None:
+        return lambda body: endpoint(body, produces[0])
+    asked = accept.decode("latin-1")
+    media = accepted(asked, produces)
+    if media is None:
+        message = f"cannot answer in {asked!r} (Accept); this endpoint produces {', '.join(produces)}"
+        refusal = error_body(406, "generic_error", NOT_ACCEPTABLE, message)
+
+        async def refuse(body: bytes) -> Answer:
+            return refusal
+
+        return refuse
+    return lambda body: endpoint(body, media)
+
+
+def accepted(accept: str, produces: tuple[str, ...]) -> str | None:
+    """The media type, of those an endpoint `produces` (its preferred first), that an Accept header asks
+    for: by quality (q), then in the header's order; `*/*` and `type/*` take the first that fits. None when
+    none is acceptable. An empty header accepts anything (RFC 9110 12.5.1)."""
+    ranges: list[tuple[float, int, str]] = []
+    for index, item in enumerate(accept.split(",")):
+        media, *params = (part.strip() for part in item.split(";"))
+        if not media:
+            continue
+        quality = 1.0
+        for param in params:
+            name, _, value = param.partition("=")
+            if name.strip().lower() == "q":
+                try:
+                    quality = float(value)
+                except ValueError:
+                    quality = 0.0
+        if quality > 0:
+            ranges.append((-quality, index, media.lower()))
+    if not ranges:
+        return produces[0] if not accept.strip() else None
+    for _, _, media in sorted(ranges):
+        if media == "*/*":
+            return produces[0]
+        if media.endswith("/*"):
+            prefix = media[:-1]
+            found = next((p for p in produces if p.startswith(prefix)), None)
+            if found is not None:
+                return found
+        elif media in produces:
+            return media
+    return None
+
+
+async def answer_request(endpoint: Endpoint, receive: Receive) -> Answer | None:
+    """The endpoint's (status, JSON or lines) for the request body `receive` gives; None when the client
+    went away before it was read."""
     try:
         body = await read_body(receive)
     except BadRequest as error:
@@ -232,6 +338,14 @@ async def send_json(send: Send, status: int, payload: bytes) -> None:
         }
     )
     await send({"type": "http.response.body", "body": payload})
+
+
+async def send_lines(send: Send, lines: list[bytes]) -> None:
+    """The delimited format: chunked on HTTP/1.1, each line its own chunk (DATA frame on HTTP/2)."""
+    await send({"type": "http.response.start", "status": 200, "headers": _DELIMITED_HEADERS})
+    last = len(lines) - 1
+    for index, line in enumerate(lines):
+        await send({"type": "http.response.body", "body": line, "more_body": index < last})
 
 
 def internal_error(error: Exception) -> tuple[int, bytes]:
@@ -366,7 +480,19 @@ def _native_request(data: dict[str, Any]) -> tuple[str, dict[str, object]]:
 
 def _ksql_request(data: dict[str, Any]) -> tuple[str, dict[str, object]]:
     _refuse_unknown(data, KSQL_FIELDS)
-    statement = _statement(data, "ksql")
+    sequence = data.get("commandSequenceNumber")
+    if sequence is not None and type(sequence) is not int:
+        raise BadRequest("malformed request: commandSequenceNumber: must be an integer")
+    return _statement(data, "ksql"), _ksql_properties(data)
+
+
+def _stream_request(data: dict[str, Any]) -> tuple[str, dict[str, object]]:
+    _refuse_unknown(data, STREAM_FIELDS)
+    return _statement(data, "sql"), _ksql_properties(data)
+
+
+def _ksql_properties(data: dict[str, Any]) -> dict[str, object]:
+    """The properties of a ksqlDB request (checked by QueryService, the same for every endpoint)."""
     properties: dict[str, object] = {}
     for name in ("properties", "streamsProperties"):
         value = data.get(name)
@@ -380,10 +506,7 @@ def _ksql_request(data: dict[str, Any]) -> tuple[str, dict[str, object]]:
         raise BadRequest("malformed request: sessionVariables: must be a JSON object")
     if variables:
         raise BadRequest("malformed request: sessionVariables: variable substitution is not supported")
-    sequence = data.get("commandSequenceNumber")
-    if sequence is not None and type(sequence) is not int:
-        raise BadRequest("malformed request: commandSequenceNumber: must be an integer")
-    return statement, properties
+    return properties
 
 
 # ---------------------------------------------------------------------------------------------- answers
@@ -392,19 +515,51 @@ def _ksql_answer(result: QueryResult, rows: list[list[object]]) -> object:
     return [header, *({"row": {"columns": row}} for row in rows)]
 
 
+class Lines:
+    """An answer in the delimited format: each item is written as one line."""
+
+    __slots__ = ("lines",)
+
+    def __init__(self, lines: list[object]) -> None:
+        self.lines = lines
+
+
+def _stream_header(result: QueryResult) -> dict[str, object]:
+    """ksqlDB's QueryResponseMetadata, the first item of a `/query-stream` answer."""
+    types = _column_types(result)
+    return {"queryId": result.query_id, "columnNames": result.columns, "columnTypes": [t for t, _ in types]}
+
+
+def _delimited_answer(result: QueryResult, rows: list[list[object]]) -> Lines:
+    return Lines([_stream_header(result), *rows])
+
+
+def _json_stream_answer(result: QueryResult, rows: list[list[object]]) -> object:
+    return [_stream_header(result), *rows]
+
+
 def _schema(result: QueryResult) -> str:
-    """ksqlDB's schema string; a non-key column's type is that of its first non-null value."""
+    """ksqlDB's schema string."""
+    return ", ".join(
+        f"`{name}` {sql_type} KEY" if key else f"`{name}` {sql_type}"
+        for name, (sql_type, key) in zip(result.columns, _column_types(result), strict=True)
+    )
+
+
+def _column_types(result: QueryResult) -> list[tuple[str, bool]]:
+    """Each column's SQL type, and whether it is a key column; a non-key column's type is that of its first
+    non-null value."""
     key_types = _key_types(result.table.key_columns)
     rows = result.rows
-    parts = []
+    types = []
     for index, name in enumerate(result.columns):
         sql_type = key_types.get(name.lower())
         if sql_type is not None:
-            parts.append(f"`{name}` {sql_type} KEY")
+            types.append((sql_type, True))
             continue
         value = next((row[index] for row in rows if row[index] is not None), None)
-        parts.append(f"`{name}` {'STRING' if value is None else _sql_type(value)}")
-    return ", ".join(parts)
+        types.append(("STRING" if value is None else _sql_type(value), False))
+    return types
 
 
 @functools.lru_cache(maxsize=256)
@@ -443,3 +598,13 @@ def _sql_type(value: object) -> str:
     # A subclass (an IntEnum, a pandas Timestamp): the first listed type it is an instance of (the table
     # lists bool before int and datetime before date).
     return next((name for kind, name in _SQL_TYPES.items() if isinstance(value, kind)), "STRING")
+
+
+# The answer's shape for each media type ksqlDB's endpoints produce: application/json is /query's own
+# format there, and the delimited format's header and rows as one JSON array on /query-stream.
+_SHAPES: dict[str, Callable[[QueryResult, list[list[object]]], object]] = {
+    KSQL_V1_JSON: _ksql_answer,
+    JSON: _ksql_answer,
+    DELIMITED: _delimited_answer,
+}
+_STREAM_SHAPES = {**_SHAPES, JSON: _json_stream_answer}
