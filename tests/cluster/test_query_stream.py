@@ -17,6 +17,7 @@ from ksql import KSQLAPI
 from .test_pull_queries import _http, _placement, _setup
 
 DELIMITED = "application/vnd.ksqlapi.delimited.v1"
+GENERIC = "generic_error"
 ROWS = 40
 
 
@@ -38,7 +39,7 @@ def _ready(base: str, table: str) -> None:
         reply = httpx.post(
             f"{base}/v1/query", json={"sql": f"SELECT * FROM {table}", "max_lag": 0}, timeout=10.0
         )
-        if reply.status_code == 200 and len(reply.json()["rows"]) == ROWS or time.monotonic() > end:
+        if (reply.status_code == 200 and len(reply.json()["rows"]) == ROWS) or time.monotonic() > end:
             assert reply.status_code == 200, reply.text
             return
         time.sleep(0.1)
@@ -180,9 +181,25 @@ def test_query_stream_formats_errors_and_properties_over_both_protocols(start_cl
                     40001,
                     "ksql.query.pull.max.allowed.offset.lag='x'",
                 ),
-                ("/query-stream", b'{"sql": "SELECT 1"}', {"Accept": "text/html"}, 406, "generic_error", 40600, ""),
+                (
+                    "/query-stream",
+                    b'{"sql": "SELECT 1"}',
+                    {"Accept": "text/html"},
+                    406,
+                    "generic_error",
+                    40600,
+                    "",
+                ),
                 ("/query", b'{"ksql": "SELECT 1"}', {"Accept": "text/csv"}, 406, "generic_error", 40600, ""),
-                ("/close-query", b'{"queryId": "q1"}', {}, 400, "generic_error", 40000, "No query with id q1"),
+                (
+                    "/close-query",
+                    b'{"queryId": "q1"}',
+                    {},
+                    400,
+                    "generic_error",
+                    40000,
+                    "No query with id q1",
+                ),
                 ("/close-query", b"[1]", {}, 400, "generic_error", 40000, "malformed request"),
             ]
             for path, body, headers, status, kind, code, message in cases:
@@ -212,7 +229,9 @@ def test_query_stream_formats_errors_and_properties_over_both_protocols(start_cl
             ):
                 answers = [
                     client.post(f"{base}/query-stream", json={**point, "properties": properties}),
-                    client.post(f"{base}/query", json={"ksql": point["sql"], "streamsProperties": properties}),
+                    client.post(
+                        f"{base}/query", json={"ksql": point["sql"], "streamsProperties": properties}
+                    ),
                 ]
                 for reply in answers:
                     assert reply.status_code == status, (version, properties, reply.text)
@@ -235,7 +254,7 @@ def test_curl_upgrade_and_prior_knowledge(start_cluster) -> None:
     running.run(_setup(running, "clicks", partitions=2, standbys=0, rows=ROWS))
     base = _http(running.cluster, 1)
     _ready(base, "clicks")
-    body = '{"sql": "SELECT * FROM clicks WHERE user IN (\'u1\', \'u2\')"}'
+    body = "{\"sql\": \"SELECT * FROM clicks WHERE user IN ('u1', 'u2')\"}"
     for mode in ("--http2", "--http2-prior-knowledge"):  # --http2: HTTP/1.1 with Upgrade: h2c, then 101
         done = subprocess.run(
             ["curl", "-sS", "-v", mode, "-d", body, f"{base}/query-stream"],
@@ -252,6 +271,10 @@ def test_curl_upgrade_and_prior_knowledge(start_cluster) -> None:
         assert sorted(rows) == [["u1", 1], ["u2", 2]]
     # The upgrade path for a GET served by FastAPI too.
     done = subprocess.run(
-        ["curl", "-sS", "-v", "--http2", f"{base}/info"], capture_output=True, text=True, timeout=30, check=True
+        ["curl", "-sS", "-v", "--http2", f"{base}/info"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
     )
     assert "< HTTP/2 200" in done.stderr and json.loads(done.stdout)["KsqlServerInfo"]["serverId"] == 1

@@ -118,6 +118,8 @@ class Http2Protocol(asyncio.Protocol):
                 h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
             },
         )
+        # At once, not only once the client acknowledges the SETTINGS that announce it.
+        self._h2.decoder.max_header_list_size = max_header_bytes
         self._transport: asyncio.Transport | None = None
         self._streams: dict[int, _Stream] = {}
         self._flush_scheduled = False
