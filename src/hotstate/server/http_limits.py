@@ -89,10 +89,12 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
                 return
         if self._h2c_offset is None:
             super().data_received(data)
-            if self._h2c_offset is None:
+            # Set during that call when the request asked to upgrade (handle_websocket_upgrade).
+            offset = cast(int | None, self._h2c_offset)
+            if offset is None:
                 return
             self._start_h2c()
-            data = data[self._h2c_offset :]
+            data = data[offset:]
         if not self.transport.is_closing():
             self._read_h2c_body(data)
 
