@@ -115,7 +115,17 @@ CANDIDATES = (
         "uvicorn",
         "hotstate-limited",
         False,
-        "as uvicorn-httptools with hotstate.server.http_limits.LimitedHttpToolsProtocol (today's stack)",
+        "as uvicorn-httptools with hotstate's limits (http_limits.LimitedHttpToolsProtocol) but without its "
+        "HTTP/2 detection: the stack before HTTP/2",
+    ),
+    Candidate(
+        "uvicorn-httptools-h2",
+        "uvicorn",
+        "hotstate-h2",
+        True,
+        "today's stack: uvicorn with hotstate's LimitedHttpToolsProtocol, which hands a connection that "
+        "starts with HTTP/2's preface or asks to upgrade (h2c) to hotstate.server.http2 (the h2 library's "
+        "state machine, the same ASGI app on the same loop)",
     ),
     Candidate("uvicorn-h11", "uvicorn", "h11", False, "uvicorn.Server.serve() in our loop, h11 parser"),
     Candidate(
@@ -243,12 +253,22 @@ async def _serve_uvicorn(candidate: Candidate, app: ASGIApp, port: int, stop: as
             yield
 
     options: dict[str, Any] = {"timeout_keep_alive": LIMIT_TIMEOUT_S}
-    if candidate.http == "hotstate-limited":
+    if candidate.http in ("hotstate-limited", "hotstate-h2"):
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
         from hotstate.server import http_limits
 
         http_limits.MAX_HEAD_BYTES = LIMIT_HEADER_BYTES  # module globals, read on every call
         http_limits.REQUEST_READ_TIMEOUT_S = LIMIT_TIMEOUT_S
-        options["http"] = http_limits.LimitedHttpToolsProtocol
+
+        class LimitsOnly(http_limits.LimitedHttpToolsProtocol):
+            """Without the look at a connection's first bytes and at each request's Upgrade header."""
+
+            data_received = HttpToolsProtocol.data_received
+            on_headers_complete = HttpToolsProtocol.on_headers_complete
+
+        h2 = candidate.http == "hotstate-h2"
+        options["http"] = http_limits.LimitedHttpToolsProtocol if h2 else LimitsOnly
     elif candidate.http == "h11":
         options.update(http="h11", h11_max_incomplete_event_size=LIMIT_HEADER_BYTES)
     elif candidate.http == "zttp":
@@ -790,6 +810,8 @@ def limit_settings() -> dict[str, Any]:
             "request_head_size": {
                 "uvicorn-httptools": None,
                 "uvicorn-httptools-limited": "hotstate.server.http_limits.MAX_HEAD_BYTES (431)",
+                "uvicorn-httptools-h2": "http_limits.MAX_HEAD_BYTES (431; HTTP/2: the h2 decoder's "
+                "max_header_list_size, GOAWAY)",
                 "uvicorn-h11": "h11_max_incomplete_event_size",
                 "uvicorn-zttp": None,
                 "granian": "HTTP1Settings.max_buffer_size; HTTP2Settings.max_headers_size",
@@ -798,6 +820,7 @@ def limit_settings() -> dict[str, Any]:
             "head_or_body_read_timeout": {
                 "uvicorn-httptools": None,
                 "uvicorn-httptools-limited": "hotstate.server.http_limits.REQUEST_READ_TIMEOUT_S (408)",
+                "uvicorn-httptools-h2": "http_limits.REQUEST_READ_TIMEOUT_S (408; HTTP/2: per stream)",
                 "uvicorn-h11": None,
                 "uvicorn-zttp": None,
                 "granian": "HTTP1Settings.header_read_timeout (ms; head only)",
@@ -1028,7 +1051,12 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def main() -> None:
+def main(only: tuple[str, ...] = (), out: Path = RESULTS) -> None:
+    """Every candidate (then the best on the stdlib loop) into `out`; `only`: just those, no stdlib rerun
+    (a short check; the results file is written only by a full run)."""
+    unknown = [name for name in only if name not in BY_NAME]
+    if unknown:
+        raise SystemExit(f"unknown candidates {unknown}; known: {', '.join(BY_NAME)}")
     start = time.monotonic()
     loads = [os.getloadavg()[0]]
     signal.signal(signal.SIGTERM, _interrupt)
@@ -1041,12 +1069,14 @@ def main() -> None:
         (work / "post.lua").write_text(LUA % {"seed": SEED, "bodies": LUA_BODIES, "rows": ROWS})
         (work / "body.json").write_bytes(query_body(123))
         for candidate in CANDIDATES:
+            if only and candidate.name not in only:
+                continue
             try:
                 results.append(run_candidate(candidate, "uvloop", db_path, work, with_extras=True))
             except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
                 errors[candidate.name] = repr(exc)
                 print(f"   FAILED: {exc!r}", flush=True)
-        if results:
+        if results and not only:
             best = min(
                 results,
                 key=lambda r: statistics.fmean(c["server_cpu_us_per_req"] for c in r["http1"].values()),
@@ -1093,15 +1123,19 @@ def main() -> None:
         "limits": limit_settings(),
         "conclusion": summary,
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(report, indent=2) + "\n")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
     for line in summary["summary"] if summary else ["no candidate ran"]:
         print(line)
-    print(f"wrote {RESULTS} in {report['duration_s']} s")
+    print(f"wrote {out} in {report['duration_s']} s")
 
 
 if __name__ == "__main__":
     if len(sys.argv) == 6 and sys.argv[1] == "--serve":
         serve(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])
-    else:
+    elif len(sys.argv) == 4 and sys.argv[1] == "--only":  # --only NAME,NAME OUT.json: a short check
+        main(tuple(sys.argv[2].split(",")), Path(sys.argv[3]))
+    elif len(sys.argv) == 1:
         main()
+    else:
+        raise SystemExit(f"usage: {sys.argv[0]} [--only CANDIDATE,... OUT.json]")
