@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import functools
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, MutableMapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -269,6 +270,23 @@ async def test_an_oversized_header_list_closes_the_connection(monkeypatch: pytes
             terminated = True
         raw.writer.close()
     assert terminated
+
+
+@_sync
+async def test_a_client_goaway_with_streams_in_flight_ends_them_quietly(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with _server() as (port, server):
+        raw = await _open_raw(port)
+        _request(raw, "/slow", b"{}")  # answered after 50 ms
+        await raw.events()
+        raw.conn.close_connection()
+        raw.writer.write(raw.conn.data_to_send())
+        await asyncio.sleep(0.2)
+        assert not server.server_state.connections
+        assert not server.server_state.tasks
+        raw.writer.close()
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
 
 
 @_sync

@@ -63,6 +63,23 @@ class KsqlRequest(BaseModel):
     commandSequenceNumber: int | None = Field(default=None, description="accepted and ignored")
 
 
+class StreamRequest(BaseModel):
+    """What `POST /query-stream` takes (documentation only: query_http.py reads the body)."""
+
+    model_config = ConfigDict(extra="forbid")
+    sql: str = Field(description="The pull query, e.g. SELECT * FROM t WHERE k = 'x';")
+    properties: dict[str, Any] = Field(default_factory=dict, description="as /query's streamsProperties")
+    streamsProperties: dict[str, Any] = Field(default_factory=dict, description="the same as properties")
+    sessionVariables: dict[str, Any] = Field(default_factory=dict, description="must be empty")
+
+
+class CloseQuery(BaseModel):
+    """What `POST /close-query` takes (documentation only)."""
+
+    model_config = ConfigDict(extra="forbid")
+    queryId: str
+
+
 class NativeQuery(BaseModel):
     """What `POST /v1/query` takes (documentation only: query_http.py reads the body)."""
 
@@ -132,6 +149,22 @@ def build_app(ctx: HttpContext) -> QueryRoutes:
     @app.post("/query", summary="ksqlDB-compatible pull query", openapi_extra=documented_body(KsqlRequest))
     async def ksql_query(request: Request) -> Response:
         return await _answer(request, endpoints.ksql)
+
+    @app.post(
+        "/query-stream",
+        summary="ksqlDB's streaming API for pull queries (HTTP/1.1 or HTTP/2); delimited or JSON by Accept",
+        openapi_extra=_documented_body(StreamRequest),
+    )
+    async def stream_query(request: Request) -> Response:
+        return await _answer(request, endpoints.stream)
+
+    @app.post(
+        "/close-query",
+        summary="ksqlDB's close-query: a pull query is complete when answered (400, no such query)",
+        openapi_extra=_documented_body(CloseQuery),
+    )
+    async def close_query(request: Request) -> Response:
+        return await _answer(request, endpoints.close_query)
 
     @app.post(
         "/v1/query",

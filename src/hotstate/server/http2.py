@@ -193,10 +193,11 @@ class Http2Protocol(asyncio.Protocol):
                 self._on_reset(event.stream_id)
             elif isinstance(event, h2.events.WindowUpdated):
                 self._on_window(event.stream_id)
-            elif isinstance(event, h2.events.ConnectionTerminated):
+            elif isinstance(event, h2.events.ConnectionTerminated):  # GOAWAY: h2 sends nothing more
                 self._closing = True
-                if not self._streams:
-                    self._close()
+                for stream in list(self._streams.values()):
+                    self._forget(stream)
+                self._close()
         for stream in started:  # a request that came whole in these bytes (most do) needs no read timer
             if not stream.ended and not stream.gone:
                 stream.read_timer = self._loop.call_later(self._read_timeout_s, self._read_timed_out, stream)
@@ -336,7 +337,7 @@ class Http2Protocol(asyncio.Protocol):
             elif end and not stream.response_ended:
                 self._h2.end_stream(stream.id)
             stream.response_ended = end
-        except h2.exceptions.StreamClosedError:
+        except h2.exceptions.ProtocolError:  # the stream was reset or the connection closed meanwhile
             stream.gone = True
         self._flush_soon()
 
@@ -361,7 +362,7 @@ class Http2Protocol(asyncio.Protocol):
 
     def _acknowledge(self, stream: _Stream) -> None:
         if stream.unacked:
-            with contextlib.suppress(h2.exceptions.StreamClosedError):
+            with contextlib.suppress(h2.exceptions.ProtocolError):  # reset, or the connection closed
                 self._h2.acknowledge_received_data(stream.unacked, stream.id)
             stream.unacked = 0
             self._flush_soon()
