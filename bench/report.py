@@ -558,6 +558,7 @@ FORMATTERS: dict[str, Formatter] = {
     "freshness": freshness,
     "gray_failure": gray_failure,
     "http_servers": http_servers,
+    "http2_check": http_servers,  # a short run of bench/http_servers.py --only (HTTP/2 candidates)
     "log_append": log_append,
     "metadata": metadata,
     "pull_queries": pull_queries,
