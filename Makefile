@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test quick lint typecheck pytest bench bench-report bench-tools clean venv java chromium
+.PHONY: demo test quick lint typecheck pytest bench bench-report bench-tools clean venv java chromium curl
 
 # Re-install when pyproject.toml changes (the stamp is older) or the venv is missing.
 $(STAMP): pyproject.toml
@@ -25,6 +25,10 @@ java:
 chromium:
 	@test -x /usr/bin/chromium || (apt-get update && apt-get install -y --no-install-recommends chromium)
 
+# tests/cluster/test_query_stream.py drives curl (HTTP/2 by upgrade and with prior knowledge).
+curl:
+	@command -v curl >/dev/null || (apt-get update && apt-get install -y --no-install-recommends curl)
+
 demo: $(STAMP) java
 	$(PY) -m hotstate.cli.demo
 
@@ -36,7 +40,7 @@ typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
 # loadgroup: the Spark tests (xdist_group "spark") share one worker and its one SparkSession.
-pytest: $(STAMP) java chromium
+pytest: $(STAMP) java chromium curl
 	$(VENV)/bin/pytest -n 2 --dist loadgroup -q
 
 test: lint typecheck pytest

@@ -6,7 +6,6 @@ over both protocols (httpx over h2 with prior knowledge and over HTTP/1.1; curl 
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import time
 
@@ -248,7 +247,6 @@ def test_query_stream_formats_errors_and_properties_over_both_protocols(start_cl
             assert reply.json()[1:] == [{"row": {"columns": [f"u{i}", i]}}]
 
 
-@pytest.mark.skipif(shutil.which("curl") is None, reason="needs curl")
 def test_curl_upgrade_and_prior_knowledge(start_cluster) -> None:
     running = start_cluster(1)
     running.run(_setup(running, "clicks", partitions=2, standbys=0, rows=ROWS))
