@@ -66,6 +66,7 @@ KSQL_V1_JSON = "application/vnd.ksql.v1+json"
 QUERY_PRODUCES = (KSQL_V1_JSON, JSON, DELIMITED)
 STREAM_PRODUCES = (DELIMITED, JSON, KSQL_V1_JSON)
 NOT_ACCEPTABLE = 40600
+MAX_ACCEPT_VALUES = 64
 
 NATIVE_FIELDS = (
     "sql",
@@ -218,15 +219,22 @@ class QueryRoutes:
             "/query": (endpoints.ksql, QUERY_PRODUCES),
             "/query-stream": (endpoints.stream, STREAM_PRODUCES),
         }
+        # (path, Accept header) -> the endpoint bound to its answer's format: a client sends the same
+        # Accept with every request, so it is read once (bounded: a client may send anything).
+        self._by_accept: dict[tuple[str, bytes | None], Endpoint] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
             path = scope["path"]
             endpoint = self._routes.get(path)
-            if endpoint is None:
-                negotiated = self._negotiated.get(path)
-                if negotiated is not None:
-                    endpoint = _negotiate(scope, *negotiated)
+            if endpoint is None and path in self._negotiated:
+                accept = next((value for name, value in scope["headers"] if name == b"accept"), None)
+                endpoint = self._by_accept.get((path, accept))
+                if endpoint is None:
+                    if len(self._by_accept) >= MAX_ACCEPT_VALUES:
+                        self._by_accept.clear()
+                    endpoint = _negotiate(accept, *self._negotiated[path])
+                    self._by_accept[path, accept] = endpoint
             if endpoint is not None:
                 try:
                     answer = await answer_request(endpoint, receive)
@@ -249,8 +257,7 @@ Endpoint = Callable[[bytes], Awaitable[Answer]]
 NegotiatedEndpoint = Callable[[bytes, str], Awaitable[Answer]]
 
 
-def _negotiate(scope: Scope, endpoint: NegotiatedEndpoint, produces: tuple[str, ...]) -> Endpoint:
-    accept = next((value for name, value in scope["headers"] if name == b"accept"), None)
+def _negotiate(accept: bytes | None, endpoint: NegotiatedEndpoint, produces: tuple[str, ...]) -> Endpoint:
     if accept is None:
         return lambda body: endpoint(body, produces[0])
     asked = accept.decode("latin-1")
