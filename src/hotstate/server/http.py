@@ -153,7 +153,7 @@ def build_app(ctx: HttpContext) -> QueryRoutes:
     @app.post(
         "/query-stream",
         summary="ksqlDB's streaming API for pull queries (HTTP/1.1 or HTTP/2); delimited or JSON by Accept",
-        openapi_extra=_documented_body(StreamRequest),
+        openapi_extra=documented_body(StreamRequest),
     )
     async def stream_query(request: Request) -> Response:
         return await _answer(request, endpoints.stream)
@@ -161,7 +161,7 @@ def build_app(ctx: HttpContext) -> QueryRoutes:
     @app.post(
         "/close-query",
         summary="ksqlDB's close-query: a pull query is complete when answered (400, no such query)",
-        openapi_extra=_documented_body(CloseQuery),
+        openapi_extra=documented_body(CloseQuery),
     )
     async def close_query(request: Request) -> Response:
         return await _answer(request, endpoints.close_query)
