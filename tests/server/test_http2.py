@@ -53,6 +53,11 @@ async def _app(
     receive: Callable[[], Awaitable[MutableMapping[str, Any]]],
     send: Callable[[MutableMapping[str, Any]], Awaitable[None]],
 ) -> None:
+    if scope["path"] == "/ignore":  # answers without reading the body, which has arrived by then
+        await asyncio.sleep(0.02)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ignored"})
+        return
     body = b""
     more = True
     while more:
@@ -61,6 +66,15 @@ async def _app(
             return
         body += message.get("body", b"")
         more = message.get("more_body", False)
+    if scope["path"] == "/listen":  # as Starlette's StreamingResponse: listens for a disconnect meanwhile
+        waiter = asyncio.ensure_future(receive())
+        await asyncio.sleep(0.05)
+        blocked = not waiter.done()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"blocked" if blocked else b"returned at once"})
+        message = await asyncio.wait_for(waiter, 1.0)
+        assert message["type"] == "http.disconnect", message
+        return
     if scope["path"] == "/lines":  # three body messages
         await send(
             {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]}
@@ -194,6 +208,21 @@ async def test_many_concurrent_streams_on_one_connection_and_http1_beside_it() -
                 reply = await h1.post(f"{base}/echo", content=b"a" * i)
                 assert (reply.http_version, reply.text) == ("HTTP/1.1", f"1.1 POST /echo {i}")
                 assert [type(c) for c in server.server_state.connections] == [LimitedHttpToolsProtocol]
+
+
+@_sync
+async def test_after_the_body_receive_waits_for_the_end_and_unread_bodies_return_the_window() -> None:
+    async with _server() as (port, server):
+        base = f"http://127.0.0.1:{port}"
+        async with httpx.AsyncClient(http1=False, http2=True, timeout=10.0) as h2c:
+            reply = await h2c.post(f"{base}/listen", content=b"{}")
+            assert reply.text == "blocked"
+            # 24 MiB of bodies the app never reads, on one connection whose window is 16 MiB.
+            for _ in range(24):
+                reply = await h2c.post(f"{base}/ignore", content=b"x" * BIG)
+                assert reply.text == "ignored"
+        await asyncio.sleep(0.1)
+        assert not server.server_state.tasks
 
 
 @_sync

@@ -56,6 +56,7 @@ _ERROR_BODY = b'{"@type":"generic_error","error_code":50000,"message":"internal 
 class _Stream:
     __slots__ = (
         "body",
+        "delivered",
         "ended",
         "gone",
         "id",
@@ -73,6 +74,7 @@ class _Stream:
         self.body: list[bytes] = []
         self.unacked = 0  # flow-controlled bytes given to the app but not yet acknowledged
         self.ended = False  # the client sent END_STREAM
+        self.delivered = False  # the app was given the whole body
         self.gone = False  # reset, or the connection closed: the app's sends are dropped
         self.received = asyncio.Event()
         self.window = asyncio.Event()
@@ -282,14 +284,20 @@ class Http2Protocol(asyncio.Protocol):
 
     async def _serve(self, stream: _Stream, scope: Scope) -> None:
         async def receive() -> Message:
-            while not stream.body and not stream.ended and not stream.gone:
+            # Once the whole body was given, as uvicorn: wait for the client to go or the answer to end
+            # (an app listening for a disconnect must not be answered at once, again and again).
+            while not stream.gone and (stream.delivered or (not stream.body and not stream.ended)):
+                if stream.response_ended:
+                    break
                 stream.received.clear()
                 await stream.received.wait()
-            if stream.gone:
+            if stream.gone or stream.delivered:
                 return {"type": "http.disconnect"}
             body = stream.body.pop(0) if stream.body else b""
             self._acknowledge(stream)
-            return {"type": "http.request", "body": body, "more_body": bool(stream.body) or not stream.ended}
+            more = bool(stream.body) or not stream.ended
+            stream.delivered = not more
+            return {"type": "http.request", "body": body, "more_body": more}
 
         async def send(message: Message) -> None:
             await self._send(stream, message)
@@ -337,6 +345,8 @@ class Http2Protocol(asyncio.Protocol):
             elif end and not stream.response_ended:
                 self._h2.end_stream(stream.id)
             stream.response_ended = end
+            if end:
+                stream.received.set()  # a receive() waiting for a disconnect returns
         except h2.exceptions.ProtocolError:  # the stream was reset or the connection closed meanwhile
             stream.gone = True
         self._flush_soon()
@@ -393,6 +403,7 @@ class Http2Protocol(asyncio.Protocol):
         self._flush_soon()
 
     def _forget(self, stream: _Stream) -> None:
+        self._acknowledge(stream)  # what the app never read gives the connection's window back
         stream.gone = True
         stream.received.set()
         stream.window.set()
