@@ -353,3 +353,17 @@ async def test_an_idle_connection_is_closed_with_goaway() -> None:
 )
 def test_accept_negotiation(accept: str, produces: tuple[str, ...], chosen: str | None) -> None:
     assert accepted(accept, produces) == chosen
+
+
+@_sync
+async def test_an_upgrade_with_a_damaged_settings_header_is_refused_400() -> None:
+    async with _server() as (port, _):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(
+            b"GET /echo HTTP/1.1\r\nHost: t\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n"
+            b"HTTP2-Settings: %%%%not-base64\r\n\r\n"
+        )
+        answer = await asyncio.wait_for(reader.read(), 5.0)
+        writer.close()
+    assert answer.startswith(b"HTTP/1.1 400 "), answer
+    assert b"HTTP2-Settings" in answer

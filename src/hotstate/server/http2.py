@@ -19,6 +19,7 @@ a connection without open streams for `idle_timeout_s` is closed with GOAWAY.
 from __future__ import annotations
 
 import asyncio
+import binascii
 import contextlib
 import logging
 import urllib.parse
@@ -49,6 +50,13 @@ CONNECTION_WINDOW = 16 * 1024 * 1024
 _HOP_BY_HOP = frozenset((b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade"))
 _TIMEOUT_BODY = b'{"@type":"generic_error","error_code":40800,"message":"request not received within %d s"}'
 _SWITCHING = b"HTTP/1.1 101 Switching Protocols\r\nconnection: Upgrade\r\nupgrade: h2c\r\n\r\n"
+_BAD_SETTINGS_BODY = (
+    b'{"@type":"generic_error","error_code":40000,"message":"malformed HTTP2-Settings header"}'
+)
+_BAD_SETTINGS = (
+    b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\nconnection: close\r\n"
+    b"content-length: %d\r\n\r\n%s" % (len(_BAD_SETTINGS_BODY), _BAD_SETTINGS_BODY)
+)
 _JSON_HEADERS = [(b"content-type", b"application/json")]
 _ERROR_BODY = b'{"@type":"generic_error","error_code":50000,"message":"internal error"}'
 
@@ -154,13 +162,13 @@ class Http2Protocol(asyncio.Protocol):
     def start_upgraded(self, settings: bytes, scope: Scope, body: bytes) -> None:
         """A connection upgraded from HTTP/1.1 (`Upgrade: h2c`): its request, already read, is stream 1."""
         assert self._transport is not None
-        self._transport.write(_SWITCHING)
         try:
             self._h2.initiate_upgrade_connection(settings)
-        except (h2.exceptions.ProtocolError, ValueError) as error:  # a damaged HTTP2-Settings header
-            log.info("h2c upgrade refused: %s", error)
+        except (h2.exceptions.ProtocolError, ValueError, binascii.Error):  # a damaged HTTP2-Settings header
+            self._transport.write(_BAD_SETTINGS)
             self._transport.close()
             return
+        self._transport.write(_SWITCHING)  # before what h2 has to send (flushed below)
         self._open_windows()
         stream = _Stream(1)
         stream.ended = True
