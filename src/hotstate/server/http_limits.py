@@ -72,7 +72,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._read_timer: asyncio.TimerHandle | None = None
         self._first_bytes: bytes | None = b""  # None once the connection is known to be HTTP/1.1
         self._h2c_settings: bytes | None = None  # the request asks to upgrade to HTTP/2
-        self._h2c_offset: int | None = None  # where the upgrading request's head ended in the last bytes
+        self._h2c_offset = -1  # where the upgrading request's head ended in the last bytes read
         self._h2c_length = 0
         self._h2c_body: list[bytes] = []
 
@@ -87,14 +87,12 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             else:
                 self._switch_to_http2(data)
                 return
-        if self._h2c_offset is None:
-            super().data_received(data)
-            # Set during that call when the request asked to upgrade (handle_websocket_upgrade).
-            offset = cast(int | None, self._h2c_offset)
-            if offset is None:
+        if self._h2c_offset < 0:
+            HttpToolsProtocol.data_received(self, data)  # not super(): this runs for every read
+            if self._h2c_offset < 0:  # set during that call when the request asks to upgrade
                 return
             self._start_h2c()
-            data = data[offset:]
+            data = data[self._h2c_offset :]
         if not self.transport.is_closing():
             self._read_h2c_body(data)
 
@@ -130,7 +128,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._h2c_settings = self._h2c_request() if self.parser.should_upgrade() else None
-        super().on_headers_complete()  # returns at once when upgrading (see _should_upgrade)
+        HttpToolsProtocol.on_headers_complete(self)  # returns at once when upgrading (see _should_upgrade)
 
     def _should_upgrade(self) -> bool:
         return self._h2c_settings is not None or super()._should_upgrade()
@@ -157,7 +155,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             return
         rest = b"".join(self._h2c_body)
         self._h2c_body = []
-        self._h2c_offset = None
+        self._h2c_offset = -1
         assert self._h2c_settings is not None
         protocol = self._switch_to_h2c(self._h2c_settings, rest[: self._h2c_length])
         if len(rest) > self._h2c_length:  # the client's preface, if it did not wait for the 101
