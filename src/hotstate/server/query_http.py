@@ -353,6 +353,8 @@ async def send_lines(send: Send, lines: list[bytes]) -> None:
     last = len(lines) - 1
     for index, line in enumerate(lines):
         await send({"type": "http.response.body", "body": line, "more_body": index < last})
+    if not lines:
+        await send({"type": "http.response.body", "body": b""})
 
 
 def internal_error(error: Exception) -> tuple[int, bytes]:
