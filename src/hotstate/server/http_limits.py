@@ -6,7 +6,8 @@ Idle keep-alive connections are closed by uvicorn itself (`timeout_keep_alive`).
 
 It also hands HTTP/2 connections to http2.py: one that starts with HTTP/2's preface (prior knowledge), and
 one whose request asks to upgrade (`Upgrade: h2c`, answered 101 and then over HTTP/2 as stream 1). Only a
-connection's first bytes are looked at, so HTTP/1.1 keeps uvicorn's httptools path as it was."""
+connection's first bytes and each request's Upgrade header are looked at, so HTTP/1.1 keeps uvicorn's
+httptools path as it was."""
 
 from __future__ import annotations
 
