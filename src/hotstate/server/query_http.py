@@ -110,7 +110,8 @@ class BadRequest(Exception):
 
 
 class QueryEndpoints:
-    """The two query endpoints as functions of the body bytes: (status, JSON bytes)."""
+    """The query endpoints as functions of the body bytes (and the format Accept picked): (status, JSON
+    bytes or the delimited format's lines)."""
 
     def __init__(self, node_id: int, queries: QueryService, metrics: Metrics) -> None:
         self._node_id = node_id
@@ -120,8 +121,8 @@ class QueryEndpoints:
         self._ok = metrics.queries.labels("ok")
         self._latency = metrics.latency
 
-    async def native(self, body: bytes) -> tuple[int, bytes]:
-        return await self._answer(body, _native_request, self._native_answer)  # type: ignore[return-value]
+    async def native(self, body: bytes) -> Answer:
+        return await self._answer(body, _native_request, self._native_answer)
 
     async def ksql(self, body: bytes, media: str = KSQL_V1_JSON) -> Answer:
         return await self._answer(body, _ksql_request, _SHAPES[media])
@@ -129,7 +130,7 @@ class QueryEndpoints:
     async def stream(self, body: bytes, media: str = DELIMITED) -> Answer:
         return await self._answer(body, _stream_request, _STREAM_SHAPES[media])
 
-    async def close_query(self, body: bytes) -> tuple[int, bytes]:
+    async def close_query(self, body: bytes) -> Answer:
         """ksqlDB's `/close-query`: a pull query's answer is complete when sent, so there is never a query
         to close; ksqlDB answers the same for a pull query's id (400, "No query with id ...")."""
         try:
