@@ -159,6 +159,22 @@ def test_a_query_answer_converts_to_arrow_and_pandas_with_the_tables_key_types(s
     running.run(_declare(cluster, "events", declared))
     listed = httpx.get(f"http://{servers[2]}/v1/tables", timeout=10).json()["tables"]
     assert listed[0]["value_columns"] == [{"name": c.name, "type": c.type} for c in declared]
+    # ksqlDB's streaming endpoint names the declared types (and infers the undeclared blob's).
+    stream = httpx.post(
+        f"http://{servers[0]}/query-stream",
+        json={"sql": "SELECT * FROM events"},
+        headers={"Accept": "application/json"},
+        timeout=10,
+    )
+    header = stream.json()[0]
+    assert dict(zip(header["columnNames"], header["columnTypes"], strict=True)) == {
+        "at": "TIMESTAMP",
+        "blob": "BYTES",
+        "count": "BIGINT",
+        "ratio": "DOUBLE",
+        "price": "DECIMAL(10, 2)",
+        "day": "DATE",
+    }, header
     with hotstate.Client(servers[1:]) as client:
         result = client.query("SELECT * FROM events")
     frame = result.to_pandas().sort_values("count")

@@ -557,15 +557,20 @@ def _schema(result: QueryResult) -> str:
 
 
 def _column_types(result: QueryResult) -> list[tuple[str, bool]]:
-    """Each column's SQL type, and whether it is a key column; a non-key column's type is that of its first
-    non-null value."""
+    """Each column's SQL type, and whether it is a key column; a value column's type is the one its
+    table's writer declared, else that of its first non-null value."""
     key_types = _key_types(result.table.key_columns)
+    declared = _declared_types(result.table.value_columns)
     rows = result.rows
     types = []
     for index, name in enumerate(result.columns):
         sql_type = key_types.get(name.lower())
         if sql_type is not None:
             types.append((sql_type, True))
+            continue
+        sql_type = declared.get(name.lower())
+        if sql_type is not None:
+            types.append((sql_type, False))
             continue
         value = next((row[index] for row in rows if row[index] is not None), None)
         types.append(("STRING" if value is None else _sql_type(value), False))
@@ -585,6 +590,66 @@ def _value_columns(value_columns: tuple[ValueColumn, ...]) -> list[dict[str, str
 @functools.lru_cache(maxsize=256)
 def _key_types(key_columns: tuple[KeyColumn, ...]) -> dict[str, str]:
     return {c.name.lower(): KEY_SQL_TYPES[c.type] for c in key_columns}
+
+
+@functools.lru_cache(maxsize=256)
+def _declared_types(value_columns: tuple[ValueColumn, ...]) -> dict[str, str]:
+    return {c.name.lower(): ksql_type(c.type) for c in value_columns}
+
+
+# Spark's name of a type (DataType.simpleString()) -> ksqlDB's; ints narrower than bigint are ksqlDB's INT.
+_KSQL_NAMES = {
+    "boolean": "BOOLEAN",
+    "tinyint": "INTEGER",
+    "smallint": "INTEGER",
+    "int": "INTEGER",
+    "bigint": "BIGINT",
+    "float": "DOUBLE",
+    "double": "DOUBLE",
+    "string": "STRING",
+    "binary": "BYTES",
+    "date": "DATE",
+    "timestamp": "TIMESTAMP",
+    "timestamp_ntz": "TIMESTAMP",
+}
+
+
+def ksql_type(spark_type: str) -> str:
+    """ksqlDB's name for a column declared with Spark's `spark_type` (e.g. array<struct<a:int>> ->
+    ARRAY<STRUCT<`a` INTEGER>>); a type ksqlDB has no name for reads as STRING, as its values do."""
+    text = spark_type.strip()
+    lower = text.lower()
+    if lower in _KSQL_NAMES:
+        return _KSQL_NAMES[lower]
+    if lower.startswith("decimal(") and lower.endswith(")"):
+        return "DECIMAL(" + ", ".join(p.strip() for p in lower[8:-1].split(",")) + ")"
+    for prefix in ("array<", "map<", "struct<"):
+        if lower.startswith(prefix) and lower.endswith(">"):
+            parts = _top_level(text[len(prefix) : -1])
+            if prefix == "array<" and len(parts) == 1:
+                return f"ARRAY<{ksql_type(parts[0])}>"
+            if prefix == "map<" and len(parts) == 2:
+                return f"MAP<{ksql_type(parts[0])}, {ksql_type(parts[1])}>"
+            if prefix == "struct<":
+                fields = [part.partition(":") for part in parts]
+                if all(sep for _, sep, _ in fields):
+                    return "STRUCT<" + ", ".join(f"`{n}` {ksql_type(t)}" for n, _, t in fields) + ">"
+    return "STRING"
+
+
+def _top_level(text: str) -> list[str]:
+    """`text` split at the commas outside <> and ()."""
+    parts, depth, start = [], 0, 0
+    for index, char in enumerate(text):
+        if char in "<(":
+            depth += 1
+        elif char in ">)":
+            depth -= 1
+        elif char == "," and depth == 0:
+            parts.append(text[start:index])
+            start = index + 1
+    parts.append(text[start:])
+    return [part.strip() for part in parts]
 
 
 _SQL_TYPES: dict[type, str] = {
