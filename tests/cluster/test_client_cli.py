@@ -99,7 +99,9 @@ def test_client_queries_fail_over_and_refuses_bad_sql_once(start_cluster) -> Non
         assert sorted(result.dicts(), key=lambda r: r["clicks"]) == ROWS
         assert [p.partition for p in result.partitions] == [0, 1, 2, 3]
         assert all(isinstance(p, PartitionServed) and p.served_by in (1, 2, 3) for p in result.partitions)
-        assert all(p.state == "active" and p.offset_lag == 0 for p in result.partitions)
+        # Standby reads are on: a caught-up standby may serve (a hedge on a loaded machine, or a peer
+        # judged slow for a moment), never a lagging replica.
+        assert all(p.state in ("active", "standby") and p.offset_lag == 0 for p in result.partitions)
         assert (
             result.table == "clicks" and result.coordinator == 1 and result.query_id and result.took_ms >= 0
         )
