@@ -156,12 +156,17 @@ _REASONS = {
 }
 
 
-def describe_tls_error(error: BaseException, peer: str) -> str | None:
+def describe_tls_error(error: BaseException | None, peer: str) -> str | None:
     """What a TLS failure with `peer` (host:port) means, or None if `error` is not about TLS.
 
     A certificate we refuse reads "TLS: certificate of 127.0.0.1:9092 refused: certificate has expired
     (certificate verify failed)"; OpenSSL's `verify_message` says which check failed (expired, hostname
-    mismatch, unknown CA as "unable to get local issuer certificate" or "self-signed certificate")."""
+    mismatch, unknown CA as "unable to get local issuer certificate" or "self-signed certificate").
+    An error raised because of a TLS error (httpx's ConnectError) is described by its cause."""
+    for _ in range(5):  # an httpx error wraps httpcore's, which wraps the ssl module's
+        if error is None or isinstance(error, ssl.SSLError):
+            break
+        error = error.__cause__ or error.__context__
     if isinstance(error, ssl.SSLCertVerificationError):
         what = error.verify_message or error.reason or str(error)
         hint = ""
@@ -261,8 +266,11 @@ class TlsListener:
             connection.close()
             if isinstance(error, ConnectionAbortedError) and "taking longer" in str(error):
                 reason = f"TLS handshake timed out after {self._handshake_timeout:g} s"
-            elif isinstance(error, ConnectionError) and not isinstance(error, ssl.SSLError):
-                reason = "closed by the peer during the TLS handshake"
+            elif isinstance(error, ConnectionError | ssl.SSLEOFError):
+                # A client that refused our certificate (it logs why) or a liveness probe (suspects.py),
+                # which connects and leaves: not worth a WARNING here.
+                logger.info("%s connection from %s closed during the TLS handshake", self._what, peer)
+                return
             else:
                 reason = describe_tls_error(error, peer) or f"TLS handshake failed: {error!r}"
             self._refused(peer.rpartition(":")[0], f"refused {self._what} connection from {peer}: {reason}")
