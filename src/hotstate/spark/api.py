@@ -57,10 +57,11 @@ def materialize(
     HOTSTATE_CLUSTER_SECRET. `tls_ca`: the CA certificate file (PEM) of servers whose RPC port uses TLS
     (default: env HOTSTATE_CLUSTER_CA); the driver reads it and the executors get its text, and every
     server's certificate and host name are checked. `checkpoint`: the query's checkpoint directory
-    (required: it is what lets a restarted query resume without losing or repeating a batch).
-    `trigger`: None (as fast as possible), a processing-time interval like "5 seconds", or keyword arguments of DataStreamWriter.trigger such as
-    {"availableNow": True}. `write_deadline_s`: how long one task keeps retrying before its batch fails.
-    The writers' rack comes from the Spark conf spark.hotstate.rack, else env HOTSTATE_RACK.
+    (required: it is what lets a restarted query resume without losing or repeating a batch). `trigger`:
+    None (as fast as possible), a processing-time interval like "5 seconds", or keyword arguments of
+    DataStreamWriter.trigger such as {"availableNow": True}. `write_deadline_s`: how long one task keeps
+    retrying before its batch fails. The writers' rack comes from the Spark conf spark.hotstate.rack, else
+    env HOTSTATE_RACK.
     """
     if not df.isStreaming:
         raise ValueError("materialize needs a streaming DataFrame (spark.readStream...)")
