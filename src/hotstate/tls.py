@@ -181,15 +181,15 @@ def describe_tls_error(error: BaseException | None, peer: str) -> str | None:
     return None
 
 
-# A peer whose TLS handshake fails is logged at WARNING at most this often per host (then at DEBUG): a
-# misconfigured server retries every fraction of a second.
+# A peer whose TLS handshake fails is logged at WARNING at most this often per host and reason (then at
+# DEBUG): a misconfigured server retries every fraction of a second.
 REFUSAL_LOG_INTERVAL_S = 60.0
 
 
 class TlsListener:
     """A TLS listening socket that, unlike `loop.create_server(ssl=...)`, hears of every failed handshake
     (plain TCP, a client certificate it refuses, a timeout) and logs it naming the client, one WARNING per
-    host a minute. Accepted connections get `protocol_factory()`'s protocol once TLS is up, as with
+    host and reason a minute. Accepted connections get `protocol_factory()`'s protocol once TLS is up, as with
     create_server. Has what RpcServer uses of asyncio.Server: `sockets`, `close`, `wait_closed`."""
 
     def __init__(
@@ -273,12 +273,18 @@ class TlsListener:
                 return
             else:
                 reason = describe_tls_error(error, peer) or f"TLS handshake failed: {error!r}"
-            self._refused(peer.rpartition(":")[0], f"refused {self._what} connection from {peer}: {reason}")
+            # The reason without the client's port: one line per host and kind of failure.
+            kind = reason.replace(peer, peer.rpartition(":")[0])
+            self._refused(
+                f"{peer.rpartition(':')[0]} {kind}", f"refused {self._what} connection from {peer}: {reason}"
+            )
 
-    def _refused(self, host: str, line: str) -> None:
+    def _refused(self, key: str, line: str) -> None:
         now = time.monotonic()
-        if now - self._logged.get(host, -REFUSAL_LOG_INTERVAL_S) >= REFUSAL_LOG_INTERVAL_S:
-            self._logged[host] = now
+        if len(self._logged) > 1000:  # bounded: many hosts failing is one incident, not a memory leak
+            self._logged.clear()
+        if now - self._logged.get(key, -REFUSAL_LOG_INTERVAL_S) >= REFUSAL_LOG_INTERVAL_S:
+            self._logged[key] = now
             logger.warning("%s", line)
         else:
             logger.debug("%s", line)

@@ -74,6 +74,16 @@ class CertificateAuthority:
         files = _write(directory, "ca", cert, key)
         return CertificateAuthority(cert, key, files)
 
+    @staticmethod
+    def load(directory: Path) -> CertificateAuthority:
+        """The CA `create` wrote in `directory` (e.g. a local cluster's, to issue another certificate)."""
+        cert_file, key_file = directory / "ca.crt", directory / "ca.key"
+        cert = x509.load_pem_x509_certificate(cert_file.read_bytes())
+        key = serialization.load_pem_private_key(key_file.read_bytes(), password=None)
+        if not isinstance(key, ec.EllipticCurvePrivateKey):
+            raise ValueError(f"{key_file}: not the EC key of a CA made by hotstate")
+        return CertificateAuthority(cert, key, Issued(cert_file.resolve(), key_file.resolve()))
+
     def issue(
         self,
         directory: Path,
