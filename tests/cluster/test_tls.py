@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import collections
 import datetime as dt
+import signal
+import subprocess
+import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -17,6 +21,7 @@ from typer.testing import CliRunner
 
 import hotstate
 from hotstate.cli.certificates import CertificateAuthority
+from hotstate.cli.local_cluster import LocalCluster
 from hotstate.cli.main import app
 from hotstate.client.admin import AdminClient, ClusterUnavailableError
 from hotstate.client.query import ClusterUnreachable
@@ -24,15 +29,59 @@ from hotstate.client.writer import TableWriter
 from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.tls import client_context
 
+from .conftest import RunningCluster
+
+HOTSTATE = [sys.executable, "-m", "hotstate.cli.main"]
+
 KEY = (KeyColumn("user", KeyType.STRING),)
 ROWS = [{"user": f"u{i}", "clicks": i} for i in range(20)]
 EXPIRED = (dt.datetime(2020, 1, 1, tzinfo=dt.UTC), dt.datetime(2021, 1, 1, tzinfo=dt.UTC))
 
 
+@pytest.fixture
+def tls_cluster(tmp_path: Path) -> Iterator[RunningCluster]:
+    """Three servers from `hotstate cluster up --tls --client-auth`, killed however the test ends."""
+    directory = tmp_path / "cluster"
+    up = subprocess.run(
+        [*HOTSTATE, "cluster", "up", "--tls", "--client-auth", "--servers", "3", "--dir", str(directory)],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+    cluster = LocalCluster.load(directory) if (directory / "cluster.json").exists() else None
+    try:
+        assert up.returncode == 0, up.stderr
+        assert cluster is not None and cluster.tls is not None and cluster.tls.client_auth
+        line = f"TLS on (RPC and HTTP, client certificates required); clients trust {cluster.tls.ca_file}"
+        assert line in up.stdout.splitlines(), up.stdout
+        yield RunningCluster(cluster)
+    finally:
+        for server in cluster.servers if cluster is not None else ():
+            cluster.signal(server, signal.SIGKILL)  # type: ignore[union-attr]
+
+
+def test_a_missing_certificate_stops_the_server_naming_it(tmp_path: Path) -> None:
+    cluster = LocalCluster.create(tmp_path, 1, tls=True)
+    cluster.write_configs()
+    cert, _ = cluster.tls.server_files(1)  # type: ignore[union-attr]
+    cert.unlink()
+    config = cluster.servers[0].directory(tmp_path) / "server.toml"
+    done = subprocess.run(
+        [*HOTSTATE, "server", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == f"hotstate server: rpc.tls.*: certificate file '{cert}': no such file"
+
+
 def test_tls_cluster_serves_everything_and_survives_a_kill_9_without_a_failed_query(
-    start_cluster, tmp_path: Path
+    tls_cluster: RunningCluster, tmp_path: Path
 ) -> None:
-    running = start_cluster(3, tls=True, client_auth=True)
+    running = tls_cluster
     cluster = running.cluster
     assert cluster.tls is not None
     ca = cluster.tls.ca_file

@@ -201,7 +201,11 @@ async def show_cluster_status(cluster: LocalCluster) -> None:
     )
     if cluster.tls is not None:
         auth = ", client certificates required" if cluster.tls.client_auth else ""
-        console.print(f"TLS on (RPC and HTTP{auth}); clients trust {cluster.tls.ca_file}", highlight=False)
+        console.print(
+            f"TLS on (RPC and HTTP{auth}); clients trust {cluster.tls.ca_file}",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 query_commands.register(app, default_dir=DEFAULT_DIR)
