@@ -168,7 +168,7 @@ def describe_tls_error(error: BaseException | None, peer: str) -> str | None:
             break
         error = error.__cause__ or error.__context__
     if isinstance(error, ssl.SSLCertVerificationError):
-        what = error.verify_message or error.reason or str(error)
+        what = (error.verify_message or error.reason or str(error)).rstrip(".")
         hint = ""
         if error.verify_code in (19, 20, 21):  # self-signed in chain, unknown issuer, cannot verify leaf
             hint = " (unknown CA: is the right CA certificate given?)"

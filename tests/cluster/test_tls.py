@@ -220,3 +220,38 @@ def test_tls_cluster_serves_everything_and_survives_a_kill_9_without_a_failed_qu
     assert "refused RPC connection from 127.0.0.1:" in log
     assert "the other end does not speak TLS (plain TCP?)" in log
     assert "certificate has expired (certificate verify failed)" in log
+
+    # The victim comes back with a bad certificate of its own: clients and the other servers refuse it,
+    # naming it and the reason, and the others keep serving.
+    dead = running.server(victim)
+    cert, key = cluster.tls.server_files(victim)
+    authority = CertificateAuthority.load(Path(cluster.tls.directory))
+    for hosts, bounds, expected in (
+        (["127.0.0.1"], EXPIRED, "certificate has expired"),
+        (["other.example"], (None, None), "IP address mismatch, certificate is not valid for '127.0.0.1'"),
+    ):
+        running.kill(victim)
+        bad = authority.issue(
+            tmp_path, f"bad-{len(hosts[0])}", hosts, not_before=bounds[0], not_after=bounds[1]
+        )
+        cert.write_bytes(bad.cert_file.read_bytes())
+        key.write_bytes(bad.key_file.read_bytes())
+        running.restart(victim)
+        address = f"127.0.0.1:{dead.http_port}"
+        message = ""
+        deadline = time.monotonic() + 15
+        while expected not in message and time.monotonic() < deadline:
+            with hotstate.Client([f"https://{address}"], tls=ca, timeout_s=2) as client:
+                try:
+                    client.query("SELECT * FROM clicks")
+                except ClusterUnreachable as error:
+                    message = str(error)
+            time.sleep(0.2)
+        assert f"TLS: certificate of {address} refused: {expected} (certificate verify failed)" in message
+        peer_log = server.directory(cluster.root) / "server.log"
+        line = f"TLS: certificate of 127.0.0.1:{dead.rpc_port} refused: {expected}"
+        while line not in peer_log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert line in peer_log.read_text()
+        with hotstate.Client(alive, tls=ca) as client:
+            assert len(client.query("SELECT * FROM clicks").rows) == len(ROWS)
