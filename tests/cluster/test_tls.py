@@ -1,7 +1,8 @@
 """A local cluster with TLS everywhere (`hotstate cluster up --tls --client-auth`): writes, queries, table
 administration and the console's server-to-server HTTPS calls work; a SIGKILLed server costs no query;
-clients with the wrong CA, plain HTTP, plain RPC and an expired client certificate are refused with a
-message naming the server and what was wrong, and the servers keep serving."""
+clients with the wrong CA, plain HTTP, plain RPC and an expired client certificate are refused, and so is
+a server restarted with an expired certificate or one for another name, each with a message naming the
+peer and what was wrong, while the other servers keep serving."""
 
 from __future__ import annotations
 
@@ -57,14 +58,16 @@ def tls_cluster(tmp_path: Path) -> Iterator[RunningCluster]:
         assert line in up.stdout.splitlines(), up.stdout
         yield RunningCluster(cluster)
     finally:
-        for server in cluster.servers if cluster is not None else ():
-            cluster.signal(server, signal.SIGKILL)  # type: ignore[union-attr]
+        if cluster is not None:
+            for server in cluster.servers:
+                cluster.signal(server, signal.SIGKILL)
 
 
 def test_a_missing_certificate_stops_the_server_naming_it(tmp_path: Path) -> None:
     cluster = LocalCluster.create(tmp_path, 1, tls=True)
     cluster.write_configs()
-    cert, _ = cluster.tls.server_files(1)  # type: ignore[union-attr]
+    assert cluster.tls is not None
+    cert, _ = cluster.tls.server_files(1)
     cert.unlink()
     config = cluster.servers[0].directory(tmp_path) / "server.toml"
     done = subprocess.run(
