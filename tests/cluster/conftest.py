@@ -64,9 +64,19 @@ class RunningCluster:
 def start_cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[..., RunningCluster]]:
     started: list[RunningCluster] = []
 
-    def start(count: int = 3, *, hold: tuple[int, ...] = (), **overrides: object) -> RunningCluster:
-        """`hold`: node ids not started (yet): `running.restart(node_id)` starts one."""
-        cluster = LocalCluster.create(tmp_path / f"cluster-{len(started)}", count)
+    def start(
+        count: int = 3,
+        *,
+        hold: tuple[int, ...] = (),
+        tls: bool = False,
+        client_auth: bool = False,
+        **overrides: object,
+    ) -> RunningCluster:
+        """`hold`: node ids not started (yet): `running.restart(node_id)` starts one. `tls`, `client_auth`:
+        as `hotstate cluster up --tls --client-auth`."""
+        cluster = LocalCluster.create(
+            tmp_path / f"cluster-{len(started)}", count, tls=tls, client_auth=client_auth
+        )
         cluster.write_configs(**overrides)
         cluster.save()
         for server in cluster.servers:

@@ -16,18 +16,21 @@ from hotstate.routing.hedging import HedgeConfig
 from hotstate.server.config import DEFAULTS, SETTING, ServerConfig
 from hotstate.server.liveness import LivenessConfig
 from hotstate.server.settings import SECTIONS, SETTINGS, doc_table, update_doc
+from hotstate.tls import TlsFiles
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
 # Typed configs inside ServerConfig, by attribute path, and their fields that are no server setting.
 GROUPS: dict[str, tuple[type[object], set[str]]] = {
-    "": (ServerConfig, {"raft", "replica", "liveness", "assignor", "hedging"}),
+    "": (ServerConfig, {"raft", "replica", "liveness", "assignor", "hedging", "rpc_tls", "http_tls"}),
     "raft": (RaftConfig, {"max_pending_proposals"}),  # back-pressure inside the Raft driver
     "replica": (ReplicaConfig, set()),
     "liveness": (LivenessConfig, {"heartbeat"}),
     "liveness.heartbeat": (HeartbeatConfig, set()),
     "assignor": (AssignorConfig, {"num_standby_replicas"}),  # every table sets its own
     "hedging": (HedgeConfig, {"burst", "window", "min_samples"}),  # fixed by the code
+    "rpc_tls": (TlsFiles, set()),
+    "http_tls": (TlsFiles, {"client_auth"}),  # client certificates over HTTP: not yet
 }
 
 

@@ -1,10 +1,11 @@
 """A cluster of local combined-mode servers in one directory: what `hotstate cluster up|down|status` run.
 
 Layout of the directory:
-    cluster.json            cluster id, secret, and per server: id, rack, ports, pid
+    cluster.json            cluster id, secret, TLS (if on), and per server: id, rack, ports, pid
     server-<id>/server.toml the server's configuration (written with render_toml)
     server-<id>/server.log  its output
     server-<id>/data/       its data directory
+    tls/                    with --tls: ca.crt (what clients trust), server-<id>.crt/.key, client.crt/.key
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import random
 import secrets
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -26,6 +28,7 @@ from pathlib import Path
 from hotstate.client.admin import AdminClient
 from hotstate.protocol.cluster import DescribeClusterResponse
 from hotstate.server.config import Listener, ServerConfig, Voter, render_toml
+from hotstate.tls import TlsFiles, client_context
 
 RACKS = ("az-a", "az-b", "az-c", "az-d", "az-e")
 STATE_FILE = "cluster.json"
@@ -43,18 +46,45 @@ class LocalServer:
         return root / f"server-{self.node_id}"
 
 
+@dataclass(frozen=True)
+class LocalTls:
+    """TLS of a local cluster: every listener uses it; `client_auth` makes RPC clients show a certificate."""
+
+    directory: str  # absolute; holds the files named in the module docstring
+    client_auth: bool = False
+
+    @property
+    def ca_file(self) -> Path:
+        return Path(self.directory) / "ca.crt"
+
+    def server_files(self, node_id: int) -> tuple[Path, Path]:
+        return Path(self.directory) / f"server-{node_id}.crt", Path(self.directory) / f"server-{node_id}.key"
+
+    def client_files(self) -> tuple[Path, Path]:
+        return Path(self.directory) / "client.crt", Path(self.directory) / "client.key"
+
+    def rpc_client(self) -> ssl.SSLContext:
+        """What clients of the RPC port use: the CA, and the client certificate when it is required."""
+        if not self.client_auth:
+            return client_context(ca_file=self.ca_file)
+        cert, key = self.client_files()
+        return client_context(ca_file=self.ca_file, cert_file=cert, key_file=key)
+
+
 @dataclass
 class LocalCluster:
     root: Path
     cluster_id: str
     secret: str
     servers: list[LocalServer]
+    tls: LocalTls | None = None
 
     # ------------------------------------------------------------------ persistence
     def save(self) -> None:
         state = {
             "cluster_id": self.cluster_id,
             "secret": self.secret,
+            "tls": None if self.tls is None else asdict(self.tls),
             "servers": [asdict(server) for server in self.servers],
         }
         self.root.mkdir(parents=True, exist_ok=True)
@@ -70,12 +100,21 @@ class LocalCluster:
                 f"no local cluster in {root} (no {STATE_FILE}); start one with `hotstate cluster up`"
             )
         state = json.loads(path.read_text())
+        tls = state.get("tls")
         return LocalCluster(
-            root, state["cluster_id"], state["secret"], [LocalServer(**server) for server in state["servers"]]
+            root,
+            state["cluster_id"],
+            state["secret"],
+            [LocalServer(**server) for server in state["servers"]],
+            LocalTls(**tls) if tls else None,
         )
 
     @staticmethod
-    def create(root: Path, count: int, *, base_port: int = 0) -> LocalCluster:
+    def create(
+        root: Path, count: int, *, base_port: int = 0, tls: bool = False, client_auth: bool = False
+    ) -> LocalCluster:
+        """`tls`: make a CA and certificates in root/tls and turn TLS on for every listener;
+        `client_auth`: RPC clients must present a certificate too (rpc.tls.client.auth=required)."""
         if count < 1:
             raise ValueError(f"--servers {count}: a cluster needs at least one server")
         ports = free_ports(2 * count) if base_port == 0 else list(range(base_port, base_port + 2 * count))
@@ -83,7 +122,25 @@ class LocalCluster:
             LocalServer(i + 1, RACKS[i % len(RACKS)], rpc_port=ports[2 * i], http_port=ports[2 * i + 1])
             for i in range(count)
         ]
-        return LocalCluster(root, f"local-{secrets.token_hex(4)}", secrets.token_hex(24), servers)
+        cluster = LocalCluster(root, f"local-{secrets.token_hex(4)}", secrets.token_hex(24), servers)
+        if tls or client_auth:
+            cluster.make_certificates(client_auth=client_auth)
+        return cluster
+
+    def make_certificates(self, *, client_auth: bool = False) -> None:
+        """A new CA, one certificate per server (for the hosts its configuration names, and localhost)
+        and one for clients; TLS is on for the configurations written from now on."""
+        from hotstate.cli.certificates import CertificateAuthority  # cryptography: only when asked
+
+        directory = (self.root / "tls").resolve()
+        self.tls = LocalTls(str(directory), client_auth)
+        ca = CertificateAuthority.create(directory, f"hotstate {self.cluster_id} CA")
+        for server in self.servers:
+            config = self.config_for(server)
+            hosts = [config.rpc.host, *([config.http.host] if config.http else []), "localhost", "127.0.0.1"]
+            usable = [host for host in hosts if host not in ("0.0.0.0", "::")]
+            ca.issue(directory, f"server-{server.node_id}", usable)
+        ca.issue(directory, "client", ["hotstate-client"])
 
     # ------------------------------------------------------------------ configuration
     def config_for(self, server: LocalServer, **overrides: object) -> ServerConfig:
@@ -99,6 +156,11 @@ class LocalCluster:
             "cluster_id": self.cluster_id,
             "cluster_secret": self.secret,
         }
+        if self.tls is not None:
+            cert, key = self.tls.server_files(server.node_id)
+            ca = self.tls.ca_file
+            fields["rpc_tls"] = TlsFiles(cert, key, ca, "required" if self.tls.client_auth else "none")
+            fields["http_tls"] = TlsFiles(cert, key, ca)
         fields.update(overrides)
         return ServerConfig(**fields)  # type: ignore[arg-type]
 
@@ -168,8 +230,19 @@ class LocalCluster:
     def addresses(self) -> list[tuple[str, int]]:
         return [("127.0.0.1", server.rpc_port) for server in self.servers]
 
+    def http_addresses(self) -> list[str]:
+        """The servers' HTTP API, as `hotstate.Client` takes them (https:// with TLS)."""
+        scheme = "https" if self.tls is not None else "http"
+        return [f"{scheme}://127.0.0.1:{server.http_port}" for server in self.servers]
+
+    def rpc_tls(self) -> ssl.SSLContext | None:
+        """What a client of the RPC port needs (AdminClient, TableWriter): None without TLS."""
+        return None if self.tls is None else self.tls.rpc_client()
+
     def admin(self, **kwargs: float) -> AdminClient:
-        return AdminClient(self.addresses(), cluster_id=self.cluster_id, secret=self.secret, **kwargs)
+        return AdminClient(
+            self.addresses(), cluster_id=self.cluster_id, secret=self.secret, tls=self.rpc_tls(), **kwargs
+        )
 
     async def wait_ready(
         self, timeout_s: float = 30.0, *, expect: int | None = None

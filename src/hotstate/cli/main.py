@@ -71,6 +71,17 @@ def cluster_up(
         int, typer.Option("--base-port", help="first port (rpc, http alternate); 0: any")
     ] = 0,
     timeout: Annotated[float, typer.Option("--timeout", help="seconds to wait for the cluster")] = 30.0,
+    tls: Annotated[
+        bool,
+        typer.Option(
+            "--tls",
+            help="make a CA and certificates in DIR/tls and use TLS for RPC and HTTP (docs/security.md)",
+        ),
+    ] = False,
+    client_auth: Annotated[
+        bool,
+        typer.Option("--client-auth", help="with --tls: RPC clients must show a certificate from the CA"),
+    ] = False,
 ) -> None:
     """Start N local servers (racks az-a, az-b, ...) and wait until every one is registered and unfenced."""
     from hotstate.cli.local_cluster import LocalCluster
@@ -84,8 +95,13 @@ def cluster_up(
                 err=True,
             )
             raise typer.Exit(2)
+        if (tls or client_auth) and cluster.tls is None:
+            typer.echo(f"{directory} holds a cluster without TLS: use another --dir for --tls", err=True)
+            raise typer.Exit(2)
     except FileNotFoundError:
-        cluster = LocalCluster.create(directory, servers, base_port=base_port)
+        cluster = LocalCluster.create(
+            directory, servers, base_port=base_port, tls=tls or client_auth, client_auth=client_auth
+        )
         cluster.write_configs()
         cluster.save()
     cluster.start_all()
@@ -183,6 +199,13 @@ async def show_cluster_status(cluster: LocalCluster) -> None:
         f"metadata: leader {status.leader_id}, epoch {status.epoch}, offset {status.metadata_offset}, "
         f"tables {len(status.tables)}"
     )
+    if cluster.tls is not None:
+        auth = ", client certificates required" if cluster.tls.client_auth else ""
+        console.print(
+            f"TLS on (RPC and HTTP{auth}); clients trust {cluster.tls.ca_file}",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 query_commands.register(app, default_dir=DEFAULT_DIR)

@@ -37,6 +37,15 @@ ServerOption = Annotated[
 
 # Module level: with postponed annotations, typer resolves these names in the module's globals.
 DirOption = Annotated[Path, typer.Option("--dir", help="the local cluster to ask when no --server")]
+CaOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--ca",
+        envvar="HOTSTATE_CLUSTER_CA",
+        help="CA certificate (PEM) of servers whose HTTP API uses TLS; HOST:PORT then means https "
+        "(the local cluster's own CA is used without it)",
+    ),
+]
 
 
 def _out() -> Console:
@@ -49,26 +58,31 @@ def _fail(message: str, code: int = 1) -> typer.Exit:
     return typer.Exit(code)
 
 
-def _servers(servers: list[str] | None, directory: Path) -> list[str]:
+def _servers(servers: list[str] | None, directory: Path, ca: Path | None) -> tuple[list[str], Path | None]:
+    """The addresses to ask and the CA to trust (None: no TLS)."""
     if servers:
-        return servers
+        return servers, ca
     from hotstate.cli.local_cluster import LocalCluster
 
     try:
         cluster = LocalCluster.load(directory)
     except FileNotFoundError as error:
         raise _fail(f"{error}; or name a server with --server HOST:PORT", 2) from error
-    return [f"127.0.0.1:{server.http_port}" for server in cluster.servers]
+    return cluster.http_addresses(), ca or (cluster.tls.ca_file if cluster.tls is not None else None)
 
 
 @contextmanager
-def _client(servers: list[str] | None, directory: Path, timeout_s: float) -> Iterator[Client]:
+def _client(
+    servers: list[str] | None, directory: Path, timeout_s: float, ca: Path | None = None
+) -> Iterator[Client]:
     from hotstate.client.query import Client, ClusterUnreachable, QueryFailed
+    from hotstate.tls import TlsFilesError
 
     try:
-        client = Client(_servers(servers, directory), timeout_s=timeout_s)
-    except ValueError as error:
-        raise _fail(str(error), 2) from error
+        addresses, trusted = _servers(servers, directory, ca)
+        client = Client(addresses, timeout_s=timeout_s, tls=trusted)
+    except (ValueError, TlsFilesError) as error:
+        raise _fail(f"--ca: {error}" if isinstance(error, TlsFilesError) else str(error), 2) from error
     try:
         with client:
             yield client
@@ -110,10 +124,11 @@ def register(app: typer.Typer, *, default_dir: Path) -> None:
         as_json: Annotated[bool, typer.Option("--json", help="print the /v1/query JSON")] = False,
         server: ServerOption = None,
         directory: DirOption = default_dir,
+        ca: CaOption = None,
     ) -> None:
         """Run a pull query: the rows, then which replica served each partition."""
         # Long enough for the server's own timeout plus failover to each other server.
-        with _client(server, directory, timeout_s=30.0) as client:
+        with _client(server, directory, timeout_s=30.0, ca=ca) as client:
             result = client.query(
                 sql,
                 max_lag=max_lag,
@@ -128,12 +143,12 @@ def register(app: typer.Typer, *, default_dir: Path) -> None:
             print_result(result, _out())
 
     @app.command("status")
-    def status(server: ServerOption = None, directory: DirOption = default_dir) -> None:
+    def status(server: ServerOption = None, directory: DirOption = default_dir, ca: CaOption = None) -> None:
         """Servers and their liveness, then each partition's active, standbys and replica lags.
 
         The query-serving view, as one server sees it; `hotstate cluster status` is the metadata quorum's.
         """
-        with _client(server, directory, timeout_s=10.0) as client:
+        with _client(server, directory, timeout_s=10.0, ca=ca) as client:
             servers = client.cluster_status()
             asked = client.last_server
             tables = client.tables()

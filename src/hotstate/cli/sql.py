@@ -8,6 +8,7 @@ mistake exits 2; neither prints a traceback or a Java stack.
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 from pathlib import Path
@@ -156,6 +157,17 @@ def _cluster(
             "--cluster HOST:PORT,... --cluster-id ID --secret S",
             2,
         ) from error
+    if local.tls is not None and not os.environ.get("HOTSTATE_CLUSTER_CA"):
+        # The sink takes the CA from the environment (materialize's default); say so rather than fail later.
+        raise _fail(
+            f"the cluster in {directory} uses TLS: set HOTSTATE_CLUSTER_CA={local.tls.ca_file}"
+            + (
+                " (its RPC port also requires client certificates, which the Spark sink cannot show yet)"
+                if local.tls.client_auth
+                else ""
+            ),
+            2,
+        )
     servers = ",".join(f"{host}:{port}" for host, port in local.addresses())
     return servers, cluster_id or local.cluster_id, secret or local.secret
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +49,35 @@ SecretOption = Annotated[
     typer.Option("--secret", envvar="HOTSTATE_CLUSTER_SECRET", help="the cluster's secret"),
 ]
 DirOption = Annotated[Path, typer.Option("--dir", help="the local cluster to use when no --cluster")]
+CaOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--ca",
+        envvar="HOTSTATE_CLUSTER_CA",
+        help="CA certificate (PEM) of a cluster that uses TLS (the local cluster's own without it)",
+    ),
+]
+CertOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--cert",
+        envvar="HOTSTATE_CLUSTER_CERT",
+        help="client certificate (PEM), for servers with rpc.tls.client.auth=required; with --key",
+    ),
+]
+KeyOption = Annotated[
+    Path | None,
+    typer.Option("--key-file", envvar="HOTSTATE_CLUSTER_KEY", help="the client certificate's key (PEM)"),
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Tls:
+    """What the commands need for a cluster with TLS: the CA, and a client certificate if required."""
+
+    ca: Path
+    cert: Path | None = None
+    key: Path | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +85,7 @@ class Target:
     servers: list[tuple[str, int]]
     cluster_id: str
     secret: str
+    tls: Tls | None = None
 
 
 def _fail(message: str, code: int = 1) -> typer.Exit:
@@ -86,7 +117,19 @@ def parse_key(specs: list[str]) -> tuple[KeyColumn, ...]:
     return tuple(columns)
 
 
-def _target(cluster: list[str] | None, cluster_id: str | None, secret: str | None, directory: Path) -> Target:
+def _target(
+    cluster: list[str] | None,
+    cluster_id: str | None,
+    secret: str | None,
+    directory: Path,
+    ca: Path | None = None,
+    cert: Path | None = None,
+    key: Path | None = None,
+) -> Target:
+    if (cert is None) != (key is None):
+        raise _fail("--cert and --key-file go together (HOTSTATE_CLUSTER_CERT, HOTSTATE_CLUSTER_KEY)", 2)
+    if cert is not None and ca is None and cluster:
+        raise _fail("--cert needs --ca (HOTSTATE_CLUSTER_CA): a client certificate is shown over TLS", 2)
     if cluster:
         from hotstate.spark.api import parse_cluster
 
@@ -96,22 +139,41 @@ def _target(cluster: list[str] | None, cluster_id: str | None, secret: str | Non
             raise _fail(f"--{error}", 2) from error
         if not cluster_id or not secret:
             raise _fail("--cluster needs --cluster-id and --secret (or HOTSTATE_CLUSTER_ID/_SECRET)", 2)
-        return Target(servers, cluster_id, secret)
+        return Target(servers, cluster_id, secret, Tls(ca, cert, key) if ca is not None else None)
     from hotstate.cli.local_cluster import LocalCluster
 
     try:
         local = LocalCluster.load(directory)
     except FileNotFoundError as error:
         raise _fail(f"{error}; or name a server with --cluster HOST:PORT", 2) from error
-    return Target(local.addresses(), cluster_id or local.cluster_id, secret or local.secret)
+    tls = Tls(ca, cert, key) if ca is not None else None
+    if tls is None and local.tls is not None:
+        own_cert, own_key = local.tls.client_files() if local.tls.client_auth else (None, None)
+        tls = Tls(local.tls.ca_file, own_cert, own_key)
+    return Target(local.addresses(), cluster_id or local.cluster_id, secret or local.secret, tls)
+
+
+def _rpc_tls(target: Target) -> ssl.SSLContext | None:
+    from hotstate.tls import TlsFilesError, client_context
+
+    if target.tls is None:
+        return None
+    try:
+        return client_context(ca_file=target.tls.ca, cert_file=target.tls.cert, key_file=target.tls.key)
+    except TlsFilesError as error:
+        raise _fail(f"TLS: {error}", 2) from error
 
 
 def _run(target: Target, work: Callable[[AdminClient], Awaitable[T]]) -> T:
     """`work` with an admin client of `target`; the client's failures as one line and exit 1."""
     from hotstate.client.admin import AdminClient, ClusterUnavailableError, OutcomeUnknownError
 
+    tls = _rpc_tls(target)
+
     async def go() -> T:
-        async with AdminClient(target.servers, cluster_id=target.cluster_id, secret=target.secret) as admin:
+        async with AdminClient(
+            target.servers, cluster_id=target.cluster_id, secret=target.secret, tls=tls
+        ) as admin:
             return await work(admin)
 
     try:
@@ -151,13 +213,16 @@ def register(app: typer.Typer, *, default_dir: Path) -> None:
         cluster_id: ClusterIdOption = None,
         secret: SecretOption = None,
         directory: DirOption = default_dir,
+        ca: CaOption = None,
+        cert: CertOption = None,
+        key_file: KeyOption = None,
     ) -> None:
         """Create a table (the controller places its partitions at once)."""
         try:
             columns = parse_key(key)
         except ValueError as error:
             raise _fail(str(error), 2) from error
-        target = _target(cluster, cluster_id, secret, directory)
+        target = _target(cluster, cluster_id, secret, directory, ca, cert, key_file)
         reply = _run(
             target,
             lambda admin: admin.create_table(
@@ -181,9 +246,15 @@ def register(app: typer.Typer, *, default_dir: Path) -> None:
         cluster_id: ClusterIdOption = None,
         secret: SecretOption = None,
         directory: DirOption = default_dir,
+        ca: CaOption = None,
+        cert: CertOption = None,
+        key_file: KeyOption = None,
     ) -> None:
         """The tables' names, one a line."""
-        reply = _run(_target(cluster, cluster_id, secret, directory), lambda admin: admin.list_tables())
+        reply = _run(
+            _target(cluster, cluster_id, secret, directory, ca, cert, key_file),
+            lambda admin: admin.list_tables(),
+        )
         _check("cannot list tables", reply)
         for name in sorted(reply.tables):
             typer.echo(name)
@@ -195,10 +266,13 @@ def register(app: typer.Typer, *, default_dir: Path) -> None:
         cluster_id: ClusterIdOption = None,
         secret: SecretOption = None,
         directory: DirOption = default_dir,
+        ca: CaOption = None,
+        cert: CertOption = None,
+        key_file: KeyOption = None,
     ) -> None:
         """A table's definition, writer racks and last Spark batch, then each partition's replicas and
         their lags."""
-        target = _target(cluster, cluster_id, secret, directory)
+        target = _target(cluster, cluster_id, secret, directory, ca, cert, key_file)
         status = _run(target, lambda admin: admin.describe())
         http = [f"{s.http_host}:{s.http_port}" for s in status.servers if s.http_host and s.http_port]
         if not http:
@@ -206,7 +280,7 @@ def register(app: typer.Typer, *, default_dir: Path) -> None:
         from hotstate.client.query import Client, ClusterUnreachable, QueryFailed
 
         try:
-            with Client(http, timeout_s=10.0) as client:
+            with Client(http, timeout_s=10.0, tls=target.tls.ca if target.tls else None) as client:
                 tables = client.tables()
                 lags = client.lags()
         except (QueryFailed, ClusterUnreachable) as error:
@@ -223,9 +297,15 @@ def register(app: typer.Typer, *, default_dir: Path) -> None:
         cluster_id: ClusterIdOption = None,
         secret: SecretOption = None,
         directory: DirOption = default_dir,
+        ca: CaOption = None,
+        cert: CertOption = None,
+        key_file: KeyOption = None,
     ) -> None:
         """Delete a table and its rows on every server."""
-        reply = _run(_target(cluster, cluster_id, secret, directory), lambda admin: admin.delete_table(name))
+        reply = _run(
+            _target(cluster, cluster_id, secret, directory, ca, cert, key_file),
+            lambda admin: admin.delete_table(name),
+        )
         _check(f"cannot drop table {name!r}", reply)
         _out().print(f"dropped table {escape(name)}", highlight=False)
 

@@ -33,6 +33,7 @@ from hotstate.controller.requests import (
 from hotstate.protocol.cluster import DescribeClusterRequest, DescribeClusterResponse
 from hotstate.protocol.wire import MESSAGES
 from hotstate.rpc import NOT_SENT, PeerPool, RpcError, bootstrap_peer_id, bootstrap_peers
+from hotstate.tls import TlsOption, to_client_context
 
 # Clients are not cluster members; they identify as node 0 in the RPC handshake.
 CLIENT_NODE_ID = 0
@@ -58,11 +59,14 @@ class AdminClient:
         cluster_id: str,
         secret: str,
         request_timeout_s: float = 5.0,
+        tls: TlsOption = None,
     ) -> None:
+        """`tls`: the servers' RPC port uses TLS; the CA certificate file to trust, or an ssl.SSLContext
+        (tls.client_context: with a client certificate when the servers require one)."""
         if not servers:
             raise ValueError("no servers to talk to")
         self._servers = list(servers)
-        self._pool = PeerPool(CLIENT_NODE_ID, cluster_id, secret, MESSAGES)
+        self._pool = PeerPool(CLIENT_NODE_ID, cluster_id, secret, MESSAGES, tls=to_client_context(tls))
         # Node ids are not known up front (the list may be any subset, in any order): bootstrap ids.
         self._pool.update(bootstrap_peers(self._servers))
         self._request_timeout_s = request_timeout_s

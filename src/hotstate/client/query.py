@@ -37,6 +37,8 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 import httpx
 
+from hotstate.tls import TlsOption, describe_tls_error, to_client_context
+
 if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
@@ -180,14 +182,14 @@ class QueryResult:
         )
 
 
-def parse_address(address: str) -> str:
-    """`host:port` or a full http(s) URL -> the base URL requests are made against."""
+def parse_address(address: str, scheme: str = "http") -> str:
+    """`host:port` (reached with `scheme`) or a full http(s) URL -> the base URL requests are made against."""
     text = address.strip()
     if "://" not in text:
         host, sep, port = text.rpartition(":")
         if not sep or not host or not port.isdigit():
             raise ValueError(f"server address {address!r}: must be HOST:PORT or http(s)://HOST[:PORT]")
-        text = f"http://{text}"
+        text = f"{scheme}://{text}"
     try:
         url = httpx.URL(text)
     except httpx.InvalidURL as error:
@@ -325,10 +327,27 @@ def _expect_dict(body: Any, what: str) -> dict[str, Any]:
     return body
 
 
+def _unreachable(error: httpx.TransportError, url: str) -> httpx.TransportError:
+    """`error`, or one that says what went wrong with TLS, naming the server."""
+    described = describe_tls_error(error, httpx.URL(url).netloc.decode())
+    if described is not None:
+        return httpx.ConnectError(described)
+    if isinstance(error, httpx.RemoteProtocolError) and url.startswith("http://"):
+        # A TLS port drops a plain-HTTP request without an answer.
+        return httpx.RemoteProtocolError(
+            f"{error} (if the server's HTTP API uses TLS, use https:// addresses and give the CA)"
+        )
+    return error
+
+
 class _Base:
-    def __init__(self, servers: Servers, timeout_s: float, connect_timeout_s: float) -> None:
+    def __init__(self, servers: Servers, timeout_s: float, connect_timeout_s: float, tls: TlsOption) -> None:
         self.servers = _addresses(servers)
-        self._urls = [parse_address(s) for s in self.servers]
+        self._tls = to_client_context(tls)
+        scheme = "http" if self._tls is None else "https"
+        self._urls = [parse_address(s, scheme) for s in self.servers]
+        if self._tls is not None and any(url.startswith("http://") for url in self._urls):
+            raise ValueError("tls is given, so the server addresses must be HOST:PORT or https:// URLs")
         if timeout_s <= 0 or connect_timeout_s <= 0:
             raise ValueError("timeouts must be positive")
         self.timeout_s = timeout_s
@@ -355,6 +374,8 @@ class Client(_Base):
     `servers`: one address or several (`"host:port"` or `"http://host:port"`), or one comma-separated
     string. `timeout_s` bounds each call over all its attempts; `connect_timeout_s` bounds connecting to
     one server. Connections are kept alive and reused; `close()` (or `with`) releases them.
+    `tls`: the servers' HTTP API uses TLS (http.tls.*): the CA certificate file to trust, or an
+    ssl.SSLContext; `host:port` addresses are then reached over https, and host names are checked.
     """
 
     def __init__(
@@ -364,9 +385,14 @@ class Client(_Base):
         timeout_s: float = 30.0,
         connect_timeout_s: float = 2.0,
         transport: httpx.BaseTransport | None = None,
+        tls: TlsOption = None,
     ) -> None:
-        super().__init__(servers, timeout_s, connect_timeout_s)
-        self._http = httpx.Client(transport=transport, headers={"user-agent": "hotstate-python"})
+        super().__init__(servers, timeout_s, connect_timeout_s, tls)
+        self._http = httpx.Client(
+            transport=transport,
+            headers={"user-agent": "hotstate-python"},
+            verify=self._tls if self._tls is not None else True,
+        )
 
     def query(
         self,
@@ -439,7 +465,7 @@ class Client(_Base):
                     method, self._urls[index] + path, json=body, timeout=self._timeout(timeout)
                 )
             except httpx.TransportError as error:
-                call.unreachable(error)
+                call.unreachable(_unreachable(error, self._urls[index]))
                 continue
             decoded = call.answered(index, response)
             if decoded is not None:
@@ -469,9 +495,14 @@ class AsyncClient(_Base):
         timeout_s: float = 30.0,
         connect_timeout_s: float = 2.0,
         transport: httpx.AsyncBaseTransport | None = None,
+        tls: TlsOption = None,
     ) -> None:
-        super().__init__(servers, timeout_s, connect_timeout_s)
-        self._http = httpx.AsyncClient(transport=transport, headers={"user-agent": "hotstate-python"})
+        super().__init__(servers, timeout_s, connect_timeout_s, tls)
+        self._http = httpx.AsyncClient(
+            transport=transport,
+            headers={"user-agent": "hotstate-python"},
+            verify=self._tls if self._tls is not None else True,
+        )
 
     async def query(
         self,
@@ -531,7 +562,7 @@ class AsyncClient(_Base):
                     method, self._urls[index] + path, json=body, timeout=self._timeout(timeout)
                 )
             except httpx.TransportError as error:
-                call.unreachable(error)
+                call.unreachable(_unreachable(error, self._urls[index]))
                 continue
             decoded = call.answered(index, response)
             if decoded is not None:

@@ -48,6 +48,7 @@ from hotstate.replica.messages import (
 )
 from hotstate.replica.rows import encode_row
 from hotstate.rpc import DEFAULT_MAX_FRAME_BYTES, PeerPool, RpcError, bootstrap_peers
+from hotstate.tls import TlsOption, to_client_context
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +118,10 @@ class TableWriter:
         secret: str,
         request_timeout_s: float = 10.0,
         rack: str | None = None,
+        tls: TlsOption = None,
     ) -> None:
+        """`tls`: the servers' RPC port uses TLS; the CA certificate file to trust, or an ssl.SSLContext
+        (tls.client_context: with a client certificate when the servers require one)."""
         if not servers:
             raise ValueError("no servers to talk to")
         self.table = table
@@ -137,6 +141,7 @@ class TableWriter:
             MESSAGES,
             max_frame_bytes=DEFAULT_MAX_FRAME_BYTES,
             backoff_max=0.25,
+            tls=to_client_context(tls),
         )
         self._addresses: dict[int, tuple[str, int]] = bootstrap_peers(self._bootstrap)
         self._pool.update(self._addresses)

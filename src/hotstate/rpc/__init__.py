@@ -2,7 +2,8 @@
 
 - `TypeRegistry` (schema.py): registered frozen dataclasses <-> msgpack, strict on decode.
 - Frames (frames.py): 4-byte length + msgpack `[protocol_version, kind, correlation_id, payload]`.
-- Handshake (handshake.py): cluster id check and mutual HMAC proof of `cluster.secret`.
+- Handshake (handshake.py): cluster id check and mutual HMAC proof of `cluster.secret`, inside TLS when
+  the ends are given `ssl.SSLContext`s (`tls=`, built by hotstate.tls).
 - The transport: `RpcServer` (server.py), `Connection` and `PeerPool` (client.py), over what both ends
   share (channel.py): authenticated, pipelined, reconnecting connections.
 """

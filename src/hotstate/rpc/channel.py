@@ -19,6 +19,7 @@ from typing import cast
 
 from hotstate.rpc.errors import FrameError
 from hotstate.rpc.frames import Frame, FrameDecoder
+from hotstate.tls import describe_tls_error
 
 logger = logging.getLogger(__name__)
 
@@ -29,6 +30,10 @@ DEFAULT_BACKOFF_INITIAL = 0.05
 DEFAULT_BACKOFF_MAX = 5.0
 # Before the handshake a peer is a stranger: it gets to make us buffer a few KiB, not 16 MiB.
 HANDSHAKE_MAX_FRAME_BYTES = 4096
+
+# The first byte of a TLS record: a handshake (a client's hello) or an alert (a TLS server refusing what
+# it read). Where a frame length was expected, it means the two ends disagree about TLS.
+_TLS_RECORD_TYPES = (0x15, 0x16)
 
 # Codes of ERROR frames the transport itself produces (handlers choose their own with RemoteError).
 ERROR_INTERNAL = "internal"
@@ -104,6 +109,12 @@ class Channel(asyncio.Protocol):
         try:
             frames = self._decoder.feed(data)
         except FrameError as e:
+            if not self._authenticated and data[:1] and data[0] in _TLS_RECORD_TYPES:
+                self._abort(
+                    "the peer speaks TLS and this end does not: set rpc.tls.* (or give the client the "
+                    "cluster's CA) on both ends, or on neither"
+                )
+                return
             hint = "" if self._authenticated else " (not a hotstate peer?)"
             self._abort(f"bad frame: {e}{hint}")
             return
@@ -121,7 +132,11 @@ class Channel(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
         if self.close_reason is None:
-            self.close_reason = "closed by the peer" if exc is None else f"connection lost: {exc}"
+            if exc is None:
+                self.close_reason = "closed by the peer"
+            else:
+                described = describe_tls_error(exc, self.remote)
+                self.close_reason = described or f"connection lost: {exc}"
             self.closed_by_peer = True
         for waiter in self._drain_waiters:
             if not waiter.done():

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import ssl
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -30,6 +31,7 @@ from hotstate.rpc.errors import (
 from hotstate.rpc.frames import DEFAULT_MAX_FRAME_BYTES, Frame, FrameKind, encode_frame
 from hotstate.rpc.handshake import ClientHandshake, HandshakeRefused, normalize_secret
 from hotstate.rpc.schema import TypeRegistry
+from hotstate.tls import describe_tls_error
 
 logger = logging.getLogger(__name__)
 
@@ -118,6 +120,13 @@ class _ClientChannel(Channel):
 
     def _lost(self) -> None:
         reason = self.close_reason or "connection closed"
+        if not self._authenticated and self.closed_by_peer and reason == "closed by the peer":
+            # A TLS listener drops what fails its handshake without a word (asyncio sends no alert).
+            reason += (
+                " (a client certificate from the cluster's CA may be required: rpc.tls.client.auth)"
+                if self._connection.tls is not None
+                else " (if its rpc listener uses TLS, connect with TLS: give the cluster's CA)"
+            )
         self._resolve_ready(ConnectionLost(f"connection closed during the handshake: {reason}"))
         pending, self._pending = self._pending, {}
         for future in pending.values():
@@ -182,6 +191,7 @@ class Connection:
         backoff_initial: float = DEFAULT_BACKOFF_INITIAL,
         backoff_max: float = DEFAULT_BACKOFF_MAX,
         on_lost: Callable[[], None] | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         if not cluster_id:
             raise ValueError("cluster_id must not be empty")
@@ -203,6 +213,8 @@ class Connection:
         self.handshake_timeout = handshake_timeout
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
+        # TLS under the handshake: the context checks the server's certificate and its host name.
+        self.tls = tls
         self._channel: _ClientChannel | None = None
         self._task: asyncio.Task[None] | None = None
         # The connection attempt in progress (None or done: between attempts).
@@ -403,9 +415,32 @@ class Connection:
         channel = _ClientChannel(self)
         try:
             async with asyncio.timeout(self.connect_timeout):
-                await loop.create_connection(lambda: channel, self.host, self.port)
+                if self.tls is None:
+                    await loop.create_connection(lambda: channel, self.host, self.port)
+                else:
+                    await loop.create_connection(
+                        lambda: channel,
+                        self.host,
+                        self.port,
+                        ssl=self.tls,
+                        server_hostname=self.host,
+                        ssl_handshake_timeout=self.handshake_timeout,
+                    )
         except TimeoutError:
             raise ConnectionLost(f"connecting timed out after {self.connect_timeout:g} s") from None
+        except ssl.SSLError as e:
+            # A certificate we refuse (or a peer that refuses ours) is a misconfiguration: a refusal, not
+            # an outage, so it is logged at WARNING once and callers see HandshakeError.
+            address = format_address(self.host, self.port)
+            raise HandshakeError(describe_tls_error(e, address) or str(e)) from None
+        except ConnectionResetError as e:
+            if self.tls is None:
+                raise ConnectionLost(e.strerror or "connection reset by the peer") from None
+            # Reset in the middle of our TLS hello: a listener without TLS refusing what it read.
+            raise HandshakeError(
+                f"TLS handshake with {format_address(self.host, self.port)} failed: connection reset "
+                "(does its rpc listener use TLS? both ends need rpc.tls.*)"
+            ) from None
         except OSError as e:
             raise ConnectionLost(e.strerror or str(e)) from None
         try:
@@ -443,6 +478,7 @@ class PeerPool:
         handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
         backoff_initial: float = DEFAULT_BACKOFF_INITIAL,
         backoff_max: float = DEFAULT_BACKOFF_MAX,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.node_id = node_id
         self.cluster_id = cluster_id
@@ -454,6 +490,7 @@ class PeerPool:
             "handshake_timeout": handshake_timeout,
             "backoff_initial": backoff_initial,
             "backoff_max": backoff_max,
+            "tls": tls,
         }
         self._addresses: dict[int, tuple[str, int]] = {}
         self._connections: dict[int, Connection] = {}

@@ -13,8 +13,9 @@ direction label stops a proof from being reflected back as the other side's, and
 who claims to be talking. The client proves itself first so the *server* can say "wrong cluster.secret"
 in its log; the server's proof only goes to a client it has already authenticated.
 
-What this does not do: encrypt or sign the frames that follow (no TLS). It keeps strangers and
-misconfigured servers out; it does not stop an attacker who can rewrite TCP streams on the network.
+What this does not do: encrypt or sign the frames that follow. It keeps strangers and misconfigured
+servers out; against an attacker who can read or rewrite TCP streams, TLS underneath it does
+(`rpc.tls.*`, hotstate.tls, docs/security.md).
 
 This module is sans-IO: the transport feeds frames in and sends what comes out.
 """

@@ -13,6 +13,7 @@ import asyncio
 import collections
 import inspect
 import logging
+import ssl
 from collections.abc import Callable
 
 from hotstate.rpc.channel import (
@@ -32,6 +33,7 @@ from hotstate.rpc.errors import FrameError, RemoteError
 from hotstate.rpc.frames import DEFAULT_MAX_FRAME_BYTES, Frame, FrameKind, encode_frame
 from hotstate.rpc.handshake import HandshakeRefused, ServerHandshake, normalize_secret
 from hotstate.rpc.schema import DecodeError, EncodeError, TypeRegistry
+from hotstate.tls import TlsListener
 
 logger = logging.getLogger(__name__)
 
@@ -237,6 +239,7 @@ class RpcServer:
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
         max_concurrent_requests: int = DEFAULT_MAX_CONCURRENT_REQUESTS,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         if not cluster_id:
             raise ValueError("cluster_id must not be empty")
@@ -256,17 +259,34 @@ class RpcServer:
         self.handshake_timeout = handshake_timeout
         self.max_concurrent_requests = max_concurrent_requests
         self.on_peer_lost: Callable[[PeerInfo], None] | None = None
-        self._server: asyncio.Server | None = None
+        # TLS under the handshake (tls.server_context): each connection is encrypted before any frame.
+        self.tls = tls
+        self._server: asyncio.Server | TlsListener | None = None
         self._channels: set[_ServerChannel] = set()
 
     async def start(self) -> None:
         if self._server is not None:
             raise RuntimeError("RpcServer already started")
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: _ServerChannel(self), self.host, self._requested_port, reuse_address=True
+        if self.tls is None:
+            self._server = await loop.create_server(
+                lambda: _ServerChannel(self), self.host, self._requested_port, reuse_address=True
+            )
+        else:
+            self._server = await TlsListener.start(
+                lambda: _ServerChannel(self),
+                self.host,
+                self._requested_port,
+                self.tls,
+                handshake_timeout=self.handshake_timeout,
+                what="RPC",
+            )
+        logger.info(
+            "node %d serving RPC%s on %s",
+            self.node_id,
+            " over TLS" if self.tls is not None else "",
+            format_address(self.host, self.port),
         )
-        logger.info("node %d serving RPC on %s", self.node_id, format_address(self.host, self.port))
 
     @property
     def port(self) -> int:

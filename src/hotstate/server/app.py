@@ -12,9 +12,11 @@ import asyncio
 import contextlib
 import logging
 import signal
+import ssl
 import sys
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
@@ -78,6 +80,7 @@ from hotstate.server.replicas import (
 )
 from hotstate.server.status import describe
 from hotstate.server.suspects import Suspects, probe_after_hint
+from hotstate.tls import TlsFiles, TlsFilesError, client_context, server_context
 
 log = logging.getLogger(__name__)
 
@@ -113,9 +116,53 @@ SHUTDOWN_TIMEOUT_S = 10.0
 DISK_FAILURE_SHUTDOWN_TIMEOUT_S = 3.0
 
 
+@dataclass(frozen=True, slots=True)
+class ServerTls:
+    """The server's TLS contexts from rpc.tls.* and http.tls.* (None where TLS is off)."""
+
+    rpc_server: ssl.SSLContext | None = None
+    # Our side of connections to other servers: checks their certificates and presents ours.
+    rpc_client: ssl.SSLContext | None = None
+    http_server: ssl.SSLContext | None = None
+    # For the console's calls to other servers' HTTP API.
+    http_client: ssl.SSLContext | None = None
+
+    @staticmethod
+    def from_config(config: ServerConfig) -> ServerTls:
+        """Reads the files; raises TlsFilesError naming the settings and the file that cannot be used."""
+        rpc, http = config.rpc_tls, config.http_tls
+        return ServerTls(
+            rpc_server=_listener_context("rpc", rpc, client_auth=rpc.client_auth == "required"),
+            rpc_client=_peer_context("rpc", rpc, present_certificate=True),
+            http_server=_listener_context("http", http, client_auth=False),
+            http_client=_peer_context("http", http, present_certificate=False),
+        )
+
+
+def _listener_context(name: str, files: TlsFiles, *, client_auth: bool) -> ssl.SSLContext | None:
+    if files.cert_file is None or files.key_file is None:
+        return None
+    try:
+        return server_context(files.cert_file, files.key_file, ca_file=files.ca_file, client_auth=client_auth)
+    except TlsFilesError as error:
+        raise TlsFilesError(f"{name}.tls.*: {error}") from None
+
+
+def _peer_context(name: str, files: TlsFiles, *, present_certificate: bool) -> ssl.SSLContext | None:
+    if files.cert_file is None or files.key_file is None:
+        return None
+    try:
+        if present_certificate:
+            return client_context(ca_file=files.ca_file, cert_file=files.cert_file, key_file=files.key_file)
+        return client_context(ca_file=files.ca_file)
+    except TlsFilesError as error:
+        raise TlsFilesError(f"{name}.tls.*: {error}") from None
+
+
 class Server:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
+        self.tls = ServerTls.from_config(config)
         self.incarnation_id = uuid.uuid4().hex
         self._stopped = asyncio.Event()
         self._stop_requested = asyncio.Event()
@@ -153,6 +200,7 @@ class Server:
             # A restarted peer must hear our Votes at once; reconnecting on a LAN is cheap, so never back
             # off for long (the default 5 s cap delayed elections after a restart by a whole round).
             backoff_max=PEER_BACKOFF_MAX_S,
+            tls=self.tls.rpc_client,
         )
         self.pool.update(self._voter_addresses)
         self.driver = RaftDriver(
@@ -245,6 +293,7 @@ class Server:
             handler=self._handle_request,
             on_oneway=self._handle_oneway,
             max_frame_bytes=config.max_frame_bytes,
+            tls=self.tls.rpc_server,
         )
         # A peer's connection closed or reset is a hint that it died: probe it (server/suspects.py).
         suspects = self._suspects = Suspects(self._check_suspect)
@@ -479,9 +528,10 @@ class Server:
                 self.liveness,
                 lambda: (driver.node.leader_id, driver.node.epoch),
                 metadata.not_ready,
+                peer_tls=self.tls.http_client,
             ),
         )
-        server = http_server(build_app(context), config.http.host, config.http.port)
+        server = http_server(build_app(context), config.http.host, config.http.port, self.tls.http_server)
         self._http = server
         self._http_task = asyncio.create_task(server.serve(), name="http")
         for _ in range(200):  # bound before the server registers its endpoint
@@ -490,7 +540,12 @@ class Server:
             await asyncio.sleep(0.01)
         if self._http_task.done():
             self._http_task.result()  # raises: e.g. the port is taken
-        log.info("http api on %s:%d", config.http.host, config.http.port)
+        log.info(
+            "http api on %s://%s:%d",
+            "https" if self.tls.http_server is not None else "http",
+            config.http.host,
+            config.http.port,
+        )
 
     async def _forward(self, leader_id: int, request: ControllerRequest) -> ControllerResponse:
         assert self.pool is not None
@@ -531,7 +586,12 @@ def run_server(config: ServerConfig) -> None:
         format=f"%(asctime)s server-{config.node_id} %(levelname)s %(name)s: %(message)s",
     )
 
-    server = Server(config)
+    try:
+        server = Server(config)
+    except TlsFilesError as error:
+        # A configuration mistake found when the files are read: one line, as for a bad setting.
+        print(f"hotstate server: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
     try:
         runtime.run(server.run_until_signalled())
     except (DataDirError, StorageError) as error:

@@ -43,6 +43,7 @@ from hotstate.server.settings import (
     Kind,
     Setting,
 )
+from hotstate.tls import CLIENT_AUTH_CHOICES, TlsFiles
 
 logger = logging.getLogger(__name__)
 
@@ -225,6 +226,8 @@ class ServerConfig:
     assignor: AssignorConfig = field(default_factory=AssignorConfig)
     hedging: HedgeConfig = field(default_factory=HedgeConfig)
     log_level: str = "INFO"
+    rpc_tls: TlsFiles = field(default_factory=TlsFiles)
+    http_tls: TlsFiles = field(default_factory=TlsFiles)
 
     def __post_init__(self) -> None:
         roles: object = self.process_roles  # typed loosely: callers outside mypy may pass a list
@@ -369,6 +372,12 @@ def _data_dir_problems(setting: Setting, data_dir: object) -> list[ConfigError]:
     return [ConfigError(setting.key, data_dir, allowed)]
 
 
+def _file_problems(setting: Setting, path: object) -> list[ConfigError]:
+    if path is None or (isinstance(path, Path) and _is_path_text(str(path))):
+        return []
+    return [ConfigError(setting.key, path, "must be a file path in UTF-8 without NUL (checked at start)")]
+
+
 def _rack_problems(setting: Setting, rack: object) -> list[ConfigError]:
     problem = None if rack is None else _label_problem(rack)
     return [ConfigError(setting.key, rack, problem)] if problem else []
@@ -400,6 +409,7 @@ def _secret_problems(setting: Setting, secret: object) -> list[ConfigError]:
 _FSYNC_ALLOWED: Final = f"must be {' or '.join(REPLICA_LOG_FSYNC_POLICIES)}"
 _STRATEGY_ALLOWED: Final = f"must be {', '.join(STRATEGIES[:-1])} or {STRATEGIES[-1]}"
 _LOG_LEVEL_ALLOWED: Final = f"must be one of {', '.join(LOG_LEVELS)}"
+_CLIENT_AUTH_ALLOWED: Final = f"must be {' or '.join(CLIENT_AUTH_CHOICES)}"
 
 
 def _choice_problems(choices: Sequence[str], allowed: str) -> Callable[[Setting, object], list[ConfigError]]:
@@ -656,6 +666,39 @@ def _frame_problem(values: Mapping[str, Any]) -> ConfigError | None:
     )
 
 
+def _tls_problem(listener: str) -> Callable[[Mapping[str, Any]], ConfigError | None]:
+    """`{listener}.tls.*`: a certificate comes with its key, and the rest needs a certificate."""
+    cert, key, ca = (f"{listener}.tls.{name}.file" for name in ("cert", "key", "ca"))
+
+    def problem(values: Mapping[str, Any]) -> ConfigError | None:
+        if values[cert] is not None and values[key] is None:
+            return ConfigError(key, MISSING, f"must be set with {cert} (the certificate's private key)")
+        if values[cert] is None:
+            for other in (key, ca):
+                if values[other] is not None:
+                    return ConfigError(
+                        other,
+                        str(values[other]),
+                        f"needs {cert}: TLS is on only with a certificate (and its key)",
+                    )
+        return None
+
+    return problem
+
+
+def _client_auth_problem(values: Mapping[str, Any]) -> ConfigError | None:
+    if values["rpc.tls.client.auth"] != "required":
+        return None
+    for needed in ("rpc.tls.cert.file", "rpc.tls.ca.file"):
+        if values[needed] is None:
+            return ConfigError(
+                "rpc.tls.client.auth",
+                "required",
+                f"needs {needed}: client certificates are checked against the CA, over TLS",
+            )
+    return None
+
+
 _RULES: Final[Sequence[tuple[tuple[str, ...], Callable[[Mapping[str, Any]], ConfigError | None]]]] = (
     (("node.id", "process.roles", "listeners", "controller.quorum.voters"), _membership_problem),
     (("broker.heartbeat.interval.ms", "broker.session.timeout.ms"), _broker_heartbeat_problem),
@@ -670,6 +713,9 @@ _RULES: Final[Sequence[tuple[tuple[str, ...], Callable[[Mapping[str, Any]], Conf
         _heartbeat_window_problem,
     ),
     (("rpc.max.frame.bytes",), _frame_problem),
+    (("rpc.tls.cert.file", "rpc.tls.key.file", "rpc.tls.ca.file"), _tls_problem("rpc")),
+    (("http.tls.cert.file", "http.tls.key.file", "http.tls.ca.file"), _tls_problem("http")),
+    (("rpc.tls.client.auth", "rpc.tls.cert.file", "rpc.tls.ca.file"), _client_auth_problem),
 )
 
 
@@ -900,6 +946,23 @@ def _parse_data_dir(setting: Setting, raw: object) -> Path:
     return Path(text)
 
 
+def _parse_file(setting: Setting, raw: object) -> Path | None:
+    # An empty string clears a path set by a lower-precedence source.
+    text = _to_str(setting.key, raw, "must be a file path")
+    return Path(text) if text.strip() else None
+
+
+def _parse_client_auth(setting: Setting, raw: object) -> str:
+    choice = _to_str(setting.key, raw, _CLIENT_AUTH_ALLOWED).strip().lower()
+    if choice not in CLIENT_AUTH_CHOICES:
+        raise ConfigError(setting.key, raw, _CLIENT_AUTH_ALLOWED)
+    return choice
+
+
+def _write_file(path: Path | None) -> str | None:
+    return None if path is None else str(path)
+
+
 def _parse_string(setting: Setting, raw: object) -> str:
     return _to_str(setting.key, raw, "must be a string")
 
@@ -955,6 +1018,10 @@ _KINDS: Final[Mapping[Kind, _Kind]] = {
     "strategy": _Kind(_parse_strategy, _choice_problems(STRATEGIES, _STRATEGY_ALLOWED), _same, ""),
     "tag_keys": _Kind(_parse_assignment_tags, _assignment_tags_problems, ",".join, ()),
     "log_level": _Kind(_parse_log_level, _choice_problems(LOG_LEVELS, _LOG_LEVEL_ALLOWED), _same, ""),
+    "file": _Kind(_parse_file, _file_problems, _write_file, None),
+    "client_auth": _Kind(
+        _parse_client_auth, _choice_problems(CLIENT_AUTH_CHOICES, _CLIENT_AUTH_ALLOWED), _same, ""
+    ),
 }
 assert set(_KINDS) == set(get_args(Kind)), "a kind of value has no parser"
 
@@ -1008,6 +1075,8 @@ _GROUPS: Final = (
     _Group("liveness.heartbeat", "heartbeat", HeartbeatConfig, _heartbeat_error),
     _Group("assignor", "assignor", AssignorConfig, _assignor_error),
     _Group("hedging", "query.hedge", HedgeConfig, _hedge_error),
+    _Group("rpc_tls", "rpc.tls", TlsFiles),
+    _Group("http_tls", "http.tls", TlsFiles),
 )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.resources
+import ssl
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from hotstate.controller.image import MetadataImage, PartitionInfo, ServerInfo
 from hotstate.server.console_feed import ConsoleFeed, Rates, wall_ms
 from hotstate.server.liveness import Liveness
 from hotstate.server.raft_driver import monotonic_ms
+from hotstate.tls import describe_tls_error
 
 # A peer slower than this to say its rates is shown without them, not waited for.
 PEER_RATES_TIMEOUT_S = 1.0
@@ -115,6 +117,8 @@ class ConsoleContext:
     # (leader id, epoch) of the metadata quorum as this server knows it
     quorum: Callable[[], tuple[int | None, int]]
     not_ready: Callable[[], str | None]
+    # With http.tls.*: other servers' HTTP API is called over HTTPS, their certificates checked with this.
+    peer_tls: ssl.SSLContext | None = None
 
 
 def console_router(ctx: ConsoleContext) -> APIRouter:
@@ -274,7 +278,8 @@ class _PeerRates:
     async def gather(self) -> list[RatesView]:
         ctx = self._ctx
         if self._client is None:
-            self._client = httpx.AsyncClient(timeout=PEER_RATES_TIMEOUT_S, trust_env=False)
+            verify: ssl.SSLContext | bool = ctx.peer_tls if ctx.peer_tls is not None else True
+            self._client = httpx.AsyncClient(timeout=PEER_RATES_TIMEOUT_S, trust_env=False, verify=verify)
         image = ctx.image()
         asks = [
             self._ask(node_id, server)
@@ -293,14 +298,16 @@ class _PeerRates:
         host = server.http.host
         if host in ("0.0.0.0", "::", ""):  # listening everywhere: reach it where its RPC is
             host = server.rpc.host
-        url = f"http://{_bracketed(host)}:{server.http.port}/v1/rates"
+        scheme = "https" if self._ctx.peer_tls is not None else "http"
+        url = f"{scheme}://{_bracketed(host)}:{server.http.port}/v1/rates"
         assert self._client is not None
         try:
             answer = await self._client.get(url)
             answer.raise_for_status()
             view = RatesView.model_validate(answer.json())
         except (httpx.HTTPError, ValueError) as error:
-            return _missing(node_id, f"{type(error).__name__}: {error}"[:200])
+            described = describe_tls_error(error, url)
+            return _missing(node_id, (described or f"{type(error).__name__}: {error}")[:200])
         if view.server != node_id:
             return _missing(node_id, f"{url} answered as server {view.server}")
         return view

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import ssl
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -329,11 +330,13 @@ class _QuietServer(uvicorn.Server):
         yield
 
 
-def http_server(app: QueryRoutes, host: str, port: int) -> uvicorn.Server:
+def http_server(app: QueryRoutes, host: str, port: int, tls: ssl.SSLContext | None = None) -> uvicorn.Server:
+    """`tls` (tls.server_context): HTTPS only; a plain-HTTP request is dropped by the TLS layer."""
     config = uvicorn.Config(
         app,
         host=host,
         port=port,
+        ssl_context_factory=None if tls is None else lambda _config, _default: tls,
         http=LimitedHttpToolsProtocol,
         proxy_headers=False,  # no proxy is trusted; the middleware would cost every request
         server_header=False,

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from hotstate.assignor.config import STRATEGIES
+from hotstate.tls import CLIENT_AUTH_CHOICES
 
 MAX_INT32: Final = 2**31 - 1
 _KIB: Final = 1024
@@ -47,6 +48,8 @@ Kind = Literal[
     "strategy",
     "tag_keys",
     "log_level",
+    "file",
+    "client_auth",
 ]
 
 
@@ -578,6 +581,71 @@ _QUERIES: Final = (
         ),
     ),
 )
+_TLS: Final = (
+    Setting(
+        "rpc.tls.cert.file",
+        "rpc_tls.cert_file",
+        kind="file",
+        shape="path",
+        doc=(
+            "PEM certificate of the rpc listener; setting it turns TLS on for all RPC traffic: the listener, "
+            "and this server's connections to other servers (which present it as their client certificate "
+            "too). Its names (SANs) must cover the host other servers and clients reach it at. TLS is all "
+            "or nothing across a cluster, and the HMAC handshake over `cluster.secret` still runs inside it."
+        ),
+    ),
+    Setting(
+        "rpc.tls.key.file",
+        "rpc_tls.key_file",
+        kind="file",
+        shape="path",
+        doc="PEM private key of `rpc.tls.cert.file` (unencrypted); required with it.",
+    ),
+    Setting(
+        "rpc.tls.ca.file",
+        "rpc_tls.ca_file",
+        kind="file",
+        shape="path",
+        doc=(
+            "PEM CA certificate(s) other servers' certificates must chain to. Unset: the system's CAs. "
+            "Needs `rpc.tls.cert.file`."
+        ),
+    ),
+    Setting(
+        "rpc.tls.client.auth",
+        "rpc_tls.client_auth",
+        kind="client_auth",
+        shape=_choices_shape(CLIENT_AUTH_CHOICES),
+        doc=(
+            "`required`: every RPC client (servers, the Spark sink, admin tools) must present a certificate "
+            "from `rpc.tls.ca.file` (mutual TLS). Needs `rpc.tls.cert.file` and `rpc.tls.ca.file`."
+        ),
+    ),
+    Setting(
+        "http.tls.cert.file",
+        "http_tls.cert_file",
+        kind="file",
+        shape="path",
+        doc="PEM certificate of the http listener; setting it makes the HTTP API HTTPS only.",
+    ),
+    Setting(
+        "http.tls.key.file",
+        "http_tls.key_file",
+        kind="file",
+        shape="path",
+        doc="PEM private key of `http.tls.cert.file` (unencrypted); required with it.",
+    ),
+    Setting(
+        "http.tls.ca.file",
+        "http_tls.ca_file",
+        kind="file",
+        shape="path",
+        doc=(
+            "PEM CA certificate(s) the server trusts when it calls other servers' HTTP API (the console's "
+            "`/v1/cluster/rates`). Unset: the system's CAs. Needs `http.tls.cert.file`."
+        ),
+    ),
+)
 SECTIONS: Final = (
     Section("identity", _IDENTITY),
     Section("quorum", _QUORUM),
@@ -586,6 +654,7 @@ SECTIONS: Final = (
     Section("placement", _PLACEMENT),
     Section("queries", _QUERIES),
     Section("server", _SERVER),
+    Section("tls", _TLS),
 )
 # In the order render_toml writes them and load_config reports their parsing errors.
 SETTINGS: Final = tuple(setting for section in SECTIONS for setting in section.settings)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -11,6 +12,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from hotstate.spark.sink import AfterWrite, batch_function, config_for_schema
 from hotstate.spark.table import TableDefinition, ensure_table, key_columns_for, value_columns_for
+from hotstate.tls import TlsFilesError, client_context
 
 __all__ = ["last_batch", "materialize", "parse_cluster", "writer_rack"]
 
@@ -18,6 +20,7 @@ RACK_CONF = "spark.hotstate.rack"
 ENV_CLUSTER = "HOTSTATE_CLUSTER"
 ENV_CLUSTER_ID = "HOTSTATE_CLUSTER_ID"
 ENV_SECRET = "HOTSTATE_CLUSTER_SECRET"
+ENV_CA = "HOTSTATE_CLUSTER_CA"
 ENV_RACK = "HOTSTATE_RACK"
 
 Cluster = str | Sequence[str] | Sequence[tuple[str, int]]
@@ -37,6 +40,7 @@ def materialize(
     *,
     cluster_id: str | None = None,
     secret: str | None = None,
+    tls_ca: str | os.PathLike[str] | None = None,
     write_deadline_s: float = 60.0,
     query_name: str | None = None,
     _after_write: AfterWrite | None = None,
@@ -50,11 +54,14 @@ def materialize(
 
     `cluster`: RPC addresses, "host:port,host:port" or a sequence of "host:port" / (host, port) (default:
     env HOTSTATE_CLUSTER). `cluster_id` and `secret` default to env HOTSTATE_CLUSTER_ID and
-    HOTSTATE_CLUSTER_SECRET. `checkpoint`: the query's checkpoint directory (required: it is what lets a
-    restarted query resume without losing or repeating a batch). `trigger`: None (as fast as possible),
-    a processing-time interval like "5 seconds", or keyword arguments of DataStreamWriter.trigger such as
-    {"availableNow": True}. `write_deadline_s`: how long one task keeps retrying before its batch fails.
-    The writers' rack comes from the Spark conf spark.hotstate.rack, else env HOTSTATE_RACK.
+    HOTSTATE_CLUSTER_SECRET. `tls_ca`: the CA certificate file (PEM) of servers whose RPC port uses TLS
+    (default: env HOTSTATE_CLUSTER_CA); the driver reads it and the executors get its text, and every
+    server's certificate and host name are checked. `checkpoint`: the query's checkpoint directory
+    (required: it is what lets a restarted query resume without losing or repeating a batch). `trigger`:
+    None (as fast as possible), a processing-time interval like "5 seconds", or keyword arguments of
+    DataStreamWriter.trigger such as {"availableNow": True}. `write_deadline_s`: how long one task keeps
+    retrying before its batch fails. The writers' rack comes from the Spark conf spark.hotstate.rack, else
+    env HOTSTATE_RACK.
     """
     if not df.isStreaming:
         raise ValueError("materialize needs a streaming DataFrame (spark.readStream...)")
@@ -68,11 +75,22 @@ def materialize(
             f"the cluster's id and secret are needed: pass cluster_id= and secret= or set {ENV_CLUSTER_ID} "
             f"and {ENV_SECRET}"
         )
+    ca_path = tls_ca if tls_ca is not None else os.environ.get(ENV_CA) or None
+    ca_pem = _read_ca(ca_path) if ca_path is not None else None
+    tls = client_context(ca_data=ca_pem) if ca_pem is not None else None
     definition = TableDefinition(
         table, partitions, standby_replicas, key_columns_for(df.schema, key), acceptable_lag
     )
     rack = writer_rack(df.sparkSession)
-    ensure_table(servers, cluster_id, secret, definition, rack=rack, values=value_columns_for(df.schema, key))
+    ensure_table(
+        servers,
+        cluster_id,
+        secret,
+        definition,
+        rack=rack,
+        values=value_columns_for(df.schema, key),
+        tls=tls,
+    )
     config = config_for_schema(
         df.schema,
         servers=servers,
@@ -81,6 +99,7 @@ def materialize(
         secret=secret,
         rack=rack,
         deadline_s=write_deadline_s,
+        tls_ca=ca_pem,
     )
     writer = (
         df.writeStream.outputMode("update")
@@ -94,6 +113,15 @@ def materialize(
     elif trigger is not None:
         writer = writer.trigger(**trigger)
     return writer.start()
+
+
+def _read_ca(path: str | os.PathLike[str]) -> str:
+    try:
+        pem = Path(path).read_text()
+        client_context(ca_data=pem)  # refuse what is not a certificate here, not on every executor
+    except (OSError, UnicodeDecodeError, TlsFilesError) as error:
+        raise ValueError(f"tls_ca {os.fspath(path)!r}: not a readable PEM CA certificate: {error}") from None
+    return pem
 
 
 def last_batch(query: StreamingQuery) -> int | None:

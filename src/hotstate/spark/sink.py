@@ -30,6 +30,7 @@ import datetime as dt
 import functools
 import os
 import re
+import ssl
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -61,6 +62,7 @@ from hotstate.client.writer import TableWriter, WriteError, WriteResult
 from hotstate.controller.requests import ControllerError
 from hotstate.query.tokens import cluster_tag, decode, merge
 from hotstate.spark.arrow_rows import NotEncodable, encode_arrow_batch
+from hotstate.tls import client_context
 
 __all__ = [
     "AfterWrite",
@@ -109,6 +111,9 @@ class SinkConfig:
     nested: bool
     # True when every column has a type arrow_rows encodes: the batch goes through mapInArrow.
     arrow: bool = False
+    # The CA certificate (PEM text, not a path: executors need not have the driver's files) when the
+    # servers' RPC port uses TLS.
+    tls_ca: str | None = field(default=None, repr=False)
 
 
 # Spark types whose Arrow columns arrow_rows encodes (the same bytes as the Row path's dicts).
@@ -143,9 +148,11 @@ def config_for_schema(
     secret: str,
     rack: str | None,
     deadline_s: float,
+    tls_ca: str | None = None,
 ) -> SinkConfig:
     complex_types = (StructType, ArrayType, MapType)
     return SinkConfig(
+        tls_ca=tls_ca,
         servers=servers,
         table=table,
         cluster_id=cluster_id,
@@ -195,7 +202,9 @@ def commit_batch(config: SinkConfig, batch_id: int, tokens: Sequence[str]) -> No
     pairs = tuple(sorted((partition, at) for (_, partition), at in positions.items()))
 
     async def commit() -> None:
-        async with AdminClient(config.servers, cluster_id=config.cluster_id, secret=config.secret) as admin:
+        async with AdminClient(
+            config.servers, cluster_id=config.cluster_id, secret=config.secret, tls=rpc_tls(config)
+        ) as admin:
             reply = await admin.commit_batch(config.table, table_id, batch_id, pairs)
         if reply.error is not ControllerError.NONE:
             raise BatchWriteError(
@@ -352,9 +361,15 @@ def _new_writer(config: SinkConfig, loop: asyncio.AbstractEventLoop) -> TableWri
             cluster_id=config.cluster_id,
             secret=config.secret,
             rack=config.rack,
+            tls=rpc_tls(config),
         )
 
     return loop.run_until_complete(build())
+
+
+def rpc_tls(config: SinkConfig) -> ssl.SSLContext | None:
+    """The writers' TLS context: trusts the CA the driver read (hostnames checked)."""
+    return None if config.tls_ca is None else client_context(ca_data=config.tls_ca)
 
 
 def _discard(worker: _Worker) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -124,12 +125,14 @@ def ensure_table(
     *,
     rack: str | None = None,
     values: tuple[ValueColumn, ...] = (),
+    tls: ssl.SSLContext | None = None,
 ) -> None:
     """Create the table, or check that the existing one has this definition (TableDefinitionError).
 
     `rack`: the writers' rack, added to the table's writer racks (the assignor places actives near it).
-    `values`: the writer's value columns, which become the table's (a schema may grow between runs)."""
-    work = _ensure_table(servers, cluster_id, secret, wanted, rack, values)
+    `values`: the writer's value columns, which become the table's (a schema may grow between runs).
+    `tls`: for servers whose RPC port uses TLS (tls.client_context)."""
+    work = _ensure_table(servers, cluster_id, secret, wanted, rack, values, tls)
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -147,8 +150,9 @@ async def _ensure_table(
     wanted: TableDefinition,
     rack: str | None,
     values: tuple[ValueColumn, ...],
+    tls: ssl.SSLContext | None = None,
 ) -> None:
-    async with AdminClient(servers, cluster_id=cluster_id, secret=secret) as admin:
+    async with AdminClient(servers, cluster_id=cluster_id, secret=secret, tls=tls) as admin:
         try:
             reply = await _create(admin, wanted, rack)
         except OutcomeUnknownError:
@@ -161,7 +165,7 @@ async def _ensure_table(
             raise TableDefinitionError(
                 f"cannot create table {wanted.name!r}: {reply.error.name}: {reply.message}"
             )
-        existing = await _existing(admin, servers, cluster_id, secret, wanted.name)
+        existing = await _existing(admin, servers, cluster_id, secret, wanted.name, tls)
         if not existing.matches(wanted):
             raise TableDefinitionError(
                 f"table {wanted.name!r} exists with another definition: it is {existing.describe()}, "
@@ -199,7 +203,12 @@ async def _declare_values(admin: AdminClient, table: str, values: tuple[ValueCol
 
 
 async def _existing(
-    admin: AdminClient, servers: Sequence[tuple[str, int]], cluster_id: str, secret: str, name: str
+    admin: AdminClient,
+    servers: Sequence[tuple[str, int]],
+    cluster_id: str,
+    secret: str,
+    name: str,
+    tls: ssl.SSLContext | None = None,
 ) -> TableDefinition:
     """The existing table's definition: from GET /v1/tables of a server that has HTTP (the only answer
     that names standby_replicas), else from the RPC table metadata, with the standby count unknown."""
@@ -214,7 +223,7 @@ async def _existing(
             for table in tables:
                 if table.get("name") == name:
                     return _from_http(table)
-    async with TableWriter(servers, name, cluster_id=cluster_id, secret=secret) as writer:
+    async with TableWriter(servers, name, cluster_id=cluster_id, secret=secret, tls=tls) as writer:
         meta = await writer.metadata()
     return TableDefinition(name, len(meta.partitions), None, meta.key_columns, meta.acceptable_lag)
 
