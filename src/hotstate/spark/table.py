@@ -216,7 +216,7 @@ async def _existing(
     http = [f"{s.http_host}:{s.http_port}" for s in status.servers if s.http_host and s.http_port]
     if http:
         try:
-            tables = await asyncio.to_thread(_http_tables, http)
+            tables = await asyncio.to_thread(_http_tables, http, tls)
         except Exception:
             tables = None
         if tables is not None:
@@ -239,11 +239,20 @@ async def _create(admin: AdminClient, wanted: TableDefinition, rack: str | None)
     )
 
 
-def _http_tables(servers: list[str]) -> list[dict[str, Any]]:
+def _http_tables(servers: list[str], tls: ssl.SSLContext | None) -> list[dict[str, Any]]:
+    """GET /v1/tables; with the RPC port's TLS (a cluster with TLS has it on HTTP too, from the same CA,
+    as `hotstate cluster up --tls` makes it) over HTTPS first, else in clear."""
     from hotstate.client.query import Client
 
-    with Client(servers, timeout_s=5.0) as client:
-        return client.tables()
+    last: Exception | None = None
+    for context in ((tls, None) if tls is not None else (None,)):
+        try:
+            with Client(servers, timeout_s=5.0, tls=context) as client:
+                return client.tables()
+        except Exception as error:
+            last = error
+    assert last is not None
+    raise last
 
 
 def _from_http(table: dict[str, Any]) -> TableDefinition:
