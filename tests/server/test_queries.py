@@ -108,6 +108,22 @@ def test_projection_matches_columns_ignoring_case_and_refuses_unknown_ones() -> 
         _rows(plan(parse("SELECT nope FROM clicks"), TABLE), TABLE, answers)
 
 
+def test_select_star_lists_every_column_any_row_has_and_fills_the_gaps_with_null() -> None:
+    rows = [
+        {"user": "a", "clicks": 1, "url": "/x"},
+        {"user": "b", "clicks": 2, "url": "/y"},  # the same columns: its shape is skipped
+        {"user": "c", "last": 3},  # another writer's columns
+        {"url": "/z", "user": "d", "clicks": 4},  # the same set in another order
+    ]
+    items = [(encode_key((r["user"],)), encode_row(r)) for r in rows]
+    answer = _PartitionAnswer(PartitionServed(0, 1, "active", 0, 4), items)
+    columns, got, _ = _rows(plan(parse("SELECT * FROM clicks"), TABLE), TABLE, [answer])
+    assert columns == ["user", "clicks", "url", "last"]
+    assert got == [["a", 1, "/x", None], ["b", 2, "/y", None], ["c", None, None, 3], ["d", 4, "/z", None]]
+    one = _rows(plan(parse("SELECT url FROM clicks"), TABLE), TABLE, [answer])[1]
+    assert one == [["/x"], ["/y"], [None], ["/z"]]
+
+
 def test_the_bound_comes_from_the_query_else_the_table() -> None:
     assert _max_lag({}, TABLE) == 50
     assert _max_lag({"max_lag": 7}, TABLE) == 7

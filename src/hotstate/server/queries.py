@@ -20,9 +20,10 @@ import base64
 import binascii
 import dataclasses
 import itertools
+import operator
 import os
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, KeysView, Mapping
 from dataclasses import dataclass, field
 
 from hotstate.controller.image import MetadataImage, PartitionInfo, TableInfo
@@ -761,9 +762,6 @@ def _plain_work(
     }
 
 
-_MISSING = object()
-
-
 def _rows(
     query_plan: QueryPlan, table: TableInfo, answers: Iterable[_PartitionAnswer]
 ) -> tuple[list[str], list[list[object]], bytes | None]:
@@ -784,8 +782,13 @@ def _rows(
     decoded = [decode_row(row) for _, row in items]
     if query_plan.columns is None:
         columns = [c.name for c in table.key_columns]
+        shape: KeysView[str] | None = None
         for row in decoded:
-            for name in row:
+            names = row.keys()
+            if names == shape:  # one writer's rows share their columns: compared as sets, in C
+                continue
+            shape = names
+            for name in names:
                 if name not in columns:
                     columns.append(name)
     else:
@@ -793,13 +796,22 @@ def _rows(
         for name in columns:
             if decoded and all(_missing(row, name) for row in decoded):
                 raise QueryError("bad_request", f"column {name!r} is not in table {table.name!r}")
-    rows = []
+    return columns, _projected(decoded, columns), last_key
+
+
+def _projected(decoded: list[dict[str, object]], columns: list[str]) -> list[list[object]]:
+    """Each row's values in `columns` order; a column a row lacks (or names only when case is ignored)
+    is looked up the slow way, for that row."""
+    pick = operator.itemgetter(*columns)
+    rows: list[list[object]] = []
     for row in decoded:
-        values = [row.get(name, _MISSING) for name in columns]
-        if _MISSING in values:  # a name that matches a column only when case is ignored, or none
-            values = [_value(row, name) for name in columns]
-        rows.append(values)
-    return columns, rows, last_key
+        try:
+            values = pick(row)
+        except KeyError:
+            rows.append([_value(row, name) for name in columns])
+            continue
+        rows.append(list(values) if len(columns) > 1 else [values])
+    return rows
 
 
 def _value(row: dict[str, object], name: str) -> object:
