@@ -23,7 +23,6 @@ import binascii
 import contextlib
 import logging
 import urllib.parse
-from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 import h2.config
@@ -33,13 +32,9 @@ import h2.events
 import h2.exceptions
 import h2.settings
 
-log = logging.getLogger(__name__)
+from hotstate.server.asgi import ASGIApp, Message, Scope
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+log = logging.getLogger(__name__)
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 MAX_CONCURRENT_STREAMS = 100

@@ -28,22 +28,17 @@ import functools
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
 
 from hotstate.controller.records import KEY_SQL_TYPES, KeyColumn, ValueColumn
+from hotstate.server.asgi import ASGIApp, Receive, Scope, Send
 from hotstate.server.metrics import Metrics
 from hotstate.server.queries import QueryError, QueryResult, QueryService
 
 log = logging.getLogger(__name__)
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 # ksqlDB's error codes (io.confluent.ksql.rest.Errors).
 BAD_REQUEST = 40000

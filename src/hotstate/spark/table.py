@@ -245,7 +245,7 @@ def _http_tables(servers: list[str], tls: ssl.SSLContext | None) -> list[dict[st
     from hotstate.client.query import Client
 
     last: Exception | None = None
-    for context in ((tls, None) if tls is not None else (None,)):
+    for context in (tls, None) if tls is not None else (None,):
         try:
             with Client(servers, timeout_s=5.0, tls=context) as client:
                 return client.tables()
