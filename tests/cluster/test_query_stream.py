@@ -1,6 +1,7 @@
 """ksqlDB's streaming API (`POST /query-stream`, `/close-query`, `/query` by Accept) over HTTP/2 and
 HTTP/1.1 between real server processes: an unmodified ksqlDB client library from PyPI (ksql-python-ng,
-pinned in the dev extra; its HTTP/1.1 query path cannot run on httpx 0.28, see below) and raw requests
+pinned in the dev extra, over HTTP/2; over HTTP/1.1 from a venv of its own, as its HTTP/1.1 path
+cannot run on httpx 0.28) and raw requests
 over both protocols (httpx over h2 with prior knowledge and over HTTP/1.1; curl by upgrade)."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -18,6 +20,8 @@ from .test_pull_queries import _http, _placement, _setup
 DELIMITED = "application/vnd.ksqlapi.delimited.v1"
 GENERIC = "generic_error"
 ROWS = 40
+# ksql-python-ng in a venv of its own (Makefile: ksql-client), for its HTTP/1.1 path.
+KSQL_CLIENT = Path(__file__).resolve().parents[2] / ".venv" / "ksql-client" / "bin" / "python"
 
 
 def _h2() -> httpx.Client:
@@ -44,7 +48,7 @@ def _ready(base: str, table: str) -> None:
         time.sleep(0.1)
 
 
-def test_ksql_python_ng_runs_pull_queries_over_http2(start_cluster) -> None:
+def test_ksql_python_ng_runs_pull_queries_over_http2_and_http11(start_cluster) -> None:
     running = start_cluster(3)
     running.run(_setup(running, "clicks", partitions=3, standbys=1, rows=ROWS))
     base = _http(running.cluster, 1)
@@ -86,6 +90,29 @@ def test_ksql_python_ng_runs_pull_queries_over_http2(start_cluster) -> None:
     with pytest.raises(ValueError, match="404") as missing:
         list(api.query("SELECT * FROM nope WHERE user = 'u1'", use_http2=True, parse=True))
     assert '"error_code":40400' in str(missing.value)
+
+    # HTTP/1.1: the same library, unmodified, from its own venv (`make ksql-client`), where httpx < 0.28
+    # lets its HTTP/1.1 path run: the version check (GET /info), then `/query`, whose JSON array it yields
+    # in chunks as they came (its parser is for /query-stream's format, so the rows are parsed here).
+    if not KSQL_CLIENT.exists():
+        pytest.skip(f"{KSQL_CLIENT} is missing: `make ksql-client` makes it (make test does)")
+    script = (
+        "import json, sys; from ksql import KSQLAPI\n"
+        "api = KSQLAPI(sys.argv[1])\n"  # with the version check
+        "lag = {'ksql.query.pull.max.allowed.offset.lag': 0}\n"
+        "chunks = api.query(sys.argv[2], use_http2=False, stream_properties=lag)\n"
+        "print(json.dumps(json.loads(''.join(chunks))))\n"
+    )
+    ran = subprocess.run(
+        [str(KSQL_CLIENT), "-c", script, base, "SELECT * FROM clicks WHERE user IN ('u4', 'u5');"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert ran.returncode == 0, ran.stderr
+    answer = json.loads(ran.stdout)
+    assert answer[0]["header"]["schema"] == "`user` STRING KEY, `clicks` BIGINT"
+    assert sorted(item["row"]["columns"] for item in answer[1:]) == [["u4", 4], ["u5", 5]]
 
 
 def test_query_stream_formats_errors_and_properties_over_both_protocols(start_cluster) -> None:
