@@ -258,8 +258,9 @@ async def _serve_uvicorn(candidate: Candidate, app: ASGIApp, port: int, stop: as
 
         from hotstate.server import http_limits
 
-        http_limits.MAX_HEAD_BYTES = LIMIT_HEADER_BYTES  # module globals, read on every call
-        http_limits.REQUEST_READ_TIMEOUT_S = LIMIT_TIMEOUT_S
+        http_limits.LimitedHttpToolsProtocol.limits = http_limits.HttpLimits(
+            max_head_bytes=LIMIT_HEADER_BYTES, read_timeout_s=LIMIT_TIMEOUT_S
+        )
 
         class LimitsOnly(http_limits.LimitedHttpToolsProtocol):
             """Without the look at a connection's first bytes and at each request's Upgrade header."""
@@ -809,8 +810,8 @@ def limit_settings() -> dict[str, Any]:
         "by_control": {
             "request_head_size": {
                 "uvicorn-httptools": None,
-                "uvicorn-httptools-limited": "hotstate.server.http_limits.MAX_HEAD_BYTES (431)",
-                "uvicorn-httptools-h2": "http_limits.MAX_HEAD_BYTES (431; HTTP/2: the h2 decoder's "
+                "uvicorn-httptools-limited": "hotstate.server.http_limits.HttpLimits.max_head_bytes (431)",
+                "uvicorn-httptools-h2": "HttpLimits.max_head_bytes (431; HTTP/2: the h2 decoder's "
                 "max_header_list_size, GOAWAY)",
                 "uvicorn-h11": "h11_max_incomplete_event_size",
                 "uvicorn-zttp": None,
@@ -819,8 +820,8 @@ def limit_settings() -> dict[str, Any]:
             },
             "head_or_body_read_timeout": {
                 "uvicorn-httptools": None,
-                "uvicorn-httptools-limited": "hotstate.server.http_limits.REQUEST_READ_TIMEOUT_S (408)",
-                "uvicorn-httptools-h2": "http_limits.REQUEST_READ_TIMEOUT_S (408; HTTP/2: per stream)",
+                "uvicorn-httptools-limited": "hotstate.server.http_limits.HttpLimits.read_timeout_s (408)",
+                "uvicorn-httptools-h2": "HttpLimits.read_timeout_s (408; HTTP/2: per stream)",
                 "uvicorn-h11": None,
                 "uvicorn-zttp": None,
                 "granian": "HTTP1Settings.header_read_timeout (ms; head only)",

@@ -21,9 +21,8 @@ import httpx
 import pytest
 import uvicorn
 
-from hotstate.server import http_limits
 from hotstate.server.http2 import Http2Protocol
-from hotstate.server.http_limits import LimitedHttpToolsProtocol
+from hotstate.server.http_limits import HttpLimits, LimitedHttpToolsProtocol
 from hotstate.server.query_http import (
     DELIMITED,
     JSON,
@@ -270,7 +269,7 @@ async def test_an_upgrading_request_with_an_oversized_body_is_refused() -> None:
 
 @_sync
 async def test_a_stream_whose_request_never_ends_is_answered_408(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(http_limits, "REQUEST_READ_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(LimitedHttpToolsProtocol, "limits", HttpLimits(read_timeout_s=0.3))
     async with _server() as (port, _):
         raw = await _open_raw(port)
         stream_id = _request(raw, "/echo", b"partial", end=False)
@@ -285,7 +284,7 @@ async def test_a_stream_whose_request_never_ends_is_answered_408(monkeypatch: py
 
 @_sync
 async def test_an_oversized_header_list_closes_the_connection(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(http_limits, "MAX_HEAD_BYTES", 4096)
+    monkeypatch.setattr(LimitedHttpToolsProtocol, "limits", HttpLimits(max_head_bytes=4096))
     async with _server() as (port, _):
         raw = await _open_raw(port)
         stream_id = raw.conn.get_next_available_stream_id()

@@ -12,7 +12,7 @@ import pytest
 import uvicorn
 
 from hotstate.server import http_limits
-from hotstate.server.http_limits import LimitedHttpToolsProtocol
+from hotstate.server.http_limits import HttpLimits, LimitedHttpToolsProtocol
 
 
 async def _app(
@@ -62,7 +62,7 @@ async def _exchange(port: int, *parts: bytes, pause_s: float = 0.0) -> bytes:
 
 @pytest.fixture
 def short_timeout(monkeypatch: pytest.MonkeyPatch) -> float:
-    monkeypatch.setattr(http_limits, "REQUEST_READ_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(LimitedHttpToolsProtocol, "limits", HttpLimits(read_timeout_s=0.3))
     return 0.3
 
 
@@ -101,12 +101,12 @@ def test_an_oversized_head_is_answered_431() -> None:
         async with _server() as port:
             big = (
                 b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: "
-                + b"a" * (http_limits.MAX_HEAD_BYTES + 1)
+                + b"a" * (HttpLimits().max_head_bytes + 1)
                 + b"\r\n\r\n"
             )
             answer = await _exchange(port, big)
             assert answer.startswith(b"HTTP/1.1 431"), answer[:100]
-            long_url = b"GET /" + b"a" * (http_limits.MAX_HEAD_BYTES + 1) + b" HTTP/1.1\r\nHost: x\r\n\r\n"
+            long_url = b"GET /" + b"a" * (HttpLimits().max_head_bytes + 1) + b" HTTP/1.1\r\nHost: x\r\n\r\n"
             assert (await _exchange(port, long_url)).startswith(b"HTTP/1.1 431")
             fine = b"GET / HTTP/1.1\r\nHost: x\r\nX-Ok: " + b"a" * 1000 + b"\r\nConnection: close\r\n\r\n"
             assert (await _exchange(port, fine)).startswith(b"HTTP/1.1 200")

@@ -63,8 +63,11 @@ from hotstate.server.config import ServerConfig
 from hotstate.server.console_feed import ConsoleFeed
 from hotstate.server.console_http import ConsoleContext
 from hotstate.server.controller_host import ControllerHost
+from hotstate.server.credentials import CredentialsError
 from hotstate.server.data_dir import DISK_FAILURE_EXIT_CODE, DataDirError, check_writable
 from hotstate.server.http import HttpContext, build_app, http_server
+from hotstate.server.http_auth import HttpAuth, server_token
+from hotstate.server.http_limits import HttpLimits
 from hotstate.server.lifecycle import ServerLifecycle
 from hotstate.server.liveness import Liveness
 from hotstate.server.metadata import MetadataPublisher
@@ -509,6 +512,10 @@ class Server:
         assert self.metadata is not None and self.driver is not None and self.controller is not None
         assert self.console is not None
         metadata, driver = self.metadata, self.driver
+        auth, peer_headers = None, {}
+        if config.http_auth_credentials_file is not None:
+            auth = HttpAuth(config.http_auth_credentials_file, self.metrics, config.cluster_secret)
+            peer_headers = {"authorization": f"Bearer {server_token(config.cluster_secret)}"}
         context = HttpContext(
             config.node_id,
             config.cluster_id,
@@ -529,9 +536,19 @@ class Server:
                 lambda: (driver.node.leader_id, driver.node.epoch),
                 metadata.not_ready,
                 peer_tls=self.tls.http_client,
+                peer_headers=peer_headers,
             ),
+            auth=auth,
         )
-        server = http_server(build_app(context), config.http.host, config.http.port, self.tls.http_server)
+        limits = HttpLimits(
+            max_head_bytes=config.http_header_max_bytes,
+            read_timeout_s=config.http_request_timeout_ms / 1000,
+            idle_timeout_s=config.http_idle_timeout_ms / 1000,
+            max_connections=config.http_max_connections,
+        )
+        server = http_server(
+            build_app(context), config.http.host, config.http.port, self.tls.http_server, limits, self.metrics
+        )
         self._http = server
         self._http_task = asyncio.create_task(server.serve(), name="http")
         for _ in range(200):  # bound before the server registers its endpoint
@@ -597,5 +614,8 @@ def run_server(config: ServerConfig) -> None:
     except (DataDirError, StorageError) as error:
         log.critical("server %d refuses to start: %s", config.node_id, error)
         sys.exit(DISK_FAILURE_EXIT_CODE)
+    except CredentialsError as error:
+        log.critical("server %d refuses to start: %s", config.node_id, error)
+        sys.exit(2)
     if server.exit_code:
         sys.exit(server.exit_code)

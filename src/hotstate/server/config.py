@@ -228,6 +228,11 @@ class ServerConfig:
     log_level: str = "INFO"
     rpc_tls: TlsFiles = field(default_factory=TlsFiles)
     http_tls: TlsFiles = field(default_factory=TlsFiles)
+    http_auth_credentials_file: Path | None = None
+    http_max_connections: int = 512
+    http_header_max_bytes: int = 64 * 1024
+    http_request_timeout_ms: int = 30_000
+    http_idle_timeout_ms: int = 30_000
 
     def __post_init__(self) -> None:
         roles: object = self.process_roles  # typed loosely: callers outside mypy may pass a list

@@ -14,7 +14,7 @@ import importlib.resources
 import ssl
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import httpx
@@ -119,6 +119,9 @@ class ConsoleContext:
     not_ready: Callable[[], str | None]
     # With http.tls.*: other servers' HTTP API is called over HTTPS, their certificates checked with this.
     peer_tls: ssl.SSLContext | None = None
+    # Sent with every call to another server's /v1/rates: the cluster's own credentials when HTTP
+    # authentication is on (server/http_auth.py), never a user's.
+    peer_headers: dict[str, str] = field(default_factory=dict)
 
 
 def console_router(ctx: ConsoleContext) -> APIRouter:
@@ -279,7 +282,9 @@ class _PeerRates:
         ctx = self._ctx
         if self._client is None:
             verify: ssl.SSLContext | bool = ctx.peer_tls if ctx.peer_tls is not None else True
-            self._client = httpx.AsyncClient(timeout=PEER_RATES_TIMEOUT_S, trust_env=False, verify=verify)
+            self._client = httpx.AsyncClient(
+                timeout=PEER_RATES_TIMEOUT_S, trust_env=False, verify=verify, headers=ctx.peer_headers
+            )
         image = ctx.image()
         asks = [
             self._ask(node_id, server)

@@ -27,7 +27,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from hotstate import __version__
 from hotstate.controller.image import MetadataImage
 from hotstate.server.console_http import ConsoleContext, console_router
-from hotstate.server.http_limits import LimitedHttpToolsProtocol
+from hotstate.server.http_auth import HttpAuth
+from hotstate.server.http_limits import HttpLimits, limited_protocol
 from hotstate.server.liveness import Liveness
 from hotstate.server.metrics import Metrics
 from hotstate.server.openapi import documented_body
@@ -118,6 +119,7 @@ class HttpContext:
     # Hands a table create or drop to the active controller (table_http.py).
     controller: Controller
     console: ConsoleContext | None = None  # the console's page and JSON (server/console_http.py)
+    auth: HttpAuth | None = None  # who may ask what (server/http_auth.py); None: anyone
 
 
 def build_app(ctx: HttpContext) -> QueryRoutes:
@@ -248,7 +250,7 @@ def build_app(ctx: HttpContext) -> QueryRoutes:
 
     if ctx.console is not None:
         app.include_router(console_router(ctx.console))
-    return QueryRoutes(endpoints, app)
+    return QueryRoutes(endpoints, app, ctx.auth)
 
 
 def _json_response(answer: tuple[int, bytes | list[bytes]]) -> Response:
@@ -322,6 +324,9 @@ def _refresh_gauges(ctx: HttpContext) -> None:
         metrics.peer_alive.labels(str(peer)).set(1 if status.alive else 0)
 
 
+DEFAULT_LIMITS = HttpLimits()
+
+
 class _QuietServer(uvicorn.Server):
     """uvicorn inside our process: the server, not uvicorn, owns SIGTERM (controlled shutdown)."""
 
@@ -330,14 +335,23 @@ class _QuietServer(uvicorn.Server):
         yield
 
 
-def http_server(app: QueryRoutes, host: str, port: int, tls: ssl.SSLContext | None = None) -> uvicorn.Server:
-    """`tls` (tls.server_context): HTTPS only; a plain-HTTP request is dropped by the TLS layer."""
+def http_server(
+    app: QueryRoutes,
+    host: str,
+    port: int,
+    tls: ssl.SSLContext | None = None,
+    limits: HttpLimits = DEFAULT_LIMITS,
+    metrics: Metrics | None = None,
+) -> uvicorn.Server:
+    """`tls` (tls.server_context): HTTPS only; a plain-HTTP request is dropped by the TLS layer. `limits`:
+    http_limits.py; `metrics` counts the connections refused over the cap."""
     config = uvicorn.Config(
         app,
         host=host,
         port=port,
         ssl_context_factory=None if tls is None else lambda _config, _default: tls,
-        http=LimitedHttpToolsProtocol,
+        http=limited_protocol(limits, metrics.connections_refused if metrics is not None else None),
+        timeout_keep_alive=limits.idle_timeout_s,  # type: ignore[arg-type]  # seconds; a float works
         proxy_headers=False,  # no proxy is trusted; the middleware would cost every request
         server_header=False,
         log_level="warning",

@@ -10,9 +10,9 @@ Each ASGI `http.response.body` message leaves as its own DATA frame(s), as ksqlD
 line of a `/query-stream` answer, which some clients read frame by frame. What one loop iteration writes
 leaves in one `transport.write`.
 
-Limits, as on HTTP/1.1 (http_limits.py): a header list over MAX_HEAD_BYTES closes the connection (h2
+Limits, as on HTTP/1.1 (http_limits.py): a header list over `max_head_bytes` closes the connection (h2
 refuses it; a stream cannot be answered before its headers are read), a request not read in full within
-REQUEST_READ_TIMEOUT_S of its headers is answered 408, at most MAX_CONCURRENT_STREAMS streams at once, and
+`read_timeout_s` of its headers is answered 408, at most MAX_CONCURRENT_STREAMS streams at once, and
 a connection without open streams for `idle_timeout_s` is closed with GOAWAY.
 """
 

@@ -1,8 +1,11 @@
-"""Limits on how a client may send a request, which uvicorn's httptools protocol does not have: a
-request's head (request line and headers) larger than MAX_HEAD_BYTES is refused with 431, and a request
-not read in full within REQUEST_READ_TIMEOUT_S of its first byte (or a new connection that sends
-nothing) is answered 408 and closed, so a slow client cannot hold a connection and its buffers forever.
-Idle keep-alive connections are closed by uvicorn itself (`timeout_keep_alive`).
+"""Limits on how a client may use a connection, which uvicorn's httptools protocol does not have
+(`HttpLimits`, from the `http.*` settings; docs/security.md): a request's head (request line and headers)
+larger than `max_head_bytes` is refused with 431; a request not read in full within `read_timeout_s` of
+its first byte (or a new connection that sends no whole request that long) is answered 408 and closed,
+so a slow client cannot hold a connection and its buffers forever; a new connection while
+`max_connections` are open is answered 503 at once and closed, its request unread (as Kafka and ksqlDB
+refuse connections over their caps rather than queueing them). Idle keep-alive connections are closed by
+uvicorn itself after `idle_timeout_s` (`timeout_keep_alive`, which the server sets from the limits).
 
 It also hands HTTP/2 connections to http2.py: one that starts with HTTP/2's preface (prior knowledge), and
 one whose request asks to upgrade (`Upgrade: h2c`, answered 101 and then over HTTP/2 as stream 1). Only a
@@ -14,16 +17,33 @@ from __future__ import annotations
 import asyncio
 import sys
 import urllib.parse
-from typing import Any, cast
+from dataclasses import dataclass
+from typing import Any, ClassVar, cast
 
 import httptools
+from prometheus_client import Counter
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from hotstate.server.http2 import PREFACE, Http2Protocol
 from hotstate.server.query_http import MAX_BODY_BYTES  # a request that upgrades is read whole first
 
-MAX_HEAD_BYTES = 64 * 1024
-REQUEST_READ_TIMEOUT_S = 30.0
+
+@dataclass(frozen=True, slots=True)
+class HttpLimits:
+    """The defaults are the `http.*` settings' (ServerConfig)."""
+
+    max_head_bytes: int = 64 * 1024
+    read_timeout_s: float = 30.0
+    idle_timeout_s: float = 30.0
+    max_connections: int = 512
+
+
+def limited_protocol(limits: HttpLimits, refused: Counter | None = None) -> type[LimitedHttpToolsProtocol]:
+    """The protocol class uvicorn instantiates per connection, with these limits; `refused` counts the
+    connections refused over the cap."""
+    return type(
+        "LimitedHttpToolsProtocol", (LimitedHttpToolsProtocol,), {"limits": limits, "refused": refused}
+    )
 
 
 class _HeadTooLarge(Exception):
@@ -66,8 +86,12 @@ class _JoinedWrites:
 
 
 class LimitedHttpToolsProtocol(HttpToolsProtocol):
+    limits: ClassVar[HttpLimits] = HttpLimits()
+    refused: ClassVar[Counter | None] = None
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self._over_cap = False
         self._head_bytes = 0
         self._head_too_large = False
         self._read_timer: asyncio.TimerHandle | None = None
@@ -78,6 +102,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._h2c_body: list[bytes] = []
 
     def data_received(self, data: bytes) -> None:
+        if self._over_cap:
+            return
         if self._first_bytes is not None:
             data = self._first_bytes + data
             if data[: len(PREFACE)] != PREFACE[: len(data)]:  # not HTTP/2's preface: HTTP/1.1
@@ -107,10 +133,20 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             self._refuse(b"413 Content Too Large", f"request body larger than {MAX_BODY_BYTES} bytes")
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        if len(self.connections) >= self.limits.max_connections:
+            self._over_cap = True
+            if self.refused is not None:
+                self.refused.inc()
+            message = f"this server has {len(self.connections)} HTTP connections open, its most; try later"
+            transport.write(_refusal(b"503 Service Unavailable", message))
+            transport.close()
+            return
         super().connection_made(cast(asyncio.Transport, _JoinedWrites(transport, self.loop)))
         self._arm()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._over_cap:  # never counted as a connection, nothing was set up
+            return
         self._disarm()
         super().connection_lost(exc)
 
@@ -172,7 +208,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             return
         if self._head_too_large:
             self._refuse(
-                b"431 Request Header Fields Too Large", f"request head larger than {MAX_HEAD_BYTES} bytes"
+                b"431 Request Header Fields Too Large",
+                f"request head larger than {self.limits.max_head_bytes} bytes",
             )
         else:
             super().send_400_response(msg)
@@ -190,8 +227,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             server=self.server,
             client=self.client,
             idle_timeout_s=self.timeout_keep_alive,
-            read_timeout_s=REQUEST_READ_TIMEOUT_S,
-            max_header_bytes=MAX_HEAD_BYTES,
+            read_timeout_s=self.limits.read_timeout_s,
+            max_header_bytes=self.limits.max_head_bytes,
         )
         transport = cast(_JoinedWrites, self.transport).unwrapped()
         transport.set_protocol(protocol)
@@ -217,13 +254,13 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def _count(self, size: int) -> None:
         self._head_bytes += size
-        if self._head_bytes > MAX_HEAD_BYTES:
+        if self._head_bytes > self.limits.max_head_bytes:
             self._head_too_large = True
             raise _HeadTooLarge  # stops the parser; uvicorn then calls send_400_response
 
     def _arm(self) -> None:
         if self._read_timer is None:
-            self._read_timer = self.loop.call_later(REQUEST_READ_TIMEOUT_S, self._read_timed_out)
+            self._read_timer = self.loop.call_later(self.limits.read_timeout_s, self._read_timed_out)
 
     def _disarm(self) -> None:
         if self._read_timer is not None:
@@ -235,15 +272,22 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if self.transport.is_closing():
             return
         if self.cycle is None or self.cycle.response_complete:  # the app has not started on it: say why
-            self._refuse(b"408 Request Timeout", f"request not received within {REQUEST_READ_TIMEOUT_S:g} s")
+            self._refuse(
+                b"408 Request Timeout", f"request not received within {self.limits.read_timeout_s:g} s"
+            )
         else:
             self.transport.close()
 
     def _refuse(self, status: bytes, message: str) -> None:
-        body = b'{"@type":"generic_error","error_code":%d,"message":"%s"}' % (
-            int(status[:3]) * 100,
-            message.encode(),
-        )
-        head = b"HTTP/1.1 %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: close"
-        self.transport.write(head % (status, len(body)) + b"\r\n\r\n" + body)
+        self.transport.write(_refusal(status, message))
         self.transport.close()
+
+
+def _refusal(status: bytes, message: str) -> bytes:
+    """A whole response, ksqlDB's error shape, that closes the connection."""
+    body = b'{"@type":"generic_error","error_code":%d,"message":"%s"}' % (
+        int(status[:3]) * 100,
+        message.encode(),
+    )
+    head = b"HTTP/1.1 %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: close"
+    return head % (status, len(body)) + b"\r\n\r\n" + body

@@ -1,6 +1,6 @@
-"""The server's Prometheus metrics: queries, their latency, forwards, failures by reason, replica lags and
-peers' heartbeat status. One registry per server (not the process-global one), so nothing leaks between
-servers that share a process in tests."""
+"""The server's Prometheus metrics: queries, their latency, forwards, failures by reason, replica lags,
+peers' heartbeat status, refused HTTP requests and connections. One registry per server (not the
+process-global one), so nothing leaks between servers that share a process in tests."""
 
 from __future__ import annotations
 
@@ -31,6 +31,18 @@ class Metrics:
             "hotstate_query_failures",
             "Pull queries that failed, by reason",
             ["reason"],
+            registry=self.registry,
+        )
+        self.auth_failures = Counter(
+            "hotstate_http_auth_failures",
+            "HTTP requests refused by authentication or authorization, by reason (missing, "
+            "bad_credentials, forbidden)",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.connections_refused = Counter(
+            "hotstate_http_connections_refused",
+            "HTTP connections closed at once because the server had http.max.connections open",
             registry=self.registry,
         )
         self.replica_lag = Gauge(

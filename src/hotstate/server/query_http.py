@@ -29,7 +29,7 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -200,12 +200,17 @@ class QueryEndpoints:
         return result
 
 
+class Guard(Protocol):
+    async def admit(self, scope: Scope, send: Send) -> bool: ...
+
+
 class QueryRoutes:
     """ASGI: `POST /v1/query`, `/query`, `/query-stream` and `/close-query` answered by `QueryEndpoints`,
-    everything else by `app`."""
+    everything else by `app`; every request first passes `guard` when there is one (http_auth.py)."""
 
-    def __init__(self, endpoints: QueryEndpoints, app: ASGIApp) -> None:
+    def __init__(self, endpoints: QueryEndpoints, app: ASGIApp, guard: Guard | None = None) -> None:
         self._app = app
+        self._guard = guard
         self._routes: dict[str, Endpoint] = {
             "/v1/query": endpoints.native,
             "/close-query": endpoints.close_query,
@@ -220,6 +225,8 @@ class QueryRoutes:
         self._by_accept: dict[tuple[str, bytes | None], Endpoint] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self._guard is not None and scope["type"] == "http" and not await self._guard.admit(scope, send):
+            return
         if scope["type"] == "http" and scope["method"] == "POST":
             path = scope["path"]
             endpoint = self._routes.get(path)

@@ -646,6 +646,57 @@ _TLS: Final = (
         ),
     ),
 )
+_HTTP: Final = (
+    Setting(
+        "http.auth.credentials.file",
+        "http_auth_credentials_file",
+        kind="file",
+        shape="path",
+        doc=(
+            "Turns on authentication on the HTTP API: the TOML file of users (scrypt password hashes) and "
+            "bearer tokens (SHA-256 hashes), each with the role `read` or `admin` (docs/security.md). Unset: "
+            "the HTTP API answers anyone who reaches it. The file is re-read within a second of a change; "
+            "a server does not start with a file it cannot read."
+        ),
+    ),
+    Setting(
+        "http.max.connections",
+        "http_max_connections",
+        unit="connections",
+        doc=(
+            "Most HTTP connections (HTTP/1.1 and HTTP/2) open at once; a new connection over it is answered "
+            "503 at once and closed, without reading its request. Keep it below the process's open-files "
+            "limit (`ulimit -n`), which replicas' RocksDB files share."
+        ),
+    ),
+    Setting(
+        "http.header.max.bytes",
+        "http_header_max_bytes",
+        minimum=1024,
+        unit="bytes",
+        doc="A request line and headers larger than this are refused with 431 and the connection closed.",
+    ),
+    Setting(
+        "http.request.timeout.ms",
+        "http_request_timeout_ms",
+        unit="ms",
+        doc=(
+            "A request (head and body) must arrive within this of its first byte, and a new connection "
+            "must send a whole request within this; else 408 and the connection is closed (a slow client "
+            "trickling bytes cannot hold a connection)."
+        ),
+    ),
+    Setting(
+        "http.idle.timeout.ms",
+        "http_idle_timeout_ms",
+        unit="ms",
+        doc=(
+            "A keep-alive connection with no request for this long is closed (HTTP/2: GOAWAY). Longer than "
+            "the 5 s the hotstate client keeps an idle connection, so the server is not the one closing a "
+            "connection the client is about to reuse."
+        ),
+    ),
+)
 SECTIONS: Final = (
     Section("identity", _IDENTITY),
     Section("quorum", _QUORUM),
@@ -655,6 +706,7 @@ SECTIONS: Final = (
     Section("queries", _QUERIES),
     Section("server", _SERVER),
     Section("tls", _TLS),
+    Section("http", _HTTP),
 )
 # In the order render_toml writes them and load_config reports their parsing errors.
 SETTINGS: Final = tuple(setting for section in SECTIONS for setting in section.settings)
