@@ -1,7 +1,9 @@
 """A cluster of local combined-mode servers in one directory: what `hotstate cluster up|down|status` run.
 
 Layout of the directory:
-    cluster.json            cluster id, secret, TLS (if on), and per server: id, rack, ports, pid
+    cluster.json            cluster id, secret, TLS (if on), and per server: id, rack, ports, pid; with
+                            `--auth`, the admin's password and the reader's token (the operator's only)
+    credentials.toml        with `--auth`: the servers' HTTP credentials file (hashes only)
     server-<id>/server.toml the server's configuration (written with render_toml)
     server-<id>/server.log  its output
     server-<id>/data/       its data directory
@@ -32,6 +34,7 @@ from hotstate.tls import TlsFiles, client_context
 
 RACKS = ("az-a", "az-b", "az-c", "az-d", "az-e")
 STATE_FILE = "cluster.json"
+CREDENTIALS_FILE = "credentials.toml"
 
 
 @dataclass
@@ -72,23 +75,55 @@ class LocalTls:
 
 
 @dataclass
+class LocalAuth:
+    """HTTP authentication of a local cluster (`hotstate cluster up --auth`): a user `admin` and a
+    read-only token, in `credentials.toml` as hashes and here in the clear for the CLI and tests."""
+
+    admin_password: str
+    reader_token: str
+    admin_user: str = "admin"
+    credentials_file: str = CREDENTIALS_FILE
+
+
+@dataclass
 class LocalCluster:
     root: Path
     cluster_id: str
     secret: str
     servers: list[LocalServer]
     tls: LocalTls | None = None
+    auth: LocalAuth | None = None
+
+    def enable_auth(self) -> Path:
+        """Writes the credentials file of a new admin password and reader token; returns its path (the
+        `http_auth_credentials_file` of the servers' configs)."""
+        from hotstate.server.credentials import hash_password, new_token
+
+        password = secrets.token_urlsafe(18)
+        token, token_hash = new_token()
+        self.auth = LocalAuth(password, token)
+        path = (self.root / CREDENTIALS_FILE).resolve()
+        self.root.mkdir(parents=True, exist_ok=True)
+        path.write_text(
+            "# HTTP credentials of the local cluster (docs/security.md); the secrets are in cluster.json\n"
+            f'[users.admin]\nrole = "admin"\npassword = "{hash_password(password)}"\n\n'
+            f'[tokens.reader]\nrole = "read"\nsha256 = "{token_hash}"\n'
+        )
+        return path
 
     # ------------------------------------------------------------------ persistence
     def save(self) -> None:
-        state = {
+        state: dict[str, object] = {
             "cluster_id": self.cluster_id,
             "secret": self.secret,
             "tls": None if self.tls is None else asdict(self.tls),
             "servers": [asdict(server) for server in self.servers],
         }
+        if self.auth is not None:
+            state["auth"] = asdict(self.auth)
         self.root.mkdir(parents=True, exist_ok=True)
         tmp = self.root / (STATE_FILE + ".tmp")
+        tmp.touch(mode=0o600)  # it holds the cluster's secret (and the admin's password)
         tmp.write_text(json.dumps(state, indent=2) + "\n")
         tmp.replace(self.root / STATE_FILE)
 
@@ -101,12 +136,14 @@ class LocalCluster:
             )
         state = json.loads(path.read_text())
         tls = state.get("tls")
+        auth = state.get("auth")
         return LocalCluster(
             root,
             state["cluster_id"],
             state["secret"],
             [LocalServer(**server) for server in state["servers"]],
             LocalTls(**tls) if tls else None,
+            LocalAuth(**auth) if auth else None,
         )
 
     @staticmethod

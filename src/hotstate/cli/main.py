@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hotstate import __version__
+from hotstate.cli import auth as auth_commands
 from hotstate.cli import query as query_commands
 from hotstate.cli import sql as sql_commands
 from hotstate.cli import table as table_commands
@@ -82,6 +83,14 @@ def cluster_up(
         bool,
         typer.Option("--client-auth", help="with --tls: RPC clients must show a certificate from the CA"),
     ] = False,
+    auth: Annotated[
+        bool,
+        typer.Option(
+            "--auth",
+            help="a new cluster only: turn on HTTP authentication with a user `admin` and a read-only "
+            "token, both stored in DIR/cluster.json (the CLI uses the token)",
+        ),
+    ] = False,
 ) -> None:
     """Start N local servers (racks az-a, az-b, ...) and wait until every one is registered and unfenced."""
     from hotstate.cli.local_cluster import LocalCluster
@@ -98,11 +107,17 @@ def cluster_up(
         if (tls or client_auth) and cluster.tls is None:
             typer.echo(f"{directory} holds a cluster without TLS: use another --dir for --tls", err=True)
             raise typer.Exit(2)
+        if auth and cluster.auth is None:
+            typer.echo(f"{directory} holds a cluster without --auth: use another --dir", err=True)
+            raise typer.Exit(2)
     except FileNotFoundError:
         cluster = LocalCluster.create(
             directory, servers, base_port=base_port, tls=tls or client_auth, client_auth=client_auth
         )
-        cluster.write_configs()
+        if auth:
+            cluster.write_configs(http_auth_credentials_file=cluster.enable_auth())
+        else:
+            cluster.write_configs()
         cluster.save()
     cluster.start_all()
     try:
@@ -111,6 +126,12 @@ def cluster_up(
         typer.echo(f"hotstate cluster up: {error}; see {directory}/server-*/server.log", err=True)
         raise typer.Exit(1) from error
     print_cluster_status(cluster)
+    if cluster.auth is not None:
+        console.print(
+            f"HTTP authentication on: user {cluster.auth.admin_user!r} (admin) and a read-only token, "
+            f"in {directory / 'cluster.json'} (HOTSTATE_USER/HOTSTATE_PASSWORD or HOTSTATE_TOKEN)",
+            highlight=False,
+        )
 
 
 @cluster_app.command("down")
@@ -211,6 +232,7 @@ async def show_cluster_status(cluster: LocalCluster) -> None:
 query_commands.register(app, default_dir=DEFAULT_DIR)
 sql_commands.register(app, default_dir=DEFAULT_DIR)
 table_commands.register(app, default_dir=DEFAULT_DIR)
+auth_commands.register(app)
 
 
 def main() -> None:

@@ -7,12 +7,14 @@ mistake exits 2; neither prints a traceback.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -46,6 +48,50 @@ CaOption = Annotated[
         "(the local cluster's own CA is used without it)",
     ),
 ]
+# HTTP authentication (docs/security.md). `--token` is the consistency token of `hotstate query`.
+UserOption = Annotated[
+    str | None, typer.Option("--user", envvar="HOTSTATE_USER", help="HTTP Basic user (with --password)")
+]
+PasswordOption = Annotated[
+    str | None,
+    typer.Option("--password", envvar="HOTSTATE_PASSWORD", help="HTTP Basic password (prefer the variable)"),
+]
+AuthTokenOption = Annotated[
+    str | None,
+    typer.Option(
+        "--auth-token",
+        envvar="HOTSTATE_TOKEN",
+        help="a bearer token of the credentials file (prefer the variable); default, with no --server: the "
+        "local cluster's reader token when it has one",
+    ),
+]
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """What the CLI authenticates with on the HTTP API, if anything."""
+
+    user: str | None = None
+    password: str | None = None
+    token: str | None = None
+
+    def client_args(self, servers: list[str] | None, directory: Path) -> dict[str, Any]:
+        if self.user is not None or self.password is not None:
+            if self.user is None or self.password is None:
+                raise _fail("--user and --password go together (or HOTSTATE_USER and HOTSTATE_PASSWORD)", 2)
+            if self.token is not None:
+                raise _fail("give --user and --password, or --auth-token, not both", 2)
+            return {"auth": (self.user, self.password)}
+        if self.token is not None:
+            return {"token": self.token}
+        if not servers:  # the local cluster's own reader token, when it was started with --auth
+            from hotstate.cli.local_cluster import LocalCluster
+
+            with contextlib.suppress(FileNotFoundError):
+                auth = LocalCluster.load(directory).auth
+                if auth is not None:
+                    return {"token": auth.reader_token}
+        return {}
 
 
 def _out() -> Console:
@@ -73,14 +119,23 @@ def _servers(servers: list[str] | None, directory: Path, ca: Path | None) -> tup
 
 @contextmanager
 def _client(
-    servers: list[str] | None, directory: Path, timeout_s: float, ca: Path | None = None
+    servers: list[str] | None,
+    directory: Path,
+    timeout_s: float,
+    ca: Path | None = None,
+    credentials: Credentials | None = None,
 ) -> Iterator[Client]:
     from hotstate.client.query import Client, ClusterUnreachable, QueryFailed
     from hotstate.tls import TlsFilesError
 
     try:
         addresses, trusted = _servers(servers, directory, ca)
-        client = Client(addresses, timeout_s=timeout_s, tls=trusted)
+        client = Client(
+            addresses,
+            timeout_s=timeout_s,
+            tls=trusted,
+            **(credentials or Credentials()).client_args(servers, directory),
+        )
     except (ValueError, TlsFilesError) as error:
         raise _fail(f"--ca: {error}" if isinstance(error, TlsFilesError) else str(error), 2) from error
     try:
@@ -125,10 +180,14 @@ def register(app: typer.Typer, *, default_dir: Path) -> None:
         server: ServerOption = None,
         directory: DirOption = default_dir,
         ca: CaOption = None,
+        user: UserOption = None,
+        password: PasswordOption = None,
+        auth_token: AuthTokenOption = None,
     ) -> None:
         """Run a pull query: the rows, then which replica served each partition."""
         # Long enough for the server's own timeout plus failover to each other server.
-        with _client(server, directory, timeout_s=30.0, ca=ca) as client:
+        credentials = Credentials(user, password, auth_token)
+        with _client(server, directory, timeout_s=30.0, ca=ca, credentials=credentials) as client:
             result = client.query(
                 sql,
                 max_lag=max_lag,
@@ -143,12 +202,20 @@ def register(app: typer.Typer, *, default_dir: Path) -> None:
             print_result(result, _out())
 
     @app.command("status")
-    def status(server: ServerOption = None, directory: DirOption = default_dir, ca: CaOption = None) -> None:
+    def status(
+        server: ServerOption = None,
+        directory: DirOption = default_dir,
+        ca: CaOption = None,
+        user: UserOption = None,
+        password: PasswordOption = None,
+        auth_token: AuthTokenOption = None,
+    ) -> None:
         """Servers and their liveness, then each partition's active, standbys and replica lags.
 
         The query-serving view, as one server sees it; `hotstate cluster status` is the metadata quorum's.
         """
-        with _client(server, directory, timeout_s=10.0, ca=ca) as client:
+        credentials = Credentials(user, password, auth_token)
+        with _client(server, directory, timeout_s=10.0, ca=ca, credentials=credentials) as client:
             servers = client.cluster_status()
             asked = client.last_server
             tables = client.tables()

@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from hotstate.cli.query import AuthTokenOption, Credentials, PasswordOption, UserOption
 from hotstate.controller.records import KEY_TYPE_NAMES, KeyColumn, key_type_named
 
 if TYPE_CHECKING:
@@ -269,9 +270,13 @@ def register(app: typer.Typer, *, default_dir: Path) -> None:
         ca: CaOption = None,
         cert: CertOption = None,
         key_file: KeyOption = None,
+        user: UserOption = None,
+        password: PasswordOption = None,
+        auth_token: AuthTokenOption = None,
     ) -> None:
         """A table's definition, writer racks and last Spark batch, then each partition's replicas and
         their lags."""
+        credentials = Credentials(user, password, auth_token)
         target = _target(cluster, cluster_id, secret, directory, ca, cert, key_file)
         status = _run(target, lambda admin: admin.describe())
         http = [f"{s.http_host}:{s.http_port}" for s in status.servers if s.http_host and s.http_port]
@@ -280,7 +285,12 @@ def register(app: typer.Typer, *, default_dir: Path) -> None:
         from hotstate.client.query import Client, ClusterUnreachable, QueryFailed
 
         try:
-            with Client(http, timeout_s=10.0, tls=target.tls.ca if target.tls else None) as client:
+            with Client(
+                http,
+                timeout_s=10.0,
+                tls=target.tls.ca if target.tls else None,
+                **credentials.client_args(cluster, directory),
+            ) as client:
                 tables = client.tables()
                 lags = client.lags()
         except (QueryFailed, ClusterUnreachable) as error:

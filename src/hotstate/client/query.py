@@ -27,6 +27,7 @@ until the call's deadline.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import random
 import time
@@ -340,6 +341,21 @@ def _unreachable(error: httpx.TransportError, url: str) -> httpx.TransportError:
     return error
 
 
+def _headers(auth: tuple[str, str] | None, token: str | None) -> dict[str, str]:
+    """Every request's headers: the credentials go in once, not through an httpx auth flow per request."""
+    headers = {"user-agent": "hotstate-python"}
+    if auth is not None and token is not None:
+        raise ValueError("give auth=(user, password) or token=, not both")
+    if auth is not None:
+        user, password = auth
+        if ":" in user:
+            raise ValueError("a user name cannot contain ':' (HTTP Basic separates it from the password so)")
+        headers["authorization"] = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+    elif token is not None:
+        headers["authorization"] = f"Bearer {token}"
+    return headers
+
+
 class _Base:
     def __init__(self, servers: Servers, timeout_s: float, connect_timeout_s: float, tls: TlsOption) -> None:
         self.servers = _addresses(servers)
@@ -376,6 +392,8 @@ class Client(_Base):
     one server. Connections are kept alive and reused; `close()` (or `with`) releases them.
     `tls`: the servers' HTTP API uses TLS (http.tls.*): the CA certificate file to trust, or an
     ssl.SSLContext; `host:port` addresses are then reached over https, and host names are checked.
+    With HTTP authentication on (docs/security.md), `auth=(user, password)` sends HTTP Basic, `token=` a
+    bearer token; a refusal raises QueryFailed (401 or 403).
     """
 
     def __init__(
@@ -386,11 +404,13 @@ class Client(_Base):
         connect_timeout_s: float = 2.0,
         transport: httpx.BaseTransport | None = None,
         tls: TlsOption = None,
+        auth: tuple[str, str] | None = None,
+        token: str | None = None,
     ) -> None:
         super().__init__(servers, timeout_s, connect_timeout_s, tls)
         self._http = httpx.Client(
             transport=transport,
-            headers={"user-agent": "hotstate-python"},
+            headers=_headers(auth, token),
             verify=self._tls if self._tls is not None else True,
         )
 
@@ -496,11 +516,13 @@ class AsyncClient(_Base):
         connect_timeout_s: float = 2.0,
         transport: httpx.AsyncBaseTransport | None = None,
         tls: TlsOption = None,
+        auth: tuple[str, str] | None = None,
+        token: str | None = None,
     ) -> None:
         super().__init__(servers, timeout_s, connect_timeout_s, tls)
         self._http = httpx.AsyncClient(
             transport=transport,
-            headers={"user-agent": "hotstate-python"},
+            headers=_headers(auth, token),
             verify=self._tls if self._tls is not None else True,
         )
 
