@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 import uvicorn
+from prometheus_client import CollectorRegistry, Counter
 
 from hotstate.server import http_limits
-from hotstate.server.http_limits import HttpLimits, LimitedHttpToolsProtocol
+from hotstate.server.http_limits import HttpLimits, LimitedHttpToolsProtocol, limited_protocol
 
 
 async def _app(
@@ -33,9 +34,11 @@ async def _app(
 
 
 @asynccontextmanager
-async def _server() -> AsyncIterator[int]:
+async def _server(limits: HttpLimits | None = None, counter: Counter | None = None) -> AsyncIterator[int]:
+    protocol = LimitedHttpToolsProtocol if limits is None else limited_protocol(limits, counter)
+    idle = {} if limits is None else {"timeout_keep_alive": limits.idle_timeout_s}
     config = uvicorn.Config(
-        _app, host="127.0.0.1", port=0, http=LimitedHttpToolsProtocol, log_level="error", lifespan="off"
+        _app, host="127.0.0.1", port=0, http=protocol, log_level="error", lifespan="off", **idle
     )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
@@ -153,3 +156,77 @@ def test_a_response_head_and_body_leave_in_one_write() -> None:
         assert joined.get_extra_info("peername") == "info:peername"
 
     asyncio.run(run())
+
+
+_GET = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+
+
+def test_a_head_trickled_a_byte_at_a_time_is_cut_off_at_the_read_timeout() -> None:
+    """Slow-loris: one byte every 0.2 s keeps the connection busy but never finishes the head."""
+
+    async def run() -> None:
+        async with _server(HttpLimits(read_timeout_s=1.0)) as port:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            start = asyncio.get_running_loop().time()
+            head = b"GET / HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 1000
+            answer = b""
+            for byte in head:
+                try:
+                    writer.write(bytes([byte]))
+                    await writer.drain()
+                except ConnectionError:
+                    break
+                try:
+                    answer = await asyncio.wait_for(reader.read(1000), 0.2)
+                except TimeoutError:
+                    continue
+                break  # the server spoke (or closed)
+            answer += await asyncio.wait_for(reader.read(), 5.0)
+            elapsed = asyncio.get_running_loop().time() - start
+            writer.close()
+            assert answer.startswith(b"HTTP/1.1 408"), answer
+            assert 0.9 <= elapsed < 2.0, elapsed
+
+    asyncio.run(run())
+
+
+def test_an_idle_keep_alive_connection_is_closed_after_the_idle_timeout() -> None:
+    async def run() -> None:
+        async with _server(HttpLimits(idle_timeout_s=0.5)) as port:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            loop = asyncio.get_running_loop()
+            for _ in range(2):  # a connection in use stays open
+                writer.write(_GET)
+                await reader.readuntil(b"\r\n\r\n")
+                await asyncio.sleep(0.3)
+            start = loop.time()
+            assert await asyncio.wait_for(reader.read(), 5.0) == b""  # closed, nothing said
+            assert 0.1 <= loop.time() - start < 1.5
+            writer.close()
+
+    asyncio.run(run())
+
+
+def test_a_connection_over_the_cap_is_answered_503_and_closed_and_the_count_frees_up() -> None:
+    counter = Counter("refused", "refused", registry=CollectorRegistry())
+
+    async def run() -> None:
+        async with _server(HttpLimits(max_connections=3), counter) as port:
+            held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(3)]
+            await asyncio.sleep(0.1)
+            over = await _exchange(port)
+            assert over.startswith(b"HTTP/1.1 503"), over
+            assert b'"error_code":50300' in over and b"3 HTTP connections open" in over
+            for reader, writer in held:  # the ones inside the cap are served
+                writer.write(_GET)
+                assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200")
+            reader, writer = held.pop()
+            writer.close()
+            await asyncio.sleep(0.1)
+            fine = await _exchange(port, b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            assert fine.startswith(b"HTTP/1.1 200"), fine
+            for _, writer in held:
+                writer.close()
+
+    asyncio.run(run())
+    assert [s.value for s in counter.collect()[0].samples if s.name.endswith("_total")] == [1.0]
