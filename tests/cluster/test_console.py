@@ -20,7 +20,14 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import httpx
-from playwright.sync_api import BrowserContext, ConsoleMessage, Page, expect, sync_playwright
+from playwright.sync_api import (
+    BrowserContext,
+    ConsoleMessage,
+    HttpCredentials,
+    Page,
+    expect,
+    sync_playwright,
+)
 
 import hotstate
 from hotstate.cli.local_cluster import LocalCluster
@@ -44,7 +51,8 @@ FAILOVER_S = 10.0  # "within a few seconds" on a loaded 2-core machine; measured
 
 
 @contextmanager
-def browser(profile: Path) -> Iterator[BrowserContext]:
+def browser(profile: Path, credentials: HttpCredentials | None = None) -> Iterator[BrowserContext]:
+    """`credentials`: what the browser answers a Basic challenge with (as a user typing them would)."""
     assert CHROMIUM.exists(), f"no {CHROMIUM}: `make chromium` installs Debian's package"
     with sync_playwright() as playwright:
         context = playwright.chromium.launch_persistent_context(
@@ -53,6 +61,7 @@ def browser(profile: Path) -> Iterator[BrowserContext]:
             headless=True,
             args=CHROMIUM_ARGS,
             viewport={"width": 1360, "height": 900},
+            http_credentials=credentials,
         )
         try:
             yield context
@@ -291,3 +300,23 @@ def test_the_console_puts_api_strings_in_as_text_and_refuses_what_it_does_not_se
         schema = http.get("/openapi.json").json()
         for path in ("/v1/cluster", "/v1/events", "/v1/rates", "/v1/cluster/rates"):
             assert path in schema["paths"], path
+
+
+def test_with_http_auth_on_the_console_works_once_the_browser_has_credentials(
+    start_cluster, tmp_path: Path
+) -> None:
+    from hotstate.server.credentials import hash_password
+
+    path = tmp_path / "credentials.toml"
+    path.write_text(f'[users.ops]\nrole = "read"\npassword = "{hash_password("ops-password")}"\n')
+    running = start_cluster(3, http_auth_credentials_file=path)
+    port = running.server(1).http_port
+    assert httpx.get(f"http://127.0.0.1:{port}/ui").status_code == 200  # the page itself is open
+    assert httpx.get(f"http://127.0.0.1:{port}/v1/cluster").status_code == 401
+    errors: list[str] = []
+    with browser(tmp_path / "chromium-profile", {"username": "ops", "password": "ops-password"}) as context:
+        page = context.new_page()
+        page.on("pageerror", lambda error: errors.append(f"page error: {error}"))
+        page.goto(f"http://127.0.0.1:{port}/ui")
+        expect(page.locator('.server[data-state="up"]')).to_have_count(3, timeout=10_000)
+    assert not errors, errors
