@@ -12,8 +12,11 @@ from collections import Counter
 from pathlib import Path
 
 import httpx
+import pytest
+from typer.testing import CliRunner
 
 import hotstate
+from hotstate.cli.main import app
 from hotstate.client.writer import TableWriter
 from hotstate.server.credentials import hash_password, new_token
 
@@ -91,6 +94,17 @@ def test_auth_roles_refusals_reload_and_failover(start_cluster, tmp_path: Path) 
         stream = httpx.post(f"{url}/query-stream", json={"sql": sql}, headers=_bearer(reader), timeout=10.0)
         assert stream.status_code == 200 and len(stream.text.splitlines()) == 9, stream.text
         assert httpx.post(f"{url}/v1/query", json={"sql": sql}).status_code == 401
+    # The Python client and the CLI, with credentials and without.
+    with hotstate.Client(base, auth=admin) as client:
+        assert [t["name"] for t in client.tables()] == ["clicks"]
+    with hotstate.Client(base, token="not-a-token") as client, pytest.raises(hotstate.QueryFailed) as refused:
+        client.tables()
+    assert refused.value.status == 401
+    address = base[len("http://") :]
+    cli = CliRunner().invoke(app, ["query", sql, "--server", address], env={"HOTSTATE_TOKEN": reader})
+    assert cli.exit_code == 0 and "u8" in cli.stdout, cli.output
+    cli = CliRunner().invoke(app, ["status", "--server", address, "--user", "admin", "--password", "nope"])
+    assert cli.exit_code == 1 and "wrong user name, password or token" in cli.output, cli.output
     # The console's cluster rates: one server asks the others over HTTP, as the cluster, not as a user.
     rates = httpx.get(f"{base}/v1/cluster/rates", headers=_bearer(reader), timeout=10.0).json()["rates"]
     assert [r["error"] for r in rates] == [None, None, None], rates
