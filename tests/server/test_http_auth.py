@@ -128,9 +128,11 @@ def test_a_password_is_hashed_once_per_header_value(tmp_path: Path, monkeypatch:
         for _ in range(5):
             assert await _ask(auth, "GET", "/v1/lag", _basic("alice", "pw-alice")) == (None, None)
             assert (await _ask(auth, "GET", "/v1/lag", _basic("alice", "nope")))[0] == 401
+            # An unknown user is hashed as well (a refusal's time does not say who exists).
+            assert (await _ask(auth, "GET", "/v1/lag", _basic("mallory", "guess")))[0] == 401
 
     asyncio.run(run())
-    assert checks == ["pw-alice", "nope"]
+    assert checks == ["pw-alice", "nope", "guess"]
 
 
 def test_the_servers_token_reads_and_cannot_administer(tmp_path: Path) -> None:

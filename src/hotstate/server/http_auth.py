@@ -38,9 +38,13 @@ import orjson
 
 from hotstate.server.asgi import Scope, Send
 from hotstate.server.credentials import (
+    SCRYPT_N,
+    SCRYPT_P,
+    SCRYPT_R,
     SERVER_PRINCIPAL,
     Credentials,
     CredentialsError,
+    PasswordHash,
     Principal,
     Role,
     parse_credentials,
@@ -89,6 +93,7 @@ def load_credentials(path: Path) -> Credentials:
         raise CredentialsError(f"{path}: {error}") from None
 
 
+_NOBODY: Final = PasswordHash(SCRYPT_N, SCRYPT_R, SCRYPT_P, bytes(16), bytes(32))  # matches no password
 _MISS: Final = Principal("", "read")  # not in the cache (a sentinel: never admitted)
 
 
@@ -174,12 +179,14 @@ class HttpAuth:
             user_name, sep, password = base64.b64decode(value, validate=True).decode("utf-8").partition(":")
         except (binascii.Error, UnicodeDecodeError):
             return None
-        user = credentials.users.get(user_name)
-        if not sep or user is None:
+        if not sep:
             return None
+        user = credentials.users.get(user_name)
+        # An unknown user costs a hash too, so the time of a refusal does not tell which users exist.
+        checked = _NOBODY if user is None else user.password
         async with self._hashing:
-            ok = await asyncio.to_thread(user.password.matches, password)
-        return Principal(user.name, user.role) if ok else None
+            ok = await asyncio.to_thread(checked.matches, password)
+        return Principal(user.name, user.role) if ok and user is not None else None
 
     def _seed(self) -> None:
         self._cache[self._server_header] = Principal(SERVER_PRINCIPAL, "read")
