@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 import hotstate
 from hotstate.cli.main import app
 from hotstate.client.writer import TableWriter
+from hotstate.protocol.cluster_token import cluster_token
 from hotstate.server.credentials import hash_password, new_token
 
 ADMIN_PASSWORD = "correct horse battery staple"
@@ -105,6 +106,11 @@ def test_auth_roles_refusals_reload_and_failover(start_cluster, tmp_path: Path) 
     assert cli.exit_code == 0 and "u8" in cli.stdout, cli.output
     cli = CliRunner().invoke(app, ["status", "--server", address, "--user", "admin", "--password", "nope"])
     assert cli.exit_code == 1 and "wrong user name, password or token" in cli.output, cli.output
+    # The cluster's own token (what the Spark sink's table check sends): read, not admin.
+    own = cluster_token(running.cluster.secret)
+    with hotstate.Client(base, token=own) as client:
+        assert [t["name"] for t in client.tables()] == ["clicks"]
+    assert httpx.post(f"{base}/v1/tables", json=table, headers=_bearer(own)).status_code == 403
     # The console's cluster rates: one server asks the others over HTTP, as the cluster, not as a user.
     rates = httpx.get(f"{base}/v1/cluster/rates", headers=_bearer(reader), timeout=10.0).json()["rates"]
     assert [r["error"] for r in rates] == [None, None, None], rates

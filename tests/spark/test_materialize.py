@@ -354,3 +354,22 @@ def test_min_batch_after_process_all_available_sees_the_batch_from_every_server(
                 client.query("SELECT * FROM batches", min_batch=-1)
     finally:
         query.stop()
+
+
+def test_with_http_auth_on_the_table_check_still_reads_the_standby_count(
+    start_cluster, tmp_path: Path
+) -> None:
+    """The sink reads GET /v1/tables with the cluster's own token (docs/security.md), so a table made with
+    another standby count is still told apart."""
+    from hotstate.server.credentials import new_token
+
+    _, digest = new_token()
+    credentials = tmp_path / "credentials.toml"
+    credentials.write_text(f'[tokens.someone]\nrole = "read"\nsha256 = "{digest}"\n')
+    running = start_cluster(2, http_auth_credentials_file=credentials)
+    cluster = running.cluster
+    args = (cluster.addresses(), cluster.cluster_id, cluster.secret)
+    keys = (KeyColumn("user", KeyType.STRING),)
+    ensure_table(*args, TableDefinition("guarded", 2, 1, keys, None))
+    with pytest.raises(TableDefinitionError, match="standby_replicas=1"):
+        ensure_table(*args, TableDefinition("guarded", 2, 0, keys, None))

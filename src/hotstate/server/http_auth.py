@@ -10,10 +10,11 @@ A lookup pays one dict lookup for this: a verified `Authorization` header's byte
 (cleared when the file changes). A password is checked with scrypt once per header value, on a worker
 thread (at most two at a time, so a flood of guesses cannot take every core from the queries).
 
-The servers call each other over HTTP for the console's `/v1/cluster/rates`; they authenticate with a
-bearer token every server derives from `cluster.secret` (`server_token`), read-only, logged as
-`cluster-server`. Heartbeats, lag reports and forwarded partition queries go over RPC, which the
-cluster's HMAC handshake already authenticates, so user-facing auth never touches them.
+The servers call each other over HTTP for the console's `/v1/cluster/rates`, and the Spark sink reads
+`/v1/tables`; they authenticate with a bearer token derived from `cluster.secret`
+(protocol/cluster_token.py), read-only, logged as `cluster-server`. Heartbeats, lag reports and
+forwarded partition queries go over RPC, which the cluster's HMAC handshake already authenticates, so
+user-facing auth never touches them.
 
 The file is re-read when its modification time, size or inode changes (looked at most once a second, at
 a request); a file that no longer parses keeps the previous credentials and logs one line naming the
@@ -25,8 +26,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import hashlib
-import hmac
 import logging
 import os
 import time
@@ -36,6 +35,7 @@ from typing import Final
 
 import orjson
 
+from hotstate.protocol.cluster_token import cluster_token
 from hotstate.server.asgi import Scope, Send
 from hotstate.server.credentials import (
     SCRYPT_N,
@@ -64,12 +64,11 @@ CHALLENGES: Final = [
     (b"www-authenticate", b'Basic realm="hotstate", charset="UTF-8"'),
     (b"www-authenticate", b'Bearer realm="hotstate"'),
 ]
-_SERVER_TOKEN_CONTEXT: Final = b"hotstate http server token v1"
 
 
 def server_token(cluster_secret: str) -> str:
     """The bearer token servers of one cluster present to each other's HTTP API (never to users)."""
-    return hmac.new(cluster_secret.encode(), _SERVER_TOKEN_CONTEXT, hashlib.sha256).hexdigest()
+    return cluster_token(cluster_secret)
 
 
 def needed_role(method: str, path: str) -> Role | None:

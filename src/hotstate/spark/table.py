@@ -34,6 +34,7 @@ from hotstate.client.admin import AdminClient, OutcomeUnknownError
 from hotstate.client.writer import TableWriter
 from hotstate.controller.records import KeyColumn, KeyType, ValueColumn, key_type_named
 from hotstate.controller.requests import ControllerError, CreateTableResponse
+from hotstate.protocol.cluster_token import cluster_token
 
 __all__ = ["TableDefinition", "TableDefinitionError", "ensure_table", "key_columns_for", "value_columns_for"]
 
@@ -216,7 +217,7 @@ async def _existing(
     http = [f"{s.http_host}:{s.http_port}" for s in status.servers if s.http_host and s.http_port]
     if http:
         try:
-            tables = await asyncio.to_thread(_http_tables, http, tls)
+            tables = await asyncio.to_thread(_http_tables, http, tls, cluster_token(secret))
         except Exception:
             tables = None
         if tables is not None:
@@ -239,15 +240,16 @@ async def _create(admin: AdminClient, wanted: TableDefinition, rack: str | None)
     )
 
 
-def _http_tables(servers: list[str], tls: ssl.SSLContext | None) -> list[dict[str, Any]]:
+def _http_tables(servers: list[str], tls: ssl.SSLContext | None, token: str) -> list[dict[str, Any]]:
     """GET /v1/tables; with the RPC port's TLS (a cluster with TLS has it on HTTP too, from the same CA,
-    as `hotstate cluster up --tls` makes it) over HTTPS first, else in clear."""
+    as `hotstate cluster up --tls` makes it) over HTTPS first, else in clear. `token`: the cluster's own
+    (protocol/cluster_token.py), for a cluster with HTTP authentication on."""
     from hotstate.client.query import Client
 
     last: Exception | None = None
     for context in (tls, None) if tls is not None else (None,):
         try:
-            with Client(servers, timeout_s=5.0, tls=context) as client:
+            with Client(servers, timeout_s=5.0, tls=context, token=token) as client:
                 return client.tables()
         except Exception as error:
             last = error
