@@ -1,5 +1,6 @@
-"""A local cluster with TLS everywhere (`hotstate cluster up --tls --client-auth`): writes, queries, table
-administration and the console's server-to-server HTTPS calls work; a SIGKILLed server costs no query;
+"""A local cluster with TLS everywhere and HTTP authentication on (`hotstate cluster up --tls --client-auth
+--auth`; clients query with a reader's token): writes, queries, table administration and the console's
+server-to-server HTTPS calls work; a SIGKILLed server costs no query;
 clients with the wrong CA, plain HTTP, plain RPC and an expired client certificate are refused, and so is
 a server restarted with an expired certificate or one for another name, each with a message naming the
 peer and what was wrong, while the other servers keep serving."""
@@ -41,10 +42,22 @@ EXPIRED = (dt.datetime(2020, 1, 1, tzinfo=dt.UTC), dt.datetime(2021, 1, 1, tzinf
 
 @pytest.fixture
 def tls_cluster(tmp_path: Path) -> Iterator[RunningCluster]:
-    """Three servers from `hotstate cluster up --tls --client-auth`, killed however the test ends."""
+    """Three servers from `hotstate cluster up --tls --client-auth --auth` (HTTP authentication on too),
+    killed however the test ends."""
     directory = tmp_path / "cluster"
     up = subprocess.run(
-        [*HOTSTATE, "cluster", "up", "--tls", "--client-auth", "--servers", "3", "--dir", str(directory)],
+        [
+            *HOTSTATE,
+            "cluster",
+            "up",
+            "--tls",
+            "--client-auth",
+            "--auth",
+            "--servers",
+            "3",
+            "--dir",
+            str(directory),
+        ],
         capture_output=True,
         text=True,
         timeout=90,
@@ -54,6 +67,7 @@ def tls_cluster(tmp_path: Path) -> Iterator[RunningCluster]:
     try:
         assert up.returncode == 0, up.stderr
         assert cluster is not None and cluster.tls is not None and cluster.tls.client_auth
+        assert cluster.auth is not None
         line = f"TLS on (RPC and HTTP, client certificates required); clients trust {cluster.tls.ca_file}"
         assert line in up.stdout.splitlines(), up.stdout
         yield RunningCluster(cluster)
@@ -86,8 +100,9 @@ def test_tls_cluster_serves_everything_and_survives_a_kill_9_without_a_failed_qu
 ) -> None:
     running = tls_cluster
     cluster = running.cluster
-    assert cluster.tls is not None
+    assert cluster.tls is not None and cluster.auth is not None
     ca = cluster.tls.ca_file
+    token = cluster.auth.reader_token  # HTTP authentication is on as well: a reader's bearer token
 
     async def create_and_write() -> None:
         async with cluster.admin() as admin:
@@ -105,7 +120,7 @@ def test_tls_cluster_serves_everything_and_survives_a_kill_9_without_a_failed_qu
     running.run(create_and_write())
     urls = cluster.http_addresses()
     assert all(url.startswith("https://127.0.0.1:") for url in urls)
-    with hotstate.Client(urls, tls=ca) as client:
+    with hotstate.Client(urls, tls=ca, token=token) as client:
         assert sorted(client.query("SELECT * FROM clicks").dicts(), key=lambda r: r["clicks"]) == ROWS
         placement = client.tables()[0]["placement"]
 
@@ -122,7 +137,9 @@ def test_tls_cluster_serves_everything_and_survives_a_kill_9_without_a_failed_qu
     verify = client_context(ca_file=ca)
     deadline = time.monotonic() + 10
     while True:
-        rates = httpx.get(f"{urls[0]}/v1/cluster/rates", verify=verify).json()["rates"]
+        rates = httpx.get(
+            f"{urls[0]}/v1/cluster/rates", verify=verify, headers={"Authorization": f"Bearer {token}"}
+        ).json()["rates"]
         if all(r["error"] is None for r in rates) or time.monotonic() > deadline:
             break
         time.sleep(0.2)
@@ -137,7 +154,7 @@ def test_tls_cluster_serves_everything_and_survives_a_kill_9_without_a_failed_qu
 
     def query_loop() -> None:
         nonlocal answered
-        with hotstate.Client(urls, tls=ca, timeout_s=10.0) as client:
+        with hotstate.Client(urls, tls=ca, token=token, timeout_s=10.0) as client:
             while not stop.is_set():
                 try:
                     result = client.query("SELECT * FROM clicks")
@@ -170,7 +187,7 @@ def test_tls_cluster_serves_everything_and_survives_a_kill_9_without_a_failed_qu
 
     running.run(write_again())
     alive = [url for url, s in zip(urls, cluster.servers, strict=True) if s.node_id != victim]
-    with hotstate.Client(alive, tls=ca) as client:
+    with hotstate.Client(alive, tls=ca, token=token) as client:
         assert client.query("SELECT clicks FROM clicks WHERE user = 'u0'").rows == [[100]]
 
     # -- refusals, each naming the server, with the servers serving throughout
@@ -193,7 +210,7 @@ def test_tls_cluster_serves_everything_and_survives_a_kill_9_without_a_failed_qu
         pytest.raises(ClusterUnreachable, match="use https:// addresses and give the CA"),
     ):
         plain.query("SELECT * FROM clicks")
-    with hotstate.Client([target], tls=ca) as client:
+    with hotstate.Client([target], tls=ca, token=token) as client:
         assert len(client.query("SELECT * FROM clicks").rows) == len(ROWS)
 
     server = next(s for s in cluster.servers if s.node_id != victim)
@@ -244,7 +261,7 @@ def test_tls_cluster_serves_everything_and_survives_a_kill_9_without_a_failed_qu
         message = ""
         deadline = time.monotonic() + 15
         while expected not in message and time.monotonic() < deadline:
-            with hotstate.Client([f"https://{address}"], tls=ca, timeout_s=2) as client:
+            with hotstate.Client([f"https://{address}"], tls=ca, token=token, timeout_s=2) as client:
                 try:
                     client.query("SELECT * FROM clicks")
                 except ClusterUnreachable as error:
@@ -256,5 +273,5 @@ def test_tls_cluster_serves_everything_and_survives_a_kill_9_without_a_failed_qu
         while line not in peer_log.read_text() and time.monotonic() < deadline:
             time.sleep(0.2)
         assert line in peer_log.read_text()
-        with hotstate.Client(alive, tls=ca) as client:
+        with hotstate.Client(alive, tls=ca, token=token) as client:
             assert len(client.query("SELECT * FROM clicks").rows) == len(ROWS)
