@@ -23,7 +23,7 @@ from hotstate.replica.rows import encode_row
 from hotstate.routing.hedging import HedgeConfig, HedgePolicy
 from hotstate.routing.lags import LagTable
 from hotstate.rpc import NotConnected, RpcTimeout
-from hotstate.server.queries import QueryError, QueryService
+from hotstate.server.queries import CURRENT_USER, QueryError, QueryService
 
 PARTITIONS = 4
 TABLE = TableInfo("clicks", 1, PARTITIONS, 1, (KeyColumn("user", KeyType.STRING),), acceptable_lag=None)
@@ -59,10 +59,12 @@ class Peers:
         self.slow: set[int] = set()  # alive but paused: answers only after the request's timeout
         self.positions: dict[int, int] = {}  # each node's store position (default 10)
         self.log_end = 10**6  # what the actives hold
+        self.users: list[str] = []  # each request's user, as the coordinator's auth admitted it
 
     async def request(self, node: int, message: object, timeout_s: float) -> object:
         assert isinstance(message, QueryPartitionsRequest)
         self.calls.append((node, tuple(p.partition for p in message.parts)))
+        self.users.append(message.user)
         if node in self.slow:
             await asyncio.sleep(timeout_s)
             raise RpcTimeout(f"node {node} took longer than {timeout_s:.3f} s")
@@ -129,6 +131,18 @@ def test_one_request_per_server_carries_all_its_partitions() -> None:
     assert dict(peers.calls) == {2: (0, 2), 3: (1, 3)}
     assert forwards == ["ok"] * PARTITIONS  # the metric still counts partitions
     assert [p.served_by for p in result.partitions] == [2, 3, 2, 3]
+
+
+def test_forwarded_partitions_carry_the_user_the_coordinators_auth_admitted() -> None:
+    peers = Peers()
+
+    async def as_reader() -> None:
+        CURRENT_USER.set("reader")  # what the auth guard does in the request's task
+        await _service(peers).execute(_in_list(USERS))
+
+    asyncio.run(as_reader())
+    asyncio.run(_service(peers).execute(_in_list(USERS)))  # auth off: no user
+    assert peers.users == ["reader", "reader", "", ""]
 
 
 def test_partitions_a_server_refuses_go_to_their_next_candidate_in_one_more_request() -> None:

@@ -115,7 +115,6 @@ for type_id, cls in (
     (169, replica.PartitionQueryResponse),
     (170, replica.Heartbeat),
     (171, replica.LagReport),
-    (172, replica.QueryPartitionsRequest),
     (173, replica.QueryPartitionsResponse),
 ):
     MESSAGES.register(type_id, cls)
@@ -127,3 +126,5 @@ MESSAGES.register(162, replica.TableMetadataRequest, version=2)
 MESSAGES.register(165, replica.TableMetadataResponse, version=2)
 # Version 2 appended min_position (consistency tokens).
 MESSAGES.register(168, replica.PartitionQueryRequest, version=2)
+# Version 2 appended user (who asked the coordinator, for the serving server's log).
+MESSAGES.register(172, replica.QueryPartitionsRequest, version=2)

@@ -300,6 +300,9 @@ class QueryPartitionsRequest:
     server, not per partition or key. Each part is answered (or refused) on its own."""
 
     parts: tuple[PartitionQueryRequest, ...]
+    # The user or token the coordinator's HTTP authentication admitted ("": auth off), for the serving
+    # server's log: the request itself is the coordinator's, authenticated by the cluster's handshake.
+    user: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,6 +50,7 @@ from hotstate.server.credentials import (
     parse_credentials,
 )
 from hotstate.server.metrics import Metrics
+from hotstate.server.queries import CURRENT_USER
 
 log = logging.getLogger(__name__)
 
@@ -161,6 +162,7 @@ class HttpAuth:
             self._note(scope, message)
             await _refuse(send, 403, FORBIDDEN, message)
             return False
+        CURRENT_USER.set(principal.name)
         return True
 
     async def _verify(self, credentials: Credentials, header: bytes) -> Principal | None:

@@ -18,8 +18,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextvars
 import dataclasses
 import itertools
+import logging
 import operator
 import os
 import time
@@ -83,6 +85,11 @@ MAX_ROWS = 100_000  # the most rows one query returns; more needs a LIMIT and ke
 # Heartbeats keep a connection open to every live peer, so one that is not connected is most likely dead:
 # it gets this long to connect before the next candidate is tried.
 UNCONNECTED_ATTEMPT_S = 0.3
+
+log = logging.getLogger(__name__)
+# Who the HTTP request being answered is (set by the auth guard, server/http_auth.py, in the request's
+# task; "" with auth off): forwarded partition queries carry it for the serving server's log.
+CURRENT_USER: contextvars.ContextVar[str] = contextvars.ContextVar("hotstate_user", default="")
 
 
 class QueryError(Exception):
@@ -484,7 +491,7 @@ class QueryService:
         attempt = remaining if any(a.on_last for a in group) else max(0.5, remaining / 2)
         if not self._connected(node_id):
             attempt = min(attempt, UNCONNECTED_ATTEMPT_S)
-        request = QueryPartitionsRequest(tuple(a.spec for a in group))
+        request = QueryPartitionsRequest(tuple(a.spec for a in group), CURRENT_USER.get())
         failure: tuple[str, str]
         request_id = self.hedging.sent(node_id, time.monotonic() * 1000)
         answered = False
@@ -525,6 +532,9 @@ class QueryService:
     # ------------------------------------------------------------------ the serving side
     def serve_partitions(self, request: QueryPartitionsRequest) -> QueryPartitionsResponse:
         """Answer a coordinator's partitions from this server's replicas, each on its own."""
+        if log.isEnabledFor(logging.DEBUG):
+            parts = ", ".join(f"{p.table}/{p.partition}" for p in request.parts)
+            log.debug("forwarded partition query for user %r: %s", request.user or "-", parts)
         return QueryPartitionsResponse(tuple(self.serve_local(part) for part in request.parts))
 
     def serve_local(self, request: PartitionQueryRequest) -> PartitionQueryResponse:
