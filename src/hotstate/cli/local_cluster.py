@@ -44,6 +44,10 @@ class LocalServer:
     rpc_port: int
     http_port: int
     pid: int | None = None
+    # Where it listens, and the network namespace it runs in (`ip netns exec NETNS`): loopback and the
+    # machine's own namespace by default; hotstate.chaos gives each server a namespace and an address.
+    host: str = "127.0.0.1"
+    netns: str | None = None
 
     def directory(self, root: Path) -> Path:
         return root / f"server-{self.node_id}"
@@ -181,12 +185,12 @@ class LocalCluster:
 
     # ------------------------------------------------------------------ configuration
     def config_for(self, server: LocalServer, **overrides: object) -> ServerConfig:
-        voters = tuple(Voter(s.node_id, "127.0.0.1", s.rpc_port) for s in self.servers)
+        voters = tuple(Voter(s.node_id, s.host, s.rpc_port) for s in self.servers)
         fields: dict[str, object] = {
             "node_id": server.node_id,
             "process_roles": frozenset({"controller", "broker"}),
-            "rpc": Listener("rpc", "127.0.0.1", server.rpc_port),
-            "http": Listener("http", "127.0.0.1", server.http_port),
+            "rpc": Listener("rpc", server.host, server.rpc_port),
+            "http": Listener("http", server.host, server.http_port),
             "voters": voters,
             "data_dir": server.directory(self.root).resolve() / "data",
             "rack": server.rack,
@@ -210,9 +214,11 @@ class LocalCluster:
     # ------------------------------------------------------------------ processes
     def start(self, server: LocalServer) -> None:
         directory = server.directory(self.root)
+        prefix = ["ip", "netns", "exec", server.netns] if server.netns is not None else []
         with open(directory / "server.log", "ab") as out:
             process = subprocess.Popen(
                 [
+                    *prefix,  # `ip netns exec` execs the command: the pid is still the server's
                     sys.executable,
                     "-m",
                     "hotstate.cli.main",
@@ -265,7 +271,10 @@ class LocalCluster:
         return False
 
     def addresses(self) -> list[tuple[str, int]]:
-        return [("127.0.0.1", server.rpc_port) for server in self.servers]
+        return [(server.host, server.rpc_port) for server in self.servers]
+
+    def http_addresses(self) -> list[str]:
+        return [f"{server.host}:{server.http_port}" for server in self.servers]
 
     def http_addresses(self) -> list[str]:
         """The servers' HTTP API, as `hotstate.Client` takes them (https:// with TLS)."""
