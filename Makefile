@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test quick lint typecheck pytest bench bench-report bench-tools clean venv java ksql-client chromium curl
+.PHONY: demo test quick lint typecheck pytest bench bench-report bench-tools clean venv java ksql-client chromium curl net-tools chaos
 
 # Re-install when pyproject.toml changes (the stamp is older) or the venv is missing.
 $(STAMP): pyproject.toml
@@ -39,6 +39,12 @@ $(KSQL_CLIENT)/.installed: $(STAMP)
 
 ksql-client: $(KSQL_CLIENT)/.installed
 
+# The chaos harness (hotstate.chaos, tests/chaos) builds network namespaces with `ip` and `tc` (iproute2) and
+# injects faults with `nft` (nftables); as root. Without root the chaos tests skip and say why.
+net-tools:
+	@command -v ip >/dev/null && command -v tc >/dev/null && command -v nft >/dev/null \
+		|| (apt-get update && apt-get install -y --no-install-recommends iproute2 nftables)
+
 demo: $(STAMP) java
 	$(PY) -m hotstate.cli.demo
 
@@ -50,7 +56,7 @@ typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
 # loadgroup: the Spark tests (xdist_group "spark") share one worker and its one SparkSession.
-pytest: $(STAMP) java chromium curl ksql-client
+pytest: $(STAMP) java chromium curl ksql-client net-tools
 	$(VENV)/bin/pytest -n 2 --dist loadgroup -q
 
 test: lint typecheck pytest
@@ -80,6 +86,19 @@ bench: $(STAMP) java bench-tools
 	$(PY) bench/spark_sink.py
 	$(PY) bench/freshness.py
 	$(PY) bench/write_failover.py
+	$(PY) bench/report.py
+
+# Seeded chaos schedules against real servers in network namespaces (docs/chaos.md); every seed is printed
+# and replays with `python -m hotstate.chaos --seed N --schedules 1` (and the same other options).
+# Writes bench/results/chaos.json, then docs/benchmarks.md. Needs root.
+CHAOS_SCHEDULES ?= 10
+CHAOS_DURATION ?= 90
+CHAOS_SERVERS ?= 5
+CHAOS_SEED ?=
+chaos: $(STAMP) net-tools
+	$(PY) -m hotstate.chaos --schedules $(CHAOS_SCHEDULES) --duration $(CHAOS_DURATION) \
+		--servers $(CHAOS_SERVERS) --racks 3 --rack-rate 100mbit $(if $(CHAOS_SEED),--seed $(CHAOS_SEED)) \
+		--out bench/results/chaos.json
 	$(PY) bench/report.py
 
 # docs/benchmarks.md from bench/results/*.json (tests/docs checks that they agree).

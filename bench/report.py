@@ -553,8 +553,62 @@ def write_failover(data: Mapping[str, Any]) -> Section:
     )
 
 
+def chaos(data: Mapping[str, Any]) -> Section:
+    rows = [
+        (
+            kind,
+            m["n"],
+            m["write_gap_p50_s"],
+            m["write_gap_max_s"],
+            m["key_write_gap_max_s"],
+            m["read_gap_p50_s"],
+            m["read_gap_max_s"],
+            m["server_read_gap_max_s"],
+        )
+        for kind, m in data["by_fault"].items()
+    ]
+    config = data["config"]
+    found = data["violations_by_kind"]
+    lines = [
+        f"{fmt(data['schedules'])} schedules (seeds {fmt(data['seeds'][0])}-{fmt(data['seeds'][-1])}) of "
+        f"{fmt(config['duration_s'])} s of faults each, {fmt(config['servers'])} servers in "
+        f"{fmt(config['racks'])} racks (uplinks limited to {fmt(config['rack_rate'])}): "
+        f"{fmt(data['writes_acked'])} acknowledged writes, {fmt(data['reads_ok'])} reads, "
+        f"{fmt(data['metadata_ops'])} metadata operations with a definite answer. "
+        f"Violations: {fmt(data['violations'])}"
+        + (" (" + ", ".join(f"{k}: {fmt(v)}" for k, v in sorted(found.items())) + ")" if found else "")
+        + (f"; failing seeds {fmt(data['failed_seeds'])}" if data["failed_seeds"] else "")
+        + ".",
+    ]
+    return Section(
+        "the rules of docs/chaos.md (no acknowledged write lost, no value read that was never written, "
+        "monotonic reads and read-your-writes along consistency tokens, equal replicas, linearizable "
+        "metadata): any violation is a defect. Gaps are per fault, from its start to the next fault's "
+        "(recovery included): the longest stretch without any acknowledged write, without one for the "
+        "worst-hit key, without any successful read, without one through the worst-hit server. "
+        "Run by `python -m hotstate.chaos` (`make chaos`).",
+        [
+            Table(
+                (
+                    "fault",
+                    "n",
+                    "write gap p50 s",
+                    "write gap max s",
+                    "worst key max s",
+                    "read gap p50 s",
+                    "read gap max s",
+                    "worst server max s",
+                ),
+                rows,
+            )
+        ],
+        lines,
+    )
+
+
 FORMATTERS: dict[str, Formatter] = {
     "assignor": assignor,
+    "chaos": chaos,
     "freshness": freshness,
     "gray_failure": gray_failure,
     "http_servers": http_servers,

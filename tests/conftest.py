@@ -18,6 +18,8 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 TESTS = Path(__file__).parent
 # Every test here runs real `hotstate server` processes (or the whole demo) on loopback.
 CLUSTER_DIRS = (TESTS / "cluster",)
+# Real server processes in network namespaces (hotstate.chaos): cluster tests outside tests/cluster.
+CLUSTER_FILES = {TESTS / "chaos" / "test_schedules.py"}
 # Tests that take seconds each without servers or Spark (seed soaks, subprocess replays): not in
 # `make quick`, still in `make test`.
 SLOW_FILES = {
@@ -26,6 +28,7 @@ SLOW_FILES = {
     TESTS / "sim" / "test_seeds.py",
     TESTS / "sim" / "test_replication_sim.py",
     TESTS / "assignor" / "test_determinism.py",
+    TESTS / "chaos" / "test_netns.py",  # builds network namespaces and sends real traffic through them
 }
 
 
@@ -43,6 +46,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         cluster = (
             "start_cluster" in fixtures
             or any(path.is_relative_to(d) for d in CLUSTER_DIRS)
+            or path in CLUSTER_FILES
             or hasattr(module, "LocalCluster")
         )
         spark = "spark" in fixtures or "spark" in groups

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from hotstate.chaos.checker import FaultWindow, Read, StoreState, Write, availability, check, longest_gap, summarize
+from hotstate.chaos.checker import (
+    FaultWindow,
+    Read,
+    StoreState,
+    Write,
+    availability,
+    check,
+    longest_gap,
+    summarize,
+)
 
 
 def w(key: str, value: int, start: float, end: float, acked: bool = True) -> Write:
@@ -13,7 +22,12 @@ def final(key: str, value: int | None, server: int = 1, ok: bool = True) -> Read
     return Read(f"final-{server}", server, key, "final", 100.0, 100.1, ok, value, "" if ok else "503")
 
 
-CLEAN_WRITES = [w("a", 1, 0.0, 0.1), w("a", 2, 0.2, 0.3), w("a", 3, 0.4, 5.0, acked=False), w("b", 1, 0.0, 0.1)]
+CLEAN_WRITES = [
+    w("a", 1, 0.0, 0.1),
+    w("a", 2, 0.2, 0.3),
+    w("a", 3, 0.4, 5.0, acked=False),
+    w("b", 1, 0.0, 0.1),
+]
 
 
 def kinds(report) -> list[str]:
@@ -68,7 +82,9 @@ def test_going_back_along_a_token_chain_is_caught_but_not_without_tokens() -> No
 
 
 def test_a_read_older_than_the_writers_token_is_caught() -> None:
-    report = check(CLEAN_WRITES, [Read("w", 3, "a", "ryw", 0.3, 0.4, True, 1, floor=2), final("a", 3), final("b", 1)])
+    report = check(
+        CLEAN_WRITES, [Read("w", 3, "a", "ryw", 0.3, 0.4, True, 1, floor=2), final("a", 3), final("b", 1)]
+    )
     assert kinds(report) == ["read-your-writes"]
 
 
@@ -102,15 +118,21 @@ def test_gaps_and_availability_per_fault() -> None:
     assert longest_gap([], 0.0, 4.0) == 4.0
     assert longest_gap([1.0, 1.5, 3.0, 9.0], 0.0, 4.0) == 1.5
     writes = [w("a", i, t - 0.01, t) for i, t in enumerate([1.0, 1.1, 4.0, 4.1, 9.5], start=1)]
+    writes += [w("b", 1, 1.5, 1.6), w("b", 2, 1.7, 5.5, acked=False)]
     reads = [Read("r", 1, "a", "standby", t - 0.01, t, True, 1) for t in (1.0, 2.0, 3.0, 6.5)]
+    reads += [Read("r", 2, "a", "standby", 2.4, 2.5, True, 1), Read("r", 2, "a", "standby", 5.0, 5.5, False)]
     windows = [FaultWindow("kill", "kill 1", 1.0, 3.0, 6.0), FaultWindow("pause", "pause 2", 6.0, 8.0, 10.0)]
     figures = availability(windows, writes, reads)
-    assert [(f["write_gap_s"], f["read_gap_s"]) for f in figures] == [(2.9, 3.0), (3.5, 3.5)]
+    gaps = [
+        (f["write_gap_s"], f["key_write_gap_s"], f["read_gap_s"], f["server_read_gap_s"]) for f in figures
+    ]
+    # kill: writes at 1.1, 1.6, 4.0, 4.1 (key b only at 1.6, then nothing: 4.4); reads at 2.0, 2.5, 3.0
+    # (server 2 only at 2.5: 3.5). pause: a write at 9.5 (b: none, the whole 4.0); reads at 6.5 (server 2:
+    # none).
+    assert gaps == [(2.4, 4.4, 3.0, 3.5), (3.5, 4.0, 3.5, 4.0)]
+    assert figures[0]["fault_s"] == 2.0 and figures[0]["window_s"] == 5.0
     summary = summarize([*figures, {**figures[0], "write_gap_s": 0.5, "read_gap_s": 0.1}])
-    assert summary["kill"] == {
-        "n": 2,
-        "write_gap_p50_s": 1.7,
-        "write_gap_max_s": 2.9,
-        "read_gap_p50_s": 1.55,
-        "read_gap_max_s": 3.0,
-    }
+    assert summary["kill"]["n"] == 2
+    assert (summary["kill"]["write_gap_p50_s"], summary["kill"]["write_gap_max_s"]) == (1.45, 2.4)
+    assert (summary["kill"]["read_gap_p50_s"], summary["kill"]["read_gap_max_s"]) == (1.55, 3.0)
+    assert summary["pause"]["key_write_gap_max_s"] == 4.0

@@ -22,7 +22,8 @@ LISTENER = """
 import socket, sys, threading
 addr, count_file = sys.argv[1], sys.argv[2]
 udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); udp.bind((addr, 7700))
-tcp = socket.socket(); tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); tcp.bind((addr, 7700)); tcp.listen()
+tcp = socket.socket(); tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+tcp.bind((addr, 7700)); tcp.listen()
 def serve():
     while True:
         conn, _ = tcp.accept()
@@ -63,7 +64,9 @@ def fabric(tmp_path):
     for node, host in built.hosts.items():
         count = tmp_path / f"udp-{node}"
         listeners.append(
-            subprocess.Popen(["ip", "netns", "exec", host.netns, sys.executable, "-c", LISTENER, host.address, str(count)])
+            subprocess.Popen(
+                ["ip", "netns", "exec", host.netns, sys.executable, "-c", LISTENER, host.address, str(count)]
+            )
         )
     time.sleep(0.5)
     built.counts = {node: tmp_path / f"udp-{node}" for node in built.hosts}  # type: ignore[attr-defined]
@@ -74,7 +77,9 @@ def fabric(tmp_path):
 
 
 def connect(fabric: Fabric, src: int, dst: int, nbytes: int = 0) -> str:
-    return fabric.sh(fabric.hosts[src].netns, sys.executable, "-c", CONNECT, fabric.address(dst), str(nbytes)).strip()
+    return fabric.sh(
+        fabric.hosts[src].netns, sys.executable, "-c", CONNECT, fabric.address(dst), str(nbytes)
+    ).strip()
 
 
 def ours() -> list[str]:
@@ -151,7 +156,9 @@ def test_a_slow_link_is_slow_and_rack_uplinks_count_bytes(fabric: Fabric) -> Non
 def test_a_rack_rate_limits_traffic_between_racks_only() -> None:
     with Fabric.build({1: "az-a", 2: "az-b", 3: "az-a"}, rack_rate="1mbit") as fabric:
         listeners = [
-            subprocess.Popen(["ip", "netns", "exec", h.netns, sys.executable, "-c", LISTENER, h.address, "/dev/null"])
+            subprocess.Popen(
+                ["ip", "netns", "exec", h.netns, sys.executable, "-c", LISTENER, h.address, "/dev/null"]
+            )
             for h in fabric.hosts.values()
         ]
         time.sleep(0.5)

@@ -20,6 +20,7 @@ start, so the recovery after healing counts) without an acknowledged write, and 
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -166,8 +167,8 @@ def check(
     for read in reads:
         if read.ok and read.floor is not None and _value_order(read.value) < read.floor:
             found["read-your-writes"].append(
-                f"{read.reader} read {read.key}={read.value} through server {read.server} at {read.start:.3f} "
-                f"with the token of its acknowledged write of {read.floor}"
+                f"{read.reader} read {read.key}={read.value} through server {read.server} at "
+                f"{read.start:.3f} with the token of its acknowledged write of {read.floor}"
             )
 
     finals: dict[str, list[Read]] = defaultdict(list)
@@ -183,7 +184,8 @@ def check(
         for read in finals.get(key, []):
             if read.ok and _value_order(read.value) < best:
                 found["lost-write"].append(
-                    f"{key}: final value {read.value} through server {read.server}, but {best} was acknowledged"
+                    f"{key}: final value {read.value} through server {read.server}, "
+                    f"but {best} was acknowledged"
                 )
         if not finals.get(key):
             found["unrecovered"].append(f"{key}: no final read was made ({best} was acknowledged)")
@@ -210,42 +212,55 @@ def longest_gap(times: Iterable[float], start: float, end: float) -> float:
     """The longest stretch of [start, end] containing none of `times`."""
     points = sorted(t for t in times if start < t < end)
     edges = [start, *points, end]
-    return max((b - a for a, b in zip(edges, edges[1:], strict=False)), default=0.0)
+    return max((b - a for a, b in itertools.pairwise(edges)), default=0.0)
 
 
 def availability(
     windows: Sequence[FaultWindow], writes: Sequence[Write], reads: Sequence[Read]
 ) -> list[dict[str, Any]]:
-    """Per fault window: the longest write gap and read gap (seconds) from its start to its end."""
-    acked = [w.end for w in writes if w.acked]
-    served = [r.end for r in reads if r.ok and r.mode != "final"]
+    """Per fault window, the longest stretch (seconds) from its start to its end without: an acknowledged
+    write (`write_gap_s`), an acknowledged write of the worst-hit key (`key_write_gap_s`), a successful
+    read (`read_gap_s`), a successful read through the worst-hit server (`server_read_gap_s`)."""
+    acked = [w for w in writes if w.acked]
+    served = [r for r in reads if r.ok and r.mode != "final"]
+    keys = sorted({w.key for w in writes})
+    servers = sorted({r.server for r in reads})
+
+    def worst(times: Mapping[object, list[float]], start: float, end: float) -> float:
+        return max((longest_gap(ts, start, end) for ts in times.values()), default=end - start)
+
+    by_key: dict[object, list[float]] = {k: [w.end for w in acked if w.key == k] for k in keys}
+    by_server: dict[object, list[float]] = {s: [r.end for r in served if r.server == s] for s in servers}
     return [
         {
             "kind": w.kind,
             "detail": w.detail,
             "fault_s": round(w.healed - w.start, 3),
             "window_s": round(w.end - w.start, 3),
-            "write_gap_s": round(longest_gap(acked, w.start, w.end), 3),
-            "read_gap_s": round(longest_gap(served, w.start, w.end), 3),
+            "write_gap_s": round(longest_gap([a.end for a in acked], w.start, w.end), 3),
+            "key_write_gap_s": round(worst(by_key, w.start, w.end), 3),
+            "read_gap_s": round(longest_gap([r.end for r in served], w.start, w.end), 3),
+            "server_read_gap_s": round(worst(by_server, w.start, w.end), 3),
         }
         for w in windows
     ]
 
 
+GAPS = ("write_gap_s", "key_write_gap_s", "read_gap_s", "server_read_gap_s")
+
+
 def summarize(figures: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, float | int]]:
-    """Per fault kind: how many, and the median and largest write and read gaps."""
+    """Per fault kind: how many, and the median and largest of each gap."""
     kinds: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     for figure in figures:
         kinds[str(figure["kind"])].append(figure)
     out: dict[str, dict[str, float | int]] = {}
     for kind, rows in sorted(kinds.items()):
-        writes = [float(r["write_gap_s"]) for r in rows]
-        reads = [float(r["read_gap_s"]) for r in rows]
-        out[kind] = {
-            "n": len(rows),
-            "write_gap_p50_s": round(statistics.median(writes), 3),
-            "write_gap_max_s": round(max(writes), 3),
-            "read_gap_p50_s": round(statistics.median(reads), 3),
-            "read_gap_max_s": round(max(reads), 3),
-        }
+        summary: dict[str, float | int] = {"n": len(rows)}
+        for gap in GAPS:
+            values = [float(r[gap]) for r in rows]
+            name = gap.removesuffix("_s")
+            summary[f"{name}_p50_s"] = round(statistics.median(values), 3)
+            summary[f"{name}_max_s"] = round(max(values), 3)
+        out[kind] = summary
     return out

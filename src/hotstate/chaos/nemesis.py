@@ -70,7 +70,8 @@ def schedule(
     hold_s: tuple[float, float] = (3.0, 6.0),
     calm_s: tuple[float, float] = (2.0, 4.0),
 ) -> list[Step]:
-    """The faults of run `seed` over servers `nodes`, filling `duration_s`. Pure: same arguments, same steps."""
+    """The faults of run `seed` over servers `nodes`, filling `duration_s`. Pure: the same arguments give
+    the same steps."""
     unknown = sorted(set(kinds) - set(KINDS))
     if unknown:
         raise ValueError(f"unknown fault kinds {unknown}; known: {', '.join(KINDS)}")

@@ -188,7 +188,7 @@ class Fabric:
         b = SUBNET_OCTET
         core = self._netns(f"{self.tag}-core")
         self._forwarding(core)
-        for rack, i in self.racks.items():
+        for i in self.racks.values():
             ns = self._netns(f"{self.tag}-r{i}")
             self._forwarding(ns)
             self.ip(ns, "link", "add", "br0", "type", "bridge")
@@ -203,13 +203,27 @@ class Fabric:
             self.ip(core, "route", "add", f"10.{b}.{i}.0/24", "via", f"10.{b}.{UPLINK_NET}.{4 * i + 2}")
             if self.rack_rate is not None:
                 for where, dev in ((core, f"r{i}"), (ns, "uplink")):
-                    self.sh(where, "tc", "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "1")
+                    self.sh(
+                        where, "tc", "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "1"
+                    )
                     self.sh(where, "tc", "class", "add", "dev", dev, "parent", "1:", "classid", "1:1", "htb",
                             "rate", self.rack_rate)  # fmt: skip
         for host in self.hosts.values():
             ns = self._netns(host.netns)
             rack_ns = f"{self.tag}-r{host.rack_index}"
-            self.ip(ns, "link", "add", "eth0", "type", "veth", "peer", "name", f"s{host.node_id}", "netns", rack_ns)
+            self.ip(
+                ns,
+                "link",
+                "add",
+                "eth0",
+                "type",
+                "veth",
+                "peer",
+                "name",
+                f"s{host.node_id}",
+                "netns",
+                rack_ns,
+            )
             self.ip(rack_ns, "link", "set", f"s{host.node_id}", "master", "br0")
             self.ip(rack_ns, "link", "set", f"s{host.node_id}", "up")
             self.ip(ns, "addr", "add", f"{host.address}/24", "dev", "eth0")

@@ -1,4 +1,5 @@
-"""One chaos schedule against a real cluster in network namespaces, and many of them (`python -m hotstate.chaos`).
+"""Chaos schedules against a real cluster in network namespaces: one (`run_schedule`), many (`run_many`), and
+`python -m hotstate.chaos`.
 
 A run: build the fabric (a namespace per server, racks, a client namespace), start the servers inside
 it, create the table, run the workload and the nemesis's schedule together, heal, make the final reads,
@@ -154,8 +155,8 @@ def _line(result: dict[str, Any]) -> str:
     kinds = ", ".join(f["detail"] for f in result["faults"]) or "no faults"
     verdict = "ok" if result["ok"] else f"{len(result['violations'])} VIOLATIONS"
     return (
-        f"seed {result['seed']}: {verdict}; {result['writes_acked']} writes acked, {result['writes_unknown']} "
-        f"unknown, {result['reads_ok']} reads ({result['reads_failed']} failed), "
+        f"seed {result['seed']}: {verdict}; {result['writes_acked']} writes acked, "
+        f"{result['writes_unknown']} unknown, {result['reads_ok']} reads ({result['reads_failed']} failed), "
         f"{result['metadata_ops']} metadata ops; faults: {kinds}"
     )
 
@@ -170,10 +171,23 @@ def _logs(cluster: LocalCluster, lines: int = 30) -> str:
     return "\n".join(out)
 
 
+def replay_command(seed: int, config: RunConfig) -> str:
+    """The command that runs schedule `seed` alone again, with the same options."""
+    words = [
+        f"python -m hotstate.chaos --schedules 1 --seed {seed} --duration {config.duration_s:g}",
+        f"--servers {config.servers} --racks {config.racks}",
+    ]
+    if config.rack_rate is not None:
+        words.append(f"--rack-rate {config.rack_rate}")
+    if tuple(config.kinds) != KINDS:
+        words.append(f"--kinds {','.join(config.kinds)}")
+    return " ".join(words)
+
+
 def run_many(seeds: Sequence[int], config: RunConfig, *, log: Any = sys.stdout) -> dict[str, Any]:
     results = []
     for seed in seeds:
-        print(f"seed {seed}: replay with `python -m hotstate.chaos --seed {seed} --schedules 1`", file=log, flush=True)
+        print(f"seed {seed}: replay with `{replay_command(seed, config)}`", file=log, flush=True)
         with tempfile.TemporaryDirectory(prefix="hotstate-chaos-") as tmp:
             results.append(run_schedule(seed, config, Path(tmp), log=log))
     figures = [f for r in results for f in r["faults"]]
@@ -203,7 +217,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--servers", type=int, default=3)
     parser.add_argument("--racks", type=int, default=3)
     parser.add_argument("--rack-rate", default=None, help="tc rate limit of every rack uplink, e.g. 100mbit")
-    parser.add_argument("--kinds", default=",".join(KINDS), help=f"fault kinds, comma-separated ({', '.join(KINDS)})")
+    parser.add_argument(
+        "--kinds", default=",".join(KINDS), help=f"fault kinds, comma-separated ({', '.join(KINDS)})"
+    )
     parser.add_argument("--out", type=Path, default=None, help="write the results here (JSON)")
     args = parser.parse_args(argv)
     reason = unavailable_reason()
@@ -219,12 +235,17 @@ def main(argv: list[str] | None = None) -> int:
         rack_rate=args.rack_rate,
         workload=WorkloadConfig(standby_replicas=min(2, args.servers - 1)),
     )
-    print(f"chaos: {args.schedules} schedules from seed {first}, {args.duration:.0f} s each, {args.servers} servers")
+    print(
+        f"chaos: {args.schedules} schedules from seed {first}, {args.duration:g} s each, "
+        f"{args.servers} servers"
+    )
     started = time.time()
     load_before = os.getloadavg()[0]
     summary = run_many(range(first, first + args.schedules), config)
     body = {
-        "benchmark": "chaos: a nemesis of kills, pauses, partitions, lossy and slow links against a real cluster",
+        "benchmark": (
+            "chaos: a nemesis of kills, pauses, partitions, lossy and slow links against a real cluster"
+        ),
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "cpu_count": os.cpu_count(),
         "note": f"{os.cpu_count()} cores shared by {args.servers} servers, the workload and the nemesis",

@@ -34,7 +34,7 @@ from hotstate.controller.requests import ControllerError
 from hotstate.replica.store import Store
 from hotstate.rpc import RpcError
 from hotstate.sim.history import HistoryRecorder
-from hotstate.sim.linearizability import TableSetModel, check
+from hotstate.sim.linearizability import TableInput, TableOutput, TableSetModel, check
 
 TABLE = "chaos"
 KEY = (KeyColumn("k", KeyType.STRING),)
@@ -61,7 +61,7 @@ class Workload:
     seed: int
     writes: list[Write] = field(default_factory=list)
     reads: list[Read] = field(default_factory=list)
-    metadata: HistoryRecorder[tuple[str, ...], object] = field(default_factory=HistoryRecorder)
+    metadata: HistoryRecorder[TableInput, TableOutput] = field(default_factory=HistoryRecorder)
 
     def keys(self) -> list[str]:
         return [f"k{w}-{j}" for w in range(self.config.writers) for j in range(self.config.keys_per_writer)]
@@ -116,7 +116,9 @@ class Workload:
                 request_timeout_s=2.0,
             ) as writer,
         ):
-            readers = {n: hotstate.AsyncClient(self._http(n), timeout_s=3.0, connect_timeout_s=1.0) for n in servers}
+            readers = {
+                n: hotstate.AsyncClient(self._http(n), timeout_s=3.0, connect_timeout_s=1.0) for n in servers
+            }
             try:
                 while not stop.is_set():
                     key = rng.choice(keys)
@@ -125,9 +127,11 @@ class Workload:
                     start = time.monotonic()
                     token = ""
                     try:
-                        result = await writer.upsert([{"k": key, "v": value}], deadline_s=self.config.write_deadline_s)
+                        result = await writer.upsert(
+                            [{"k": key, "v": value}], deadline_s=self.config.write_deadline_s
+                        )
                         acked, token = True, result.consistency_token
-                    except (WriteError, RpcError, OSError, asyncio.TimeoutError):
+                    except (TimeoutError, WriteError, RpcError, OSError):
                         acked = False
                     self.writes.append(Write(index, key, value, start, time.monotonic(), acked))
                     if acked and rng.random() < self.config.read_back_share:
@@ -135,8 +139,18 @@ class Workload:
                         start = time.monotonic()
                         ok, got, error, _ = await self._query(readers[node], key, consistency_token=token)
                         self.reads.append(
-                            Read(f"writer-{index}", node, key, "ryw", start, time.monotonic(), ok, got, error,
-                                 floor=value)  # fmt: skip
+                            Read(
+                                f"writer-{index}",
+                                node,
+                                key,
+                                "ryw",
+                                start,
+                                time.monotonic(),
+                                ok,
+                                got,
+                                error,
+                                floor=value,
+                            )
                         )
                     await asyncio.sleep(rng.uniform(*self.config.pause_s))
             finally:
@@ -158,7 +172,9 @@ class Workload:
                 start = time.monotonic()
                 ok, value, error, answered = await self._query(client, key, **options)
                 chain = name if mode == "token" else None
-                self.reads.append(Read(name, node, key, mode, start, time.monotonic(), ok, value, error, chain))
+                self.reads.append(
+                    Read(name, node, key, mode, start, time.monotonic(), ok, value, error, chain)
+                )
                 if ok and mode == "token":
                     token = answered
                 await asyncio.sleep(rng.uniform(*self.config.pause_s))
@@ -173,9 +189,11 @@ class Workload:
         ) as admin:
             while not stop.is_set():
                 roll, name = rng.random(), rng.choice(META_NAMES)
-                op: tuple[str, ...] = ("create", name) if roll < 0.4 else ("delete", name) if roll < 0.75 else ("list",)
+                op: TableInput = (
+                    ("create", name) if roll < 0.4 else ("delete", name) if roll < 0.75 else ("list",)
+                )
                 token = self.metadata.invoke(0, op)
-                outcome: object = None
+                outcome: TableOutput | None = None
                 try:
                     if op[0] == "create":
                         reply = await admin.create_table(
@@ -219,12 +237,15 @@ class Workload:
                 start = time.monotonic()
                 ok, value, error, _ = await self._query(client, key, standby_reads=False, max_lag=0)
                 if ok or time.monotonic() > end:
-                    self.reads.append(Read(f"final-{node}", node, key, "final", start, time.monotonic(), ok, value, error))
+                    self.reads.append(
+                        Read(f"final-{node}", node, key, "final", start, time.monotonic(), ok, value, error)
+                    )
                     return
                 await asyncio.sleep(0.2)
 
         clients = {
-            s.node_id: hotstate.AsyncClient(self._http(s.node_id), timeout_s=5.0) for s in self.cluster.servers
+            s.node_id: hotstate.AsyncClient(self._http(s.node_id), timeout_s=5.0)
+            for s in self.cluster.servers
         }
         try:
             await asyncio.gather(*(one(n, k, c) for n, c in clients.items() for k in self.keys()))
@@ -233,7 +254,8 @@ class Workload:
                 await client.close()
 
     async def converge(self, deadline_s: float = 30.0) -> bool:
-        """Until every server's lag reports give each partition's replicas one position (True), or time out."""
+        """Until every server's lag reports give each partition's replicas one position (True), or until
+        `deadline_s` (False)."""
         end = time.monotonic() + deadline_s
         clients = [hotstate.AsyncClient(self._http(s.node_id), timeout_s=3.0) for s in self.cluster.servers]
         try:
@@ -249,7 +271,9 @@ class Workload:
                     for tables in body["lags"].values():
                         for table, partitions in tables.items():
                             for partition, lag in partitions.items():
-                                positions.setdefault((table, partition), set()).add(lag["current_offset_position"])
+                                positions.setdefault((table, partition), set()).add(
+                                    lag["current_offset_position"]
+                                )
                 if seen == len(clients) and positions and all(len(p) == 1 for p in positions.values()):
                     await asyncio.sleep(1.0)  # reports are sent every 500 ms: one more round settles them
                     return True
