@@ -101,6 +101,8 @@ def test_replicas_that_differ_in_contents_or_position_are_caught() -> None:
 def test_a_cluster_that_does_not_come_back_is_caught() -> None:
     report = check(CLEAN_WRITES, [final("a", 3), final("a", None, 2, ok=False)])
     assert kinds(report) == ["unrecovered", "unrecovered"]  # server 2's read failed; b never read
+    report = check(CLEAN_WRITES, [final("a", 3), final("b", 1)], unrecovered=["server 2 never came back"])
+    assert [(v.kind, v.message) for v in report.violations] == [("unrecovered", "server 2 never came back")]
 
 
 def test_a_metadata_verdict_is_a_violation() -> None:

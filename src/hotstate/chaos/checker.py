@@ -11,7 +11,7 @@ What a run must show, after every fault is healed (docs/chaos.md):
 - `read-your-writes`: a read given a writer's token for an acknowledged write sees that value or a newer one;
 - `replicas-differ`: after the cluster has settled and stopped, the replicas of each partition hold equal
   stores at equal positions;
-- `unrecovered`: after healing, every server answers the final reads (the cluster came back);
+- `unrecovered`: after healing, every server is back (in the quorum, unfenced) and answers the final reads;
 - `metadata`: the history of table operations is linearizable (hotstate.sim.linearizability).
 
 Availability per fault: the longest time inside the fault's window (from its start to the next fault's
@@ -122,6 +122,7 @@ def check(
     *,
     stores: Mapping[str, Sequence[StoreState]] | None = None,
     metadata_error: str | None = None,
+    unrecovered: Sequence[str] = (),
     limit: int = 20,
 ) -> Report:
     """Every violation of the rules in this module's doc (at most `limit` per kind, then a count)."""
@@ -171,6 +172,7 @@ def check(
                 f"{read.start:.3f} with the token of its acknowledged write of {read.floor}"
             )
 
+    found["unrecovered"].extend(unrecovered)
     finals: dict[str, list[Read]] = defaultdict(list)
     for read in reads:
         if read.mode == "final":

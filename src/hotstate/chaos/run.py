@@ -105,6 +105,9 @@ def run_schedule(seed: int, config: RunConfig, root: Path, *, log: Any = None) -
             workload.reads,
             stores=stores,
             metadata_error=None if linearizable is not False else explanation,
+            unrecovered=[]
+            if outcome.get("ready")
+            else ["not every server was back and unfenced 60 s after healing"],
         )
         figures = availability(nemesis.windows(outcome["end"]), workload.writes, workload.reads)
         result = {
