@@ -1,11 +1,23 @@
-"""The local cluster's port choice (cli/local_cluster.py)."""
+"""The local cluster (cli/local_cluster.py): its port choice, and when it counts a server process gone."""
 
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
-from hotstate.cli.local_cluster import PORT_RANGE, free_ports
+from hotstate.cli.local_cluster import PORT_RANGE, LocalCluster, LocalServer, free_ports
+
+# The main thread exits (pthread_exit) while another thread runs on for a while: the process's main thread
+# is a zombie, the process is not gone (its files, and their locks, are still held).
+MAIN_THREAD_EXITS_FIRST = """
+import ctypes, threading, time
+threading.Thread(target=time.sleep, args=(1.5,)).start()
+time.sleep(0.1)
+ctypes.CDLL(None).pthread_exit(None)
+"""
 
 
 def test_ports_are_distinct_free_and_outside_the_ephemeral_range() -> None:
@@ -18,3 +30,19 @@ def test_ports_are_distinct_free_and_outside_the_ephemeral_range() -> None:
             assert not low <= port <= high  # never a port an outgoing connection could take meanwhile
             with socket.socket() as probe:
                 probe.bind(("127.0.0.1", port))
+
+
+def test_a_process_whose_main_thread_exited_is_alive_until_its_last_thread_is_gone(tmp_path: Path) -> None:
+    cluster = LocalCluster.create(tmp_path, 1)
+    server = cluster.servers[0]
+    process = subprocess.Popen([sys.executable, "-c", MAIN_THREAD_EXITS_FIRST])
+    server.pid = process.pid
+    time.sleep(0.6)
+    stat = Path(f"/proc/{process.pid}/stat").read_text()
+    assert stat.rsplit(")", 1)[-1].split()[0] == "Z"  # the main thread is a zombie already
+    assert cluster.alive(server)  # but a thread still runs
+    end = time.monotonic() + 10
+    while cluster.alive(server) and time.monotonic() < end:
+        time.sleep(0.05)
+    assert not cluster.alive(server)
+    assert time.monotonic() < end

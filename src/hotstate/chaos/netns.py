@@ -95,16 +95,37 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def kill_namespace(name: str) -> None:
-    """SIGKILL everything running in namespace `name`, wait for it to go, delete the namespace."""
-    for _ in range(50):
-        pids = [int(p) for p in run(["ip", "netns", "pids", name], check=False).split()]
-        if not pids:
-            break
+def processes(name: str) -> list[int]:
+    """The processes running in namespace `name` (zombies left out: they hold nothing any more)."""
+    pids = [int(p) for p in run(["ip", "netns", "pids", name], check=False).split()]
+    return [pid for pid in pids if not _zombie(pid)]
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[-1].split()[0] in ("Z", "X")
+    except OSError:
+        return True  # gone already
+
+
+def kill_processes(name: str, timeout_s: float = 10.0) -> list[int]:
+    """SIGKILL everything running in namespace `name` and wait until it is gone; the pids found."""
+    seen: list[int] = []
+    end = time.monotonic() + timeout_s
+    while (pids := processes(name)) and time.monotonic() < end:
         for pid in pids:
+            if pid not in seen:
+                seen.append(pid)
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        time.sleep(0.05)
+        time.sleep(0.02)
+    return seen
+
+
+def kill_namespace(name: str) -> None:
+    """SIGKILL everything running in namespace `name`, wait for it to go, delete the namespace."""
+    kill_processes(name)
     run(["ip", "netns", "del", name], check=False)
 
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from hotstate.chaos.checker import availability, check, summarize
 from hotstate.chaos.nemesis import KINDS, Nemesis, schedule
-from hotstate.chaos.netns import Fabric, in_namespace, unavailable_reason
+from hotstate.chaos.netns import Fabric, in_namespace, kill_processes, unavailable_reason
 from hotstate.chaos.workload import Workload, WorkloadConfig, read_stores
 from hotstate.cli.local_cluster import RACKS, LocalCluster, LocalServer
 
@@ -94,8 +94,15 @@ def run_schedule(seed: int, config: RunConfig, root: Path, *, log: Any = None) -
             outcome["bytes"] = fabric.rack_bytes()
 
         in_namespace(fabric.client_netns, main)
-        for server in cluster.servers:
-            cluster.signal(server, signal.SIGKILL)
+        # Every process in the servers' namespaces, the servers' own and any other (there should be
+        # none: a second server on one data directory would be a harness defect), killed and gone
+        # before the stores are opened.
+        known = {server.pid for server in cluster.servers}
+        strays = {}
+        for node, host in sorted(fabric.hosts.items()):
+            extra = sorted(set(kill_processes(host.netns)) - known)
+            if extra:
+                strays[node] = extra
         for server in cluster.servers:
             _wait_gone(cluster, server)
         stores = read_stores(cluster)
@@ -124,6 +131,7 @@ def run_schedule(seed: int, config: RunConfig, root: Path, *, log: Any = None) -
             "ready_after_heal": outcome.get("ready"),
             "converged": outcome.get("converged"),
             "rack_bytes": outcome.get("bytes"),
+            "stray_processes": strays,
         }
         if log is not None:
             print(_line(result), file=log, flush=True)
@@ -187,12 +195,31 @@ def replay_command(seed: int, config: RunConfig) -> str:
     return " ".join(words)
 
 
+def _harness_error(seed: int, error: Exception) -> dict[str, Any]:
+    message = f"{type(error).__name__}: {error}"[:2000]
+    return {
+        "seed": seed,
+        "ok": False,
+        "violations": [{"kind": "harness-error", "message": message}],
+        "faults": [],
+        "writes_acked": 0,
+        "writes_unknown": 0,
+        "reads_ok": 0,
+        "reads_failed": 0,
+        "metadata_ops": 0,
+    }
+
+
 def run_many(seeds: Sequence[int], config: RunConfig, *, log: Any = sys.stdout) -> dict[str, Any]:
     results = []
     for seed in seeds:
         print(f"seed {seed}: replay with `{replay_command(seed, config)}`", file=log, flush=True)
         with tempfile.TemporaryDirectory(prefix="hotstate-chaos-") as tmp:
-            results.append(run_schedule(seed, config, Path(tmp), log=log))
+            try:
+                results.append(run_schedule(seed, config, Path(tmp), log=log))
+            except Exception as error:  # the harness failed, not necessarily hotstate: recorded, next seed
+                print(f"seed {seed}: HARNESS ERROR {type(error).__name__}: {error}", file=log, flush=True)
+                results.append(_harness_error(seed, error))
     figures = [f for r in results for f in r["faults"]]
     violations: dict[str, int] = {}
     for r in results:
