@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from hotstate.cli.local_cluster import PORT_RANGE, LocalCluster, LocalServer, free_ports
+from hotstate.cli.local_cluster import PORT_RANGE, LocalCluster, free_ports
 
 # The main thread exits (pthread_exit) while another thread runs on for a while: the process's main thread
 # is a zombie, the process is not gone (its files, and their locks, are still held).
