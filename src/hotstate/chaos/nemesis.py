@@ -31,6 +31,8 @@ from hotstate.chaos.checker import FaultWindow
 from hotstate.chaos.netns import Fabric
 from hotstate.cli.local_cluster import LocalCluster, LocalServer
 
+# How long a killed or stopped server may take to be gone before it is started again.
+RESTART_WAIT_S = 30.0
 KINDS = (
     "kill",
     "pause",
@@ -202,9 +204,14 @@ class Nemesis:
         self._paused.clear()
         for node in sorted(self._killed):
             server = self._server(node)
-            for _ in range(200):
-                if not self.cluster.alive(server):
-                    break
+            # Never two processes on one data directory: the old one must be gone (all its threads).
+            end = time.monotonic() + RESTART_WAIT_S
+            while self.cluster.alive(server):
+                if time.monotonic() > end:
+                    raise RuntimeError(
+                        f"server {node} (pid {server.pid}) still runs {RESTART_WAIT_S} s after it was stopped"
+                    )
+                self.cluster.signal(server, signal.SIGKILL)
                 await asyncio.sleep(0.02)
             self.cluster.start(server)
         self._killed.clear()
