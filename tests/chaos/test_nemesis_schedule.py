@@ -41,3 +41,13 @@ def test_a_bridge_leaves_each_half_a_majority_through_the_bridge() -> None:
     assert bridge_halves((2, 3, 1)) == (2, [3], [1])
     bridge, left, right = bridge_halves((3, 5, 1, 4, 2))
     assert bridge == 3 and left == [1, 5] and right == [2, 4]
+
+
+def test_the_printed_replay_command_repeats_every_option_that_shapes_the_schedule() -> None:
+    from hotstate.chaos.run import RunConfig, replay_command
+
+    config = RunConfig(servers=5, racks=3, duration_s=45.0, rack_rate="100mbit", kinds=("kill", "drop"))
+    assert replay_command(1042, config) == (
+        "python -m hotstate.chaos --schedules 1 --seed 1042 --duration 45 --servers 5 --racks 3 "
+        "--rack-rate 100mbit --kinds kill,drop"
+    )
