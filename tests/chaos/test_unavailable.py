@@ -1,4 +1,5 @@
-"""Where namespaces cannot be made, the chaos tests skip and `python -m hotstate.chaos` refuses, saying why."""
+"""Where namespaces cannot be made, the chaos tests skip and `python -m hotstate.chaos` refuses, saying
+why."""
 
 from __future__ import annotations
 
