@@ -390,7 +390,9 @@ def in_namespace(netns: str, main: Callable[[], Awaitable[_T]]) -> _T:
         except BaseException as error:  # handed to the caller's thread
             box["error"] = error
 
-    thread = threading.Thread(target=body, name=f"in-{netns}")
+    # A daemon: after Ctrl-C the caller cleans up (servers killed, namespaces deleted) and exits without
+    # waiting for the loop to notice.
+    thread = threading.Thread(target=body, name=f"in-{netns}", daemon=True)
     thread.start()
     try:
         thread.join()
