@@ -19,7 +19,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -213,8 +213,16 @@ def _harness_error(seed: int, error: Exception) -> dict[str, Any]:
     }
 
 
-def run_many(seeds: Sequence[int], config: RunConfig, *, log: Any = sys.stdout) -> dict[str, Any]:
-    results = []
+def run_many(
+    seeds: Sequence[int],
+    config: RunConfig,
+    *,
+    log: Any = sys.stdout,
+    progress: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Every schedule in turn; `progress` gets the summary so far after each one (a long run interrupted
+    keeps what it did)."""
+    results: list[dict[str, Any]] = []
     for seed in seeds:
         print(f"seed {seed}: replay with `{replay_command(seed, config)}`", file=log, flush=True)
         with tempfile.TemporaryDirectory(prefix="hotstate-chaos-") as tmp:
@@ -223,6 +231,12 @@ def run_many(seeds: Sequence[int], config: RunConfig, *, log: Any = sys.stdout) 
             except Exception as error:  # the harness failed, not necessarily hotstate: recorded, next seed
                 print(f"seed {seed}: HARNESS ERROR {type(error).__name__}: {error}", file=log, flush=True)
                 results.append(_harness_error(seed, error))
+        if progress is not None:
+            progress(summarize_runs(results))
+    return summarize_runs(results)
+
+
+def summarize_runs(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
     figures = [f for r in results for f in r["faults"]]
     violations: dict[str, int] = {}
     for r in results:
@@ -230,7 +244,7 @@ def run_many(seeds: Sequence[int], config: RunConfig, *, log: Any = sys.stdout) 
             violations[v["kind"]] = violations.get(v["kind"], 0) + 1
     return {
         "schedules": len(results),
-        "seeds": list(seeds),
+        "seeds": [r["seed"] for r in results],
         "violations": sum(len(r["violations"]) for r in results),
         "violations_by_kind": violations,
         "failed_seeds": [r["seed"] for r in results if not r["ok"]],
@@ -238,7 +252,7 @@ def run_many(seeds: Sequence[int], config: RunConfig, *, log: Any = sys.stdout) 
         "writes_acked": sum(r["writes_acked"] for r in results),
         "reads_ok": sum(r["reads_ok"] for r in results),
         "metadata_ops": sum(r["metadata_ops"] for r in results),
-        "runs": results,
+        "runs": list(results),
     }
 
 
@@ -274,34 +288,43 @@ def main(argv: list[str] | None = None) -> int:
     )
     started = time.time()
     load_before = os.getloadavg()[0]
-    summary = run_many(range(first, first + args.schedules), config)
-    body = {
-        "benchmark": (
-            "chaos: a nemesis of kills, pauses, partitions, lossy and slow links against a real cluster"
-        ),
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "cpu_count": os.cpu_count(),
-        "note": f"{os.cpu_count()} cores shared by {args.servers} servers, the workload and the nemesis",
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "load_average_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
-        "config": {
-            "servers": args.servers,
-            "racks": args.racks,
-            "duration_s": args.duration,
-            "rack_rate": args.rack_rate,
-            "kinds": list(config.kinds),
-            "workload": asdict(config.workload),
-        },
-        "wall_s": round(time.time() - started, 1),
-        **summary,
-    }
+
+    def body(summary: dict[str, Any], complete: bool) -> dict[str, Any]:
+        return {
+            "benchmark": (
+                "chaos: a nemesis of kills, pauses, partitions, lossy and slow links against a real cluster"
+            ),
+            "date": datetime.now(UTC).isoformat(timespec="seconds"),
+            "cpu_count": os.cpu_count(),
+            "note": f"{os.cpu_count()} cores shared by {args.servers} servers, the workload and the nemesis",
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "load_average_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+            "config": {
+                "servers": args.servers,
+                "racks": args.racks,
+                "duration_s": args.duration,
+                "rack_rate": args.rack_rate,
+                "kinds": list(config.kinds),
+                "workload": asdict(config.workload),
+            },
+            "complete": complete,
+            "wall_s": round(time.time() - started, 1),
+            **summary,
+        }
+
+    def write(summary: dict[str, Any], complete: bool = False) -> None:
+        if args.out is not None:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            tmp = args.out.with_suffix(".tmp")
+            tmp.write_text(json.dumps(body(summary, complete), indent=2) + "\n")
+            tmp.replace(args.out)
+
+    summary = run_many(range(first, first + args.schedules), config, progress=write)
+    write(summary, complete=True)
     print(
         f"chaos: {summary['schedules']} schedules, {summary['violations']} violations"
         + (f" (seeds {summary['failed_seeds']})" if summary["failed_seeds"] else "")
+        + (f"; wrote {args.out}" if args.out is not None else "")
     )
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(body, indent=2) + "\n")
-        print(f"chaos: wrote {args.out}")
     return 0 if summary["violations"] == 0 else 1
