@@ -145,6 +145,14 @@ class Nemesis:
         except Exception:  # no answer: nobody to isolate
             return None
 
+    async def isolate_leader(self) -> int | None:
+        """Cut the metadata leader off from every other server (both ways); which one it was, or None when
+        no server named one."""
+        leader = await self.leader()
+        if leader is not None:
+            await asyncio.to_thread(self.fabric.partition, [leader])
+        return leader
+
     async def run(self, steps: Sequence[Step], t0: float) -> None:
         """Apply each step at `t0 + step.at_s` (monotonic), hold it, heal it."""
         try:
@@ -177,11 +185,12 @@ class Nemesis:
             await asyncio.to_thread(fabric.partition, left, right)
             return f"{step.kind} bridge {bridge}: {left} | {right}"
         elif step.kind == "partition-leader":
-            leader = await self.leader()
-            if leader is None:
-                return f"{step.kind}: no leader known, nothing done"
-            await asyncio.to_thread(fabric.partition, [leader])
-            return f"{step.kind} {leader}"
+            leader = await self.isolate_leader()
+            return (
+                f"{step.kind} {leader}"
+                if leader is not None
+                else f"{step.kind}: no leader known, nothing done"
+            )
         elif step.kind == "one-way":
             node, rest = targets[0], [n for n in fabric.hosts if n != targets[0]]
             if step.param == "out":
