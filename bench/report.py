@@ -570,7 +570,8 @@ def chaos(data: Mapping[str, Any]) -> Section:
     config = data["config"]
     found = data["violations_by_kind"]
     lines = [
-        f"{fmt(data['schedules'])} schedules (seeds {fmt(data['seeds'][0])}-{fmt(data['seeds'][-1])}) of "
+        f"{fmt(data['schedules'])} schedules (seeds {data['seeds'][0]}-{data['seeds'][-1]}"
+        f"{'' if data.get('complete', True) else ', interrupted before the last'}) of "
         f"{fmt(config['duration_s'])} s of faults each, {fmt(config['servers'])} servers in "
         f"{fmt(config['racks'])} racks (uplinks limited to {fmt(config['rack_rate'])}): "
         f"{fmt(data['writes_acked'])} acknowledged writes, {fmt(data['reads_ok'])} reads, "
@@ -585,7 +586,8 @@ def chaos(data: Mapping[str, Any]) -> Section:
         "monotonic reads and read-your-writes along consistency tokens, equal replicas, linearizable "
         "metadata): any violation is a defect. Gaps are per fault, from its start to the next fault's "
         "(recovery included): the longest stretch without any acknowledged write, without one for the "
-        "worst-hit key, without any successful read, without one through the worst-hit server. "
+        "worst-hit key, without any successful read, without one through the worst-hit server (the "
+        "server killed, paused or cut off included: its own clients wait for it). "
         "Run by `python -m hotstate.chaos` (`make chaos`).",
         [
             Table(
