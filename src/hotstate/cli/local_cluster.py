@@ -274,12 +274,9 @@ class LocalCluster:
         return [(server.host, server.rpc_port) for server in self.servers]
 
     def http_addresses(self) -> list[str]:
-        return [f"{server.host}:{server.http_port}" for server in self.servers]
-
-    def http_addresses(self) -> list[str]:
         """The servers' HTTP API, as `hotstate.Client` takes them (https:// with TLS)."""
         scheme = "https" if self.tls is not None else "http"
-        return [f"{scheme}://127.0.0.1:{server.http_port}" for server in self.servers]
+        return [f"{scheme}://{server.host}:{server.http_port}" for server in self.servers]
 
     def rpc_tls(self) -> ssl.SSLContext | None:
         """What a client of the RPC port needs (AdminClient, TableWriter): None without TLS."""
