@@ -104,10 +104,14 @@ def server_context(
     *,
     ca_file: str | os.PathLike[str] | None = None,
     client_auth: bool = False,
+    alpn: tuple[str, ...] = (),
 ) -> ssl.SSLContext:
-    """A listener's context. With `client_auth`, clients must present a certificate from `ca_file`."""
+    """A listener's context. With `client_auth`, clients must present a certificate from `ca_file`.
+    `alpn`: the application protocols offered, most preferred first (HTTP: h2, then http/1.1)."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = MIN_VERSION
+    if alpn:
+        context.set_alpn_protocols(list(alpn))
     _load_chain(context, cert_file, key_file)
     if client_auth:
         if ca_file is None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import datetime as dt
+import json
 import signal
 import subprocess
 import sys
@@ -123,6 +124,16 @@ def test_tls_cluster_serves_everything_and_survives_a_kill_9_without_a_failed_qu
     with hotstate.Client(urls, tls=ca, token=token) as client:
         assert sorted(client.query("SELECT * FROM clicks").dicts(), key=lambda r: r["clicks"]) == ROWS
         placement = client.tables()[0]["placement"]
+
+    # ksqlDB's streaming endpoint over HTTP/2 on TLS (ALPN h2), as ksqlDB's clients connect to a TLS server.
+    with httpx.Client(http1=False, http2=True, verify=client_context(ca_file=ca), timeout=10) as h2:
+        streamed = h2.post(
+            f"{urls[0]}/query-stream",
+            json={"sql": "SELECT * FROM clicks WHERE user = 'u3';"},
+            headers={"Authorization": f"Bearer {token}"},
+        )
+    assert streamed.status_code == 200 and streamed.http_version == "HTTP/2", streamed.text
+    assert [json.loads(line) for line in streamed.text.splitlines()][1:] == [["u3", 3]]
 
     # The CLI finds the CA (and the client certificate) in the local cluster's directory.
     runner = CliRunner()

@@ -137,16 +137,22 @@ class ServerTls:
         return ServerTls(
             rpc_server=_listener_context("rpc", rpc, client_auth=rpc.client_auth == "required"),
             rpc_client=_peer_context("rpc", rpc, present_certificate=True),
-            http_server=_listener_context("http", http, client_auth=False),
+            # HTTP/2 over TLS is chosen by ALPN; the client then opens with HTTP/2's preface, which the
+            # HTTP/1.1 protocol hands over to http2.py as it does in clear (h2 prior knowledge).
+            http_server=_listener_context("http", http, client_auth=False, alpn=("h2", "http/1.1")),
             http_client=_peer_context("http", http, present_certificate=False),
         )
 
 
-def _listener_context(name: str, files: TlsFiles, *, client_auth: bool) -> ssl.SSLContext | None:
+def _listener_context(
+    name: str, files: TlsFiles, *, client_auth: bool, alpn: tuple[str, ...] = ()
+) -> ssl.SSLContext | None:
     if files.cert_file is None or files.key_file is None:
         return None
     try:
-        return server_context(files.cert_file, files.key_file, ca_file=files.ca_file, client_auth=client_auth)
+        return server_context(
+            files.cert_file, files.key_file, ca_file=files.ca_file, client_auth=client_auth, alpn=alpn
+        )
     except TlsFilesError as error:
         raise TlsFilesError(f"{name}.tls.*: {error}") from None
 
