@@ -10,14 +10,18 @@ docs/security.md describes the settings and `hotstate cluster up --tls`.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
+import functools
 import logging
 import os
+import shutil
 import socket
 import ssl
+import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeAlias
 
@@ -310,3 +314,62 @@ def _peer_text(address: object) -> str:
         host, port = str(address[0]), int(address[1])
         return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     return str(address)
+
+
+@dataclass(frozen=True)
+class PemTexts:
+    """A client's TLS material as PEM text, not paths: what the Spark sink ships to its executors, which
+    need not have the driver's files. `cert` and `key`: the client certificate a server requiring one
+    (rpc.tls.client.auth=required) checks."""
+
+    ca: str | None = field(default=None, repr=False)
+    cert: str | None = field(default=None, repr=False)
+    key: str | None = field(default=None, repr=False)
+
+    @staticmethod
+    def read(
+        ca_file: str | os.PathLike[str] | None,
+        cert_file: str | os.PathLike[str] | None = None,
+        key_file: str | os.PathLike[str] | None = None,
+    ) -> PemTexts:
+        """The files' texts, checked here (a bad file fails on the driver, not on every executor)."""
+        if (cert_file is None) != (key_file is None):
+            raise TlsFilesError("a client certificate needs both its certificate file and its key file")
+        texts = PemTexts(*(None if f is None else _text(f) for f in (ca_file, cert_file, key_file)))
+        if texts:
+            client_context(ca_file=ca_file, cert_file=cert_file, key_file=key_file)
+        return texts
+
+    def __bool__(self) -> bool:
+        return self.ca is not None or self.cert is not None
+
+    def context(self) -> ssl.SSLContext | None:
+        """The client context (None: no TLS). Python's ssl loads a certificate chain from files only, so
+        a certificate and key are written once per process to a private temporary directory."""
+        if not self:
+            return None
+        if self.cert is None or self.key is None:
+            return client_context(ca_data=self.ca)
+        cert_file, key_file = _pem_files(self.cert, self.key)
+        return client_context(ca_data=self.ca, cert_file=cert_file, key_file=key_file)
+
+
+def _text(path: str | os.PathLike[str]) -> str:
+    try:
+        return Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as error:
+        raise TlsFilesError(f"{os.fspath(path)!r}: not a readable PEM file: {error}") from None
+
+
+@functools.lru_cache(maxsize=8)
+def _pem_files(cert: str, key: str) -> tuple[str, str]:
+    directory = tempfile.mkdtemp(prefix="hotstate-tls-")  # mode 0700
+    atexit.register(shutil.rmtree, directory, True)
+    paths = []
+    for name, text in (("client.crt", cert), ("client.key", key)):
+        path = os.path.join(directory, name)
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "w") as out:
+            out.write(text)
+        paths.append(path)
+    return paths[0], paths[1]

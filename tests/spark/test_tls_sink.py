@@ -1,5 +1,7 @@
-"""The Spark sink against a cluster with TLS: materialize(tls_ca=...) writes from the executors over TLS
-(the executors get the CA's text, not its path), and the table reads back equal to a batch recomputation."""
+"""The Spark sink against a cluster with TLS that requires client certificates on RPC: materialize(tls_ca=,
+tls_cert=, tls_key=) and the `hotstate` write format (tlsCa, tlsCert, tlsKey) write from the executors
+over mutual TLS (the executors get the files' text, not their paths), and the table reads back equal to a
+batch recomputation."""
 
 from __future__ import annotations
 
@@ -17,9 +19,10 @@ pytestmark = pytest.mark.xdist_group("spark")
 def test_materialize_writes_over_tls_with_the_ca_from_the_driver(
     spark, start_cluster, tmp_path: Path
 ) -> None:
-    running = start_cluster(1, tls=True)
+    running = start_cluster(1, tls=True, client_auth=True)
     cluster = running.cluster
     assert cluster.tls is not None
+    cert, key = cluster.tls.client_files()
     source = tmp_path / "in"
     drop_file(source, [{"user": f"u{i % 7}", "n": i} for i in range(50)])
     from pyspark.sql import functions as F
@@ -31,7 +34,7 @@ def test_materialize_writes_over_tls_with_the_ca_from_the_driver(
         .agg(F.count("*").alias("clicks"), F.sum("n").alias("total"), F.max("n").alias("largest"))
     )
     rpc = ",".join(f"{host}:{port}" for host, port in cluster.addresses())
-    with pytest.raises(ValueError, match=r"tls_ca '.*nowhere\.crt': not a readable PEM CA certificate"):
+    with pytest.raises(ValueError, match=r"the sink's TLS files: '.*nowhere\.crt': not a readable PEM file"):
         hs.materialize(
             df,
             "clicks",
@@ -55,13 +58,33 @@ def test_materialize_writes_over_tls_with_the_ca_from_the_driver(
         cluster_id=cluster.cluster_id,
         secret=cluster.secret,
         tls_ca=str(cluster.tls.ca_file),
+        tls_cert=str(cert),
+        tls_key=str(key),
     )
     try:
         query.processAllAvailable()
         assert query.exception() is None
     finally:
         query.stop()
+    # The write format, the same way (complete mode: Spark's Python stream writers take no update mode).
+    hs.register(spark)
+    written = (
+        df.writeStream.format("hotstate")
+        .outputMode("complete")
+        .options(table="clicks2", key="user", partitions=2, standbyReplicas=0, cluster=rpc)
+        .options(clusterId=cluster.cluster_id, secret=cluster.secret, tlsCa=str(cluster.tls.ca_file))
+        .options(tlsCert=str(cert), tlsKey=str(key))
+        .option("checkpointLocation", str(tmp_path / "chk2"))
+        .start()
+    )
+    try:
+        written.processAllAvailable()
+        assert written.exception() is None
+    finally:
+        written.stop()
     with hotstate.Client(cluster.http_addresses(), tls=cluster.tls.ca_file) as client:
         rows = client.query("SELECT * FROM clicks", max_lag=0).dicts()
+        rows2 = client.query("SELECT * FROM clicks2", max_lag=0).dicts()
     got = {row["user"]: (row["clicks"], row["total"], row["largest"]) for row in rows}
     assert got == recompute(spark, source) and len(got) == 7
+    assert {row["user"]: (row["clicks"], row["total"], row["largest"]) for row in rows2} == got

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -12,7 +11,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from hotstate.spark.sink import AfterWrite, batch_function, config_for_schema
 from hotstate.spark.table import TableDefinition, ensure_table, key_columns_for, value_columns_for
-from hotstate.tls import TlsFilesError, client_context
+from hotstate.tls import PemTexts, TlsFilesError
 
 __all__ = ["last_batch", "materialize", "parse_cluster", "writer_rack"]
 
@@ -21,6 +20,8 @@ ENV_CLUSTER = "HOTSTATE_CLUSTER"
 ENV_CLUSTER_ID = "HOTSTATE_CLUSTER_ID"
 ENV_SECRET = "HOTSTATE_CLUSTER_SECRET"
 ENV_CA = "HOTSTATE_CLUSTER_CA"
+ENV_CERT = "HOTSTATE_CLUSTER_CERT"
+ENV_KEY = "HOTSTATE_CLUSTER_KEY"
 ENV_RACK = "HOTSTATE_RACK"
 
 Cluster = str | Sequence[str] | Sequence[tuple[str, int]]
@@ -41,6 +42,8 @@ def materialize(
     cluster_id: str | None = None,
     secret: str | None = None,
     tls_ca: str | os.PathLike[str] | None = None,
+    tls_cert: str | os.PathLike[str] | None = None,
+    tls_key: str | os.PathLike[str] | None = None,
     write_deadline_s: float = 60.0,
     query_name: str | None = None,
     _after_write: AfterWrite | None = None,
@@ -56,7 +59,10 @@ def materialize(
     env HOTSTATE_CLUSTER). `cluster_id` and `secret` default to env HOTSTATE_CLUSTER_ID and
     HOTSTATE_CLUSTER_SECRET. `tls_ca`: the CA certificate file (PEM) of servers whose RPC port uses TLS
     (default: env HOTSTATE_CLUSTER_CA); the driver reads it and the executors get its text, and every
-    server's certificate and host name are checked. `checkpoint`: the query's checkpoint directory
+    server's certificate and host name are checked. `tls_cert` and `tls_key`: a client certificate from
+    the cluster's CA and its key, for servers that require one (rpc.tls.client.auth=required; default:
+    env HOTSTATE_CLUSTER_CERT and HOTSTATE_CLUSTER_KEY), shipped to the executors the same way.
+    `checkpoint`: the query's checkpoint directory
     (required: it is what lets a restarted query resume without losing or repeating a batch). `trigger`:
     None (as fast as possible), a processing-time interval like "5 seconds", or keyword arguments of
     DataStreamWriter.trigger such as {"availableNow": True}. `write_deadline_s`: how long one task keeps
@@ -75,9 +81,8 @@ def materialize(
             f"the cluster's id and secret are needed: pass cluster_id= and secret= or set {ENV_CLUSTER_ID} "
             f"and {ENV_SECRET}"
         )
-    ca_path = tls_ca if tls_ca is not None else os.environ.get(ENV_CA) or None
-    ca_pem = _read_ca(ca_path) if ca_path is not None else None
-    tls = client_context(ca_data=ca_pem) if ca_pem is not None else None
+    material = tls_texts(tls_ca, tls_cert, tls_key)
+    tls = material.context()
     definition = TableDefinition(
         table, partitions, standby_replicas, key_columns_for(df.schema, key), acceptable_lag
     )
@@ -99,7 +104,7 @@ def materialize(
         secret=secret,
         rack=rack,
         deadline_s=write_deadline_s,
-        tls_ca=ca_pem,
+        tls=material,
     )
     writer = (
         df.writeStream.outputMode("update")
@@ -115,13 +120,20 @@ def materialize(
     return writer.start()
 
 
-def _read_ca(path: str | os.PathLike[str]) -> str:
+def tls_texts(
+    ca: str | os.PathLike[str] | None,
+    cert: str | os.PathLike[str] | None,
+    key: str | os.PathLike[str] | None,
+) -> PemTexts:
+    """The sink's TLS files (else env HOTSTATE_CLUSTER_CA, _CERT, _KEY) read as text on the driver; a bad
+    one is a ValueError naming it."""
+    ca = ca if ca is not None else os.environ.get(ENV_CA) or None
+    cert = cert if cert is not None else os.environ.get(ENV_CERT) or None
+    key = key if key is not None else os.environ.get(ENV_KEY) or None
     try:
-        pem = Path(path).read_text()
-        client_context(ca_data=pem)  # refuse what is not a certificate here, not on every executor
-    except (OSError, UnicodeDecodeError, TlsFilesError) as error:
-        raise ValueError(f"tls_ca {os.fspath(path)!r}: not a readable PEM CA certificate: {error}") from None
-    return pem
+        return PemTexts.read(ca, cert, key)
+    except TlsFilesError as error:
+        raise ValueError(f"the sink's TLS files: {error}") from None
 
 
 def last_batch(query: StreamingQuery) -> int | None:

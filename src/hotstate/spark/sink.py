@@ -62,7 +62,7 @@ from hotstate.client.writer import TableWriter, WriteError, WriteResult
 from hotstate.controller.requests import ControllerError
 from hotstate.query.tokens import cluster_tag, decode, merge
 from hotstate.spark.arrow_rows import NotEncodable, encode_arrow_batch
-from hotstate.tls import client_context
+from hotstate.tls import PemTexts
 
 __all__ = [
     "AfterWrite",
@@ -111,9 +111,9 @@ class SinkConfig:
     nested: bool
     # True when every column has a type arrow_rows encodes: the batch goes through mapInArrow.
     arrow: bool = False
-    # The CA certificate (PEM text, not a path: executors need not have the driver's files) when the
-    # servers' RPC port uses TLS.
-    tls_ca: str | None = field(default=None, repr=False)
+    # The CA certificate, and a client certificate and key where the servers require one, as PEM text
+    # (executors need not have the driver's files) when the servers' RPC port uses TLS.
+    tls: PemTexts = field(default_factory=PemTexts, repr=False)
 
 
 # Spark types whose Arrow columns arrow_rows encodes (the same bytes as the Row path's dicts).
@@ -148,11 +148,11 @@ def config_for_schema(
     secret: str,
     rack: str | None,
     deadline_s: float,
-    tls_ca: str | None = None,
+    tls: PemTexts | None = None,
 ) -> SinkConfig:
     complex_types = (StructType, ArrayType, MapType)
     return SinkConfig(
-        tls_ca=tls_ca,
+        tls=tls or PemTexts(),
         servers=servers,
         table=table,
         cluster_id=cluster_id,
@@ -368,8 +368,9 @@ def _new_writer(config: SinkConfig, loop: asyncio.AbstractEventLoop) -> TableWri
 
 
 def rpc_tls(config: SinkConfig) -> ssl.SSLContext | None:
-    """The writers' TLS context: trusts the CA the driver read (hostnames checked)."""
-    return None if config.tls_ca is None else client_context(ca_data=config.tls_ca)
+    """The writers' TLS context: trusts the CA the driver read (hostnames checked), and shows the client
+    certificate the driver read where the servers require one."""
+    return config.tls.context()
 
 
 def _discard(worker: _Worker) -> None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 from pyspark.sql import Row, SparkSession
@@ -37,10 +37,11 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from hotstate.client.writer import WriteResult
-from hotstate.spark.api import ENV_CLUSTER, ENV_CLUSTER_ID, ENV_RACK, ENV_SECRET, parse_cluster
+from hotstate.spark.api import ENV_CLUSTER, ENV_CLUSTER_ID, ENV_RACK, ENV_SECRET, parse_cluster, tls_texts
 from hotstate.spark.reading import PushingTableReader, ReadSettings, TableReader, infer_schema, table_shape
 from hotstate.spark.sink import SinkConfig, commit_batch, config_for_schema, upsert_arrow, upsert_rows
 from hotstate.spark.table import TableDefinition, ensure_table, key_columns_for, value_columns_for
+from hotstate.tls import PemTexts
 
 __all__ = [
     "NAME",
@@ -71,6 +72,9 @@ WRITE_OPTIONS = (
     "secret",
     "rack",
     "writeTimeoutMs",
+    "tlsCa",
+    "tlsCert",
+    "tlsKey",
 )
 DEFAULT_PAGE_SIZE = 10_000
 MAX_PAGE_SIZE = 100_000  # what one query returns at most (server.queries.MAX_ROWS)
@@ -160,6 +164,8 @@ class WriteSettings:
     acceptable_lag: int | None
     rack: str | None
     deadline_s: float
+    # TLS of the servers' RPC port: the CA (and a client certificate) read on the driver, as text.
+    tls: PemTexts = field(default_factory=PemTexts)
 
 
 def write_settings(options: Mapping[str, str]) -> WriteSettings:
@@ -183,6 +189,10 @@ def write_settings(options: Mapping[str, str]) -> WriteSettings:
         raise OptionError(f"option {error}") from None
     rack = (given.get("rack") or os.environ.get(ENV_RACK) or "").strip() or None
     standby = _integer(given, "standbyReplicas", 0)
+    try:
+        tls = tls_texts(given.get("tlsCa"), given.get("tlsCert"), given.get("tlsKey"))
+    except ValueError as error:
+        raise OptionError(f"options 'tlsCa', 'tlsCert', 'tlsKey': {error}") from None
     return WriteSettings(
         servers=servers,
         cluster_id=cluster_id,
@@ -194,6 +204,7 @@ def write_settings(options: Mapping[str, str]) -> WriteSettings:
         acceptable_lag=_integer(given, "acceptableLag", 0),
         rack=rack,
         deadline_s=(_integer(given, "writeTimeoutMs", 1) or 60_000) / 1000,
+        tls=tls,
     )
 
 
@@ -218,6 +229,7 @@ def _sink_config(settings: WriteSettings, schema: StructType) -> SinkConfig:
             definition,
             rack=settings.rack,
             values=value_columns_for(schema, settings.key),
+            tls=settings.tls.context(),
         )
         _ensured.add((settings, definition))
     return config_for_schema(
@@ -228,6 +240,7 @@ def _sink_config(settings: WriteSettings, schema: StructType) -> SinkConfig:
         secret=settings.secret,
         rack=settings.rack,
         deadline_s=settings.deadline_s,
+        tls=settings.tls,
     )
 
 
