@@ -9,7 +9,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
-from hotstate.spark.sink import AfterWrite, batch_function, config_for_schema
+from hotstate.spark.sink import ENV_RACK, AfterWrite, batch_function, config_for_schema
 from hotstate.spark.table import TableDefinition, ensure_table, key_columns_for, value_columns_for
 from hotstate.tls import PemTexts, TlsFilesError
 
@@ -22,7 +22,6 @@ ENV_SECRET = "HOTSTATE_CLUSTER_SECRET"
 ENV_CA = "HOTSTATE_CLUSTER_CA"
 ENV_CERT = "HOTSTATE_CLUSTER_CERT"
 ENV_KEY = "HOTSTATE_CLUSTER_KEY"
-ENV_RACK = "HOTSTATE_RACK"
 
 Cluster = str | Sequence[str] | Sequence[tuple[str, int]]
 Trigger = str | Mapping[str, Any]

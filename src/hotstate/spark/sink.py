@@ -16,6 +16,12 @@ Two ways in, chosen on the driver from the batch's schema:
   written with `TableWriter.upsert`. An Arrow batch that cannot take the bulk encoding (a null or NaN key)
   is written this way too, so its error names the row and the column just as the Row path's does.
 
+Racks: on a cluster each executor may run on another rack. A task writes with its executor's rack (env
+HOTSTATE_RACK where the executor runs, which a Spark standalone worker passes to the executors it
+launches; else the driver's rack) and returns it with its token; the driver registers each rack it has
+not registered yet with the table's writer racks before it commits the batch, so the assignor places
+actives near every rack the job writes from, not only near the driver's.
+
 Only `SinkConfig` (plain, picklable values) travels to the executors. Each Python worker keeps one event
 loop and one writer per config, so the table metadata and connections outlive a task (Spark reuses its
 Python workers); any failure throws both away, so nothing of a failed write keeps running in the
@@ -28,6 +34,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import functools
+import logging
 import os
 import re
 import ssl
@@ -65,12 +72,14 @@ from hotstate.spark.arrow_rows import NotEncodable, encode_arrow_batch
 from hotstate.tls import PemTexts
 
 __all__ = [
+    "ENV_RACK",
     "AfterWrite",
     "BatchWriteError",
     "SinkConfig",
     "batch_function",
     "commit_batch",
     "config_for_schema",
+    "executor_rack",
     "upsert_arrow",
     "upsert_rows",
     "write_arrow",
@@ -83,6 +92,10 @@ AfterWrite = Callable[[int, int, int], None]
 
 
 _T = TypeVar("_T")
+
+log = logging.getLogger(__name__)
+
+ENV_RACK = "HOTSTATE_RACK"
 
 # What a task that had no rows wrote.
 NOTHING = WriteResult(0, 0, 0, "")
@@ -175,24 +188,38 @@ def batch_function(
         try:
             if config.arrow:
                 task = functools.partial(_write_arrow_task, config, batch_id, after_write)
-                tokens = [row["token"] for row in batch_df.mapInArrow(task, "token string").collect()]
+                rows = batch_df.mapInArrow(task, "token string, rack string").collect()
+                tasks = [(row["token"], row["rack"]) for row in rows]
             else:
                 row_task = functools.partial(_write_task, config, batch_id, after_write)
-                tokens = batch_df.rdd.mapPartitions(row_task).collect()
+                tasks = batch_df.rdd.mapPartitions(row_task).collect()
         except Exception as error:
             # Spark wraps the executor's WriteError in pages of JVM and worker traceback: raise its text.
             found = _WRITE_ERROR.findall(str(error))
             if not found:
                 raise
             raise BatchWriteError(found[-1].strip()) from None
-        commit_batch(config, batch_id, tokens)
+        commit_batch(config, batch_id, [token for token, _ in tasks], [rack for _, rack in tasks if rack])
 
     return write_batch
 
 
-def commit_batch(config: SinkConfig, batch_id: int, tokens: Sequence[str]) -> None:
-    """On the driver, once every task of the batch was acked: record the batch in the cluster with every
-    partition's position (the tasks' consistency tokens merged), so a query can ask for `min_batch`."""
+def executor_rack(config: SinkConfig) -> str | None:
+    """The rack this process writes from: env HOTSTATE_RACK here (on a cluster, the executor's machine),
+    else the driver's (`config.rack`: spark.hotstate.rack / HOTSTATE_RACK on the driver)."""
+    return os.environ.get(ENV_RACK, "").strip() or config.rack
+
+
+# The writer racks this driver registered: (servers, cluster id, table, rack). A rack is registered once
+# per driver process, not once per batch (each registration is a controller request).
+_registered: set[tuple[tuple[tuple[str, int], ...], str, str, str]] = set()
+
+
+def commit_batch(config: SinkConfig, batch_id: int, tokens: Sequence[str], racks: Iterable[str] = ()) -> None:
+    """On the driver, once every task of the batch was acked: register the executors' `racks` not
+    registered yet with the table's writer racks (the driver's own rack was, by ensure_table), then record
+    the batch in the cluster with every partition's position (the tasks' consistency tokens merged), so a
+    query can ask for `min_batch`."""
     tag = cluster_tag(config.cluster_id)
     positions = merge(*(decode(token, tag) for token in tokens if token))
     table_ids = {table_id for table_id, _ in positions}
@@ -200,11 +227,15 @@ def commit_batch(config: SinkConfig, batch_id: int, tokens: Sequence[str]) -> No
         raise BatchWriteError(f"hotstate sink, table {config.table}, batch {batch_id}: the table changed ids")
     table_id = table_ids.pop() if table_ids else -1
     pairs = tuple(sorted((partition, at) for (_, partition), at in positions.items()))
+    where = (config.servers, config.cluster_id, config.table)
+    new_racks = sorted({rack for rack in racks if rack != config.rack and (*where, rack) not in _registered})
 
     async def commit() -> None:
         async with AdminClient(
             config.servers, cluster_id=config.cluster_id, secret=config.secret, tls=rpc_tls(config)
         ) as admin:
+            for rack in new_racks:
+                await _register_rack(admin, config, rack)
             reply = await admin.commit_batch(config.table, table_id, batch_id, pairs)
         if reply.error is not ControllerError.NONE:
             raise BatchWriteError(
@@ -215,30 +246,54 @@ def commit_batch(config: SinkConfig, batch_id: int, tokens: Sequence[str]) -> No
     asyncio.run(commit())
 
 
+async def _register_rack(admin: AdminClient, config: SinkConfig, rack: str) -> None:
+    """The rack only steers placement: a batch whose executors' rack cannot be registered still commits
+    (and the next batch tries again)."""
+    try:
+        reply = await admin.register_writer(config.table, rack)
+    except Exception as error:
+        log.warning("table %r: executors' rack %r not registered: %s", config.table, rack, error)
+        return
+    if reply.error is not ControllerError.NONE:
+        log.warning(
+            "table %r: executors' rack %r not registered: %s: %s",
+            config.table,
+            rack,
+            reply.error.name,
+            reply.message,
+        )
+        return
+    _registered.add((config.servers, config.cluster_id, config.table, rack))
+
+
 def _write_task(
     config: SinkConfig, batch_id: int, after_write: AfterWrite | None, rows: Iterator[Row]
-) -> Iterator[str]:
-    """One Spark task, on the executor: yields the consistency token of what it wrote."""
+) -> Iterator[tuple[str, str | None]]:
+    """One Spark task, on the executor: yields the consistency token of what it wrote, and its rack."""
     from pyspark import TaskContext
 
     result = upsert_rows(config, rows, batch_id=batch_id)
     if after_write is not None:
         context = TaskContext.get()
         after_write(batch_id, context.partitionId() if context is not None else -1, result.rows)
-    yield result.consistency_token
+    yield result.consistency_token, executor_rack(config)
 
 
 def _write_arrow_task(
     config: SinkConfig, batch_id: int, after_write: AfterWrite | None, batches: Iterator[pa.RecordBatch]
 ) -> Iterator[pa.RecordBatch]:
-    """One Spark task of mapInArrow, on the executor: yields the consistency token of what it wrote."""
+    """One Spark task of mapInArrow, on the executor: yields the consistency token of what it wrote, and its
+    rack."""
     from pyspark import TaskContext
 
     result = upsert_arrow(config, list(batches), batch_id=batch_id)
     if after_write is not None:
         context = TaskContext.get()
         after_write(batch_id, context.partitionId() if context is not None else -1, result.rows)
-    yield pa.RecordBatch.from_arrays([pa.array([result.consistency_token], pa.string())], names=["token"])
+    yield pa.RecordBatch.from_arrays(
+        [pa.array([result.consistency_token], pa.string()), pa.array([executor_rack(config)], pa.string())],
+        names=["token", "rack"],
+    )
 
 
 def write_arrow(config: SinkConfig, batches: list[pa.RecordBatch], *, batch_id: int = -1) -> int:
@@ -360,7 +415,7 @@ def _new_writer(config: SinkConfig, loop: asyncio.AbstractEventLoop) -> TableWri
             config.table,
             cluster_id=config.cluster_id,
             secret=config.secret,
-            rack=config.rack,
+            rack=executor_rack(config),
             tls=rpc_tls(config),
         )
 

@@ -37,9 +37,17 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from hotstate.client.writer import WriteResult
-from hotstate.spark.api import ENV_CLUSTER, ENV_CLUSTER_ID, ENV_RACK, ENV_SECRET, parse_cluster, tls_texts
+from hotstate.spark.api import ENV_CLUSTER, ENV_CLUSTER_ID, ENV_SECRET, parse_cluster, tls_texts
 from hotstate.spark.reading import PushingTableReader, ReadSettings, TableReader, infer_schema, table_shape
-from hotstate.spark.sink import SinkConfig, commit_batch, config_for_schema, upsert_arrow, upsert_rows
+from hotstate.spark.sink import (
+    ENV_RACK,
+    SinkConfig,
+    commit_batch,
+    config_for_schema,
+    executor_rack,
+    upsert_arrow,
+    upsert_rows,
+)
 from hotstate.spark.table import TableDefinition, ensure_table, key_columns_for, value_columns_for
 from hotstate.tls import PemTexts
 
@@ -248,11 +256,13 @@ def _sink_config(settings: WriteSettings, schema: StructType) -> SinkConfig:
 
 
 class Written(WriterCommitMessage):
-    """What one task wrote: the consistency token of its upserts (the batch's commit merges them)."""
+    """What one task wrote: the consistency token of its upserts (the batch's commit merges them), and the
+    rack of the executor that wrote them (the commit registers it with the table's writer racks)."""
 
-    def __init__(self, token: str, rows: int) -> None:
+    def __init__(self, token: str, rows: int, rack: str | None) -> None:
         self.token = token
         self.rows = rows
+        self.rack = rack
 
 
 def _batch_id() -> int:
@@ -263,16 +273,17 @@ def _batch_id() -> int:
     return int(batch) if batch is not None and batch.lstrip("-").isdigit() else -1
 
 
-def _written(result: WriteResult) -> Written:
-    return Written(result.consistency_token, result.rows)
+def _written(config: SinkConfig, result: WriteResult) -> Written:
+    return Written(result.consistency_token, result.rows, executor_rack(config))
 
 
 class _Commit:
     config: SinkConfig
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        tokens = [m.token for m in messages if isinstance(m, Written)]
-        commit_batch(self.config, batchId, tokens)
+        written = [m for m in messages if isinstance(m, Written)]
+        racks = [m.rack for m in written if m.rack]
+        commit_batch(self.config, batchId, [m.token for m in written], racks)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         # The rows some tasks wrote stay: full upserts, which the batch's re-run writes again.
@@ -286,7 +297,7 @@ class ArrowStreamWriter(_Commit, DataSourceStreamArrowWriter):
         self.config = config
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        return _written(upsert_arrow(self.config, list(iterator), batch_id=_batch_id()))
+        return _written(self.config, upsert_arrow(self.config, list(iterator), batch_id=_batch_id()))
 
 
 class RowStreamWriter(_Commit, DataSourceStreamWriter):
@@ -296,7 +307,7 @@ class RowStreamWriter(_Commit, DataSourceStreamWriter):
         self.config = config
 
     def write(self, iterator: Iterator[Row]) -> WriterCommitMessage:
-        return _written(upsert_rows(self.config, iterator, batch_id=_batch_id()))
+        return _written(self.config, upsert_rows(self.config, iterator, batch_id=_batch_id()))
 
 
 # ------------------------------------------------------------------------------------------ the source
