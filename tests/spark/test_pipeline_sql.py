@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 import hotstate
 from hotstate.cli.main import app
-from hotstate.spark.pipeline import register_source, spark_message
+from hotstate.spark.pipeline import register_source, session_conf, spark_message
 from hotstate.spark.sqlfront import parse_script
 from spark.streams import drop_file
 
@@ -303,3 +303,14 @@ def test_spark_messages_lose_the_java_stack_and_keep_the_line() -> None:
     )
     assert spark_message(RuntimeError()) == "RuntimeError"
     assert len(spark_message("x" * 5000)) == 600
+
+
+def test_only_the_driver_is_pointed_at_the_drivers_log_file() -> None:
+    """On a cluster the executors run on other machines: a path in the driver's temp folder means
+    nothing there (a regression: it was passed to the executors' JVMs too)."""
+    conf = session_conf(2, Path("/tmp/driver-only.properties"), {"spark.cores.max": "2"}, "-XX:+UseSerialGC")
+    assert "file:/tmp/driver-only.properties" in conf["spark.driver.extraJavaOptions"]
+    assert "-XX:+UseSerialGC" in conf["spark.driver.extraJavaOptions"]
+    assert conf["spark.executor.extraJavaOptions"] == "-XX:+UseSerialGC"
+    assert conf["spark.cores.max"] == "2" and conf["spark.sql.shuffle.partitions"] == "2"
+    assert "spark.executor.extraJavaOptions" not in session_conf(2, Path("/tmp/x.properties"))

@@ -171,3 +171,54 @@ def test_exactly_once_on_a_standalone_cluster_across_kill_9_of_an_executor_and_a
         if driver.poll() is None:
             os.killpg(driver.pid, signal.SIGKILL)
             driver.wait()
+
+
+def test_a_batch_commit_registers_the_executors_racks_once(
+    start_cluster, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The driver's side of the racks, without Spark: the tasks' racks (duplicates, the driver's own, one
+    the controller refuses) reach the table's writer racks; a refused one is a warning, the batch still
+    commits, and it is tried again with the next batch."""
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from hotstate.spark import sink
+    from hotstate.spark.sink import commit_batch, config_for_schema, executor_rack, upsert_rows
+    from hotstate.spark.table import TableDefinition, ensure_table, key_columns_for
+
+    cluster = start_cluster(1).cluster
+    schema = StructType([StructField("user", StringType()), StructField("n", LongType())])
+    definition = TableDefinition("racks", 2, 0, key_columns_for(schema, "user"), None)
+    ensure_table(cluster.addresses(), cluster.cluster_id, cluster.secret, definition, rack="driver")
+    config = config_for_schema(
+        schema,
+        servers=tuple(cluster.addresses()),
+        table="racks",
+        cluster_id=cluster.cluster_id,
+        secret=cluster.secret,
+        rack="driver",
+        deadline_s=10.0,
+    )
+    monkeypatch.delenv("HOTSTATE_RACK", raising=False)
+    assert executor_rack(config) == "driver"
+    monkeypatch.setenv("HOTSTATE_RACK", " rack-9 ")
+    assert executor_rack(config) == "rack-9"
+
+    def racks() -> list[str]:
+        with hotstate.Client(f"127.0.0.1:{cluster.servers[0].http_port}") as client:
+            return next(t for t in client.tables() if t["name"] == "racks")["writer_racks"]
+
+    too_long = "r" * 300
+    token = upsert_rows(config, [("a", 1)], batch_id=0).consistency_token
+    with caplog.at_level("WARNING", logger="hotstate.spark.sink"):
+        commit_batch(config, 0, [token, ""], ["rack-2", "driver", "rack-1", "rack-2", too_long])
+    assert "executors' rack" in caplog.text and "not registered" in caplog.text
+    assert racks() == ["driver", "rack-1", "rack-2"]
+    where = (config.servers, config.cluster_id, config.table)
+    assert {(*where, "rack-1"), (*where, "rack-2")} <= sink._registered
+    assert (*where, too_long) not in sink._registered  # asked again with the next batch
+
+    token = upsert_rows(config, [("b", 2)], batch_id=1).consistency_token
+    commit_batch(config, 1, [token], ["rack-1", "rack-3"])
+    assert racks() == ["driver", "rack-1", "rack-2", "rack-3"]
+    with hotstate.Client(f"127.0.0.1:{cluster.servers[0].http_port}") as client:
+        assert next(t for t in client.tables() if t["name"] == "racks")["last_batch"] == 1

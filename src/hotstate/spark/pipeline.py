@@ -37,6 +37,7 @@ __all__ = [
     "build_session",
     "quiet_python_logs",
     "register_source",
+    "session_conf",
     "spark_message",
     "start_pipeline",
     "stop_all",
@@ -128,24 +129,34 @@ def build_session(
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     log4j = Path(tempfile.gettempdir()) / f"hotstate-log4j2-{os.getuid()}.properties"
     log4j.write_text(LOG4J2)
-    # -Xss: a query stopped while its foreachBatch runs fails with a long Python traceback, which Spark
-    # 4.3 matches against a backtracking regex (StreamExecution.isInterruptionException); with the
-    # default 1 MB thread stacks that overflows and the stream thread dumps a StackOverflowError.
-    jvm = f"-Dlog4j2.configurationFile=file:{log4j} -Xss{STREAM_THREAD_STACK} {java_options}".strip()
-    builder = (
-        SparkSession.builder.master(master)
-        .appName(app_name)
-        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.extraJavaOptions", jvm)
-        .config("spark.executor.extraJavaOptions", jvm)
-    )
-    for key, value in (conf or {}).items():
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in session_conf(shuffle_partitions, log4j, conf, java_options).items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session, True
+
+
+def session_conf(
+    shuffle_partitions: int, log4j: Path, conf: Mapping[str, str] | None = None, java_options: str = ""
+) -> dict[str, str]:
+    """The Spark settings of a new session: `log4j` is a file on the driver's machine, so only the driver's
+    JVM is pointed at it; executors (on a cluster, other machines) get `java_options` and log as their
+    cluster is set up to."""
+    # -Xss: a query stopped while its foreachBatch runs fails with a long Python traceback, which Spark
+    # 4.3 matches against a backtracking regex (StreamExecution.isInterruptionException) on the driver's
+    # stream thread; with the default 1 MB thread stacks that overflows into a StackOverflowError.
+    driver_jvm = f"-Dlog4j2.configurationFile=file:{log4j} -Xss{STREAM_THREAD_STACK} {java_options}".strip()
+    out = {
+        "spark.sql.shuffle.partitions": str(shuffle_partitions),
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.extraJavaOptions": driver_jvm,
+    }
+    if java_options.strip():
+        out["spark.executor.extraJavaOptions"] = java_options.strip()
+    out.update(conf or {})
+    return out
 
 
 def register_source(spark: SparkSession, source: Source) -> DataFrame:
