@@ -3,7 +3,8 @@ tests' shared local session cannot also talk to a standalone master).
 
     python standalone_driver.py SPEC.json
 
-SPEC: master (spark://...), source, checkpoint, table, cluster ("h:p,..."), cluster_id, secret, and a
+SPEC: master (spark://...), source, checkpoint, table (and table + "_format", the same query written
+with `format("hotstate")`), cluster ("h:p,..."), cluster_id, secret, and a
 directory `control` where this writes `progress.json` (the last completed batch, after each) and reads
 `stop`: once it appears, the query processes what is left, the driver recomputes the aggregation as a
 batch job on the same cluster and writes `result.json` ({"expected": ..., "last_batch": ...}), then
@@ -86,17 +87,37 @@ def run(spec: dict[str, str], control: Path) -> None:
         write_deadline_s=30.0,
         _after_write=hold_after_write,
     )
+    # The same aggregation through Spark's own API (the Python data source's stream writer: its tasks run
+    # on the executors too, and its commit on the driver's side).
+    hs.register(spark)
+    written = (
+        clicks(spark, source)
+        .writeStream.format("hotstate")
+        .outputMode("complete")
+        .option("table", spec["table"] + "_format")
+        .option("key", "user")
+        .option("partitions", 2)
+        .option("cluster", spec["cluster"])
+        .option("clusterId", spec["cluster_id"])
+        .option("secret", spec["secret"])
+        .option("checkpointLocation", spec["checkpoint"] + "_format")
+        .trigger(processingTime="1 second")
+        .start()
+    )
     try:
         while not (control / "stop").exists():
-            if query.exception() is not None:
-                raise RuntimeError(f"the query failed: {query.exception()}")
+            for running in (query, written):
+                if running.exception() is not None:
+                    raise RuntimeError(f"a query failed: {running.exception()}")
             _write(control / "progress.json", {"last_batch": hs.last_batch(query)})
             time.sleep(0.2)
         query.processAllAvailable()
+        written.processAllAvailable()
         expected = recompute(spark, source)
         _write(control / "result.json", {"expected": expected, "last_batch": hs.last_batch(query)})
     finally:
         query.stop()
+        written.stop()
         spark.stop()
 
 

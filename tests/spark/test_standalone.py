@@ -1,9 +1,10 @@
 """materialize() on a real Spark cluster: a standalone master and two workers (1 core each, racks rack-1
 and rack-2), the driver in its own process, executors as separate JVMs with their own Python workers.
 
-Exactly-once across a SIGKILL of an executor in the middle of a batch (after its task's rows were acked,
-before the batch was committed) and of a hotstate server while the stream runs: the table ends equal to
-the batch recomputation. Each executor's rack (env HOTSTATE_RACK of its worker) reaches the table's
+The same aggregation is written by materialize() and by `format("hotstate")`. Exactly-once across a
+SIGKILL of an executor in the middle of a batch (after its task's rows were acked, before the batch was
+committed) and of a hotstate server while the stream runs: both tables end equal to the batch
+recomputation. Each executor's rack (env HOTSTATE_RACK of its worker) reaches the table's
 writer racks, where the assignor places actives near them."""
 
 from __future__ import annotations
@@ -156,12 +157,14 @@ def test_exactly_once_on_a_standalone_cluster_across_kill_9_of_an_executor_and_a
         expected = {user: tuple(values) for user, values in result["expected"].items()}
         assert len(expected) == rounds[0] * 20 + 60
         assert wait_equal(running, "clicks", expected) == expected
+        assert wait_equal(running, "clicks_format", expected) == expected
 
         # Both workers' racks reached the controller (the driver has none of its own).
         live = next(s for s in cluster.servers if cluster.alive(s))
         with hotstate.Client(f"127.0.0.1:{live.http_port}") as client:
             tables = {t["name"]: t for t in client.tables()}
         assert tables["clicks"]["writer_racks"] == RACKS
+        assert tables["clicks_format"]["writer_racks"] == RACKS
         assert driver.wait(timeout=30) == 0
     except BaseException:
         print(driver_log.read_text(errors="replace")[-5000:])
