@@ -50,6 +50,9 @@ def run(spec: dict[str, str], control: Path) -> None:
             "spark.executor.cores": "1",
             "spark.cores.max": "2",
             "spark.default.parallelism": "2",
+            # A task goes to whichever executor is free, not after a wait for the one holding its input:
+            # both executors write for both queries (their racks are what the test looks for).
+            "spark.locality.wait": "0",
             "spark.sql.warehouse.dir": str(control / "warehouse"),
         },
         java_options="-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
