@@ -1,5 +1,6 @@
-"""materialize() on a real Spark cluster: a standalone master and two workers (1 core each, racks rack-1
-and rack-2), the driver in its own process, executors as separate JVMs with their own Python workers.
+"""materialize() on a real Spark cluster: a standalone master and two workers (1 core each, racks az-a
+and az-b, two of the hotstate servers' three), the driver in its own process, executors as separate JVMs
+with their own Python workers.
 
 The same aggregation is written by materialize() and by `format("hotstate")`. Exactly-once across a
 SIGKILL of an executor in the middle of a batch (after its task's rows were acked, before the batch was
@@ -31,7 +32,7 @@ from spark.streams import drop_file, wait_equal
 pytestmark = pytest.mark.spark
 
 DRIVER = Path(__file__).with_name("standalone_driver.py")
-RACKS = ["rack-1", "rack-2"]
+RACKS = ["az-a", "az-b"]
 
 
 @pytest.fixture
