@@ -123,23 +123,22 @@ def test_exactly_once_on_a_standalone_cluster_across_kill_9_of_an_executor_and_a
     try:
         wait("first batch", lambda: batch() >= 0, timeout_s=90.0)
         feeder.start()
-        executors = wait("two executors", lambda: len(set(standalone.executors().values())) == 2)
+        wait("two executors", lambda: len(set(standalone.executors().values())) == 2)
         executors = standalone.executors()
         assert sorted(w.rack for w in executors.values()) == RACKS
 
         # SIGKILL of an executor while its task holds rows acked by the cluster, its batch not committed.
         (control / "hold").touch()
-        held = wait("a task holding its batch", lambda: (control / "held").exists())
+        wait("a task holding its batch", lambda: (control / "held").exists())
         held = json.loads((control / "held").read_text())
         victim = next(pid for pid, worker in executors.items() if worker.rack == held["rack"])
         assert batch() < held["batch"]  # the held batch is not committed: the kill lands in its middle
         os.kill(victim, signal.SIGKILL)
         wait("the batch re-run past the killed executor", lambda: batch() >= held["batch"] + 2)
-        relaunched = wait(
+        wait(  # Spark launched another executor on that worker
             "a new executor on the killed one's worker",
             lambda: [p for p, w in standalone.executors().items() if w.rack == held["rack"] and p != victim],
         )
-        assert relaunched
 
         # SIGKILL of the hotstate server holding the most actives, the stream running.
         with hotstate.Client(f"127.0.0.1:{cluster.servers[0].http_port}") as client:
@@ -161,7 +160,7 @@ def test_exactly_once_on_a_standalone_cluster_across_kill_9_of_an_executor_and_a
         stop.set()
         feeder.join()
         (control / "stop").touch()
-        result = wait("the driver's result", lambda: (control / "result.json").exists())
+        wait("the driver's result", lambda: (control / "result.json").exists())
         result = json.loads((control / "result.json").read_text())
         assert "error" not in result, result["error"]
         expected = {user: tuple(values) for user, values in result["expected"].items()}
