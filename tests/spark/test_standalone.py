@@ -60,10 +60,12 @@ def _round(source: Path, round_: int, size: int = 150) -> None:
 def _wait(
     what: str, ready: Callable[[], Any], driver: subprocess.Popen[bytes], control: Path, timeout_s: float
 ) -> Any:
-    end = time.monotonic() + timeout_s
+    start = time.monotonic()
+    end = start + timeout_s
     while True:
         found = ready()
         if found:
+            print(f"{what}: after {time.monotonic() - start:.1f} s")  # shown when the test fails
             return found
         result = control / "result.json"
         if result.exists() and "error" in json.loads(result.read_text()):
