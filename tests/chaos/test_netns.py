@@ -197,3 +197,30 @@ def test_leftovers_of_a_run_that_died_are_swept_and_a_live_runs_are_not() -> Non
     finally:
         netns.run(["ip", "netns", "del", live], check=False)
         netns.run(["ip", "netns", "del", stale], check=False)
+
+
+def test_a_rack_client_sends_within_its_rack_and_across_its_uplink(fabric: Fabric) -> None:
+    client = fabric.rack_client("az-a")
+    assert fabric.rack_client("az-a") == client  # made once
+    with pytest.raises(ValueError, match="no rack 'az-z'"):
+        fabric.rack_client("az-z")
+
+    async def send(node: int) -> None:
+        import asyncio
+
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(fabric.address(node), PORT), 2.0)
+        assert await reader.readexactly(2) == b"ok"
+        writer.write(b"x" * 200_000)
+        await writer.drain()
+        writer.close()
+        await writer.wait_closed()
+
+    before = fabric.rack_bytes()
+    in_namespace(client, lambda: send(4))  # server 4 is in az-a: nothing crosses an uplink
+    within = fabric.rack_bytes()
+    in_namespace(client, lambda: send(2))  # server 2 is in az-b: out of az-a, into az-b
+    across = fabric.rack_bytes()
+    assert within["az-a"]["out"] - before["az-a"]["out"] < 10_000
+    assert across["az-a"]["out"] - within["az-a"]["out"] >= 200_000
+    assert across["az-b"]["in"] - within["az-b"]["in"] >= 200_000
+    assert across["az-c"]["in"] - within["az-c"]["in"] < 10_000

@@ -7,6 +7,9 @@ its own leftovers from another live run's and sweep them):
     hs-P-r<i>         a rack: bridge `br0` (gateway 10.B.i.1) holding its servers' veths, uplink `uplink`
     hs-P-s<n>         server n: `eth0` with 10.B.i.(10+n), default route via its rack's gateway
     hs-P-cl           the client (workload, nemesis, checker): `eth0` 10.B.250.2, routed through the core
+    hs-P-c<i>         a client inside rack i (`rack_client`, made on demand): `eth0` 10.B.i.250 on the rack's
+                      bridge, so what it sends to another rack crosses that rack's uplink (a writer placed in
+                      the rack)
 
 Traffic between racks crosses two uplinks, so a rack's bytes in and out are the counters of its uplink
 (`rack_bytes`), and a bandwidth limit between racks is an `htb` class on each end of an uplink. Faults are
@@ -42,6 +45,7 @@ NETNS_DIR = "/run/netns"
 SUBNET_OCTET = 213
 CLIENT_LINK = 250
 UPLINK_NET = 200
+RACK_CLIENT_HOST = 250  # a rack client's last octet: servers use 11-210, the gateway 1
 NFT_TABLE = "hschaos"
 _T = TypeVar("_T")
 
@@ -159,6 +163,7 @@ class Fabric:
     client_netns: str
     rack_rate: str | None = None
     made: list[str] = field(default_factory=list)  # namespaces, in creation order
+    rack_clients: dict[str, str] = field(default_factory=dict)  # rack name -> its client namespace
     _faults: dict[int, list[str]] = field(default_factory=dict)  # node -> nft rules in force
     _slowed: set[int] = field(default_factory=set)
 
@@ -259,12 +264,34 @@ class Fabric:
         self.ip(client, "link", "set", "eth0", "up")
         self.ip(client, "route", "add", "default", "via", f"10.{b}.{CLIENT_LINK}.1")
 
+    def rack_client(self, rack: str) -> str:
+        """The namespace of a client placed in `rack` (made on first use): its veth is on the rack's bridge
+        beside the servers', so its traffic to the rack's servers stays in the rack and its traffic to
+        other racks crosses the rack's uplink (`rack_bytes` counts it). Run a writer there with
+        `in_namespace(fabric.rack_client(rack), ...)`."""
+        if rack not in self.racks:
+            raise ValueError(f"no rack {rack!r} in this fabric (racks: {', '.join(sorted(self.racks))})")
+        if rack in self.rack_clients:
+            return self.rack_clients[rack]
+        i = self.racks[rack]
+        rack_ns = f"{self.tag}-r{i}"
+        ns = self._netns(f"{self.tag}-c{i}")
+        self.ip(ns, "link", "add", "eth0", "type", "veth", "peer", "name", "client", "netns", rack_ns)
+        self.ip(rack_ns, "link", "set", "client", "master", "br0")
+        self.ip(rack_ns, "link", "set", "client", "up")
+        self.ip(ns, "addr", "add", f"10.{SUBNET_OCTET}.{i}.{RACK_CLIENT_HOST}/24", "dev", "eth0")
+        self.ip(ns, "link", "set", "eth0", "up")
+        self.ip(ns, "route", "add", "default", "via", f"10.{SUBNET_OCTET}.{i}.1")
+        self.rack_clients[rack] = ns
+        return ns
+
     def close(self) -> None:
         """Kill every process in the namespaces made and delete them (their links, rules and queues go
         with them). Safe to call twice, and after a partial build."""
         for name in reversed(self.made):
             kill_namespace(name)
         self.made.clear()
+        self.rack_clients.clear()
         self._faults.clear()
         self._slowed.clear()
 
