@@ -74,7 +74,7 @@ bench-tools: $(STAMP)
 		&& command -v redis-benchmark >/dev/null \
 		|| (apt-get update && apt-get install -y --no-install-recommends wrk nghttp2-client redis-server redis-tools)
 
-bench: $(STAMP) java bench-tools
+bench: $(STAMP) java bench-tools net-tools
 	$(PY) bench/log_append.py
 	$(PY) bench/raft_sim.py
 	$(PY) bench/assignor.py
@@ -86,6 +86,7 @@ bench: $(STAMP) java bench-tools
 	$(PY) bench/spark_sink.py
 	$(PY) bench/freshness.py
 	$(PY) bench/write_failover.py
+	$(PY) bench/cross_rack.py
 	$(PY) bench/report.py
 
 # Seeded chaos schedules against real servers in network namespaces (docs/chaos.md); every seed is printed

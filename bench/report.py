@@ -553,6 +553,52 @@ def write_failover(data: Mapping[str, Any]) -> Section:
     )
 
 
+def cross_rack(data: Mapping[str, Any]) -> Section:
+    runs = data["runs"]
+    rows = []
+    for index, line in enumerate(data["ratios"]):
+        for strategy in ("none", "min_traffic"):
+            scenario = runs[strategy]["scenarios"][index]
+            rows.append(
+                (
+                    line["scenario"],
+                    strategy,
+                    scenario["rows"],
+                    f"{scenario['actives_in_writer_rack']} of {scenario['partitions']}",
+                    scenario["standbys_in_another_rack"],
+                    scenario["cross_rack_bytes"],
+                    scenario["cross_rack_bytes_per_row"],
+                    line["min_traffic_over_none"] if strategy == "min_traffic" else None,
+                )
+            )
+    background = " / ".join(f"{s} {fmt(runs[s]['background_bytes_per_s'])}" for s in ("none", "min_traffic"))
+    return Section(
+        "the same tables, rows and writers with `rack.aware.assignment.strategy=none`, one cluster per "
+        "strategy in the same run; bytes over the rack uplinks (per-veth counters) during the writes, less "
+        "the cluster's idle traffic between racks for as long.",
+        [
+            Table(
+                (
+                    "scenario",
+                    "strategy",
+                    "rows",
+                    "actives in the writers' rack",
+                    "standbys in another rack",
+                    "cross-rack bytes",
+                    "per row",
+                    "min_traffic / none",
+                ),
+                rows,
+            )
+        ],
+        [
+            f"Setup: {fmt(data.get('setup'))}.",
+            f"By design: {fmt(data.get('by_design'))}",
+            f"Idle traffic between racks (bytes/s): {background}.",
+        ],
+    )
+
+
 def chaos(data: Mapping[str, Any]) -> Section:
     rows = [
         (
@@ -611,6 +657,7 @@ def chaos(data: Mapping[str, Any]) -> Section:
 FORMATTERS: dict[str, Formatter] = {
     "assignor": assignor,
     "chaos": chaos,
+    "cross_rack": cross_rack,
     "freshness": freshness,
     "gray_failure": gray_failure,
     "http_servers": http_servers,
