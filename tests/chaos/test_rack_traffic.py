@@ -32,10 +32,12 @@ def test_min_traffic_puts_actives_in_their_writers_rack_and_fewer_bytes_cross(ru
     # crosses only under none, for the actives outside the writer's rack.
     assert near["cross_rack_bytes"] >= ROWS * ROW_BYTES * 0.9
     assert near["cross_rack_bytes"] < 0.85 * none["cross_rack_bytes"], (near, none)
-    # The az-a table's actives are in az-a, so its rows leave through az-a's uplink only (to its standbys).
+    # The az-a table's actives are in az-a, so its rows leave through az-a's uplink only (to its standbys);
+    # the other racks send only fetch requests, acks and the cluster's own background traffic.
     table_a = next(t for t in near["tables"] if t["writer_rack"] == RACK_NAMES[0])
     out = table_a["rack_bytes_out"]
-    assert out["az-a"] > 10 * max(out["az-b"], out["az-c"]), out
+    assert out["az-a"] >= ROWS // 3 * ROW_BYTES * 0.9
+    assert out["az-a"] > 3 * max(out["az-b"], out["az-c"]), out
 
 
 def test_one_table_gets_only_its_balanced_share_of_actives_in_the_writers_rack(runs: dict[str, Any]) -> None:
