@@ -8,13 +8,11 @@ import random
 import signal
 import time
 
-from hotstate.client.admin import AdminClient, ClusterUnavailableError, OutcomeUnknownError
-from hotstate.controller.records import KeyColumn, KeyType
-from hotstate.controller.requests import ControllerError
+from hotstate.chaos.workload import table_operation
+from hotstate.client.admin import AdminClient
 from hotstate.sim.history import HistoryRecorder
 from hotstate.sim.linearizability import TableSetModel, check
 
-KEY = (KeyColumn("k", KeyType.STRING),)
 NAMES = ("a", "b", "c", "d")
 CLIENTS = 4
 DURATION_S = 9.0
@@ -37,24 +35,7 @@ async def client(cluster, client_id: int, recorder: HistoryRecorder, stop: float
             else:
                 op = ("list",)
             token = recorder.invoke(client_id, op)
-            try:
-                if op[0] == "create":
-                    reply = await admin.create_table(
-                        name, partitions=1, standby_replicas=0, key_columns=KEY, deadline_s=3.0
-                    )
-                    outcome = {ControllerError.NONE: "ok", ControllerError.TABLE_EXISTS: "exists"}.get(
-                        reply.error
-                    )
-                elif op[0] == "delete":
-                    reply = await admin.delete_table(name, deadline_s=3.0)
-                    outcome = {ControllerError.NONE: "ok", ControllerError.UNKNOWN_TABLE: "missing"}.get(
-                        reply.error
-                    )
-                else:
-                    listed = await admin.list_tables(deadline_s=3.0)
-                    outcome = frozenset(listed.tables) if listed.error is ControllerError.NONE else None
-            except (OutcomeUnknownError, ClusterUnavailableError):
-                outcome = None
+            outcome = await table_operation(admin, op, NAMES)
             if outcome is None:
                 recorder.timeout(token)  # TIMEOUT, NOT_CONTROLLER after the deadline, lost answers: unknown
             else:

@@ -41,6 +41,27 @@ KEY = (KeyColumn("k", KeyType.STRING),)
 META_NAMES = ("m-a", "m-b")
 
 
+async def table_operation(admin: AdminClient, op: TableInput, names: tuple[str, ...]) -> TableOutput | None:
+    """One metadata operation of a linearizability history (create, delete or list tables), as
+    TableSetModel's output; None when its outcome is unknown (a lost answer, a timeout, no controller
+    before the deadline). A list answers only the tables among `names`."""
+    try:
+        if op[0] == "create":
+            created = await admin.create_table(
+                op[1], partitions=1, standby_replicas=0, key_columns=KEY, deadline_s=3.0
+            )
+            return {ControllerError.NONE: "ok", ControllerError.TABLE_EXISTS: "exists"}.get(created.error)
+        if op[0] == "delete":
+            deleted = await admin.delete_table(op[1], deadline_s=3.0)
+            return {ControllerError.NONE: "ok", ControllerError.UNKNOWN_TABLE: "missing"}.get(deleted.error)
+        listed = await admin.list_tables(deadline_s=3.0)
+    except (OutcomeUnknownError, ClusterUnavailableError):
+        return None
+    if listed.error is not ControllerError.NONE:
+        return None
+    return frozenset(t for t in listed.tables if t in names)
+
+
 @dataclass(frozen=True, slots=True)
 class WorkloadConfig:
     partitions: int = 3
@@ -193,26 +214,7 @@ class Workload:
                     ("create", name) if roll < 0.4 else ("delete", name) if roll < 0.75 else ("list",)
                 )
                 token = self.metadata.invoke(0, op)
-                outcome: TableOutput | None = None
-                try:
-                    if op[0] == "create":
-                        reply = await admin.create_table(
-                            name, partitions=1, standby_replicas=0, key_columns=KEY, deadline_s=3.0
-                        )
-                        outcome = {ControllerError.NONE: "ok", ControllerError.TABLE_EXISTS: "exists"}.get(
-                            reply.error
-                        )
-                    elif op[0] == "delete":
-                        deleted = await admin.delete_table(name, deadline_s=3.0)
-                        outcome = {ControllerError.NONE: "ok", ControllerError.UNKNOWN_TABLE: "missing"}.get(
-                            deleted.error
-                        )
-                    else:
-                        listed = await admin.list_tables(deadline_s=3.0)
-                        if listed.error is ControllerError.NONE:
-                            outcome = frozenset(t for t in listed.tables if t in META_NAMES)
-                except (OutcomeUnknownError, ClusterUnavailableError):
-                    outcome = None
+                outcome = await table_operation(admin, op, META_NAMES)
                 if outcome is None:
                     self.metadata.timeout(token)
                 else:
