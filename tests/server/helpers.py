@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
+import uvicorn
 
 from hotstate.server.config import ConfigError, ServerConfig, load_config
+from hotstate.server.http_limits import LimitedHttpToolsProtocol
 
 # Node 1 of a 3-node combined cluster on one machine.
 BASE: Mapping[str, str] = {
@@ -85,3 +90,22 @@ def assert_reports(
         assert repr(single.value) in line
     assert line in str(excinfo.value)
     return single
+
+
+@asynccontextmanager
+async def serving(
+    app: Any, *, http: Any = LimitedHttpToolsProtocol, **config: Any
+) -> AsyncIterator[tuple[int, uvicorn.Server]]:
+    """`app` on uvicorn in this loop, with hotstate's HTTP protocol, on a free loopback port: (port, server),
+    stopped on the way out."""
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=0, http=http, log_level="error", lifespan="off", **config)
+    )
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    try:
+        yield server.servers[0].sockets[0].getsockname()[1], server
+    finally:
+        server.should_exit = True
+        await task

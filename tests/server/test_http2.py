@@ -9,8 +9,8 @@ import asyncio
 import base64
 import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, MutableMapping
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable, Coroutine, MutableMapping
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import h2.config
@@ -31,6 +31,8 @@ from hotstate.server.query_http import (
     STREAM_PRODUCES,
     accepted,
 )
+
+from .helpers import serving
 
 Scope = MutableMapping[str, Any]
 Test = Callable[..., Coroutine[Any, Any, None]]
@@ -98,21 +100,8 @@ async def _app(
     await send({"type": "http.response.body", "body": answer})
 
 
-@asynccontextmanager
-async def _server() -> AsyncIterator[tuple[int, uvicorn.Server]]:
-    config = uvicorn.Config(
-        _app, host="127.0.0.1", port=0, http=LimitedHttpToolsProtocol, log_level="error", lifespan="off"
-    )
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield port, server
-    finally:
-        server.should_exit = True
-        await task
+def _server() -> AbstractAsyncContextManager[tuple[int, uvicorn.Server]]:
+    return serving(_app)
 
 
 class _RawH2:

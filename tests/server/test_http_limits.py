@@ -9,11 +9,12 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
-import uvicorn
 from prometheus_client import CollectorRegistry, Counter
 
 from hotstate.server import http_limits
 from hotstate.server.http_limits import HttpLimits, LimitedHttpToolsProtocol, limited_protocol
+
+from .helpers import serving
 
 
 async def _app(
@@ -37,19 +38,8 @@ async def _app(
 async def _server(limits: HttpLimits | None = None, counter: Counter | None = None) -> AsyncIterator[int]:
     protocol = LimitedHttpToolsProtocol if limits is None else limited_protocol(limits, counter)
     idle = {} if limits is None else {"timeout_keep_alive": limits.idle_timeout_s}
-    config = uvicorn.Config(
-        _app, host="127.0.0.1", port=0, http=protocol, log_level="error", lifespan="off", **idle
-    )
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
+    async with serving(_app, http=protocol, **idle) as (port, _):
         yield port
-    finally:
-        server.should_exit = True
-        await task
 
 
 async def _exchange(port: int, *parts: bytes, pause_s: float = 0.0) -> bytes:

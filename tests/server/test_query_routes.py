@@ -11,10 +11,10 @@ from contextlib import asynccontextmanager
 from typing import Any, cast
 
 import httpx
-import uvicorn
 
-from hotstate.server.http_limits import LimitedHttpToolsProtocol
 from hotstate.server.query_http import DELIMITED, KSQL_V1_JSON, Answer, QueryEndpoints, QueryRoutes
+
+from .helpers import serving
 
 Message = MutableMapping[str, Any]
 
@@ -55,19 +55,8 @@ async def _server() -> AsyncIterator[tuple[str, _Recorder, list[str]]]:
         await send({"type": "http.response.body", "body": b"{}"})
 
     routes = QueryRoutes(cast(QueryEndpoints, recorder), app)
-    config = uvicorn.Config(
-        routes, host="127.0.0.1", port=0, http=LimitedHttpToolsProtocol, log_level="error", lifespan="off"
-    )
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
+    async with serving(routes) as (port, _):
         yield f"http://127.0.0.1:{port}", recorder, framework
-    finally:
-        server.should_exit = True
-        await task
 
 
 def test_the_query_endpoints_are_answered_in_front_of_the_framework_on_both_protocols() -> None:
