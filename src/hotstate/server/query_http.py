@@ -320,9 +320,9 @@ async def answer_request(endpoint: Endpoint, receive: Receive) -> Answer | None:
     return None if body is None else await endpoint(body)
 
 
-async def read_body(receive: Receive) -> bytes | None:
+async def read_body(receive: Receive, limit: int = MAX_BODY_BYTES) -> bytes | None:
     """The whole request body; None when the client went away first. Refuses (413) a body larger than
-    MAX_BODY_BYTES without keeping the rest."""
+    `limit` bytes without keeping the rest."""
     chunks: list[bytes] = []
     size = 0
     more = True
@@ -332,8 +332,8 @@ async def read_body(receive: Receive) -> bytes | None:
             return None
         chunk: bytes = message.get("body", b"")
         size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise BadRequest(f"request body larger than {MAX_BODY_BYTES} bytes", 413, TOO_LARGE)
+        if size > limit:
+            raise BadRequest(f"request body larger than {limit} bytes", 413, TOO_LARGE)
         chunks.append(chunk)
         more = message.get("more_body", False)
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)

@@ -41,7 +41,9 @@ from hotstate.server.query_http import (
     SERVER_NOT_READY,
     TOO_LARGE,
     UNAVAILABLE,
+    BadRequest,
     error_body,
+    read_body,
 )
 
 # A table definition is a few hundred bytes; anything near the query limit is not one.
@@ -105,7 +107,14 @@ def add_table_routes(app: FastAPI, ctx: TableContext) -> None:
         openapi_extra=documented_body(CreateTableBody),
     )
     async def create_table(request: Request) -> Response:
-        body = await request.body()
+        # Read with the bound, so an oversized body is refused without being held whole.
+        try:
+            body = await read_body(request.receive, MAX_TABLE_BODY_BYTES)
+        except BadRequest:
+            limit = f"a table definition is at most {MAX_TABLE_BODY_BYTES:,} bytes"
+            return _response(error_body(413, "generic_error", TOO_LARGE, limit))
+        if body is None:
+            return _response(_bad("the body never arrived: the client went away").answer)
         try:
             create = create_request(body)
         except _Refused as refused:
@@ -157,9 +166,6 @@ def _bad(message: str) -> _Refused:
 
 def create_request(body: bytes) -> CreateTableRequest:
     """The body of a `POST /v1/tables` as the controller's request; _Refused says what is wrong."""
-    if len(body) > MAX_TABLE_BODY_BYTES:
-        limit = f"a table definition is at most {MAX_TABLE_BODY_BYTES:,} bytes"
-        raise _Refused(error_body(413, "generic_error", TOO_LARGE, limit))
     try:
         parsed = orjson.loads(body)
     except orjson.JSONDecodeError as error:
