@@ -78,6 +78,10 @@ def test_write_options_are_checked_and_unknown_ones_name_the_known(monkeypatch: 
         write_settings({**given, "cluster": "h"})
     with pytest.raises(OptionError, match="'clusterId' and 'secret'"):
         write_settings({k: v for k, v in given.items() if k != "secret"})
+    with pytest.raises(OptionError, match=r"options 'tlsCa', 'tlsCert', 'tlsKey': .*'/nowhere/ca\.crt'"):
+        write_settings({**given, "tlsCa": "/nowhere/ca.crt"})
+    with pytest.raises(OptionError, match="needs both its certificate file and its key file"):
+        write_settings({**given, "tlsCert": "/nowhere/client.crt"})
 
 
 def test_key_filters_become_the_where_the_planner_reads_and_the_rest_stay_with_spark() -> None:
