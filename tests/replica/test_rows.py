@@ -5,6 +5,7 @@ import contextlib
 import datetime as dt
 import decimal
 import enum
+import struct
 from typing import Any, NamedTuple
 
 import msgpack
@@ -94,6 +95,21 @@ def test_round_trip_of_every_type() -> None:
     assert isinstance(utc, dt.datetime) and utc.tzinfo is dt.UTC
 
 
+def test_an_instant_in_utc_is_msgpacks_own_timestamp_and_rows_written_before_read_the_same() -> None:
+    at = dt.datetime(2026, 1, 1, 12, 0, 0, 7, tzinfo=dt.UTC)
+    data = encode_row({"at": at})
+    assert msgpack.unpackb(data, timestamp=3) == {"at": at}  # ext -1, which any msgpack reader knows
+    # Before, an instant was ext 2 with offset 0: a row written then decodes to the same value and type.
+    micros = (at - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(microseconds=1)
+    old = msgpack.packb({"at": msgpack.ExtType(2, struct.pack(">qq", micros, 0))})
+    decoded = decode_row(old)["at"]
+    assert decoded == at and isinstance(decoded, dt.datetime) and decoded.tzinfo is dt.UTC
+    # Another offset keeps ext 2, so that the offset comes back.
+    berlin = dt.datetime(2026, 1, 1, 13, tzinfo=dt.timezone(dt.timedelta(hours=1)))
+    assert msgpack.unpackb(encode_row({"b": berlin}), ext_hook=lambda code, _: code) == {"b": 2}
+    assert decode_row(encode_row({"b": berlin}))["b"].utcoffset() == dt.timedelta(hours=1)  # type: ignore[attr-defined]
+
+
 def test_bytearray_and_subclasses_are_written_as_their_base_type() -> None:
     class Level(enum.IntEnum):
         HIGH = 2
@@ -171,6 +187,7 @@ def test_encoder_is_reusable_after_an_error() -> None:
         (msgpack.packb({"a": msgpack.ExtType(4, b"one")}), "bad payload for row ext type 4"),
         (msgpack.packb({"a": msgpack.ExtType(4, b"\xff")}), "bad payload for row ext type 4"),
         (msgpack.packb({"a": msgpack.ExtType(1, b"\x7f" + b"\xff" * 7)}), "bad payload for row ext type 1"),
+        (msgpack.packb({"a": msgpack.Timestamp(2**40, 0)}), "not valid msgpack"),  # past year 9999
     ],
 )
 def test_malformed_rows_raise_row_decode_error(data: bytes, message: str) -> None:

@@ -17,7 +17,10 @@ from hotstate.replica.rows import decode_row, encode_row
 from hotstate.spark.arrow_rows import NotEncodable, arrow_encodable, encode_arrow_batch
 
 # Years 2 to 9998: a day off the ends of Python datetime, so every time zone can show the instant.
-MICROS = st.integers(-62104060800 * 10**6, 253370764800 * 10**6)
+# Edges of msgpack's three timestamp forms (32-bit whole seconds, 64-bit, 96-bit).
+TIMESTAMP_EDGES = [0, 1, -1, 10**6, -(10**6), (2**32 - 1) * 10**6, 2**32 * 10**6, (2**32 - 1) * 10**6 + 1]
+TIMESTAMP_EDGES += [(2**34 - 1) * 10**6 + 999_999, 2**34 * 10**6, 1_700_000_000 * 10**6]
+MICROS = st.integers(-62104060800 * 10**6, 253370764800 * 10**6) | st.sampled_from(TIMESTAMP_EDGES)
 INT64 = st.integers(-(2**63), 2**63 - 1)
 # Each msgpack int form's bounds, on both sides.
 EDGE_INTS = st.sampled_from(

@@ -4,14 +4,22 @@ A row is a msgpack map of column name to value. Values: None, bool, int (msgpack
 2**64 - 1), float, str, bytes (a bytearray is written as bytes), lists (tuples are written as lists) and
 dicts nested up to MAX_NESTING levels - Spark arrays, maps and structs (a struct as a dict, e.g. from
 `Row.asDict(recursive=True)`). Map keys inside a column may be any hashable supported value, since Spark
-maps have int or timestamp keys too; column names must be str. Types msgpack lacks travel as ext types
-with fixed codes, so these bytes mean the same thing to every server and every version:
+maps have int or timestamp keys too; column names must be str. An instant in UTC (an aware datetime
+whose offset is 0, what Spark's TIMESTAMP gives) is msgpack's own timestamp type (ext -1, in the shortest
+of its three forms), which the decoder (msgspec) reads in C: a Python call per value cost three times the
+rest of a four-column row. Other types msgpack lacks travel as ext types with fixed codes, so these bytes
+mean the same thing to every server and every version:
 
     1  naive datetime    int64 microseconds since 1970-01-01 (wall clock)
     2  aware datetime    int64 microseconds since the epoch in UTC, then int64 UTC-offset microseconds;
-                         decodes with a fixed-offset timezone (a zone's name is not kept, its offset is)
+                         decodes with a fixed-offset timezone (a zone's name is not kept, its offset is).
+                         Written for offsets other than 0; rows written before ext -1 was used carry
+                         offset 0 here too, and decode to the same value.
     3  date              int32 proleptic Gregorian ordinal
     4  Decimal           its exact str, ASCII
+
+Rows are written with msgpack-python (a packer per thread) and read with msgspec, which reads the same
+bytes about five times faster (a 4-column row with a timestamp: 0.15 against 0.84 us).
 
 A log record is a msgpack array [key bytes, row bytes or nil]: nil deletes the key.
 """
@@ -27,6 +35,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, cast
 
 import msgpack
+import msgspec
 
 from hotstate.replica.keys import datetime_micros, short_repr
 
@@ -90,6 +99,9 @@ def _default(value: Any) -> Any:
         offset = value.utcoffset()
         if offset is None:
             return msgpack.ExtType(EXT_NAIVE_DATETIME, _Q.pack(datetime_micros(value)))
+        if not offset:
+            seconds, micros = divmod(datetime_micros(value), 1_000_000)
+            return msgpack.Timestamp(seconds, micros * 1000)
         return msgpack.ExtType(EXT_AWARE_DATETIME, _QQ.pack(datetime_micros(value), offset // _ONE_MICRO))
     if isinstance(value, dt.date):
         return msgpack.ExtType(EXT_DATE, _I.pack(value.toordinal()))
@@ -212,7 +224,7 @@ def _epoch_in(offset_micros: int) -> dt.datetime:
     return _EPOCH.replace(tzinfo=_timezone(offset_micros))
 
 
-def _ext_hook(code: int, payload: bytes) -> object:
+def _ext_hook(code: int, payload: memoryview) -> object:
     try:
         if code == EXT_NAIVE_DATETIME:
             return _EPOCH + _Q.unpack(payload)[0] * _ONE_MICRO
@@ -222,7 +234,7 @@ def _ext_hook(code: int, payload: bytes) -> object:
         if code == EXT_DATE:
             return dt.date.fromordinal(_I.unpack(payload)[0])
         if code == EXT_DECIMAL:
-            return decimal.Decimal(payload.decode("ascii"))
+            return decimal.Decimal(bytes(payload).decode("ascii"))
     except (struct.error, ValueError, OverflowError, ArithmeticError) as error:
         raise RowDecodeError(f"bad payload for row ext type {code}: {error}") from None
     raise RowDecodeError(f"unknown row ext type {code}")
@@ -242,13 +254,17 @@ def may_hold_non_finite(data: bytes) -> bool:
     return False
 
 
+# Thread-safe: a Decoder holds only its settings.
+_DECODE = msgspec.msgpack.Decoder(ext_hook=_ext_hook).decode
+
+
 def decode_row(data: bytes) -> dict[str, object]:
     """The row of `encode_row` bytes; lists and tuples come back as lists."""
     try:
-        row = msgpack.unpackb(data, ext_hook=_ext_hook, strict_map_key=False)
+        row = _DECODE(data)
     except RowDecodeError:
         raise
-    except msgpack.StackError:
+    except RecursionError:
         raise RowDecodeError("row bytes nest deeper than msgpack reads (about 1,000 levels)") from None
     except (ValueError, TypeError, OverflowError) as error:
         raise RowDecodeError(f"row bytes are not valid msgpack: {error}") from None
@@ -259,10 +275,10 @@ def decode_row(data: bytes) -> dict[str, object]:
 
 def decode_rows(rows: Sequence[bytes]) -> list[dict[str, object]]:
     """`decode_row` of every row, in one pass (an active checks a whole Produce); the same errors."""
-    unpack = msgpack.unpackb
+    decode = _DECODE
     try:
-        out = [unpack(data, ext_hook=_ext_hook, strict_map_key=False) for data in rows]
-    except (ValueError, TypeError, OverflowError):
+        out = [decode(data) for data in rows]
+    except (ValueError, TypeError, OverflowError, RecursionError):
         out = []
     if len(out) == len(rows) and all(type(row) is dict for row in out):
         return out

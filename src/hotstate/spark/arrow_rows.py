@@ -17,8 +17,10 @@ error naming the row and the column.
 msgpack layouts written here (msgpack-python writes the same for the same Python values):
   nil c0; false/true c2/c3; float 64 cb + 8 bytes; ints in the shortest form (fixint, cc-cf unsigned for
   non-negatives, d0-d3 signed for negatives); str a0|n, d9, da, db + UTF-8; bin c4, c5, c6 + bytes;
-  maps 80|n or de + u16 entries; ext types of replica.rows: d7 01 (naive datetime, int64 micros),
-  d8 02 (aware datetime: int64 UTC micros, then int64 offset micros, 0 here), d6 03 (date, int32 ordinal).
+  maps 80|n or de + u16 entries; ext types of replica.rows: d7 01 (naive datetime, int64 micros), d6 03
+  (date, int32 ordinal); an instant is msgpack's timestamp (ext -1) in the form msgpack-python picks for a
+  Timestamp: d6 ff + u32 seconds (whole seconds below 2**32), d7 ff + u64 nanoseconds << 34 | seconds
+  (seconds below 2**34), else c7 0c ff + u32 nanoseconds + int64 seconds.
 """
 
 from __future__ import annotations
@@ -179,6 +181,31 @@ def _prefixed(prefix: bytes, payload: _U8) -> pa.Array:
     return _fixed(rows)
 
 
+def _instants(micros: _I64) -> pa.Array:
+    """msgpack's timestamp of each instant (microseconds since the epoch), as msgpack-python packs it."""
+    count = len(micros)
+    seconds = micros // 1_000_000
+    nanos = (micros % 1_000_000) * 1000
+    rows = np.zeros((count, 15), dtype=np.uint8)
+    lengths = np.empty(count, dtype=np.int64)
+    fits = (seconds >= 0) & (seconds < (1 << 34))
+    short = fits & (nanos == 0) & (seconds < (1 << 32))
+    middle = fits & ~short
+    long = ~fits
+    rows[short, :2] = (0xD6, 0xFF)
+    rows[short, 2:6] = _big_endian(seconds[short], ">u4")
+    lengths[short] = 6
+    both = (nanos[middle].astype(np.uint64) << np.uint64(34)) | seconds[middle].astype(np.uint64)
+    rows[middle, :2] = (0xD7, 0xFF)
+    rows[middle, 2:10] = _big_endian(both, ">u8")
+    lengths[middle] = 10
+    rows[long, :3] = (0xC7, 0x0C, 0xFF)
+    rows[long, 3:7] = _big_endian(nanos[long], ">u4")
+    rows[long, 7:15] = _big_endian(seconds[long], ">i8")
+    lengths[long] = 15
+    return _ragged(rows, np.zeros(count, dtype=np.int64), lengths)
+
+
 def _int64s(column: pa.Array) -> _I64:
     return np.asarray(pc.fill_null(column.cast(pa.int64()), 0).to_numpy(zero_copy_only=False), dtype=np.int64)
 
@@ -200,11 +227,9 @@ def _value_pieces(column: pa.Array) -> pa.Array:
         truth = np.asarray(pc.fill_null(column, False).to_numpy(zero_copy_only=False), dtype=bool)
         pieces = _fixed(np.where(truth, 0xC3, 0xC2).astype(np.uint8).reshape(-1, 1))
     elif pa.types.is_timestamp(kind):
-        micros = _big_endian(_int64s(column.cast(pa.int64())), ">i8")
-        if kind.tz is None:
-            pieces = _prefixed(b"\xd7\x01", micros)
-        else:  # an instant, written as the aware datetime in UTC that the Row path makes of it
-            pieces = _prefixed(b"\xd8\x02", np.concatenate([micros, np.zeros_like(micros)], axis=1))
+        micros = _int64s(column.cast(pa.int64()))
+        # With a zone, an instant: written as the aware datetime in UTC that the Row path makes of it.
+        pieces = _prefixed(b"\xd7\x01", _big_endian(micros, ">i8")) if kind.tz is None else _instants(micros)
     elif pa.types.is_date32(kind):
         days = _int64s(column.cast(pa.int32())) + _DATE_ORDINAL_OF_EPOCH
         pieces = _prefixed(b"\xd6\x03", _big_endian(days, ">i4"))
