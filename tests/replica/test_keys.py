@@ -18,10 +18,13 @@ from hotstate.replica.keys import (
     KeyValue,
     coerce_key,
     decode_key,
+    encode_component,
     encode_key,
     key_from_row,
     partition_for,
+    partitions_of,
     prefix_end,
+    str_components,
 )
 
 INT64 = st.integers(-(2**63), 2**63 - 1)
@@ -409,3 +412,19 @@ def test_a_tzinfo_without_an_offset_counts_as_naive() -> None:
 
     floating = dt.datetime(2024, 1, 1, 12, tzinfo=Floating())
     assert encode_key([floating]) == encode_key([dt.datetime(2024, 1, 1, 12)])
+
+
+@given(st.lists(TEXT, max_size=20), st.integers(1, 64))
+def test_str_components_and_partitions_of_equal_one_key_at_a_time(values: list[str], partitions: int) -> None:
+    column = KeyColumn("k", KeyType.STRING)
+    expected = {encode_component(column, value) for value in values}
+    assert str_components(values) == expected
+    keys = sorted(expected)
+    assert partitions_of(keys, partitions) == tuple(partition_for(key, partitions) for key in keys)
+
+
+def test_str_components_leave_what_is_not_a_valid_str_to_the_one_at_a_time_path() -> None:
+    assert str_components(["a", 1]) is None
+    assert str_components(["a", b"b"]) is None
+    assert str_components(["\ud800"]) is None  # a lone surrogate: encode_component words the error
+    assert str_components([]) == set()

@@ -36,8 +36,9 @@ from hotstate.replica.keys import (
     KeyEncodeError,
     KeyValue,
     encode_component,
-    partition_for,
+    partitions_of,
     short_repr,
+    str_components,
 )
 
 __all__ = [
@@ -200,10 +201,14 @@ def _one_column_lookup(conditions: Sequence[Predicate], table: TableInfo, max_ke
         return None
     if predicate.column != column.name and predicate.column.casefold() != column.name.casefold():
         return None
-    encoded = sorted({_component(column, value) for value in predicate.values if value is not None})
+    values = [value for value in predicate.values if value is not None]
+    components = str_components(values) if column.type is KeyType.STRING else None
+    if components is None:
+        components = {_component(column, value) for value in values}
+    encoded = sorted(components)
     if len(encoded) > max_keys:
         raise _too_many(len(encoded), max_keys)
-    return KeyLookup(tuple(encoded), tuple(partition_for(k, table.partitions) for k in encoded))
+    return KeyLookup(tuple(encoded), partitions_of(encoded, table.partitions))
 
 
 def _general_access(conditions: Sequence[Predicate], table: TableInfo, max_keys: int) -> Access:
@@ -242,7 +247,7 @@ def _general_access(conditions: Sequence[Predicate], table: TableInfo, max_keys:
             encoded = sorted({row[0] for row in assignments})
         else:
             encoded = sorted({b"".join(row[index] for index in range(len(key))) for row in assignments})
-        return KeyLookup(tuple(encoded), tuple(partition_for(k, table.partitions) for k in encoded))
+        return KeyLookup(tuple(encoded), partitions_of(encoded, table.partitions))
     if not assignments:
         return NOTHING
     if len(assignments) > 1:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import datetime as dt
 import struct
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeAlias
 
 import mmh3
@@ -275,6 +275,14 @@ def partition_for(encoded_key: bytes, partitions: int) -> int:
     return mmh3.hash(encoded_key, 0, signed=False) % partitions
 
 
+def partitions_of(encoded_keys: Iterable[bytes], partitions: int) -> tuple[int, ...]:
+    """`partition_for` of each key, in one pass (an IN list's keys)."""
+    if partitions < 1:
+        raise ValueError(f"partitions must be at least 1, got {partitions}")
+    murmur = mmh3.hash
+    return tuple(murmur(key, 0, signed=False) % partitions for key in encoded_keys)
+
+
 def prefix_end(prefix: bytes) -> bytes | None:
     """The smallest bytes above every bytes starting with `prefix`; None when there is none (all 0xFF).
 
@@ -354,6 +362,16 @@ def coerce_key(values: Sequence[object], key_columns: Sequence[KeyColumn]) -> tu
 def encode_component(column: KeyColumn, value: object) -> bytes:
     """`encode_key(coerce_key((value,), (column,)))`, without the tuples: one key component."""
     return _encode_component(_coerce_value(column, value))
+
+
+def str_components(values: Iterable[object]) -> set[bytes] | None:
+    """`encode_component` of a STRING column for each of `values` at once (an IN list's keys, without a
+    call per value), as a set; None when some value is not a str or not valid Unicode: encode those one
+    by one, which words the error."""
+    try:
+        return {b"\x02" + v.encode().replace(b"\x00", b"\x00\xff") + b"\x00" for v in values}  # type: ignore[attr-defined]
+    except (AttributeError, UnicodeEncodeError):
+        return None
 
 
 def key_from_row(row: Mapping[str, object], key_columns: Sequence[KeyColumn]) -> tuple[KeyValue, ...]:
