@@ -89,6 +89,35 @@ def test_a_request_sent_in_pieces_within_the_limit_is_answered(short_timeout: fl
     asyncio.run(run())
 
 
+def test_the_read_timeout_runs_from_each_requests_start_on_a_kept_alive_connection(
+    short_timeout: float,
+) -> None:
+    """One timer serves the connection's requests: a request begun after others is held to its own start."""
+
+    async def run() -> None:
+        async with _server() as port:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            request = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nok"
+            loop = asyncio.get_running_loop()
+            began = loop.time()
+            while loop.time() - began < 0.5:  # requests for longer than the timeout: none is cut off
+                writer.write(request)
+                await writer.drain()
+                answer = await asyncio.wait_for(reader.readuntil(b"ok"), 2.0)
+                assert answer.startswith(b"HTTP/1.1 200"), answer
+                await asyncio.sleep(0.1)
+            writer.write(b"POST / HTTP/1.1\r\nHost: x\r\n")  # then one that stalls
+            await writer.drain()
+            stalled = loop.time()
+            answer = await asyncio.wait_for(reader.read(), 5.0)
+            took = loop.time() - stalled
+            assert answer.startswith(b"HTTP/1.1 408"), answer
+            assert 0.2 <= took <= 1.5, took  # from its own start, give or take the timer's wake-up
+            writer.close()
+
+    asyncio.run(run())
+
+
 def test_an_oversized_head_is_answered_431() -> None:
     async def run() -> None:
         async with _server() as port:

@@ -83,12 +83,14 @@ class LagTable:
         """The highest HW any replica but `exclude`'s reported for the partition, with a known end; 0 if
         none did."""
         key = (table_id, partition)
-        hws = [
-            info.high_watermark
-            for node_id in self._ends.get(key, {})
-            if node_id != exclude and (info := self._nodes[node_id].replicas.get(key)) is not None
-        ]
-        return max(hws, default=0)
+        ends = self._ends.get(key)
+        if not ends:
+            return 0
+        highest = 0
+        for node_id in ends:
+            if node_id != exclude and (info := self._nodes[node_id].replicas.get(key)) is not None:
+                highest = max(highest, info.high_watermark)
+        return highest
 
     def reported_since(self, table_id: int, partition: int, since_ms: int, *, exclude: int) -> bool:
         """Whether a server other than `exclude` reported the partition's end in a report that arrived at or

@@ -95,6 +95,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._head_bytes = 0
         self._head_too_large = False
         self._read_timer: asyncio.TimerHandle | None = None
+        self._reading_since: float | None = None  # loop time a request (or the connection) began, if unread
         self._first_bytes: bytes | None = b""  # None once the connection is known to be HTTP/1.1
         self._h2c_settings: bytes | None = None  # the request asks to upgrade to HTTP/2
         self._h2c_offset = -1  # where the upgrading request's head ended in the last bytes read
@@ -199,7 +200,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             protocol.data_received(rest[self._h2c_length :])
 
     def on_message_complete(self) -> None:
-        self._disarm()
+        self._reading_since = None  # the timer stays: the next request usually begins before it fires
         super().on_message_complete()
 
     def send_400_response(self, msg: str) -> None:
@@ -259,17 +260,27 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             raise _HeadTooLarge  # stops the parser; uvicorn then calls send_400_response
 
     def _arm(self) -> None:
+        """A request (or the connection) begins: it must be read within the read timeout. One timer per
+        connection, not one per request: it stays armed across requests and, when it fires, looks at the
+        request then being read (a timer made and cancelled per request cost 1.8 us of each lookup)."""
+        self._reading_since = now = self.loop.time()
         if self._read_timer is None:
-            self._read_timer = self.loop.call_later(self.limits.read_timeout_s, self._read_timed_out)
+            self._read_timer = self.loop.call_at(now + self.limits.read_timeout_s, self._read_timed_out)
 
     def _disarm(self) -> None:
+        self._reading_since = None
         if self._read_timer is not None:
             self._read_timer.cancel()
             self._read_timer = None
 
     def _read_timed_out(self) -> None:
         self._read_timer = None
-        if self.transport.is_closing():
+        since = self._reading_since
+        if since is None or self.transport.is_closing():  # nothing being read: the next request re-arms
+            return
+        deadline = since + self.limits.read_timeout_s
+        if self.loop.time() < deadline:  # a later request, still within its time
+            self._read_timer = self.loop.call_at(deadline, self._read_timed_out)
             return
         if self.cycle is None or self.cycle.response_complete:  # the app has not started on it: say why
             self._refuse(

@@ -4,22 +4,90 @@ process-global one), so nothing leaks between servers that share a process in te
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+import bisect
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class LoopCount:
+    """One label's count of a LoopCounter."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    def inc(self, amount: int = 1) -> None:
+        self.value += amount
+
+
+class LoopCounter:
+    """A labelled counter that only the event loop's thread counts: plain ints, no lock. prometheus_client's
+    Counter takes a lock and its Histogram a lock and a bucket search in Python, a tenth of a point
+    lookup's CPU; these count every pull query. Collected (read) from any thread: a read may miss the
+    increment under way, never sees a count go down."""
+
+    def __init__(self, name: str, documentation: str, label: str, registry: CollectorRegistry) -> None:
+        self._name = name
+        self._documentation = documentation
+        self._label = label
+        self._counts: dict[str, LoopCount] = {}
+        registry.register(self)
+
+    def labels(self, value: str) -> LoopCount:
+        count = self._counts.get(value)
+        if count is None:
+            count = self._counts[value] = LoopCount()
+        return count
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(self._name, self._documentation, labels=[self._label])
+        for value, count in list(self._counts.items()):
+            family.add_metric([value], count.value)
+        yield family
+
+
+class LoopHistogram:
+    """A histogram that only the event loop's thread observes (see LoopCounter), with Prometheus buckets."""
+
+    def __init__(
+        self, name: str, documentation: str, buckets: tuple[float, ...], registry: CollectorRegistry
+    ) -> None:
+        self._name = name
+        self._documentation = documentation
+        self._bounds = buckets
+        self._counts = [0] * (len(buckets) + 1)  # the last: above every bound (+Inf)
+        self._sum = 0.0
+        registry.register(self)
+
+    def observe(self, value: float) -> None:
+        self._counts[bisect.bisect_left(self._bounds, value)] += 1
+        self._sum += value
+
+    def collect(self) -> Iterator[Metric]:
+        counts, total = list(self._counts), self._sum
+        cumulative, buckets = 0, []
+        for bound, count in zip((*self._bounds, float("inf")), counts, strict=True):
+            cumulative += count
+            buckets.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
+        yield HistogramMetricFamily(self._name, self._documentation, buckets=buckets, sum_value=total)
 
 
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self.queries = Counter(
-            "hotstate_queries", "Pull queries received, by outcome", ["outcome"], registry=self.registry
+        self.queries = LoopCounter(
+            "hotstate_queries", "Pull queries received, by outcome", "outcome", self.registry
         )
-        self.latency = Histogram(
+        self.latency = LoopHistogram(
             "hotstate_query_seconds",
             "Pull query latency at the receiving server",
-            buckets=LATENCY_BUCKETS,
-            registry=self.registry,
+            LATENCY_BUCKETS,
+            self.registry,
         )
         self.forwards = Counter(
             "hotstate_query_forwards",
@@ -27,11 +95,8 @@ class Metrics:
             ["outcome"],
             registry=self.registry,
         )
-        self.failures = Counter(
-            "hotstate_query_failures",
-            "Pull queries that failed, by reason",
-            ["reason"],
-            registry=self.registry,
+        self.failures = LoopCounter(
+            "hotstate_query_failures", "Pull queries that failed, by reason", "reason", self.registry
         )
         self.auth_failures = Counter(
             "hotstate_http_auth_failures",

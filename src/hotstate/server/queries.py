@@ -222,9 +222,14 @@ class QueryService:
         if reason is not None:
             # Before anything else: a stale image would call a table that exists "not found".
             raise QueryError("not_ready", reason)
-        properties = properties or {}
-        check_properties(properties)
-        query = await _parse(sql)
+        if properties:
+            check_properties(properties)
+        try:
+            query = parse_fast(sql)
+        except ValueError as error:  # InvalidSqlError, UnsupportedQueryError: messages name the problem
+            raise QueryError("bad_request", str(error)) from error
+        if query is None:
+            query = await _parse(sql)
         image = self._image()
         try:
             table = find_table(image.tables, query.table)
@@ -234,26 +239,35 @@ class QueryService:
             query_plan = plan(query, table)
         except ValueError as error:
             raise QueryError("bad_request", str(error)) from error
-        max_lag = _max_lag(properties, table)
-        timeout_ms = _timeout_ms(properties)
-        standby_reads = _flag(properties, STANDBY_READS_PROPERTIES, default=True)
-        hedge = _flag(properties, HEDGING_PROPERTIES, default=True)
-        deadline = started + timeout_ms / 1000
-        min_batch = _min_batch(properties)
-        if min_batch is not None:
-            table = await self._committed_batch(table, min_batch, deadline)
-            image = self._image()
+        if properties:
+            max_lag = _max_lag(properties, table)
+            deadline = started + _timeout_ms(properties) / 1000
+            standby_reads = _flag(properties, STANDBY_READS_PROPERTIES, default=True)
+            hedge = _flag(properties, HEDGING_PROPERTIES, default=True)
+            min_batch = _min_batch(properties)
+            if min_batch is not None:
+                table = await self._committed_batch(table, min_batch, deadline)
+                image = self._image()
+            given = self._token(properties, table)
+            if min_batch is not None:
+                batch = {(table.table_id, p): at for p, at in enumerate(table.batch_positions) if at}
+                given = merge(given, batch)
+            work = _partition_work(query_plan, table, max_lag, given)
+            work = _page(work, _partitions(properties, table), _after(properties))
+        else:  # every property at its default (most lookups): the same as above, without the look-ups
+            deadline = started + DEFAULT_TIMEOUT_MS / 1000
+            standby_reads = hedge = True
+            given = {}
+            work = _plain_work(query_plan, table, table.acceptable_lag)
         parts = image.partitions.get(table.table_id, ())
-        given = self._token(properties, table)
-        if min_batch is not None:
-            batch = {(table.table_id, p): at for p, at in enumerate(table.batch_positions) if at}
-            given = merge(given, batch)
-        work = _partition_work(query_plan, table, max_lag, given)
-        work = _page(work, _partitions(properties, table), _after(properties))
-        try:
-            answers = await self._serve(table, parts, work, deadline, standby_reads, hedge)
-        except NoReplicaError as error:
-            raise QueryError("unavailable", str(error)) from error
+        here = self._serve_here(parts, work, deadline)
+        if len(here) < len(work):
+            try:
+                answers = await self._serve(table, parts, work, deadline, standby_reads, hedge, here)
+            except NoReplicaError as error:
+                raise QueryError("unavailable", str(error)) from error
+        else:
+            answers = [here[partition] for partition in sorted(here)]
         read = {(table.table_id, a.served.partition): a.served.position for a in answers}
         columns, rows, last_key = _rows(query_plan, table, answers)
         # One search over all rows: a mark spanning two rows is at worst a false alarm.
@@ -267,7 +281,7 @@ class QueryService:
             sum(1 for a in answers if a.served.served_by != self.node_id),
             (time.monotonic() - started) * 1000,
             non_finite,
-            merge(given, read),
+            merge(given, read) if given else read,
             self._tag,
             last_key,
         )
@@ -309,6 +323,21 @@ class QueryService:
                 )
         return positions
 
+    def _serve_here(
+        self, parts: tuple[PartitionInfo, ...], work: dict[int, PartitionQueryRequest], deadline: float
+    ) -> dict[int, _PartitionAnswer]:
+        """The answers of the partitions whose active is on this server and serves them: the router would
+        put this server's active first whatever the lags say (a restoring one is held to the bound, which
+        serve_local checks with its real lag), so these skip routing, and a query that needs no other
+        server takes no task or coroutine of its own."""
+        answers: dict[int, _PartitionAnswer] = {}
+        for partition, spec in work.items():
+            if parts[partition].active == self.node_id and deadline > time.monotonic():
+                reply = self.serve_local(spec)
+                if reply.error is ReplicaError.NONE:
+                    answers[partition] = _answered(partition, self.node_id, reply)
+        return answers
+
     async def _serve(
         self,
         table: TableInfo,
@@ -317,21 +346,18 @@ class QueryService:
         deadline: float,
         standby_reads: bool,
         hedge: bool = True,
+        answers: dict[int, _PartitionAnswer] | None = None,
     ) -> list[_PartitionAnswer]:
-        """Every partition's answer, in partition order; raises NoReplicaError for the first partition (in
-        partition order, within a round) that no candidate could serve."""
-        answers: dict[int, _PartitionAnswer] = {}
-        pending: list[_Attempts] = []
-        for partition, spec in work.items():
-            part = parts[partition]
-            if part.active == self.node_id and deadline > time.monotonic():
-                # The router would put this server's active first whatever the lags say (a restoring
-                # one is held to the bound, which serve_local checks with its real lag): skip routing.
-                reply = self.serve_local(spec)
-                if reply.error is ReplicaError.NONE:
-                    answers[partition] = _answered(partition, self.node_id, reply)
-                    continue
-            pending.append(self._route(table, part, spec, hedge))
+        """Every partition's answer, in partition order, given those `_serve_here` found (None: none yet);
+        raises NoReplicaError for the first partition (in partition order, within a round) that no
+        candidate could serve."""
+        if answers is None:
+            answers = self._serve_here(parts, work, deadline)
+        pending = [
+            self._route(table, parts[partition], spec, hedge)
+            for partition, spec in work.items()
+            if partition not in answers
+        ]
         waiting: list[_Attempts] = []
         while pending or waiting:
             if not pending:
