@@ -266,6 +266,45 @@ def test_statements_in_the_grammar_take_the_fast_path(sql: str) -> None:
     assert_agrees(sql)
 
 
+@PROPERTY
+@given(statements(), st.lists(STRINGS, min_size=1, max_size=8))
+@example("SELECT * FROM t WHERE k = 'a'", ["b"])
+@example("SELECT * FROM t WHERE k IN ('a', 1, 'b')", ["x'y", "é"])
+@example("SELECT * FROM t WHERE k = x'ab'", ["cd"])  # never a shape, whatever the literal
+@example("SELECT * FROM t WHERE k = 'a' 'b'", ["c", "d"])
+@example("SELECT * FROM t WHERE k = 'ab''", ["c"])  # an unterminated literal stays in the text
+def test_statements_of_one_shape_with_other_literals_agree_with_the_tokenizer(
+    sql: str, others: list[str]
+) -> None:
+    """The shape cache: after `sql`, the same statement with other string literals is read as the
+    tokenizer (and the full parser) reads it."""
+    fast._SHAPES.clear()
+    assert fast_path(sql) == fast_path_uncached(sql)
+    replacements = iter(others * 8)
+    other = fast._LITERAL.sub(lambda _: "'" + next(replacements).replace("'", "''") + "'", sql)
+    assert fast_path(other) == (fast_path_uncached(other)), (sql, other)
+    assert_agrees(other)
+
+
+def fast_path_uncached(sql: str) -> PullQuery | type[QueryError] | None:
+    try:
+        return fast._recognize(sql)
+    except QueryError as error:
+        return type(error)
+
+
+def test_a_statement_of_a_seen_shape_is_cut_not_tokenized() -> None:
+    fast._SHAPES.clear()
+    first = fast.recognize("SELECT * FROM t WHERE k IN ('a', 'b''c')")
+    assert first == PullQuery("t", None, (Condition("k", Op.IN, ("a", "b'c")),), None)
+    assert len(fast._SHAPES) == 1
+    second = fast.recognize("SELECT * FROM t WHERE k IN ('x', 'y')")
+    assert second == PullQuery("t", None, (Condition("k", Op.IN, ("x", "y")),), None)
+    assert len(fast._SHAPES) == 1
+    assert fast.recognize("SELECT * FROM \"t\" WHERE k = 'a'") is not None  # a quoted name: not cut
+    assert len(fast._SHAPES) == 1
+
+
 # --- linear time: a statement at the size limit is scanned in milliseconds, whatever it holds -------------
 
 _BODY = MAX_STATEMENT_CHARS - 100

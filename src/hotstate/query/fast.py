@@ -15,11 +15,19 @@ against each other on generated statements.
 
 Everything else (comments, parentheses, TIMESTAMP/X'..'/0x.. literals, tuple IN, literals on the left,
 keywords used as names, unicode whitespace, ...) is left to the full parser.
+
+A statement's shape is its text with its string literals taken out: `WHERE user = 'u1'` and `'u2'` have one
+shape, and a shape is tokenized once (`_Shape`, a bounded cache); then a statement of that shape only has its
+literals cut out by one regex split (a third of the tokenizer's time). This is exact because the tokenizer
+reads a string literal as the split does, and what it makes of the rest never depends on a literal's
+content: the k-th str value of the conditions is the k-th literal, unescaped. Statements that hold `"`, a
+backtick or NUL are not cut (a quoted name may hold a `'`).
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Final
 
 from hotstate.query.sql import MAX_ANDS, Condition, Op, Predicate, PullQuery, _PullDialect, limit_count
@@ -68,9 +76,93 @@ class _Unrecognized(Exception):
     """Raised inside the recognizer when the statement is not one of its shapes."""
 
 
+# A string literal (the tokenizer's own alternative for one), its content in the group.
+_LITERAL: Final = re.compile(r"'([^']*+(?:''[^']*+)*+)'")
+_MAX_SHAPES: Final = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """A recognized statement as a template: `query` with each condition's values rebuilt from the
+    literals. Per condition, `fills` holds None (no literal in it), a slice (its values are those
+    literals), or per value the literal's index, -1 keeping the template's own value."""
+
+    query: PullQuery
+    fills: tuple[slice | tuple[int, ...] | None, ...]
+
+    def filled(self, literals: list[str]) -> PullQuery:
+        query = self.query
+        conditions: list[Predicate] = []
+        for condition, fill in zip(query.conditions, self.fills, strict=True):
+            if fill is None:
+                conditions.append(condition)
+                continue
+            assert isinstance(condition, Condition)
+            values: tuple[KeyValue, ...]
+            if type(fill) is slice:
+                values = tuple(literals[fill])
+            else:
+                pairs = zip(fill, condition.values, strict=True)
+                values = tuple(literals[i] if i >= 0 else value for i, value in pairs)
+            conditions.append(Condition(condition.column, condition.op, values))
+        return PullQuery(query.table, query.columns, tuple(conditions), query.limit)
+
+
+# The shape of each statement template seen (the texts between its literals, joined by NUL): a _Shape, or
+# None when no statement of that template is one of the shapes above, whatever its literals.
+_SHAPES: dict[str, _Shape | None] = {}
+_UNSEEN: Final = object()
+
+
 def recognize(sql: str) -> PullQuery | None:
     """The pull query in `sql` if it has one of the shapes above, else None. Raises only what the full
     parser would raise for the same text (a LIMIT too large)."""
+    if '"' in sql or "`" in sql or "\x00" in sql:
+        return _recognize(sql)
+    pieces = _LITERAL.split(sql)
+    template = "\x00".join(pieces[0::2])
+    shape = _SHAPES.get(template, _UNSEEN)
+    if shape is None:
+        return None
+    if shape is _UNSEEN:
+        query = _recognize(sql)
+        shaped = None if query is None else _shape_of(query, pieces[1::2])
+        if query is None or shaped is not None:  # else statements of this template are never cut
+            if len(_SHAPES) >= _MAX_SHAPES:
+                _SHAPES.clear()
+            _SHAPES[template] = shaped
+        return query
+    literals = pieces[1::2]
+    if "''" in sql:
+        literals = [literal.replace("''", "'") for literal in literals]
+    assert isinstance(shape, _Shape)
+    return shape.filled(literals)
+
+
+def _shape_of(query: PullQuery, raw_literals: list[str]) -> _Shape | None:
+    """`query` as the template of its shape; None if its values do not line up with the literals."""
+    literals = [literal.replace("''", "'") for literal in raw_literals]
+    fills: list[slice | tuple[int, ...] | None] = []
+    at = 0
+    for condition in query.conditions:
+        if not isinstance(condition, Condition) or not any(type(v) is str for v in condition.values):
+            fills.append(None)
+            continue
+        indexes = []
+        for value in condition.values:
+            if type(value) is str:
+                if at >= len(literals) or literals[at] != value:
+                    return None
+                indexes.append(at)
+                at += 1
+            else:
+                indexes.append(-1)
+        contiguous = -1 not in indexes
+        fills.append(slice(indexes[0], indexes[-1] + 1) if contiguous else tuple(indexes))
+    return _Shape(query, tuple(fills)) if at == len(literals) else None
+
+
+def _recognize(sql: str) -> PullQuery | None:
     # Without trailing whitespace, every run of it is followed by a token: else each of its positions
     # would be tried, each scanning to the end.
     tokens: list[str] = _TOKENS.findall(sql.rstrip(_SPACE))
