@@ -778,6 +778,13 @@ def _plain_work(
 ) -> dict[int, PartitionQueryRequest]:
     access = query_plan.access
     if isinstance(access, KeyLookup):
+        if len(access.keys) == 1:  # a point lookup
+            [partition] = access.partitions
+            return {
+                partition: PartitionQueryRequest(
+                    table.name, partition, access.keys, False, None, None, None, max_lag
+                )
+            }
         by_partition: dict[int, list[bytes]] = {}
         for key, partition in zip(access.keys, access.partitions, strict=True):
             by_partition.setdefault(partition, []).append(key)
