@@ -48,15 +48,26 @@ def cluster_tag(cluster_id: str) -> bytes:
     return hashlib.sha256(cluster_id.encode()).digest()[:4]
 
 
+# The tokens of single partitions at a position: every point lookup's answer carries one, and while a
+# partition takes no writes its lookups all carry the same.
+_SINGLE: dict[tuple[int, int, int, bytes], str] = {}
+
+
 def encode(positions: Mapping[tuple[int, int], int], tag: bytes) -> str:
-    if len(positions) == 1:  # a point lookup without a token given: every answer of one builds this
+    if len(positions) == 1:  # a point lookup without a token given
         [((table_id, partition), position)] = positions.items()
-        packed = _pack([tag, [[table_id, [partition, position]]]])
-    else:
-        tables: dict[int, list[int]] = {}
-        for (table_id, partition), position in sorted(positions.items()):
-            tables.setdefault(table_id, []).extend((partition, position))
-        packed = _pack([tag, [[table_id, flat] for table_id, flat in tables.items()]])
+        key = (table_id, partition, position, tag)
+        token = _SINGLE.get(key)
+        if token is None:
+            if len(_SINGLE) >= 4096:
+                _SINGLE.clear()
+            packed = _pack([tag, [[table_id, [partition, position]]]])
+            token = _SINGLE[key] = PREFIX + base64.urlsafe_b64encode(packed).rstrip(b"=").decode("ascii")
+        return token
+    tables: dict[int, list[int]] = {}
+    for (table_id, partition), position in sorted(positions.items()):
+        tables.setdefault(table_id, []).extend((partition, position))
+    packed = _pack([tag, [[table_id, flat] for table_id, flat in tables.items()]])
     return PREFIX + base64.urlsafe_b64encode(packed).rstrip(b"=").decode("ascii")
 
 

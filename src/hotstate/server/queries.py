@@ -101,7 +101,7 @@ class QueryError(Exception):
         self.message = message
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: made for every partition of every answer, and never changed
 class PartitionServed:
     partition: int
     served_by: int

@@ -115,14 +115,15 @@ class QueryEndpoints:
         self._ok = metrics.queries.labels("ok")
         self._latency = metrics.latency
 
-    async def native(self, body: bytes) -> Answer:
-        return await self._answer(body, _native_request, self._native_answer)
+    # Not coroutines themselves: each hands back _answer's, one frame less per lookup.
+    def native(self, body: bytes) -> Awaitable[Answer]:
+        return self._answer(body, _native_request, self._native_answer)
 
-    async def ksql(self, body: bytes, media: str = KSQL_V1_JSON) -> Answer:
-        return await self._answer(body, _ksql_request, _SHAPES[media])
+    def ksql(self, body: bytes, media: str = KSQL_V1_JSON) -> Awaitable[Answer]:
+        return self._answer(body, _ksql_request, _SHAPES[media])
 
-    async def stream(self, body: bytes, media: str = DELIMITED) -> Answer:
-        return await self._answer(body, _stream_request, _STREAM_SHAPES[media])
+    def stream(self, body: bytes, media: str = DELIMITED) -> Awaitable[Answer]:
+        return self._answer(body, _stream_request, _STREAM_SHAPES[media])
 
     async def close_query(self, body: bytes) -> Answer:
         """ksqlDB's `/close-query`: a pull query's answer is complete when sent, so there is never a query
@@ -145,10 +146,16 @@ class QueryEndpoints:
             statement, properties = read(_json_object(body))
         except BadRequest as error:
             return error.refusal()
+        started = time.perf_counter()
         try:
-            result = await self._run(statement, properties)
+            result = await self._queries.execute(statement, properties)
         except QueryError as error:
+            self._metrics.queries.labels(error.kind).inc()
+            self._metrics.failures.labels(error.kind).inc()
             return query_error(error, statement)
+        finally:
+            self._latency.observe(time.perf_counter() - started)
+        self._ok.inc()
         rows = _finite_rows(result.rows) if result.non_finite else result.rows
         answer = shape(result, rows)
         if isinstance(answer, Lines):
@@ -184,19 +191,6 @@ class QueryEndpoints:
         if cursor is not None:  # the LIMIT cut the rows short: the next page's `after`
             answer["cursor"] = cursor
         return answer
-
-    async def _run(self, sql: str, properties: dict[str, object]) -> QueryResult:
-        started = time.perf_counter()
-        try:
-            result = await self._queries.execute(sql, properties)
-        except QueryError as error:
-            self._metrics.queries.labels(error.kind).inc()
-            self._metrics.failures.labels(error.kind).inc()
-            raise
-        finally:
-            self._latency.observe(time.perf_counter() - started)
-        self._ok.inc()
-        return result
 
 
 class Guard(Protocol):
@@ -238,13 +232,16 @@ class QueryRoutes:
                     endpoint = _negotiate(accept, *self._negotiated[path])
                     self._by_accept[path, accept] = endpoint
             if endpoint is not None:
-                try:
-                    answer = await answer_request(endpoint, receive)
+                try:  # answer_request's steps, written out: this runs for every lookup
+                    body = await read_body(receive)
+                    if body is None:  # the client has gone
+                        return
+                    answer = await endpoint(body)
+                except BadRequest as error:
+                    answer = error.refusal()
                 except Exception as error:  # never a stack trace in a body
                     log.exception("unexpected error answering %s", path)
                     answer = internal_error(error)
-                if answer is None:  # the client has gone
-                    return
                 if isinstance(answer[1], list):
                     await send_lines(send, answer[1])
                 else:
