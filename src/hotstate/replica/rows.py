@@ -254,6 +254,7 @@ def may_hold_non_finite(data: bytes) -> bool:
     return False
 
 
+_ONLY_DICT = {dict}
 # Thread-safe: a Decoder holds only its settings.
 _DECODE = msgspec.msgpack.Decoder(ext_hook=_ext_hook).decode
 
@@ -275,12 +276,11 @@ def decode_row(data: bytes) -> dict[str, object]:
 
 def decode_rows(rows: Sequence[bytes]) -> list[dict[str, object]]:
     """`decode_row` of every row, in one pass (an active checks a whole Produce); the same errors."""
-    decode = _DECODE
     try:
-        out = [decode(data) for data in rows]
+        out = list(map(_DECODE, rows))
     except (ValueError, TypeError, OverflowError, RecursionError):
         out = []
-    if len(out) == len(rows) and all(type(row) is dict for row in out):
+    if len(out) == len(rows) and (not out or set(map(type, out)) == _ONLY_DICT):
         return out
     return [decode_row(data) for data in rows]  # raises on the first bad one, saying what is wrong
 

@@ -40,7 +40,7 @@ from hotstate.replica.messages import (
     QueryPartitionsResponse,
     ReplicaError,
 )
-from hotstate.replica.rows import decode_row, may_hold_non_finite
+from hotstate.replica.rows import decode_rows, may_hold_non_finite
 from hotstate.replica.store import StoreError
 from hotstate.routing.freshness import END_UNKNOWN, bound_refusal, served_lag
 from hotstate.routing.freshness import local_lag as local_lag  # where it lived before routing.freshness
@@ -822,24 +822,34 @@ def _rows(
     # Rows past the LIMIT: the next page starts after the last key returned. Each partition sent its
     # first items in key order, so every key up to that one is among those returned.
     last_key = items[-1][0] if query_plan.limit is not None and items and len(merged) > len(items) else None
-    decoded = [decode_row(row) for _, row in items]
+    decoded = decode_rows([row for _, row in items])
     if query_plan.columns is None:
         columns = [c.name for c in table.key_columns]
-        shape: KeysView[str] | None = None
-        for row in decoded:
-            names = row.keys()
-            if names == shape:  # one writer's rows share their columns: compared as sets, in C
-                continue
-            shape = names
-            for name in names:
-                if name not in columns:
-                    columns.append(name)
+        if decoded:
+            columns += [name for name in decoded[0] if name not in columns]
+            # One writer's rows share their columns: all names at once (in C), and the slow way (each
+            # row's new names in order) only when some row has a column the first lacks.
+            if len(decoded) > 1 and not set().union(*decoded).issubset(columns):
+                _add_columns(columns, decoded)
     else:
         columns = list(query_plan.columns)
         for name in columns:
             if decoded and all(_missing(row, name) for row in decoded):
                 raise QueryError("bad_request", f"column {name!r} is not in table {table.name!r}")
     return columns, _projected(decoded, columns), last_key
+
+
+def _add_columns(columns: list[str], decoded: list[dict[str, object]]) -> None:
+    """Every row's columns not in `columns` yet, appended in the order the rows first name them."""
+    shape: KeysView[str] | None = None
+    for row in decoded:
+        names = row.keys()
+        if names == shape:  # compared as sets, in C
+            continue
+        shape = names
+        for name in names:
+            if name not in columns:
+                columns.append(name)
 
 
 def _projected(decoded: list[dict[str, object]], columns: list[str]) -> list[list[object]]:
