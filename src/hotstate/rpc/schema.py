@@ -134,6 +134,9 @@ class _Converter:
     enc_check: str | None = None
     dec_check: str | None = None
     hashable: bool = True
+    # A fixed tuple's check of a whole decoded array (the array then needs only tuple()): a tuple of them
+    # converts in C, not with a call per item.
+    dec_array_check: Callable[[Any], bool] | None = None
 
 
 def _int_conv() -> _Converter:
@@ -286,11 +289,15 @@ def _tuple_conv(inner: _Converter, namespace: dict[str, Any]) -> _Converter:
         except _Invalid:
             raise _locate(x, inner_enc) from None
 
+    array_ok = inner.dec_array_check
+
     def dec(x: Any) -> Any:
         if type(x) is not list:
             raise _want("array", x)
         if dec_ok is not None and all(map(dec_ok, x)):
             return tuple(x)
+        if array_ok is not None and all(map(array_ok, x)):
+            return tuple(map(tuple, x))
         try:
             return tuple([inner_dec(item) for item in x])
         except _Invalid:
@@ -348,7 +355,7 @@ def _fixed_tuple_conv(inners: list[_Converter], namespace: dict[str, Any]) -> _C
                 raise
         return tuple(out)
 
-    return _Converter(name, enc, dec, enc_check, None, all(c.hashable for c in inners))
+    return _Converter(name, enc, dec, enc_check, None, all(c.hashable for c in inners), dec_whole)
 
 
 def _sorted_if_possible(items: list[Any]) -> list[Any]:
