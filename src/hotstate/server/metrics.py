@@ -89,11 +89,11 @@ class Metrics:
             LATENCY_BUCKETS,
             self.registry,
         )
-        self.forwards = Counter(
+        self.forwards = LoopCounter(
             "hotstate_query_forwards",
             "Partitions of a query forwarded to another server, by outcome",
-            ["outcome"],
-            registry=self.registry,
+            "outcome",
+            self.registry,
         )
         self.failures = LoopCounter(
             "hotstate_query_failures", "Pull queries that failed, by reason", "reason", self.registry

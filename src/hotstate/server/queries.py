@@ -593,7 +593,10 @@ class QueryService:
                 items = () if value is None else ((key, value),)
             else:
                 values = store.get_many(request.keys)
-                items = tuple((k, v) for k, v in zip(request.keys, values, strict=True) if v is not None)
+                if None in values:
+                    items = tuple((k, v) for k, v in zip(request.keys, values, strict=True) if v is not None)
+                else:  # every key found (the common case): paired in C
+                    items = tuple(zip(request.keys, values, strict=True))  # type: ignore[arg-type]
         except StoreError as error:
             # A damaged block or a failing disk: never a partial answer (the replica goes offline).
             assert self._replicas is not None
