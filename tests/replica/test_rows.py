@@ -5,6 +5,7 @@ import contextlib
 import datetime as dt
 import decimal
 import enum
+import math
 import struct
 from typing import Any, NamedTuple
 
@@ -20,6 +21,7 @@ from hotstate.replica.rows import (
     decode_row,
     encode_record,
     encode_row,
+    may_hold_non_finite,
 )
 
 OFFSETS = st.timedeltas(min_value=dt.timedelta(hours=-23), max_value=dt.timedelta(hours=23))
@@ -322,3 +324,26 @@ def test_threads_encoding_at_once_get_their_own_rows() -> None:
     finally:
         sys.setswitchinterval(old)
     assert wrong == []
+
+
+def _non_finite_marks(data: bytes) -> bool:
+    """The definition may_hold_non_finite follows: a float 64 (0xcb) whose exponent bits are all set."""
+    return any(
+        data[at] == 0xCB and data[at + 1] in (0x7F, 0xFF) and data[at + 2] >= 0xF0
+        for at in range(len(data) - 2)
+    )
+
+
+@given(
+    st.binary(max_size=64)
+    | st.lists(st.sampled_from([b"\xcb", b"\x7f", b"\xff", b"\xf0", b"a"])).map(b"".join)
+)
+def test_may_hold_non_finite_finds_exactly_the_marks(data: bytes) -> None:
+    assert may_hold_non_finite(data) == _non_finite_marks(data)
+
+
+@given(st.lists(st.floats(allow_nan=True, allow_infinity=True), max_size=5))
+def test_a_row_with_nan_or_infinity_may_hold_non_finite(values: list[float]) -> None:
+    data = encode_row({"a": values, "b": dict(enumerate(values))})
+    if not all(math.isfinite(value) for value in values):
+        assert may_hold_non_finite(data)

@@ -271,7 +271,9 @@ class QueryService:
         read = {(table.table_id, a.served.partition): a.served.position for a in answers}
         columns, rows, last_key = _rows(query_plan, table, answers)
         # One search over all rows: a mark spanning two rows is at worst a false alarm.
-        non_finite = may_hold_non_finite(b"".join([row for a in answers for _, row in a.items]))
+        non_finite = may_hold_non_finite(
+            b"".join(map(_ROW, itertools.chain.from_iterable(a.items for a in answers)))
+        )
         return QueryResult(
             f"{self._id_prefix}{next(self._ids)}",
             table,
@@ -808,6 +810,10 @@ def _plain_work(
     }
 
 
+_KEY = operator.itemgetter(0)  # of a (key, row) item: keys are unique, so items order by key alone
+_ROW = operator.itemgetter(1)
+
+
 def _rows(
     query_plan: QueryPlan, table: TableInfo, answers: Iterable[_PartitionAnswer]
 ) -> tuple[list[str], list[list[object]], bytes | None]:
@@ -818,7 +824,7 @@ def _rows(
     # Each partition's items are already in key order. A key lives in one partition, so (key, row) pairs
     # order by key alone; a sort in C beats a merge in Python at every size one query returns (each
     # partition sends at most `limit` + 1 items).
-    merged = sources[0] if len(sources) == 1 else sorted(itertools.chain.from_iterable(sources))
+    merged = sources[0] if len(sources) == 1 else sorted(itertools.chain.from_iterable(sources), key=_KEY)
     items = merged[:limit]
     if query_plan.limit is None and len(items) > MAX_ROWS:
         raise QueryError("bad_request", f"more than {MAX_ROWS} rows: add a LIMIT or narrow the key range")
