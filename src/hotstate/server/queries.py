@@ -865,6 +865,11 @@ def _projected(decoded: list[dict[str, object]], columns: list[str]) -> list[lis
     """Each row's values in `columns` order; a column a row lacks (or names only when case is ignored)
     is looked up the slow way, for that row."""
     pick = operator.itemgetter(*columns)
+    if len(columns) > 1:
+        try:  # every row has every column (the common case): in C
+            return list(map(list, map(pick, decoded)))
+        except KeyError:
+            pass
     rows: list[list[object]] = []
     for row in decoded:
         try:
