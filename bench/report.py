@@ -485,15 +485,30 @@ def rpc(data: Mapping[str, Any]) -> Section:
 def spark_sink(data: Mapping[str, Any]) -> Section:
     results = data["results"]
     rows = [
-        (name, r["events_per_s"], r.get("batch_s_median"), r.get("wall_s_including_start"))
+        (
+            name,
+            r["events_per_s"],
+            r.get("batch_s_median"),
+            r.get("wall_s_including_start"),
+            r.get("servers_cpu_us_per_changed_row", "-"),
+        )
         for name, r in results.items()
-        if isinstance(r, dict)
+        if isinstance(r, dict) and "events_per_s" in r
     ]
     ratios = [f"{name}: {fmt(v)}." for name, v in results.items() if not isinstance(v, dict)]
+    floor = results.get("floor")
+    if floor:
+        ratios.append(
+            f"Floor on this machine ({floor['model']}): Spark's side alone (arrow_encode) reaches "
+            f"{fmt(floor['arrow_encode_over_noop'])} of the no-op; with the servers' "
+            f"{fmt(floor['servers_cpu_us_per_changed_row'])} µs of CPU per written row on the same cores, "
+            f"at best {fmt(floor['best_hotstate_over_noop'])} (measured: "
+            f"{fmt(floor['measured_hotstate_over_noop'])})."
+        )
     return Section(
         "the same streaming aggregation with a no-op `foreachBatch` (Spark alone) and with sinks that "
         "only move or encode the rows, in the same run.",
-        [Table(("sink", "events/s", "batch s (median)", "wall s incl. start"), rows)],
+        [Table(("sink", "events/s", "batch s (median)", "wall s incl. start", "servers' CPU µs/row"), rows)],
         ratios,
     )
 
