@@ -29,6 +29,7 @@ from hotstate.replica.messages import FetchRequest, FetchResponse, ReplicaError,
 TABLE, PARTITION = 7, 0
 CONFIG = ReplicaConfig(
     fetch_max_wait_ms=200,
+    fetch_hw_delay_ms=0,  # HW news answered at once; test_hw_delay.py covers holding it
     fetch_timeout_ms=1500,
     fetch_backoff_ms=50,
     replica_lag_time_max_ms=1000,
@@ -545,6 +546,80 @@ def test_a_fetch_with_an_older_hw_is_answered_at_once() -> None:
     h.network.clear()
     h.step(1, fetch(2, 1, 1, 1, hw=1))  # nothing is news: parked
     assert h.network == []
+
+
+def _count_deliveries(h: Harness) -> list[ReplicaMessage]:
+    delivered: list[ReplicaMessage] = []
+    step = h.step
+
+    def counting(node: int, message: ReplicaMessage) -> None:
+        delivered.append(message)
+        step(node, message)
+
+    h.step = counting  # type: ignore[method-assign]
+    return delivered
+
+
+def test_the_answer_to_the_fetch_that_moves_the_hw_carries_the_new_hw() -> None:
+    h = started((1, 2))
+    delivered = _count_deliveries(h)
+    h.write(1, [b"a"])
+    h.deliver()  # the data to the follower
+    h.deliver()  # its next fetch, which moves the HW to 1
+    (answer,) = h.in_flight(FetchResponse, dst=2)
+    assert isinstance(answer, FetchResponse) and answer.high_watermark == 1 and not answer.batches
+    h.settle()
+    assert h.cores[2].high_watermark == 1
+    # The data, the fetch that acknowledges it, the HW, the fetch that parks: four messages per write.
+    assert len(delivered) == 4
+
+
+def test_with_a_hw_delay_the_next_write_carries_the_hw_and_a_write_costs_two_messages() -> None:
+    h = started((1, 2), dataclasses.replace(CONFIG, fetch_hw_delay_ms=5))
+    delivered = _count_deliveries(h)
+    for i in range(10):
+        h.write(1, [b"r%d" % i])
+        h.settle()
+        assert h.results[1][-1].error is ReplicaError.NONE  # acknowledged without the HW answer
+        # The follower knows every HW but the last write's: that one waits for the next write's data.
+        assert h.cores[2].high_watermark == i
+    assert len(delivered) == 20
+    assert h.cores[1].next_deadline() == h.now + 5  # the held fetch's
+
+
+def test_a_held_hw_reaches_the_follower_at_the_delay_without_new_data() -> None:
+    h = started((1, 2), dataclasses.replace(CONFIG, fetch_hw_delay_ms=5))
+    h.write(1, [b"a"])
+    h.settle()
+    assert (h.cores[1].high_watermark, h.cores[2].high_watermark) == (1, 0)
+    h.tick(4)
+    assert h.cores[2].high_watermark == 0 and h.stores[2].position == 0
+    h.tick(5)
+    assert h.cores[2].high_watermark == 1 and h.stores[2].position == 1
+
+
+def test_a_parked_fetch_has_its_deadline_cut_to_the_delay_when_the_hw_moves() -> None:
+    """Three replicas: replica 3's fetch is parked (long poll) when replica 2's fetch moves the HW."""
+    h = started((1, 2, 3), dataclasses.replace(CONFIG, fetch_hw_delay_ms=5))
+    h.write(1, [b"a"])
+    h.deliver(dst=3)  # 3 has the data first
+    h.deliver(src=3)  # its fetch: not all of the ISR has it yet, so the HW stays at 0 and 3 parks
+    assert h.cores[1].high_watermark == 0
+    h.deliver(dst=2)
+    h.deliver(src=2)  # 2's fetch moves the HW: both held for the delay, not answered at once
+    assert h.cores[1].high_watermark == 1 and h.in_flight(FetchResponse) == []
+    h.tick(5)
+    assert h.cores[2].high_watermark == 1 and h.cores[3].high_watermark == 1
+
+
+def test_the_hw_delay_is_never_longer_than_the_long_poll() -> None:
+    h = started((1, 2), dataclasses.replace(CONFIG, fetch_max_wait_ms=20, fetch_hw_delay_ms=1000))
+    h.write(1, [b"a"])
+    h.settle()
+    h.tick(19)
+    assert h.cores[2].high_watermark == 0
+    h.tick(20)
+    assert h.cores[2].high_watermark == 1
 
 
 # ---------------------------------------------------------------------- divergence and snapshots

@@ -65,6 +65,7 @@ def test_replica_settings_round_trip(tmp_path: Path) -> None:
     config = load(
         {
             "replica.fetch.max.wait.ms": "100",
+            "replica.fetch.hw.delay.ms": "2",
             "replica.fetch.max.bytes": "65536",
             "replica.fetch.timeout.ms": "101",
             "replica.fetch.backoff.ms": "0",

@@ -227,7 +227,11 @@ def test_a_heartbeat_config_that_passes_constructs(
 
 # --- bad values ------------------------------------------------------------------------------------------
 
-_REPLICA_KEYS_NON_NEGATIVE = ["replica.fetch.backoff.ms", "replica.log.retention.records"]
+_REPLICA_KEYS_NON_NEGATIVE = [
+    "replica.fetch.backoff.ms",
+    "replica.log.retention.records",
+    "replica.fetch.hw.delay.ms",
+]
 _INT_KEYS_POSITIVE = [
     "node.id",
     "broker.heartbeat.interval.ms",

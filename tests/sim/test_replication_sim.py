@@ -50,6 +50,18 @@ def test_every_invariant_holds_for_every_seed(start: int) -> None:
     assert sum(1 for s in stats if s.lag_unknown) >= CHUNK // 2
 
 
+@pytest.mark.parametrize("hw_delay_ms", [5, 15])
+def test_every_invariant_holds_when_hw_news_waits_for_data(hw_delay_ms: int) -> None:
+    """Servers hold a fetch whose only news is the HW (replica.fetch.hw.delay.ms) for the next write's data
+    to carry it: followers learn the HW later, and every invariant (no acked write lost, no store above a
+    HW, bounded reads within their bound) still holds."""
+    seeds = range(CHUNK)
+    stats = [run_seed(seed, hw_delay_ms=hw_delay_ms) for seed in seeds]
+    assert sum(s.acked for s in stats) > 100 * CHUNK
+    assert sum(s.answered_bounded for s in stats) > 100 * CHUNK
+    assert sum(s.answered_by_standby for s in stats) > 50 * CHUNK
+
+
 @pytest.mark.parametrize("seed", PARTITION_STEP_REGRESSIONS)
 def test_a_dropped_replica_added_back_never_fetches_its_way_into_the_isr(seed: int) -> None:
     assert run_seed(seed).reassign_steps > 0
@@ -218,7 +230,7 @@ def test_a_replica_that_claims_a_lag_it_cannot_know_is_caught() -> None:
 
 # A seed where a deposed active that did not know it yet answered max_lag=0 reads from its own HW, while
 # its lag reports said a newer active had committed more (found by the query invariant).
-DEPOSED_ACTIVE_READS = (22,)
+DEPOSED_ACTIVE_READS = (200,)
 
 
 @pytest.mark.parametrize("seed", DEPOSED_ACTIVE_READS)

@@ -262,6 +262,19 @@ _REPLICAS: Final = (
         ),
     ),
     Setting(
+        "replica.fetch.hw.delay.ms",
+        "replica.fetch_hw_delay_ms",
+        minimum=0,
+        unit="ms",
+        doc=(
+            "How long the active holds a follower's fetch whose only news is a newer high watermark, so "
+            "that the next batch's data carries it (under steady writes this halves the fetch messages). "
+            "A follower's store applies a write at most this long (plus the 10 ms tick) after it "
+            "committed when no other write follows. 0 answers at once; never longer than "
+            "`replica.fetch.max.wait.ms`."
+        ),
+    ),
+    Setting(
         "replica.fetch.max.bytes",
         "replica.fetch_max_bytes",
         unit="bytes",

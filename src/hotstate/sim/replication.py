@@ -190,6 +190,7 @@ class ReplicationProfile:
                 isr_change_retry_ms=rng.choice([50, 300]),
                 min_insync_replicas=1,
                 log_retention_records=rng.choice([5, 40, 100_000]),
+                fetch_hw_delay_ms=0,  # run_seed's hw_delay_ms sets it
             ),
         )
         config = dataclasses.replace(profile.config, min_insync_replicas=profile.min_insync)
@@ -1247,10 +1248,16 @@ def run_seed(
     elect_rule: ElectRule = elect_after_fence,
     lag_rule: LagRule = served_lag,
     trace: bool = False,
+    hw_delay_ms: int = 0,
 ) -> Stats:
+    """`hw_delay_ms`: the cores' fetch_hw_delay_ms (a seed's own choices stay as they were without it)."""
+    profile = ReplicationProfile.from_seed(seed)
+    if hw_delay_ms:
+        config = dataclasses.replace(profile.config, fetch_hw_delay_ms=hw_delay_ms)
+        profile = dataclasses.replace(profile, config=config)
     world = ReplicationWorld(
         seed,
-        ReplicationProfile.from_seed(seed),
+        profile,
         core_factory=core_factory,
         fence_rule=fence_rule,
         elect_rule=elect_rule,
