@@ -32,6 +32,7 @@ import random
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from hotstate.protocol.wire import MESSAGES
 from hotstate.query.tokens import cluster_tag
@@ -40,6 +41,9 @@ from hotstate.replica.keys import encode_key, key_from_row, partition_for
 from hotstate.replica.messages import (
     RETRIABLE,
     PartitionMetadata,
+    PartitionRows,
+    ProducePartitionsRequest,
+    ProducePartitionsResponse,
     ProduceRequest,
     ProduceResponse,
     ReplicaError,
@@ -47,7 +51,8 @@ from hotstate.replica.messages import (
     TableMetadataResponse,
 )
 from hotstate.replica.rows import encode_row
-from hotstate.rpc import DEFAULT_MAX_FRAME_BYTES, PeerPool, RpcError, bootstrap_peers
+from hotstate.rpc import DEFAULT_MAX_FRAME_BYTES, PeerPool, RemoteError, RpcError, bootstrap_peers
+from hotstate.rpc.channel import ERROR_BAD_MESSAGE
 from hotstate.tls import TlsOption, to_client_context
 
 log = logging.getLogger(__name__)
@@ -104,7 +109,9 @@ class WriterStats:
     # Retries sent as soon as the partition was seen moved (a watch answer, or a hint), rather than
     # after a backoff timer.
     retried_on_move: int = 0
-    produce_requests: int = 0
+    produce_requests: int = 0  # one partition's rows sent once (a part of a shared message counts once)
+    # Produce messages sent: a ProducePartitionsRequest carrying several partitions for one server is one.
+    produce_messages: int = 0
     hints_used: int = 0  # NOT_LEADER / FENCED_EPOCH answers whose named active was used at once
 
 
@@ -157,6 +164,11 @@ class TableWriter:
         self._watchers: list[asyncio.Task[None]] = []
         self._watching: dict[int, int] = {}  # watcher slot -> the server it asks
         self._avoid: dict[int, float] = {}  # server -> until when a watch should not go to it
+        # Produces asked for in this event-loop turn, per server: they leave together (_flush_produces).
+        self._outgoing: dict[int, list[_Outgoing]] = {}
+        self._sending: set[asyncio.Task[None]] = set()
+        # Servers that refused a ProducePartitionsRequest as unknown (an older version): one per partition.
+        self._single_only: set[int] = set()
         self._closed = False
 
     async def close(self) -> None:
@@ -167,6 +179,11 @@ class TableWriter:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._watchers.clear()
+        for sending in list(self._sending):
+            sending.cancel()
+        for sending in list(self._sending):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await sending
         await self._pool.close()
 
     async def __aenter__(self) -> TableWriter:
@@ -474,24 +491,111 @@ class TableWriter:
         partitioned away) must not hold the write for the whole timeout when the controller has moved on."""
         assert part.active is not None
         timeout_s = request.timeout_ms / 1000 + 1.0
-        sent = asyncio.ensure_future(self._pool.request(part.active, request, timeout_s))
+        sent = self._produce_via(part.active, request, timeout_s)
         try:
             while True:
                 if self._moved(partition, part):
                     self.stats.moved_while_waiting += 1
                     return None
                 changed = asyncio.ensure_future(self._changed.wait())
+                waiting: set[asyncio.Future[Any]] = {sent, changed}
                 try:
-                    await asyncio.wait({sent, changed}, return_when=asyncio.FIRST_COMPLETED)
+                    await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
                 finally:
                     changed.cancel()
                 if sent.done():
-                    answer = sent.result()
-                    assert isinstance(answer, ProduceResponse)
-                    return answer
+                    return sent.result()
         finally:
             if not sent.done():
                 sent.cancel()
+
+    # ------------------------------------------------------------------ one message per server
+    def _produce_via(
+        self, node: int, request: ProduceRequest, timeout_s: float
+    ) -> asyncio.Future[ProduceResponse]:
+        """The answer to `request`, sent to `node`. Every partition's Produce for the same server asked
+        for in this event-loop turn (upsert starts every partition at once) leaves in one message."""
+        loop = asyncio.get_running_loop()
+        queued = self._outgoing.get(node)
+        if queued is None:
+            queued = self._outgoing[node] = []
+            loop.call_soon(self._flush_produces, node)
+        answer: asyncio.Future[ProduceResponse] = loop.create_future()
+        queued.append(_Outgoing(request, timeout_s, answer))
+        return answer
+
+    def _flush_produces(self, node: int) -> None:
+        queued = [o for o in self._outgoing.pop(node, ()) if not o.answer.done()]
+        groups: list[list[_Outgoing]] = []
+        size = MAX_REQUEST_BYTES
+        for outgoing in queued:
+            rows = sum(map(len, outgoing.request.rows))
+            if node in self._single_only or size + rows > MAX_REQUEST_BYTES:
+                groups.append([])
+                size = 0
+            groups[-1].append(outgoing)
+            size += rows
+        for group in groups:
+            task = asyncio.ensure_future(self._send_produces(node, group))
+            self._sending.add(task)
+            task.add_done_callback(self._sending.discard)
+
+    async def _send_produces(self, node: int, group: list[_Outgoing]) -> None:
+        """One message to `node` for `group`: a ProduceRequest for one partition, a
+        ProducePartitionsRequest for several; each answer (or the failure) goes to its partition."""
+        timeout_s = max(o.timeout_s for o in group)
+        self.stats.produce_messages += 1
+        try:
+            if len(group) == 1:
+                reply = await self._pool.request(node, group[0].request, timeout_s)
+                assert isinstance(reply, ProduceResponse)
+                answers: tuple[ProduceResponse, ...] = (reply,)
+            else:
+                request = ProducePartitionsRequest(
+                    self.table,
+                    tuple(
+                        PartitionRows(o.request.partition, o.request.leader_epoch, o.request.rows)
+                        for o in group
+                    ),
+                    max(o.request.timeout_ms for o in group),
+                )
+                reply = await self._pool.request(node, request, timeout_s)
+                assert isinstance(reply, ProducePartitionsResponse)
+                answers = reply.answers
+                if len(answers) != len(group):
+                    raise RpcError(f"server {node} answered {len(answers)} parts of {len(group)}")
+        except RemoteError as error:
+            if len(group) > 1 and error.code == ERROR_BAD_MESSAGE:
+                # A server of an older version: one Produce per partition from now on.
+                log.info("server %d does not take multi-partition Produce requests: %s", node, error)
+                self._single_only.add(node)
+                for outgoing in group:
+                    self._forward(self._produce_via(node, outgoing.request, outgoing.timeout_s), outgoing)
+                return
+            _fail_all(group, error)
+            return
+        except (RpcError, asyncio.CancelledError) as error:
+            _fail_all(group, error)
+            if isinstance(error, asyncio.CancelledError):
+                raise
+            return
+        for outgoing, answer in zip(group, answers, strict=True):
+            if not outgoing.answer.done():
+                outgoing.answer.set_result(answer)
+
+    @staticmethod
+    def _forward(source: asyncio.Future[ProduceResponse], outgoing: _Outgoing) -> None:
+        def copy(done: asyncio.Future[ProduceResponse]) -> None:
+            if outgoing.answer.done():
+                return
+            if done.cancelled():
+                outgoing.answer.cancel()
+            elif (error := done.exception()) is not None:
+                outgoing.answer.set_exception(error)
+            else:
+                outgoing.answer.set_result(done.result())
+
+        source.add_done_callback(copy)
 
     async def upsert_encoded(
         self, by_partition: Mapping[int, Sequence[bytes]], *, deadline_s: float = 60.0
@@ -540,6 +644,22 @@ class TableWriter:
             sum(r[1] for r in results),
             encode_token(positions, self._tag),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class _Outgoing:
+    request: ProduceRequest
+    timeout_s: float
+    answer: asyncio.Future[ProduceResponse]
+
+
+def _fail_all(group: list[_Outgoing], error: BaseException) -> None:
+    for outgoing in group:
+        if not outgoing.answer.done():
+            if isinstance(error, asyncio.CancelledError):
+                outgoing.answer.cancel()
+            else:
+                outgoing.answer.set_exception(error)
 
 
 def _jittered(seconds: float) -> float:

@@ -116,6 +116,9 @@ for type_id, cls in (
     (170, replica.Heartbeat),
     (171, replica.LagReport),
     (173, replica.QueryPartitionsResponse),
+    (174, replica.PartitionRows),
+    (175, replica.ProducePartitionsRequest),
+    (176, replica.ProducePartitionsResponse),
 ):
     MESSAGES.register(type_id, cls)
 # Version 2 appended writer_rack.

@@ -126,6 +126,32 @@ class ProduceResponse:
 
 
 @dataclass(frozen=True, slots=True)
+class PartitionRows:
+    """One partition's part of a `ProducePartitionsRequest`: what a `ProduceRequest` holds but the table."""
+
+    partition: int
+    leader_epoch: int
+    rows: tuple[bytes, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ProducePartitionsRequest:
+    """Upserts for several partitions of one table, sent to the server the writer knows as their active:
+    one round trip per server rather than per partition. Each part is checked, written and answered on
+    its own, exactly as the `ProduceRequest` of its partition would be (its own errors, hints and
+    produce.max.bytes); one part's error writes nothing of that part and does not touch the others."""
+
+    table: str
+    parts: tuple[PartitionRows, ...]
+    timeout_ms: int = 30_000
+
+
+@dataclass(frozen=True, slots=True)
+class ProducePartitionsResponse:
+    answers: tuple[ProduceResponse, ...]  # in the order of the request's parts
+
+
+@dataclass(frozen=True, slots=True)
 class FetchStoreSnapshotRequest:
     """A chunk of the active's store snapshot, for a follower below the active's log start.
 

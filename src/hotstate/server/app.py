@@ -491,6 +491,8 @@ class Server:
             raise ValueError(f"server {self.config.node_id} is not a broker: {type(message).__name__}")
         if isinstance(message, replica_messages.ProduceRequest):
             return await replicas.produce(message)
+        if isinstance(message, replica_messages.ProducePartitionsRequest):
+            return await replicas.produce_partitions(message)
         if isinstance(message, replica_messages.FetchStoreSnapshotRequest):
             return await replicas.serve_snapshot(message)
         if isinstance(message, replica_messages.QueryPartitionsRequest) and self.queries is not None:

@@ -66,6 +66,8 @@ from hotstate.replica.messages import (
     MetadataForKeyResponse,
     PartitionMetadata,
     PartitionQueryResponse,
+    ProducePartitionsRequest,
+    ProducePartitionsResponse,
     ProduceRequest,
     ProduceResponse,
     QueryPartitionsRequest,
@@ -487,47 +489,72 @@ class ReplicaManager:
         self._pump(replica)
 
     async def produce(self, request: ProduceRequest) -> ProduceResponse:
-        table = self.image.tables.get(request.table)
+        started = self._start_produce(
+            request.table, request.partition, request.leader_epoch, request.rows, request.timeout_ms
+        )
+        if isinstance(started, ProduceResponse):
+            return started
+        return await started
+
+    async def produce_partitions(self, request: ProducePartitionsRequest) -> ProducePartitionsResponse:
+        """Every part as `produce` would answer it. All parts are checked and appended before the first
+        wait, so the fetch answers to their followers leave in the same event-loop turn."""
+        started = [
+            self._start_produce(request.table, p.partition, p.leader_epoch, p.rows, request.timeout_ms)
+            for p in request.parts
+        ]
+        waiting = [s for s in started if not isinstance(s, ProduceResponse)]
+        answered = iter(await asyncio.gather(*waiting)) if waiting else iter(())
+        return ProducePartitionsResponse(
+            tuple(s if isinstance(s, ProduceResponse) else next(answered) for s in started)
+        )
+
+    def _start_produce(
+        self, table_name: str, partition: int, leader_epoch: int, rows: tuple[bytes, ...], timeout_ms: int
+    ) -> ProduceResponse | Awaitable[ProduceResponse]:
+        """Check and append one partition's rows: the answer at once (an error, or a result the core gave
+        at once), or what to await for it (the commit, acks=all)."""
+        table = self.image.tables.get(table_name)
         if table is None:
-            return ProduceResponse(ReplicaError.UNKNOWN_TABLE, f"no table {request.table!r}")
-        if not 0 <= request.partition < table.partitions:
+            return ProduceResponse(ReplicaError.UNKNOWN_TABLE, f"no table {table_name!r}")
+        if not 0 <= partition < table.partitions:
             return ProduceResponse(
                 ReplicaError.INVALID_REQUEST,
-                f"table {table.name!r} has partitions 0..{table.partitions - 1}, not {request.partition}",
+                f"table {table.name!r} has partitions 0..{table.partitions - 1}, not {partition}",
             )
-        size = sum(len(row) for row in request.rows)
+        size = sum(len(row) for row in rows)
         if size > self.produce_max_bytes:
             return ProduceResponse(
                 ReplicaError.TOO_LARGE,
                 f"{size} bytes of rows, above produce.max.bytes={self.produce_max_bytes}: "
                 "send smaller batches",
             )
-        replica = self.replicas.get((table.table_id, request.partition))
-        part = self.image.partitions.get(table.table_id, ())[request.partition]
+        replica = self.replicas.get((table.table_id, partition))
+        part = self.image.partitions.get(table.table_id, ())[partition]
         if replica is None or replica.core.role is not ReplicaRole.LEADER:
             error = ReplicaError.NOT_LEADER
-            if request.leader_epoch < part.leader_epoch:
+            if leader_epoch < part.leader_epoch:
                 error = ReplicaError.FENCED_EPOCH
             why = "" if self.disk_failure is None else f" (its disk failed: {self.disk_failure})"
             return ProduceResponse(
                 error,
-                f"server {self.node_id} is not the active of {table.name}/{request.partition}{why}",
+                f"server {self.node_id} is not the active of {table.name}/{partition}{why}",
                 active=part.active,
                 leader_epoch=part.leader_epoch,
             )
-        if not request.rows:
+        if not rows:
             return ProduceResponse(ReplicaError.INVALID_REQUEST, "no rows")
-        records, problem = _records_for(table, request)
+        records, problem = records_for_rows(rows, table.key_columns, table.partitions, partition, table.name)
         if problem is not None:
             return ProduceResponse(ReplicaError.INVALID_ROW, problem)
-        timeout_ms = max(1, min(request.timeout_ms, 300_000))
-        result = replica.core.produce(records, request.leader_epoch, monotonic_ms(), timeout_ms)
+        timeout_ms = max(1, min(timeout_ms, 300_000))
+        result = replica.core.produce(records, leader_epoch, monotonic_ms(), timeout_ms)
         if isinstance(result, ProduceResult):
             return _produce_response(result, replica)
         waiter: asyncio.Future[ProduceResult] = asyncio.get_running_loop().create_future()
         replica.waiters[result] = waiter
         self._pump(replica)
-        return _produce_response(await waiter, replica)
+        return _answer_when_committed(waiter, replica)
 
     async def serve_snapshot(self, request: FetchStoreSnapshotRequest) -> FetchStoreSnapshotResponse:
         replica = self.replicas.get((request.table_id, request.partition))
@@ -741,9 +768,10 @@ def _epoch_before(plog: Log) -> int:
     return before[-1] if before else (entries[0][0] if entries else 0)
 
 
-def _records_for(table: TableInfo, request: ProduceRequest) -> tuple[list[bytes], str | None]:
-    """The log records for the rows, or the first problem (naming the row and column); all or nothing."""
-    return records_for_rows(request.rows, table.key_columns, table.partitions, request.partition, table.name)
+async def _answer_when_committed(
+    waiter: asyncio.Future[ProduceResult], replica: LocalReplica
+) -> ProduceResponse:
+    return _produce_response(await waiter, replica)
 
 
 def _produce_response(result: ProduceResult, replica: LocalReplica) -> ProduceResponse:
@@ -791,14 +819,24 @@ def metadata_for_key(image: MetadataImage, table_name: str, key_row: bytes) -> M
 
 # What a server whose metadata has not caught up (server.metadata) refuses with NOT_READY: each would be
 # judged from an image that may lack tables and moves committed long ago.
-NOT_READY_REFUSES = (ProduceRequest, MetadataForKeyRequest, QueryPartitionsRequest)
+NOT_READY_REFUSES = (
+    ProduceRequest,
+    ProducePartitionsRequest,
+    MetadataForKeyRequest,
+    QueryPartitionsRequest,
+)
 
 
 def not_ready_answer(
-    request: ProduceRequest | MetadataForKeyRequest | QueryPartitionsRequest, reason: str
-) -> ProduceResponse | MetadataForKeyResponse | QueryPartitionsResponse:
+    request: ProduceRequest | ProducePartitionsRequest | MetadataForKeyRequest | QueryPartitionsRequest,
+    reason: str,
+) -> ProduceResponse | ProducePartitionsResponse | MetadataForKeyResponse | QueryPartitionsResponse:
     if isinstance(request, ProduceRequest):
         return ProduceResponse(ReplicaError.NOT_READY, reason)
+    if isinstance(request, ProducePartitionsRequest):
+        return ProducePartitionsResponse(
+            tuple(ProduceResponse(ReplicaError.NOT_READY, reason) for _ in request.parts)
+        )
     if isinstance(request, MetadataForKeyRequest):
         return MetadataForKeyResponse(ReplicaError.NOT_READY, reason)
     return QueryPartitionsResponse(
