@@ -397,3 +397,103 @@ def test_sigstop_of_the_metadata_leader_takes_no_partition_offline(start_cluster
         assert took < 10.0
 
     running.run(scenario())
+
+
+def test_a_produce_per_server_carries_its_partitions_and_answers_each_on_its_own(start_cluster) -> None:
+    """The writer sends one message per server for all the partitions it leads (ProducePartitionsRequest),
+    and each part of one is checked, written and answered as its own ProduceRequest would be."""
+    from hotstate.replica.keys import encode_key, partition_for
+    from hotstate.replica.messages import (
+        PartitionRows,
+        ProducePartitionsRequest,
+        ProducePartitionsResponse,
+    )
+    from hotstate.replica.rows import encode_row
+
+    running = start_cluster(3, produce_max_bytes=64 * 1024)
+
+    async def scenario() -> None:
+        await _create(running, "clicks", partitions=6, standbys=1)
+        probe = Probe(running)
+        meta = await probe.metadata(1, "clicks")
+        async with _writer(running, "clicks") as writer:
+            await writer.metadata()
+            rows = [{"user": f"u{i}", "clicks": i} for i in range(600)]
+            result = await writer.upsert(rows)
+        actives = {p.active for p in meta.partitions}
+        assert result.rows == 600 and result.retries == 0
+        assert writer.stats.produce_requests == 6  # one part per partition...
+        assert writer.stats.produce_messages == len(actives)  # ...in one message per server
+        await probe.wait_converged([1, 2, 3], "clicks")
+        for part in meta.partitions:
+            for node in part.replicas:
+                _, stored = await probe.rows(node, "clicks", part.partition)
+                expected = {
+                    r["user"] for r in rows if partition_for(encode_key((r["user"],)), 6) == part.partition
+                }
+                assert {row["user"] for row in stored.values()} == expected
+
+        # One server, several parts, each with its own fate.
+        def rows_for(partition: int, count: int = 3) -> tuple[bytes, ...]:
+            out, i = [], 0
+            while len(out) < count:
+                if partition_for(encode_key((f"v{i}",)), 6) == partition:
+                    out.append(encode_row({"user": f"v{i}", "clicks": i}))
+                i += 1
+            return tuple(out)
+
+        node = next(iter(actives))
+        led = [p for p in meta.partitions if p.active == node]
+        other = next(p for p in meta.partitions if p.active != node)
+        mine = led[0]
+        ends_before = {
+            i.partition: i.end_offset_position
+            for i in (await probe.lag(node)).replicas
+            if i.state == "active"
+        }
+        parts = (
+            PartitionRows(mine.partition, mine.leader_epoch, rows_for(mine.partition)),  # written
+            PartitionRows(other.partition, other.leader_epoch, rows_for(other.partition)),  # not the active
+            PartitionRows(mine.partition, mine.leader_epoch - 1, rows_for(mine.partition)),  # fenced
+            PartitionRows(mine.partition, mine.leader_epoch + 1, rows_for(mine.partition)),  # unknown epoch
+            PartitionRows(mine.partition, mine.leader_epoch, (*rows_for(mine.partition, 2), b"\xc1")),
+            PartitionRows(
+                mine.partition, mine.leader_epoch, rows_for(mine.partition + 1 if mine.partition < 5 else 0)
+            ),
+            PartitionRows(
+                mine.partition,
+                mine.leader_epoch,
+                tuple(encode_row({"user": "big", "pad": "x" * 70_000}) for _ in range(1)),
+            ),
+            PartitionRows(6, mine.leader_epoch, rows_for(mine.partition)),  # no such partition
+            PartitionRows(mine.partition, mine.leader_epoch, ()),  # no rows
+        )
+        reply = await probe.pool.request(node, ProducePartitionsRequest("clicks", parts), 10.0)
+        assert isinstance(reply, ProducePartitionsResponse) and len(reply.answers) == len(parts)
+        ok, not_leader, fenced, unknown, bad_row, wrong_partition, too_large, no_partition, empty = (
+            reply.answers
+        )
+        assert ok.error is ReplicaError.NONE and ok.end_offset - ok.base_offset == 3
+        assert ok.base_offset == ends_before[mine.partition]
+        assert not_leader.error is ReplicaError.NOT_LEADER and not_leader.active == other.active
+        assert not_leader.leader_epoch == other.leader_epoch
+        assert fenced.error is ReplicaError.FENCED_EPOCH
+        assert unknown.error is ReplicaError.UNKNOWN_EPOCH
+        assert bad_row.error is ReplicaError.INVALID_ROW and "row 2" in bad_row.message
+        assert wrong_partition.error is ReplicaError.INVALID_ROW and "partition" in wrong_partition.message
+        assert too_large.error is ReplicaError.TOO_LARGE and "produce.max.bytes" in too_large.message
+        assert no_partition.error is ReplicaError.INVALID_REQUEST
+        assert empty.error is ReplicaError.INVALID_REQUEST
+        ends_after = {
+            i.partition: i.end_offset_position
+            for i in (await probe.lag(node)).replicas
+            if i.state == "active"
+        }
+        assert ends_after[mine.partition] == ok.end_offset  # only the good part was written
+        assert all(ends_after[p] == ends_before[p] for p in ends_before if p != mine.partition)
+        # A table this server does not know: every part says so.
+        reply = await probe.pool.request(node, ProducePartitionsRequest("nope", parts[:2]), 10.0)
+        assert [a.error for a in reply.answers] == [ReplicaError.UNKNOWN_TABLE] * 2
+        await probe.close()
+
+    running.run(scenario())

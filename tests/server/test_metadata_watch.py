@@ -26,13 +26,15 @@ from hotstate.controller.records import (
 from hotstate.protocol.wire import MESSAGES
 from hotstate.raft.records import Entry
 from hotstate.replica.messages import (
+    PartitionRows,
+    ProducePartitionsRequest,
     ProduceRequest,
     QueryPartitionsRequest,
     ReplicaError,
     TableMetadataRequest,
 )
 from hotstate.server.metadata import MetadataPublisher
-from hotstate.server.replicas import answer_table_metadata, not_ready_answer
+from hotstate.server.replicas import NOT_READY_REFUSES, answer_table_metadata, not_ready_answer
 
 KEY = (KeyColumn("k", KeyType.STRING),)
 
@@ -114,6 +116,15 @@ def test_a_not_ready_server_refuses_table_metadata_produce_and_partition_queries
     assert produce.error is ReplicaError.NOT_READY and produce.message == "starting"
     query = not_ready_answer(QueryPartitionsRequest(()), "starting")
     assert query.answers == ()
+
+
+def test_a_not_ready_server_refuses_every_part_of_a_multi_partition_produce() -> None:
+    request = ProducePartitionsRequest(
+        "t", (PartitionRows(0, 1, (b"\x80",)), PartitionRows(1, 1, (b"\x80",)))
+    )
+    assert isinstance(request, NOT_READY_REFUSES)
+    answer = not_ready_answer(request, "starting")
+    assert [(a.error, a.message) for a in answer.answers] == [(ReplicaError.NOT_READY, "starting")] * 2
 
 
 # ------------------------------------------------------------------------------------------ watches
