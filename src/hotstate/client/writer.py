@@ -37,7 +37,7 @@ from typing import Any
 from hotstate.protocol.wire import MESSAGES
 from hotstate.query.tokens import cluster_tag
 from hotstate.query.tokens import encode as encode_token
-from hotstate.replica.keys import encode_key, key_from_row, partition_for
+from hotstate.replica.keys import encode_key, encode_keys, key_from_row, partition_for, partitions_of
 from hotstate.replica.messages import (
     RETRIABLE,
     PartitionMetadata,
@@ -365,6 +365,23 @@ class TableWriter:
         end = time.monotonic() + deadline_s
         meta = await self.metadata(deadline_s=deadline_s)
         max_row = self._max_row_bytes(meta)
+        by_partition = _encode_in_bulk(rows, meta, max_row)
+        if by_partition is None:
+            by_partition = self._encode_one_by_one(rows, meta, max_row)
+        self._start_watching()
+        chunk_bytes = min(MAX_REQUEST_BYTES, max_row)
+        results = await asyncio.gather(
+            *(
+                self._write_partition(p, encoded, end, chunk_bytes)
+                for p, encoded in sorted(by_partition.items())
+            )
+        )
+        return self._result(len(rows), meta, by_partition, results)
+
+    def _encode_one_by_one(
+        self, rows: Sequence[Mapping[str, object]], meta: TableMetadataResponse, max_row: int
+    ) -> dict[int, list[bytes]]:
+        """The rows encoded and grouped by partition; WriteError naming the first row that cannot be sent."""
         by_partition: dict[int, list[bytes]] = {}
         for index, row in enumerate(rows):
             try:
@@ -379,15 +396,7 @@ class TableWriter:
                     "(the servers' produce.max.bytes: one Produce carries at most that many row bytes)",
                 )
             by_partition.setdefault(partition_for(key, len(meta.partitions)), []).append(encoded)
-        self._start_watching()
-        chunk_bytes = min(MAX_REQUEST_BYTES, max_row)
-        results = await asyncio.gather(
-            *(
-                self._write_partition(p, encoded, end, chunk_bytes)
-                for p, encoded in sorted(by_partition.items())
-            )
-        )
-        return self._result(len(rows), meta, by_partition, results)
+        return by_partition
 
     async def _write_partition(
         self, partition: int, rows: list[bytes], end: float, chunk_bytes: int | None = None
@@ -397,10 +406,11 @@ class TableWriter:
         self._start_watching()
         assert self._metadata is not None
         max_row = self._max_row_bytes(self._metadata)
+        checked = chunk_bytes is not None  # upsert and upsert_encoded checked every row's size already
         if chunk_bytes is None:
             chunk_bytes = min(MAX_REQUEST_BYTES, max_row)
-        too_large = next((len(row) for row in rows if len(row) > max_row), None)
-        if too_large is not None:  # upsert checks every row first; this guards any other caller
+        too_large = None if checked else next((len(row) for row in rows if len(row) > max_row), None)
+        if too_large is not None:  # guards any other caller
             raise WriteError(
                 ReplicaError.TOO_LARGE,
                 f"{self.table}/{partition}: a row of {too_large:,} bytes encoded, the limit is {max_row:,}",
@@ -660,6 +670,27 @@ def _fail_all(group: list[_Outgoing], error: BaseException) -> None:
                 outgoing.answer.cancel()
             else:
                 outgoing.answer.set_exception(error)
+
+
+def _encode_in_bulk(
+    rows: Sequence[Mapping[str, object]], meta: TableMetadataResponse, max_row: int
+) -> dict[int, list[bytes]] | None:
+    """The rows encoded and grouped by partition, a pass at a time (keys.encode_keys: about half the cost
+    of taking each row on its own); None when any row needs a closer look (a bad row, one too large, a key
+    shape without a bulk encoder): `_encode_one_by_one` then gives the same groups or names the row."""
+    keys = encode_keys(rows, meta.key_columns)
+    if keys is None:
+        return None
+    try:
+        encoded = [encode_row(row) for row in rows]
+    except ValueError:
+        return None
+    if max(map(len, encoded), default=0) > max_row:
+        return None
+    groups: list[list[bytes]] = [[] for _ in meta.partitions]
+    for partition, row in zip(partitions_of(keys, len(groups)), encoded, strict=True):
+        groups[partition].append(row)
+    return {partition: group for partition, group in enumerate(groups) if group}
 
 
 def _jittered(seconds: float) -> float:

@@ -14,12 +14,10 @@ same records and the same errors (tests/replica/test_ingest.py holds them to eac
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
-import mmh3
-
-from hotstate.controller.records import KeyColumn, KeyType
-from hotstate.replica.keys import encode_key, key_from_row, partition_for
+from hotstate.controller.records import KeyColumn
+from hotstate.replica.keys import encode_key, encode_keys, key_from_row, partition_for, partitions_of
 from hotstate.replica.rows import decode_row, decode_rows, encode_record, encode_records
 
 __all__ = ["records_for_rows"]
@@ -35,38 +33,18 @@ def records_for_rows(
     return _one_by_one(rows, key_columns, partitions, partition, table)
 
 
-def _encode_string_keys(values: list[object]) -> list[bytes] | None:
-    if not all(type(value) is str for value in values):
-        return None
-    # keys._encode_str for exact str: UTF-8, 0x00 escaped as 0x00 0xFF, then a 0x00 terminator.
-    return [b"\x02" + value.encode().replace(b"\x00", b"\x00\xff") + b"\x00" for value in values]  # type: ignore[attr-defined]
-
-
-_SINGLE_KEY_ENCODERS: dict[KeyType, Callable[[list[object]], list[bytes] | None]] = {
-    KeyType.STRING: _encode_string_keys,
-}
-
-
 def _fast(
     rows: Sequence[bytes], key_columns: Sequence[KeyColumn], partitions: int, partition: int
 ) -> list[bytes] | None:
     """The records when every row is good; None when any is not (or anything unusual turns up)."""
     try:
         decoded = decode_rows(rows)
-        keys: list[bytes] | None = None
-        if len(key_columns) == 1:
-            column = key_columns[0]
-            encoder = _SINGLE_KEY_ENCODERS.get(column.type)
-            if encoder is not None:
-                keys = encoder([row[column.name] for row in decoded])
+        keys = encode_keys(decoded, key_columns)
         if keys is None:
             keys = [encode_key(key_from_row(row, key_columns)) for row in decoded]
+        found = partitions_of(keys, partitions)
     except (ValueError, TypeError, OverflowError, KeyError, UnicodeError):
         return None
-    if partitions < 1:
-        return None
-    hash32 = mmh3.hash
-    found = [hash32(key, 0, signed=False) % partitions for key in keys]
     if found.count(partition) != len(found):
         return None
     return encode_records(keys, list(rows))

@@ -43,6 +43,7 @@ __all__ = [
     "decode_key",
     "encode_component",
     "encode_key",
+    "encode_keys",
     "key_from_row",
     "partition_for",
     "prefix_end",
@@ -281,6 +282,41 @@ def partitions_of(encoded_keys: Iterable[bytes], partitions: int) -> tuple[int, 
         raise ValueError(f"partitions must be at least 1, got {partitions}")
     murmur = mmh3.hash
     return tuple(murmur(key, 0, signed=False) % partitions for key in encoded_keys)
+
+
+def _encode_string_keys(values: list[object]) -> list[bytes] | None:
+    if not all(type(value) is str for value in values):
+        return None
+    # _encode_str for exact str (str_components' bytes, in order): UTF-8, 0x00 escaped as 0x00 0xFF, then
+    # a 0x00 terminator.
+    return [b"\x02" + value.encode().replace(b"\x00", b"\x00\xff") + b"\x00" for value in values]  # type: ignore[attr-defined]
+
+
+_SINGLE_KEY_ENCODERS: dict[KeyType, Callable[[list[object]], list[bytes] | None]] = {
+    KeyType.STRING: _encode_string_keys,
+}
+
+
+def encode_keys(rows: Sequence[Mapping[str, object]], key_columns: Sequence[KeyColumn]) -> list[bytes] | None:
+    """`encode_key(key_from_row(row, key_columns))` of every row in one pass, for the common shape (one
+    STRING key column holding exact str values): the same bytes at about a third of the cost. None for
+    anything else, including a row without its key: then the caller takes each row on its own, which names
+    the bad row."""
+    if len(key_columns) != 1:
+        return None
+    column = key_columns[0]
+    encoder = _SINGLE_KEY_ENCODERS.get(column.type)
+    if encoder is None:
+        return None
+    name = column.name
+    try:
+        values = [row[name] for row in rows]
+    except (KeyError, TypeError):
+        return None
+    try:
+        return encoder(values)
+    except UnicodeError:  # a lone surrogate: the per-row path names it
+        return None
 
 
 def prefix_end(prefix: bytes) -> bytes | None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import logging
 import shutil
@@ -341,6 +342,12 @@ class ReplicaManager:
             ready = core.ready()
             if ready.is_empty():
                 return
+            # Answer the writers before writing the store: the answers go out in the tasks the results wake,
+            # which run before a callback scheduled after them. Handing the core its Ready without the
+            # committed batches leaves them committed and not applied, so that later pump applies them.
+            defer_apply = bool(ready.committed and ready.produce_results)
+            if defer_apply:
+                ready = dataclasses.replace(ready, committed=())
             try:
                 self._do_log_ops(replica, ready)
             except (OSError, StoreError, CorruptLogError) as error:
@@ -362,6 +369,9 @@ class ReplicaManager:
                 replica.installing = True
                 self._spawn(self._fetch_snapshot(replica, ready.snapshot_needed), f"snapshot-{replica.pid}")
             core.advance(ready)
+            if defer_apply:
+                asyncio.get_running_loop().call_soon(self._pump, replica)
+                return
 
     def _do_log_ops(self, replica: LocalReplica, ready: Ready) -> None:
         plog = replica.log
@@ -494,7 +504,8 @@ class ReplicaManager:
         )
         if isinstance(started, ProduceResponse):
             return started
-        return await started
+        waiter, replica = started
+        return _produce_response(await waiter, replica)
 
     async def produce_partitions(self, request: ProducePartitionsRequest) -> ProducePartitionsResponse:
         """Every part as `produce` would answer it. All parts are checked and appended before the first
@@ -503,17 +514,22 @@ class ReplicaManager:
             self._start_produce(request.table, p.partition, p.leader_epoch, p.rows, request.timeout_ms)
             for p in request.parts
         ]
-        waiting = [s for s in started if not isinstance(s, ProduceResponse)]
-        answered = iter(await asyncio.gather(*waiting)) if waiting else iter(())
-        return ProducePartitionsResponse(
-            tuple(s if isinstance(s, ProduceResponse) else next(answered) for s in started)
-        )
+        answers = []
+        for part in started:
+            if isinstance(part, ProduceResponse):
+                answers.append(part)
+            else:
+                # Awaited in turn, not gathered: the answer leaves as soon as the last part commits, with no
+                # extra event-loop turns (a deferred store write waits for it, see _pump_ready).
+                waiter, replica = part
+                answers.append(_produce_response(await waiter, replica))
+        return ProducePartitionsResponse(tuple(answers))
 
     def _start_produce(
         self, table_name: str, partition: int, leader_epoch: int, rows: tuple[bytes, ...], timeout_ms: int
-    ) -> ProduceResponse | Awaitable[ProduceResponse]:
+    ) -> ProduceResponse | tuple[asyncio.Future[ProduceResult], LocalReplica]:
         """Check and append one partition's rows: the answer at once (an error, or a result the core gave
-        at once), or what to await for it (the commit, acks=all)."""
+        at once), or the commit (acks=all) to wait for, and the replica that answers."""
         table = self.image.tables.get(table_name)
         if table is None:
             return ProduceResponse(ReplicaError.UNKNOWN_TABLE, f"no table {table_name!r}")
@@ -554,7 +570,7 @@ class ReplicaManager:
         waiter: asyncio.Future[ProduceResult] = asyncio.get_running_loop().create_future()
         replica.waiters[result] = waiter
         self._pump(replica)
-        return _answer_when_committed(waiter, replica)
+        return waiter, replica
 
     async def serve_snapshot(self, request: FetchStoreSnapshotRequest) -> FetchStoreSnapshotResponse:
         replica = self.replicas.get((request.table_id, request.partition))
@@ -766,12 +782,6 @@ def _epoch_before(plog: Log) -> int:
     entries = plog.epoch_entries()
     before = [epoch for epoch, start in entries if start < plog.start_offset]
     return before[-1] if before else (entries[0][0] if entries else 0)
-
-
-async def _answer_when_committed(
-    waiter: asyncio.Future[ProduceResult], replica: LocalReplica
-) -> ProduceResponse:
-    return _produce_response(await waiter, replica)
 
 
 def _produce_response(result: ProduceResult, replica: LocalReplica) -> ProduceResponse:
