@@ -342,10 +342,11 @@ class ReplicaManager:
             ready = core.ready()
             if ready.is_empty():
                 return
-            # Answer the writers before writing the store: the answers go out in the tasks the results wake,
-            # which run before a callback scheduled after them. Handing the core its Ready without the
-            # committed batches leaves them committed and not applied, so that later pump applies them.
-            defer_apply = bool(ready.committed and ready.produce_results)
+            # Answer the writers and the peers before writing the store: the answers go out in the tasks the
+            # results wake and the connections' end-of-turn flushes, which run before a callback scheduled
+            # after them. Handing the core its Ready without the committed batches leaves them committed
+            # and not applied, so that later pump applies them.
+            defer_apply = bool(ready.committed and (ready.produce_results or ready.messages))
             if defer_apply:
                 ready = dataclasses.replace(ready, committed=())
             try:
