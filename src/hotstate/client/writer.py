@@ -1,7 +1,9 @@
 """Writing upserts to a table: what the Spark sink does on each executor, usable on its own.
 
 Rows are encoded once (replica.rows), keyed and partitioned with the one shared function (replica.keys),
-grouped by partition and sent as Produce requests to each partition's active, in order per partition.
+grouped by partition and sent as Produce requests to each partition's active, in order per partition;
+the partitions of one server travel in one message (a ProducePartitionsRequest, each part answered on its
+own), and each partition's retries are its own.
 A bad row (not encodable, nested too deep, or larger than one Produce may carry) fails the whole call
 before anything is sent.
 
