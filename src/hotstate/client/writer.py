@@ -586,10 +586,11 @@ class TableWriter:
                 return
             _fail_all(group, error)
             return
-        except (RpcError, asyncio.CancelledError) as error:
+        except asyncio.CancelledError as error:
             _fail_all(group, error)
-            if isinstance(error, asyncio.CancelledError):
-                raise
+            raise
+        except Exception as error:  # RpcError, or an answer of the wrong type: the callers raise it
+            _fail_all(group, error)
             return
         for outgoing, answer in zip(group, answers, strict=True):
             if not outgoing.answer.done():
