@@ -29,7 +29,6 @@ from hotstate.replica.messages import FetchRequest, FetchResponse, ReplicaError,
 TABLE, PARTITION = 7, 0
 CONFIG = ReplicaConfig(
     fetch_max_wait_ms=200,
-    fetch_hw_delay_ms=0,  # HW news answered at once; test_hw_delay.py covers holding it
     fetch_timeout_ms=1500,
     fetch_backoff_ms=50,
     replica_lag_time_max_ms=1000,

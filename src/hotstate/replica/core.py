@@ -45,9 +45,9 @@ class ReplicaRole(enum.Enum):
 class ReplicaConfig:
     fetch_max_wait_ms: int = 200  # long poll: an idle follower's fetch waits this long at the active
     # A fetch whose only news is a newer HW is held this long (at most fetch_max_wait_ms) for data to
-    # travel with it; 0 answers at once. Under steady writes the HW rides on the next batch's answer
-    # instead of costing two more messages per batch.
-    fetch_hw_delay_ms: int = 5
+    # travel with it; 0 answers at once. Under steady writes the HW then rides on the next batch's answer
+    # instead of costing two more messages per batch, but a follower's store stays a write behind.
+    fetch_hw_delay_ms: int = 0
     fetch_max_bytes: int = 4 * 1024 * 1024
     fetch_timeout_ms: int = 1500  # no answer in this long: fetch again (the answer was lost)
     fetch_backoff_ms: int = 50  # after an error answer (stale metadata on either side)

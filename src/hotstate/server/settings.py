@@ -268,10 +268,11 @@ _REPLICAS: Final = (
         unit="ms",
         doc=(
             "How long the active holds a follower's fetch whose only news is a newer high watermark, so "
-            "that the next batch's data carries it (under steady writes this halves the fetch messages). "
-            "A follower's store applies a write at most this long (plus the 10 ms tick) after it "
-            "committed when no other write follows. 0 answers at once; never longer than "
-            "`replica.fetch.max.wait.ms`."
+            "that the next write's data carries it: under steady writes a write then costs two fetch "
+            "messages per follower instead of four (a third less server CPU at batches of 100), but a "
+            "follower's store stays a write behind, so standbys rarely serve reads with max_lag=0, and "
+            "with no later write it applies the last one up to this long (plus the 10 ms tick) after it "
+            "committed. 0 (the default) answers at once; never longer than `replica.fetch.max.wait.ms`."
         ),
     ),
     Setting(

@@ -190,7 +190,6 @@ class ReplicationProfile:
                 isr_change_retry_ms=rng.choice([50, 300]),
                 min_insync_replicas=1,
                 log_retention_records=rng.choice([5, 40, 100_000]),
-                fetch_hw_delay_ms=0,  # run_seed's hw_delay_ms sets it
             ),
         )
         config = dataclasses.replace(profile.config, min_insync_replicas=profile.min_insync)
