@@ -32,6 +32,7 @@ from typing import Any, Protocol, TypeVar
 
 import orjson
 
+from hotstate.controller.image import TableInfo
 from hotstate.controller.records import KEY_SQL_TYPES, KeyColumn, ValueColumn
 from hotstate.server.asgi import ASGIApp, Receive, Scope, Send
 from hotstate.server.metrics import Metrics
@@ -548,31 +549,35 @@ def _json_stream_answer(result: QueryResult, rows: list[list[object]]) -> object
 
 
 def _schema(result: QueryResult) -> str:
-    """ksqlDB's schema string."""
-    return ", ".join(
-        f"`{name}` {sql_type} KEY" if key else f"`{name}` {sql_type}"
-        for name, (sql_type, key) in zip(result.columns, _column_types(result), strict=True)
-    )
+    """ksqlDB's schema string (the same few per table, so each is built once)."""
+    types = tuple(_column_types(result))
+    key = (tuple(result.columns), types)
+    schema = _SCHEMAS.get(key)
+    if schema is None:
+        if len(_SCHEMAS) >= 256:
+            _SCHEMAS.clear()
+        schema = _SCHEMAS[key] = ", ".join(
+            f"`{name}` {sql_type} KEY" if is_key else f"`{name}` {sql_type}"
+            for name, (sql_type, is_key) in zip(result.columns, types, strict=True)
+        )
+    return schema
+
+
+_SCHEMAS: dict[tuple[tuple[str, ...], tuple[tuple[str, bool], ...]], str] = {}
 
 
 def _column_types(result: QueryResult) -> list[tuple[str, bool]]:
     """Each column's SQL type, and whether it is a key column; a value column's type is the one its
     table's writer declared, else that of its first non-null value."""
-    key_types = _key_types(result.table.key_columns)
-    declared = _declared_types(result.table.value_columns)
+    known = _known_types(result.table)
     rows = result.rows
     types = []
     for index, name in enumerate(result.columns):
-        sql_type = key_types.get(name.lower())
-        if sql_type is not None:
-            types.append((sql_type, True))
-            continue
-        sql_type = declared.get(name.lower())
-        if sql_type is not None:
-            types.append((sql_type, False))
-            continue
-        value = next((row[index] for row in rows if row[index] is not None), None)
-        types.append(("STRING" if value is None else _sql_type(value), False))
+        found = known.get(name.lower())
+        if found is None:
+            value = next((row[index] for row in rows if row[index] is not None), None)
+            found = ("STRING" if value is None else _sql_type(value), False)
+        types.append(found)
     return types
 
 
@@ -617,6 +622,13 @@ def _key_types(key_columns: tuple[KeyColumn, ...]) -> dict[str, str]:
 @_by_identity
 def _declared_types(value_columns: tuple[ValueColumn, ...]) -> dict[str, str]:
     return {c.name.lower(): ksql_type(c.type) for c in value_columns}
+
+
+@_by_identity
+def _known_types(table: TableInfo) -> dict[str, tuple[str, bool]]:
+    """(SQL type, is a key column) by lower-case name: the key columns', then the declared value columns'."""
+    declared = {name: (sql_type, False) for name, sql_type in _declared_types(table.value_columns).items()}
+    return declared | {name: (sql_type, True) for name, sql_type in _key_types(table.key_columns).items()}
 
 
 # Spark's name of a type (DataType.simpleString()) -> ksqlDB's; ints narrower than bigint are ksqlDB's INT.
