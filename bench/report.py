@@ -431,6 +431,7 @@ def replication(data: Mapping[str, Any]) -> Section:
             r.get("follower_lag_records_max"),
             r["baseline_single_rocksdb_rows_per_s"],
             r["ratio_vs_single_rocksdb"],
+            " / ".join(fmt(v) for v in r.get("ratio_runs", ())) or "-",
         )
         for name, r in data["results"].items()
     ]
@@ -447,6 +448,7 @@ def replication(data: Mapping[str, Any]) -> Section:
                     "follower lag max (records)",
                     "one RocksDB rows/s",
                     "ratio",
+                    "every run's ratio",
                 ),
                 rows,
             )
