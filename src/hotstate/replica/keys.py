@@ -276,11 +276,13 @@ def partition_for(encoded_key: bytes, partitions: int) -> int:
     return mmh3.hash(encoded_key, 0, signed=False) % partitions
 
 
-def partitions_of(encoded_keys: Iterable[bytes], partitions: int) -> tuple[int, ...]:
+def partitions_of(encoded_keys: Sequence[bytes], partitions: int) -> tuple[int, ...]:
     """`partition_for` of each key, in one pass (an IN list's keys)."""
     if partitions < 1:
         raise ValueError(f"partitions must be at least 1, got {partitions}")
     murmur = mmh3.hash
+    if len(encoded_keys) == 1:  # a point lookup
+        return (murmur(encoded_keys[0], 0, signed=False) % partitions,)
     return tuple(murmur(key, 0, signed=False) % partitions for key in encoded_keys)
 
 

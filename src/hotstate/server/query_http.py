@@ -458,6 +458,8 @@ def _statement(data: dict[str, Any], name: str) -> str:
 
 
 def _native_request(data: dict[str, Any]) -> tuple[str, dict[str, object]]:
+    if len(data) == 1 and "sql" in data:  # most requests: the statement alone
+        return _statement(data, "sql"), {}
     _refuse_unknown(data, NATIVE_FIELDS)
     sql = _statement(data, "sql")
     properties: dict[str, object] = {}
