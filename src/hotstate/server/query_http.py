@@ -491,6 +491,9 @@ def _native_request(data: dict[str, Any]) -> tuple[str, dict[str, object]]:
 
 
 def _ksql_request(data: dict[str, Any]) -> tuple[str, dict[str, object]]:
+    # ksqlDB's clients send the statement with empty streamsProperties: nothing else to check.
+    if "ksql" in data and (len(data) == 1 or (len(data) == 2 and data.get("streamsProperties") == {})):
+        return _statement(data, "ksql"), {}
     _refuse_unknown(data, KSQL_FIELDS)
     sequence = data.get("commandSequenceNumber")
     if sequence is not None and type(sequence) is not int:
@@ -577,8 +580,12 @@ def _column_types(result: QueryResult) -> list[tuple[str, bool]]:
     for index, name in enumerate(result.columns):
         found = known.get(name.lower())
         if found is None:
-            value = next((row[index] for row in rows if row[index] is not None), None)
-            found = ("STRING" if value is None else _sql_type(value), False)
+            found = ("STRING", False)
+            for row in rows:  # the first non-null value's type
+                value = row[index]
+                if value is not None:
+                    found = (_sql_type(value), False)
+                    break
         types.append(found)
     return types
 
