@@ -205,7 +205,7 @@ def _one_column_lookup(conditions: Sequence[Predicate], table: TableInfo, max_ke
     components = str_components(values) if column.type is KeyType.STRING else None
     if components is None:
         components = {_component(column, value) for value in values}
-    encoded = list(components) if len(components) == 1 else sorted(components)
+    encoded = sorted(components)
     if len(encoded) > max_keys:
         raise _too_many(len(encoded), max_keys)
     return KeyLookup(tuple(encoded), partitions_of(encoded, table.partitions))

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import datetime as dt
 import struct
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeAlias
 
 import mmh3
@@ -286,16 +286,18 @@ def partitions_of(encoded_keys: Sequence[bytes], partitions: int) -> tuple[int, 
     return tuple(murmur(key, 0, signed=False) % partitions for key in encoded_keys)
 
 
-def _encode_string_keys(values: list[object]) -> list[bytes] | None:
-    if not all(type(value) is str for value in values):
+def _string_components(values: Sequence[object]) -> list[bytes] | None:
+    """`encode_component` of a STRING key column for each of `values`, in order, in one pass (no call per
+    value): `_encode_str`'s bytes (UTF-8, 0x00 escaped as 0x00 0xFF, then a 0x00 terminator). None when
+    some value is not a str or not valid Unicode: encode those one by one, which words the error."""
+    try:
+        return [b"\x02" + v.encode().replace(b"\x00", b"\x00\xff") + b"\x00" for v in values]  # type: ignore[attr-defined]
+    except (AttributeError, UnicodeEncodeError):
         return None
-    # _encode_str for exact str (str_components' bytes, in order): UTF-8, 0x00 escaped as 0x00 0xFF, then
-    # a 0x00 terminator.
-    return [b"\x02" + value.encode().replace(b"\x00", b"\x00\xff") + b"\x00" for value in values]  # type: ignore[attr-defined]
 
 
-_SINGLE_KEY_ENCODERS: dict[KeyType, Callable[[list[object]], list[bytes] | None]] = {
-    KeyType.STRING: _encode_string_keys,
+_SINGLE_KEY_ENCODERS: dict[KeyType, Callable[[Sequence[object]], list[bytes] | None]] = {
+    KeyType.STRING: _string_components,
 }
 
 
@@ -315,10 +317,7 @@ def encode_keys(rows: Sequence[Mapping[str, object]], key_columns: Sequence[KeyC
         values = [row[name] for row in rows]
     except (KeyError, TypeError):
         return None
-    try:
-        return encoder(values)
-    except UnicodeError:  # a lone surrogate: the per-row path names it
-        return None
+    return encoder(values)
 
 
 def prefix_end(prefix: bytes) -> bytes | None:
@@ -402,14 +401,10 @@ def encode_component(column: KeyColumn, value: object) -> bytes:
     return _encode_component(_coerce_value(column, value))
 
 
-def str_components(values: Iterable[object]) -> set[bytes] | None:
-    """`encode_component` of a STRING column for each of `values` at once (an IN list's keys, without a
-    call per value), as a set; None when some value is not a str or not valid Unicode: encode those one
-    by one, which words the error."""
-    try:
-        return {b"\x02" + v.encode().replace(b"\x00", b"\x00\xff") + b"\x00" for v in values}  # type: ignore[attr-defined]
-    except (AttributeError, UnicodeEncodeError):
-        return None
+def str_components(values: Sequence[object]) -> set[bytes] | None:
+    """`_string_components` as a set (an IN list's distinct keys)."""
+    components = _string_components(values)
+    return None if components is None else set(components)
 
 
 def key_from_row(row: Mapping[str, object], key_columns: Sequence[KeyColumn]) -> tuple[KeyValue, ...]:
