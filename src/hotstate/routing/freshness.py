@@ -76,18 +76,18 @@ def served_lag(core: ReplicaCore, witness: EndWitness, lags: LagTable, node_id: 
     if not leader and not end_known(core, witness, lags, node_id):
         return None
     # A running active's lag does not use the partition's end (local_lag), and this runs on every pull query
-    # a server answers from its own active: the reports are searched only when the end counts, and the
-    # running active's case of local_lag is written out here.
-    high_watermark = core.high_watermark
-    if leader and high_watermark >= core.epoch_start_offset:
-        end = max(high_watermark, lags.partition_hw(core.table_id, core.partition, exclude=node_id))
-        return max(0, end - core.position)
+    # a server answers from its own active: the reports are searched only when the end counts.
+    running = leader and core.high_watermark >= core.epoch_start_offset
+    known_end = core.known_end_offset
+    if not running:
+        known_end = max(known_end, lags.partition_end(core.table_id, core.partition))
     return local_lag(
         leader=leader,
         position=core.position,
-        high_watermark=high_watermark,
+        high_watermark=core.high_watermark,
         epoch_start=core.epoch_start_offset,
-        known_end=max(core.known_end_offset, lags.partition_end(core.table_id, core.partition)),
+        known_end=known_end,
+        reported_hw=lags.partition_hw(core.table_id, core.partition, exclude=node_id) if leader else 0,
     )
 
 

@@ -160,11 +160,9 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._count(len(url))
         super().on_url(url)
 
-    def on_header(self, name: bytes, value: bytes) -> None:  # per header of every request: no calls to spare
-        self._head_bytes += len(name) + len(value) + 4
-        if self._head_bytes > self.limits.max_head_bytes:
-            self._count(0)
-        HttpToolsProtocol.on_header(self, name, value)
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count(len(name) + len(value) + 4)
+        HttpToolsProtocol.on_header(self, name, value)  # not super(): this runs for every header
 
     def on_headers_complete(self) -> None:
         self._h2c_settings = self._h2c_request() if self.parser.should_upgrade() else None
