@@ -134,14 +134,19 @@ def recognize(sql: str) -> PullQuery | None:
         return query
     literals = pieces[1::2]
     if "''" in sql:
-        literals = [literal.replace("''", "'") for literal in literals]
+        literals = list(map(_unescaped, literals))
     assert isinstance(shape, _Shape)
     return shape.filled(literals)
 
 
+def _unescaped(literal: str) -> str:
+    """A string literal's content as its value ('' is a quote)."""
+    return literal.replace("''", "'")
+
+
 def _shape_of(query: PullQuery, raw_literals: list[str]) -> _Shape | None:
     """`query` as the template of its shape; None if its values do not line up with the literals."""
-    literals = [literal.replace("''", "'") for literal in raw_literals]
+    literals = list(map(_unescaped, raw_literals))
     fills: list[slice | tuple[int, ...] | None] = []
     at = 0
     for condition in query.conditions:
@@ -265,7 +270,7 @@ def _name(token: str) -> str:
 def _value(token: str) -> KeyValue:
     first = token[:1]
     if first == "'":
-        return token[1:-1].replace("''", "'")
+        return _unescaped(token[1:-1])
     if first in _NUMBER_START:
         negated = first == "-"
         text = token[1:].lstrip(_SPACE) if negated else token

@@ -342,9 +342,7 @@ class QueryService:
             if parts[partition].active == node_id and deadline > time.monotonic():
                 read = self._read_local(spec)
                 if not isinstance(read, PartitionQueryResponse):  # served, not refused
-                    state, position, offset_lag, items = read
-                    served = PartitionServed(partition, node_id, state, offset_lag, position)
-                    answers[partition] = _PartitionAnswer(served, items)
+                    answers[partition] = _served(partition, node_id, *read)
         return answers
 
     async def _serve(
@@ -354,14 +352,12 @@ class QueryService:
         work: dict[int, PartitionQueryRequest],
         deadline: float,
         standby_reads: bool,
-        hedge: bool = True,
-        answers: dict[int, _PartitionAnswer] | None = None,
+        hedge: bool,
+        answers: dict[int, _PartitionAnswer],
     ) -> list[_PartitionAnswer]:
-        """Every partition's answer, in partition order, given those `_serve_here` found (None: none yet);
-        raises NoReplicaError for the first partition (in partition order, within a round) that no
-        candidate could serve."""
-        if answers is None:
-            answers = self._serve_here(parts, work, deadline)
+        """Every partition's answer, in partition order, given those `_serve_here` found; raises
+        NoReplicaError for the first partition (in partition order, within a round) that no candidate
+        could serve."""
         pending = [
             self._route(table, parts[partition], spec, hedge)
             for partition, spec in work.items()
@@ -646,8 +642,18 @@ def _behind_token(replica: LocalReplica, wanted: int, state: str, position: int)
 
 
 def _answered(partition: int, node_id: int, answer: PartitionQueryResponse) -> _PartitionAnswer:
-    served = PartitionServed(partition, node_id, answer.state, answer.offset_lag, answer.position)
-    return _PartitionAnswer(served, answer.items)
+    return _served(partition, node_id, answer.state, answer.position, answer.offset_lag, answer.items)
+
+
+def _served(
+    partition: int,
+    node_id: int,
+    state: str,
+    position: int,
+    offset_lag: int,
+    items: tuple[tuple[bytes, bytes], ...],
+) -> _PartitionAnswer:
+    return _PartitionAnswer(PartitionServed(partition, node_id, state, offset_lag, position), items)
 
 
 async def _parse(sql: str) -> PullQuery:

@@ -233,16 +233,13 @@ class QueryRoutes:
                     endpoint = _negotiate(accept, *self._negotiated[path])
                     self._by_accept[path, accept] = endpoint
             if endpoint is not None:
-                try:  # answer_request's steps, written out: this runs for every lookup
-                    body = await read_body(receive)
-                    if body is None:  # the client has gone
-                        return
-                    answer = await endpoint(body)
-                except BadRequest as error:
-                    answer = error.refusal()
+                try:
+                    answer = await answer_request(endpoint, receive)
                 except Exception as error:  # never a stack trace in a body
                     log.exception("unexpected error answering %s", path)
                     answer = internal_error(error)
+                if answer is None:  # the client has gone
+                    return
                 if isinstance(answer[1], list):
                     await send_lines(send, answer[1])
                 else:
@@ -624,20 +621,11 @@ def _value_columns(value_columns: tuple[ValueColumn, ...]) -> list[dict[str, str
 
 
 @_by_identity
-def _key_types(key_columns: tuple[KeyColumn, ...]) -> dict[str, str]:
-    return {c.name.lower(): KEY_SQL_TYPES[c.type] for c in key_columns}
-
-
-@_by_identity
-def _declared_types(value_columns: tuple[ValueColumn, ...]) -> dict[str, str]:
-    return {c.name.lower(): ksql_type(c.type) for c in value_columns}
-
-
-@_by_identity
 def _known_types(table: TableInfo) -> dict[str, tuple[str, bool]]:
-    """(SQL type, is a key column) by lower-case name: the key columns', then the declared value columns'."""
-    declared = {name: (sql_type, False) for name, sql_type in _declared_types(table.value_columns).items()}
-    return declared | {name: (sql_type, True) for name, sql_type in _key_types(table.key_columns).items()}
+    """(SQL type, is a key column) by lower-case name: the declared value columns', then the key columns'
+    (a key column's wins)."""
+    known = {c.name.lower(): (ksql_type(c.type), False) for c in table.value_columns}
+    return known | {c.name.lower(): (KEY_SQL_TYPES[c.type], True) for c in table.key_columns}
 
 
 # Spark's name of a type (DataType.simpleString()) -> ksqlDB's; ints narrower than bigint are ksqlDB's INT.
