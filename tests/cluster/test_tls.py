@@ -28,7 +28,6 @@ from hotstate.cli.local_cluster import LocalCluster
 from hotstate.cli.main import app
 from hotstate.client.admin import AdminClient, ClusterUnavailableError
 from hotstate.client.query import ClusterUnreachable
-from hotstate.client.writer import TableWriter
 from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.tls import client_context
 
@@ -109,13 +108,7 @@ def test_tls_cluster_serves_everything_and_survives_a_kill_9_without_a_failed_qu
         async with cluster.admin() as admin:
             created = await admin.create_table("clicks", partitions=6, standby_replicas=1, key_columns=KEY)
             assert created.table_id > 0, created
-        async with TableWriter(
-            cluster.addresses(),
-            "clicks",
-            cluster_id=cluster.cluster_id,
-            secret=cluster.secret,
-            tls=cluster.rpc_tls(),
-        ) as writer:
+        async with cluster.writer("clicks") as writer:
             await writer.upsert(ROWS)
 
     running.run(create_and_write())
@@ -187,13 +180,7 @@ def test_tls_cluster_serves_everything_and_survives_a_kill_9_without_a_failed_qu
 
     # Writes are routed to the new actives, over TLS.
     async def write_again() -> None:
-        async with TableWriter(
-            cluster.addresses(),
-            "clicks",
-            cluster_id=cluster.cluster_id,
-            secret=cluster.secret,
-            tls=cluster.rpc_tls(),
-        ) as writer:
+        async with cluster.writer("clicks") as writer:
             await writer.upsert([{"user": "u0", "clicks": 100}], deadline_s=20)
 
     running.run(write_again())

@@ -31,7 +31,6 @@ from hotstate.assignor import AssignorConfig
 from hotstate.chaos.netns import Fabric, in_namespace
 from hotstate.chaos.run import make_cluster
 from hotstate.cli.local_cluster import LocalCluster
-from hotstate.client.writer import TableWriter
 from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.controller.requests import ControllerError
 
@@ -214,13 +213,7 @@ def _measure(
 
 async def _write(cluster: LocalCluster, table: str, indexes: range) -> float:
     """Upsert rows `indexes` of `table` in batches (acks=all, one batch at a time); the seconds taken."""
-    async with TableWriter(
-        cluster.addresses(),
-        table,
-        cluster_id=cluster.cluster_id,
-        secret=cluster.secret,
-        request_timeout_s=5.0,
-    ) as writer:
+    async with cluster.writer(table, request_timeout_s=5.0) as writer:
         started = time.monotonic()
         for first in range(indexes.start, indexes.stop, BATCH):
             rows = [row(table, i) for i in range(first, min(first + BATCH, indexes.stop))]
@@ -256,13 +249,7 @@ async def _settle(
 
 async def _placement(cluster: LocalCluster, table: str) -> list[tuple[int, int, list[int]]]:
     """(partition, active, standbys) of every partition of `table`, as the metadata says now."""
-    async with TableWriter(
-        cluster.addresses(),
-        table,
-        cluster_id=cluster.cluster_id,
-        secret=cluster.secret,
-        request_timeout_s=5.0,
-    ) as writer:
+    async with cluster.writer(table, request_timeout_s=5.0) as writer:
         meta = await writer.metadata(refresh=True, deadline_s=20.0)
     out = []
     for part in sorted(meta.partitions, key=lambda p: p.partition):

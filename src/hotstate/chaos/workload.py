@@ -28,7 +28,7 @@ import hotstate
 from hotstate.chaos.checker import Read, StoreState, Write
 from hotstate.cli.local_cluster import LocalCluster
 from hotstate.client.admin import AdminClient, ClusterUnavailableError, OutcomeUnknownError
-from hotstate.client.writer import TableWriter, WriteError
+from hotstate.client.writer import WriteError
 from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.controller.requests import ControllerError
 from hotstate.replica.store import Store
@@ -128,15 +128,7 @@ class Workload:
         keys = [f"k{index}-{j}" for j in range(self.config.keys_per_writer)]
         values = dict.fromkeys(keys, 0)
         servers = [s.node_id for s in self.cluster.servers]
-        async with (
-            TableWriter(
-                self.cluster.addresses(),
-                TABLE,
-                cluster_id=self.cluster.cluster_id,
-                secret=self.cluster.secret,
-                request_timeout_s=2.0,
-            ) as writer,
-        ):
+        async with self.cluster.writer(TABLE, request_timeout_s=2.0) as writer:
             readers = {
                 n: hotstate.AsyncClient(self._http(n), timeout_s=3.0, connect_timeout_s=1.0) for n in servers
             }

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from hotstate.client.admin import AdminClient
+from hotstate.client.writer import TableWriter
 from hotstate.protocol.cluster import DescribeClusterResponse
 from hotstate.server.config import Listener, ServerConfig, Voter, render_toml
 from hotstate.tls import TlsFiles, client_context
@@ -285,6 +286,17 @@ class LocalCluster:
     def admin(self, **kwargs: float) -> AdminClient:
         return AdminClient(
             self.addresses(), cluster_id=self.cluster_id, secret=self.secret, tls=self.rpc_tls(), **kwargs
+        )
+
+    def writer(self, table: str, request_timeout_s: float = 10.0) -> TableWriter:
+        """A TableWriter for `table` on this cluster (its servers, secret and TLS)."""
+        return TableWriter(
+            self.addresses(),
+            table,
+            cluster_id=self.cluster_id,
+            secret=self.secret,
+            request_timeout_s=request_timeout_s,
+            tls=self.rpc_tls(),
         )
 
     async def wait_ready(
