@@ -377,7 +377,7 @@ def run(root: Path) -> bool:
                 if spanning is not None:
                     summary.add_row(
                         "micro-batch spanning the kill (its writes failed over)",
-                        f"{spanning:.0f} ms (+{spanning - statistics.median(durations):.0f} over p50)",
+                        f"{spanning:.0f} ms ({spanning - statistics.median(durations):+.0f} ms against p50)",
                     )
             console.print(summary)
             for failure in stats.failures[:5]:
