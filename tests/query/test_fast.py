@@ -273,6 +273,8 @@ def test_statements_in_the_grammar_take_the_fast_path(sql: str) -> None:
 @example("SELECT * FROM t WHERE k = x'ab'", ["cd"])  # never a shape, whatever the literal
 @example("SELECT * FROM t WHERE k = 'a' 'b'", ["c", "d"])
 @example("SELECT * FROM t WHERE k = 'ab''", ["c"])  # an unterminated literal stays in the text
+@example("SELECT * FROM t WHERE k = 'a' AND j = 'b", ["c"])  # an unpaired quote, no '': not split at quotes
+@example("SELECT * FROM t WHERE k IN ('a', 'b')", ["", "c"])  # an empty literal is a '' in the text
 def test_statements_of_one_shape_with_other_literals_agree_with_the_tokenizer(
     sql: str, others: list[str]
 ) -> None:

@@ -392,3 +392,30 @@ def test_matches_the_rule_applied_to_every_arrival(
         status.check(now)
         got.append(status.alive(PEER))
     assert got == naive_alive(config, arrivals, checks)
+
+
+# ---------------------------------------------------------------------- version
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_version_changes_exactly_when_an_answer_of_alive_may_change(seed: int) -> None:
+    """Readers keep routes made from `alive` while the version stays: it must move with every flip (and
+    with the list of peers), and only then, or kept routes would never be reused."""
+    rng = random.Random(seed)
+    status = HeartbeatStatus(SELF, CONFIG, 0)
+    status.set_peers((2, 3), 0)
+    version = status.version
+    status.set_peers((3, 2), 0)  # the same peers
+    assert status.version == version
+    for now in range(0, 6_000, 50):
+        for peer in (2, 3):
+            if rng.random() < (0.9 if (now // 1_000 + peer) % 2 else 0.05):
+                status.received(peer, now)
+        if now % CHECK == 0:
+            before = {p: status.alive(p) for p in (2, 3)}
+            status.check(now)
+            flipped = any(status.alive(p) != before[p] for p in (2, 3))
+            assert (status.version != version) == flipped
+            version = status.version
+    status.set_peers((2,), 6_000)
+    assert status.version != version

@@ -138,3 +138,16 @@ def test_a_replica_that_cannot_know_its_end_adds_nothing_to_the_partitions_end()
     assert not lags.reported_since(T, 0, 0, exclude=1)
     assert lags.partition_hw(T, 0, exclude=2) == 100
     assert lags.partition_hw(T, 0, exclude=1) == 0
+
+
+def test_the_version_moves_with_every_change_and_only_then() -> None:
+    """Routes made from the table are kept while its version stays the same."""
+    lags = LagTable()
+    start = lags.version
+    assert lags.update(1, [info(0, 5, 5, "active")], now_ms=10)
+    after_update = lags.version
+    assert after_update != start
+    assert not lags.update(1, [info(0, 9, 9, "active")], now_ms=5)  # older: ignored
+    assert lags.version == after_update
+    lags.forget(1)
+    assert lags.version != after_update

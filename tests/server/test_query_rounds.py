@@ -376,3 +376,48 @@ def test_min_batch_reads_at_least_where_the_sinks_batch_left_every_partition() -
         asyncio.run(_service(peers, table=table).execute(sql, {"min_batch": 6, "timeout_ms": 50}))
     assert error.value.kind == "unavailable" and "batch 6" in error.value.message
     assert "last committed: 5" in error.value.message
+
+
+def test_kept_routes_follow_every_change_of_liveness_and_lags() -> None:
+    """With `alive_version`, the coordinator keeps each partition's route between queries: a server going
+    down or a lag report must still reroute the very next query."""
+    from hotstate.replica.messages import LagInfo
+
+    peers = Peers()
+    image = _image()  # one image throughout: its partitions are the kept routes' keys
+    lags = LagTable()
+    alive = {1, 2, 3}
+    version = [0]
+    service = QueryService(
+        1,
+        image=lambda: image,
+        replicas=None,
+        lags=lags,
+        alive=alive.__contains__,
+        request=peers.request,
+        cluster_id=CLUSTER,
+        alive_version=lambda: version[0],
+    )
+    first = [u for u in USERS if _partition(u) == 0][:2]
+
+    def served_by(properties: dict[str, object] | None = None) -> list[int]:
+        result = asyncio.run(service.execute(_in_list(first), properties))
+        return [p.served_by for p in result.partitions]
+
+    assert served_by() == [2] and served_by() == [2]  # the second from the kept route
+    alive.discard(2)
+    version[0] += 1
+    assert served_by() == [3]  # the standby, at once
+    assert served_by({"max_lag": 0}) == [3]
+
+    def report(node: int, position: int, state: str) -> LagInfo:
+        return LagInfo("clicks", 1, 0, state, position, 100, 100 - position, 1, 100, True)
+
+    lags.update(2, [report(2, 100, "active")], now_ms=1)
+    lags.update(3, [report(3, 40, "standby")], now_ms=1)  # 60 behind the end the active reported
+    with pytest.raises(QueryError, match=r"lag 60 > bound 0"):
+        served_by({"max_lag": 0})
+    assert served_by({"max_lag": 60}) == [3]
+    alive.add(2)
+    version[0] += 1
+    assert served_by({"max_lag": 0}) == [2]

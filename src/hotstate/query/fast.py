@@ -119,7 +119,15 @@ def recognize(sql: str) -> PullQuery | None:
     parser would raise for the same text (a LIMIT too large)."""
     if '"' in sql or "`" in sql or "\x00" in sql:
         return _recognize(sql)
-    pieces = _LITERAL.split(sql)
+    if "''" in sql:
+        pieces = _LITERAL.split(sql)
+    else:
+        # Without '' (an escaped quote or an empty literal), quotes alternate opening and closing, so a
+        # split at each quote (in C, no regex) cuts the same pieces when they pair up: an odd number of
+        # pieces. An unpaired quote is left to the regex, which treats the text after it as outside.
+        pieces = sql.split("'")
+        if not len(pieces) & 1:
+            pieces = _LITERAL.split(sql)
     template = "\x00".join(pieces[0::2])
     shape = _SHAPES.get(template, _UNSEEN)
     if shape is None:

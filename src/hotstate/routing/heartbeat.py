@@ -79,12 +79,17 @@ class HeartbeatStatus:
         self._created_ms = now_ms
         self._last_check_ms = now_ms
         self._peers: dict[int, _Peer] = {}
+        # Bumped whenever what `alive` answers may change: a reader may keep decisions made from it
+        # (routes) for as long as this stays the same.
+        self.version = 0
 
     def set_peers(self, peer_ids: Iterable[int], now_ms: int) -> None:
         """Follow the metadata image's list of servers."""
         listed = set(peer_ids)
         listed.discard(self.self_id)
         # An unregistered server is forgotten, or /clusterStatus would list it as down forever.
+        if listed != self._peers.keys():
+            self.version += 1
         for gone in self._peers.keys() - listed:
             del self._peers[gone]
         for new in sorted(listed - self._peers.keys()):
@@ -125,9 +130,11 @@ class HeartbeatStatus:
             if peer.alive and missed >= cfg.missed_threshold:
                 peer.alive = False
                 peer.last_status_update_ms = now_ms
+                self.version += 1
             elif not peer.alive and received >= cfg.received_threshold:
                 peer.alive = True
                 peer.last_status_update_ms = now_ms
+                self.version += 1
 
     def _runs(self, peer: _Peer, now_ms: int) -> tuple[int, int]:
         """(consecutive missed slots, consecutive received slots), both ending at now."""

@@ -41,6 +41,9 @@ class LagTable:
         # (table_id, partition) -> node -> reported end: the partition's end is the max of a few values
         # (one per replica), kept up to date per report so no lookup scans the whole table.
         self._ends: dict[_Key, dict[int, int]] = {}
+        # Bumped by every change: a reader may keep decisions made from the table (routes) for as long
+        # as this stays the same.
+        self.version = 0
 
     def update(self, node_id: int, reports: Sequence[LagInfo], now_ms: int) -> bool:
         """Replace everything `node_id` reported before; False (ignored) if older than what we hold.
@@ -56,12 +59,14 @@ class LagTable:
             if info.end_offset_position >= 0:  # an unknown end says nothing of the partition's end
                 self._ends.setdefault(key, {})[node_id] = info.end_offset_position
         self._nodes[node_id] = _NodeReport(now_ms, replicas)
+        self.version += 1
         return True
 
     def forget(self, node_id: int) -> None:
         """Drop a node's report (the node was unregistered)."""
         self._drop_ends(node_id)
         self._nodes.pop(node_id, None)
+        self.version += 1
 
     def _drop_ends(self, node_id: int) -> None:
         old = self._nodes.get(node_id)

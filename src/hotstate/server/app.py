@@ -268,6 +268,7 @@ class Server:
                 not_ready=metadata.not_ready,
                 cluster_id=config.cluster_id,
                 hedging=HedgePolicy(config.hedging),
+                alive_version=lambda: liveness.status.version,
             )
         self.metadata.add_listener(self._on_image)
         metadata = self.metadata

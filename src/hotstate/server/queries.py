@@ -85,6 +85,7 @@ MAX_ROWS = 100_000  # the most rows one query returns; more needs a LIMIT and ke
 # Heartbeats keep a connection open to every live peer, so one that is not connected is most likely dead:
 # it gets this long to connect before the next candidate is tried.
 UNCONNECTED_ATTEMPT_S = 0.3
+MAX_KEPT_ROUTES = 65_536  # partitions x max_lag values a server keeps routes for, between lag reports
 
 log = logging.getLogger(__name__)
 # Who the HTTP request being answered is (set by the auth guard, server/http_auth.py, in the request's
@@ -199,9 +200,12 @@ class QueryService:
         not_ready: Callable[[], str | None] = lambda: None,
         hedging: HedgePolicy | None = None,
         cluster_id: str = "",
+        alive_version: Callable[[], int] | None = None,
     ) -> None:
         """`not_ready`: why this server cannot answer yet (its metadata image has not caught up since it
-        started, server.metadata), None once it can."""
+        started, server.metadata), None once it can. `alive_version`: a number that changes whenever
+        `alive` may answer differently (HeartbeatStatus.version); with it, routes are kept until it or the
+        lag table changes, else every partition of every query is routed afresh."""
         self.node_id = node_id
         self._not_ready = not_ready
         self._image = image
@@ -218,6 +222,12 @@ class QueryService:
         # Query ids: unique per server run without a uuid per query.
         self._id_prefix = f"{node_id}-{os.urandom(4).hex()}-"
         self._ids = itertools.count(1)
+        self._alive_version = alive_version
+        # (id of the image's PartitionInfo, max_lag) -> (that PartitionInfo, the table's name, its route),
+        # valid while `_routes_made_at` is the current (alive version, lag table version): a route depends
+        # on nothing else, and those change a few times a second, not per query.
+        self._routes: dict[tuple[int, int | None], tuple[PartitionInfo, str, Route]] = {}
+        self._routes_made_at = (-1, -1)
 
     # ------------------------------------------------------------------ the coordinator
     async def execute(self, sql: str, properties: Mapping[str, object] | None = None) -> QueryResult:
@@ -398,17 +408,32 @@ class QueryService:
     def _route(
         self, table: TableInfo, part: PartitionInfo, spec: PartitionQueryRequest, hedge: bool
     ) -> _Attempts:
-        decision = route(
-            part,
-            table=table.name,
-            alive=self._alive,
-            lags=self._lags,
-            local_node=self.node_id,
-            max_lag=spec.max_lag,
-        )
+        decision = self._routed(table.name, part, spec.max_lag)
         if hedge:
             decision = last_if_slow(decision, self._slow_now)
         return _Attempts(part, spec, decision)
+
+    def _routed(self, table: str, part: PartitionInfo, max_lag: int | None) -> Route:
+        if self._alive_version is None:
+            return self._new_route(table, part, max_lag)
+        made_at = (self._alive_version(), self._lags.version)
+        if made_at != self._routes_made_at:
+            self._routes.clear()
+            self._routes_made_at = made_at
+        key = (id(part), max_lag)
+        kept = self._routes.get(key)
+        if kept is not None and kept[0] is part and kept[1] == table:
+            return kept[2]
+        decision = self._new_route(table, part, max_lag)
+        if len(self._routes) >= MAX_KEPT_ROUTES:
+            self._routes.clear()
+        self._routes[key] = (part, table, decision)
+        return decision
+
+    def _new_route(self, table: str, part: PartitionInfo, max_lag: int | None) -> Route:
+        return route(
+            part, table=table, alive=self._alive, lags=self._lags, local_node=self.node_id, max_lag=max_lag
+        )
 
     def _slow_now(self, node_id: int) -> bool:
         return self.hedging.slow(node_id, time.monotonic() * 1000)
