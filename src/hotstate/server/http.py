@@ -350,7 +350,7 @@ def http_server(
         host=host,
         port=port,
         ssl_context_factory=None if tls is None else lambda _config, _default: tls,
-        http=limited_protocol(limits, metrics.connections_refused if metrics is not None else None),
+        http=limited_protocol(limits, metrics.connections_refused if metrics is not None else None, app),
         timeout_keep_alive=limits.idle_timeout_s,  # type: ignore[arg-type]  # seconds; a float works
         proxy_headers=False,  # no proxy is trusted; the middleware would cost every request
         server_header=False,

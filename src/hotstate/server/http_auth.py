@@ -29,7 +29,7 @@ import binascii
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Final
 
@@ -122,6 +122,21 @@ class HttpAuth:
         self._forbidden = metrics.auth_failures.labels("forbidden")
         self._logged_at = 0.0
         self._unlogged = 0
+
+    def admitted_now(self, method: str, path: str, headers: Iterable[tuple[bytes, bytes]]) -> str | None:
+        """The user a request runs as ("" for an open path), when it is admitted without a wait: its
+        credentials were checked before (the cache) and allow it. None: `admit` decides (it refuses, or
+        hashes a password first), so nothing is counted or logged here."""
+        needed = needed_role(method, path)
+        if needed is None:
+            return ""
+        if self._clock() >= self._next_check:
+            return None
+        header = next((value for name, value in headers if name == b"authorization"), None)
+        principal = None if header is None else self._cache.get(header)
+        if principal is None or not principal.may(needed):
+            return None
+        return principal.name
 
     async def admit(self, scope: Scope, send: Send) -> bool:
         """True when the request may go on; else the refusal has been sent."""

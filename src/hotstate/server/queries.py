@@ -25,8 +25,9 @@ import logging
 import operator
 import os
 import time
-from collections.abc import Awaitable, Callable, Iterable, KeysView, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, KeysView, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from hotstate.controller.image import MetadataImage, PartitionInfo, TableInfo
 from hotstate.query.plan import FullScan, KeyLookup, KeyRange, QueryPlan, UnknownTableError, find_table, plan
@@ -181,6 +182,27 @@ class _Attempts:
         return self.index == len(self.route.candidates) - 1
 
 
+async def _settled_within(future: asyncio.Future[Any], seconds: float) -> bool:
+    """Whether `future` is done within `seconds` (it is left running either way): asyncio.wait's job for
+    one future, without its sets and callbacks per call, on every forwarded query's path."""
+    if future.done():
+        return True
+    waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def wake(_: object = None) -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    timer = asyncio.get_running_loop().call_later(seconds, wake)
+    future.add_done_callback(wake)
+    try:
+        await waiter
+    finally:
+        timer.cancel()
+        future.remove_done_callback(wake)
+    return future.done()
+
+
 class _WaitForApply(Exception):
     """Every replica of a partition is behind the query's token, and there is time to ask again."""
 
@@ -231,6 +253,15 @@ class QueryService:
 
     # ------------------------------------------------------------------ the coordinator
     async def execute(self, sql: str, properties: Mapping[str, object] | None = None) -> QueryResult:
+        started = self.start(sql, properties)
+        return started if isinstance(started, QueryResult) else await started
+
+    def start(
+        self, sql: str, properties: Mapping[str, object] | None = None
+    ) -> QueryResult | Coroutine[Any, Any, QueryResult]:
+        """The answer, when this server gives it without waiting (every partition read here: most
+        lookups), else a coroutine that finishes the query (forwards, a wait for a Spark batch, the full
+        parser on a worker thread). What is wrong before any wait raises QueryError at once."""
         started = time.monotonic()
         reason = self._not_ready()
         if reason is not None:
@@ -243,12 +274,32 @@ class QueryService:
         except ValueError as error:  # InvalidSqlError, UnsupportedQueryError: messages name the problem
             raise QueryError("bad_request", str(error)) from error
         if query is None:
-            query = await _parse(sql)
+            return self._parsed_later(sql, properties, started)
+        return self._run(query, properties, started)
+
+    async def _parsed_later(
+        self, sql: str, properties: Mapping[str, object] | None, started: float
+    ) -> QueryResult:
+        outcome = self._run(await _parse(sql), properties, started)
+        return outcome if isinstance(outcome, QueryResult) else await outcome
+
+    def _run(
+        self,
+        query: PullQuery,
+        properties: Mapping[str, object] | None,
+        started: float,
+        committed: TableInfo | None = None,
+    ) -> QueryResult | Coroutine[Any, Any, QueryResult]:
+        """`start` once the statement is parsed; `committed`: the table once its Spark batch the query
+        asked for (min_batch) is committed."""
         image = self._image()
-        try:
-            table = find_table(image.tables, query.table)
-        except UnknownTableError as error:
-            raise QueryError("not_found", str(error)) from error
+        if committed is not None:
+            table = committed
+        else:
+            try:
+                table = find_table(image.tables, query.table)
+            except UnknownTableError as error:
+                raise QueryError("not_found", str(error)) from error
         try:
             query_plan = plan(query, table)
         except ValueError as error:
@@ -259,9 +310,8 @@ class QueryService:
             standby_reads = _flag(properties, STANDBY_READS_PROPERTIES, default=True)
             hedge = _flag(properties, HEDGING_PROPERTIES, default=True)
             min_batch = _min_batch(properties)
-            if min_batch is not None:
-                table = await self._committed_batch(table, min_batch, deadline)
-                image = self._image()
+            if min_batch is not None and committed is None:
+                return self._after_batch(query, properties, started, table, min_batch, deadline)
             given = self._token(properties, table)
             if min_batch is not None:
                 batch = {(table.table_id, p): at for p, at in enumerate(table.batch_positions) if at}
@@ -276,12 +326,53 @@ class QueryService:
         parts = image.partitions.get(table.table_id, ())
         here = self._serve_here(parts, work, deadline)
         if len(here) < len(work):
-            try:
-                answers = await self._serve(table, parts, work, deadline, standby_reads, hedge, here)
-            except NoReplicaError as error:
-                raise QueryError("unavailable", str(error)) from error
-        else:
-            answers = [here[partition] for partition in sorted(here)]
+            return self._served_elsewhere(
+                query_plan, table, parts, work, deadline, standby_reads, hedge, here, given, started
+            )
+        return self._result(
+            query_plan, table, [here[partition] for partition in sorted(here)], given, started
+        )
+
+    async def _after_batch(
+        self,
+        query: PullQuery,
+        properties: Mapping[str, object],
+        started: float,
+        table: TableInfo,
+        batch_id: int,
+        deadline: float,
+    ) -> QueryResult:
+        committed = await self._committed_batch(table, batch_id, deadline)
+        outcome = self._run(query, properties, started, committed)
+        return outcome if isinstance(outcome, QueryResult) else await outcome
+
+    async def _served_elsewhere(
+        self,
+        query_plan: QueryPlan,
+        table: TableInfo,
+        parts: tuple[PartitionInfo, ...],
+        work: dict[int, PartitionQueryRequest],
+        deadline: float,
+        standby_reads: bool,
+        hedge: bool,
+        here: dict[int, _PartitionAnswer],
+        given: Positions,
+        started: float,
+    ) -> QueryResult:
+        try:
+            answers = await self._serve(table, parts, work, deadline, standby_reads, hedge, here)
+        except NoReplicaError as error:
+            raise QueryError("unavailable", str(error)) from error
+        return self._result(query_plan, table, answers, given, started)
+
+    def _result(
+        self,
+        query_plan: QueryPlan,
+        table: TableInfo,
+        answers: list[_PartitionAnswer],
+        given: Positions,
+        started: float,
+    ) -> QueryResult:
         read = {(table.table_id, a.served.partition): a.served.position for a in answers}
         columns, rows, last_key = _rows(query_plan, table, answers)
         # One search over all rows: a mark spanning two rows is at worst a false alarm.
@@ -392,15 +483,22 @@ class QueryService:
                     answers[attempts.part.partition] = answered
                 else:
                     remote.setdefault(attempts.candidate.node_id, []).append(attempts)
-            if len(remote) == 1:
-                [(node_id, group)] = remote.items()
-                answers.update(await self._forward(node_id, group, deadline, standby_reads, hedge))
-            elif remote:
-                rounds = await asyncio.gather(
-                    *(self._forward(n, g, deadline, standby_reads, hedge) for n, g in remote.items())
-                )
-                for round_answers in rounds:
-                    answers.update(round_answers)
+            if remote:
+                # Every server's forward runs at once: the first in this task, the others in their own
+                # (cheaper than a gather, which would make a task of each).
+                [(node_id, group), *others] = remote.items()
+                tasks = [
+                    asyncio.ensure_future(self._forward(n, g, deadline, standby_reads, hedge))
+                    for n, g in others
+                ]
+                try:
+                    answers.update(await self._forward(node_id, group, deadline, standby_reads, hedge))
+                    for task in tasks:
+                        answers.update(await task)
+                except BaseException:
+                    for task in tasks:
+                        task.cancel()
+                    raise
             pending = [a for group in remote.values() for a in group if a.part.partition not in answers]
             pending.sort(key=lambda a: a.part.partition)
         return [answers[partition] for partition in sorted(answers)]
@@ -469,11 +567,11 @@ class QueryService:
         policy = self.hedging
         policy.forwarded()
         delay_ms = policy.delay_ms(node_id) if hedge else None
-        first = asyncio.ensure_future(self._ask(node_id, group, deadline))
+        ask = self._ask(node_id, group, deadline)
         if delay_ms is None or delay_ms / 1000 >= deadline - time.monotonic():
-            return await first
-        done, _ = await asyncio.wait({first}, timeout=delay_ms / 1000)
-        if done:
+            return await ask
+        first = asyncio.ensure_future(ask)
+        if await _settled_within(first, delay_ms / 1000):
             return first.result()
         local, remote = self._hedges(group, deadline, standby_reads)
         if not (local or remote) or not policy.take():
