@@ -119,6 +119,13 @@ class _JoinedWrites:
         if held and not self._transport.is_closing():
             self._transport.write(held[0] if len(held) == 1 else b"".join(held))
 
+    def write_whole(self, data: bytes) -> None:
+        """A whole response (head and body in one): out at once when nothing is held before it."""
+        if self._held:
+            self._held.append(data)
+        elif not self._transport.is_closing():
+            self._transport.write(data)
+
     def close(self) -> None:
         self._flush()
         self._transport.close()
@@ -330,7 +337,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if not keep_alive:
             head.append(b"connection: close\r\n")
         head += (b"\r\n", payload)
-        self.transport.write(b"".join(head))
+        cast(_JoinedWrites, self.transport).write_whole(b"".join(head))
         if not keep_alive:
             self.transport.close()
         self.on_response_complete()
