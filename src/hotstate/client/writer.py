@@ -33,12 +33,14 @@ import logging
 import random
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from hotstate.client.sequencer import Grant, PartitionSequencer
 from hotstate.protocol.wire import MESSAGES
 from hotstate.query.tokens import cluster_tag
 from hotstate.query.tokens import encode as encode_token
+from hotstate.replica.ingest import row_keys
 from hotstate.replica.keys import encode_key, encode_keys, key_from_row, partition_for, partitions_of
 from hotstate.replica.messages import (
     RETRIABLE,
@@ -80,6 +82,8 @@ RETRY_BACKOFF_MAX_S = 0.25
 # A server whose watch failed (unreachable, not ready, behind) is not asked again for this long if
 # another can be.
 WATCH_AVOID_S = 1.0
+# Produces of one partition unanswered at once, by default (TableWriter's max_in_flight).
+DEFAULT_MAX_IN_FLIGHT = 5
 
 
 class WriteError(Exception):
@@ -115,6 +119,8 @@ class WriterStats:
     # Produce messages sent: a ProducePartitionsRequest carrying several partitions for one server is one.
     produce_messages: int = 0
     hints_used: int = 0  # NOT_LEADER / FENCED_EPOCH answers whose named active was used at once
+    # Rows left out of retries because a later write of the same partition had committed their keys.
+    rows_superseded: int = 0
 
 
 class TableWriter:
@@ -128,11 +134,21 @@ class TableWriter:
         request_timeout_s: float = 10.0,
         rack: str | None = None,
         tls: TlsOption = None,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
     ) -> None:
         """`tls`: the servers' RPC port uses TLS; the CA certificate file to trust, or an ssl.SSLContext
-        (tls.client_context: with a client certificate when the servers require one)."""
+        (tls.client_context: with a client certificate when the servers require one).
+
+        `max_in_flight`: how many Produce requests of one partition may be unanswered at once (Kafka's
+        max.in.flight.requests.per.connection). Concurrent `upsert` / `upsert_encoded` calls on this
+        writer send without waiting for each other's answers up to that bound; the rows of a partition are
+        applied in the order the calls were made, also when a Produce fails and is retried
+        (client/sequencer.py, docs/replication.md "Pipelined writes"). 1 sends one at a time."""
         if not servers:
             raise ValueError("no servers to talk to")
+        if max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be at least 1, not {max_in_flight}")
+        self.max_in_flight = max_in_flight
         self.table = table
         # The writer's rack (spark.hotstate.rack / HOTSTATE_RACK). The controller learns it once per job,
         # from the driver (spark.table.ensure_table: CreateTable / RegisterWriter), not from every writer:
@@ -171,6 +187,8 @@ class TableWriter:
         self._sending: set[asyncio.Task[None]] = set()
         # Servers that refused a ProducePartitionsRequest as unknown (an older version): one per partition.
         self._single_only: set[int] = set()
+        # Per partition: the order of its Produces and the writes waiting on them.
+        self._lanes: dict[int, _Lane] = {}
         self._closed = False
 
     async def close(self) -> None:
@@ -371,13 +389,10 @@ class TableWriter:
         if by_partition is None:
             by_partition = self._encode_one_by_one(rows, meta, max_row)
         self._start_watching()
-        chunk_bytes = min(MAX_REQUEST_BYTES, max_row)
-        results = await asyncio.gather(
-            *(
-                self._write_partition(p, encoded, end, chunk_bytes)
-                for p, encoded in sorted(by_partition.items())
-            )
-        )
+        # Added to the partitions' sequencers before the first await: the order of writes is the order of
+        # the calls.
+        queued = self._enqueue(by_partition, end, min(MAX_REQUEST_BYTES, max_row))
+        results = await asyncio.gather(*(self._write_partition(p, pending) for p, pending in queued))
         return self._result(len(rows), meta, by_partition, results)
 
     def _encode_one_by_one(
@@ -400,52 +415,102 @@ class TableWriter:
             by_partition.setdefault(partition_for(key, len(meta.partitions)), []).append(encoded)
         return by_partition
 
-    async def _write_partition(
-        self, partition: int, rows: list[bytes], end: float, chunk_bytes: int | None = None
-    ) -> tuple[int, int, int]:
-        """(requests, retries, the partition's position after the last row: its end offset)."""
-        requests = retries = position = 0
-        self._start_watching()
+    # ------------------------------------------------------------------ pipelined, in order
+    def _enqueue(
+        self, by_partition: Mapping[int, Sequence[bytes]], end: float, chunk_bytes: int
+    ) -> list[tuple[int, list[_Pending]]]:
+        """Every partition's rows, in Produces of at most `chunk_bytes`, added to the partition's sequencer
+        (after every write added before) and sent now as far as its order and `max_in_flight` allow."""
+        loop = asyncio.get_running_loop()
+        queued = []
+        for partition, rows in sorted(by_partition.items()):
+            if not rows:
+                continue
+            lane = self._lanes.get(partition)
+            if lane is None:
+                lane = self._lanes[partition] = _Lane(PartitionSequencer(self.max_in_flight, self._keys_of))
+            pending = []
+            for chunk in _chunks(list(rows), chunk_bytes):
+                seq = lane.sequencer.add(chunk)
+                pending.append(
+                    lane.pending.setdefault(seq, _Pending(seq, len(chunk), end, loop.create_future()))
+                )
+            self._release(partition, lane)
+            queued.append((partition, pending))
+        return queued
+
+    def _keys_of(self, rows: Sequence[bytes]) -> list[bytes] | None:
+        """Each row's encoded key (a retry's filter, on the failure path only); None if a row is bad."""
         assert self._metadata is not None
-        max_row = self._max_row_bytes(self._metadata)
-        checked = chunk_bytes is not None  # upsert and upsert_encoded checked every row's size already
-        if chunk_bytes is None:
-            chunk_bytes = min(MAX_REQUEST_BYTES, max_row)
-        too_large = None if checked else next((len(row) for row in rows if len(row) > max_row), None)
-        if too_large is not None:  # guards any other caller
-            raise WriteError(
-                ReplicaError.TOO_LARGE,
-                f"{self.table}/{partition}: a row of {too_large:,} bytes encoded, the limit is {max_row:,}",
-            )
-        for chunk in _chunks(rows, chunk_bytes):
-            backoff = RETRY_BACKOFF_MIN_S
+        try:
+            return row_keys(rows, self._metadata.key_columns)
+        except (ValueError, TypeError, OverflowError, KeyError, UnicodeError):
+            return None
+
+    def _release(self, partition: int, lane: _Lane) -> None:
+        """Send what the partition's sequencer lets go now, in its order: the one place a first send of a
+        Produce leaves (synchronously, so nothing can come between two of them). A retry is handed to the
+        write it belongs to, which sends it after its backoff: it holds the partition meanwhile."""
+        while grants := lane.sequencer.take():
+            for grant in grants:
+                pending = lane.pending.get(grant.seq)
+                if pending is None or pending.ready.done():  # its write gave up meanwhile
+                    lane.sequencer.dropped(grant.seq)
+                    continue
+                attempt = None if grant.retry else self._dispatch(partition, grant.rows, pending.end)
+                pending.ready.set_result((grant, attempt))
+
+    def _dispatch(self, partition: int, rows: Sequence[bytes], end: float) -> _Attempt:
+        """One Produce of `rows` to the partition's active as the writer knows it, on its way."""
+        try:
+            part = self._partition(partition)
+        except WriteError as error:
+            return _Attempt(None, None, error=error)
+        if part.active is None:
+            return _Attempt(part, None, "no active (every in-sync replica is down)")
+        timeout_s = max(0.1, min(self._request_timeout_s, end - time.monotonic()))
+        request = ProduceRequest(self.table, partition, part.leader_epoch, tuple(rows), int(timeout_s * 1000))
+        return _Attempt(part, self._produce_via(part.active, request, timeout_s + 1.0))
+
+    async def _write_partition(self, partition: int, pending: list[_Pending]) -> tuple[int, int, int]:
+        """(requests, retries, the partition's position after the last row: its end offset)."""
+        lane = self._lanes[partition]
+        if len(pending) == 1:
+            return await self._settle(partition, lane, pending[0])
+        results = await asyncio.gather(*(self._settle(partition, lane, one) for one in pending))
+        return sum(r[0] for r in results), sum(r[1] for r in results), max(r[2] for r in results)
+
+    async def _settle(self, partition: int, lane: _Lane, pending: _Pending) -> tuple[int, int, int]:
+        """Follow one Produce until it committed (requests, retries, position) or raise WriteError; a failure
+        is resent when the partition's sequencer says so (client/sequencer.py)."""
+        requests = retries = 0
+        backoff = RETRY_BACKOFF_MIN_S
+        at_once = False
+        problem = "it waited behind earlier writes of the partition"
+        failed_at: PartitionMetadata | None = None
+        try:
             while True:
-                part = self._partition(partition)
-                reply: ProduceResponse | None = None
-                problem = ""
-                moved = False
-                if part.active is None:
-                    problem = "no active (every in-sync replica is down)"
+                grant, attempt = await self._granted(partition, pending, problem)
+                if grant.superseded:  # every row was committed since by a later write
+                    self.stats.rows_superseded += pending.rows
+                    return requests, retries, lane.sequencer.position
+                if attempt is None:  # a retry: the partition waits for it alone
+                    self.stats.rows_superseded += pending.rows - len(grant.rows)
+                    pending.rows = len(grant.rows)
+                    if not at_once and failed_at is not None:
+                        await self._wait_for_move(partition, failed_at, _jittered(backoff), pending.end)
+                        backoff = min(backoff * 2, RETRY_BACKOFF_MAX_S)
+                    attempt = pending.attempt = self._dispatch(partition, grant.rows, pending.end)
                 else:
-                    timeout_s = max(0.1, min(self._request_timeout_s, end - time.monotonic()))
-                    request = ProduceRequest(
-                        self.table, partition, part.leader_epoch, tuple(chunk), int(timeout_s * 1000)
-                    )
-                    try:
-                        answer = await self._send_watching(partition, part, request)
-                    except RpcError as error:
-                        problem = f"server {part.active}: {error}"
-                    else:
-                        if answer is None:
-                            problem = "the partition moved to another active while waiting"
-                            moved = True
-                        else:
-                            reply = answer
+                    pending.attempt = attempt
+                reply, problem, moved, at_once = await self._outcome(partition, attempt)
                 requests += 1
                 self.stats.produce_requests += 1
                 if reply is not None and reply.error is ReplicaError.NONE:
-                    position = max(position, reply.end_offset)
-                    break
+                    lane.sequencer.committed(grant.seq, reply.end_offset)
+                    self._release(partition, lane)
+                    return requests, retries, reply.end_offset
+                assert attempt.part is not None
                 if reply is not None:
                     if reply.error is ReplicaError.UNKNOWN_TABLE:
                         # The active's image may not hold a table created a moment ago, which the metadata
@@ -455,18 +520,63 @@ class TableWriter:
                     elif reply.error not in RETRIABLE:
                         raise WriteError(reply.error, f"{self.table}/{partition}: {reply.message}")
                     problem = f"{reply.error.name}: {reply.message}"
-                    moved = self._take_hint(partition, part, reply)
-                if time.monotonic() >= end:
+                    moved = self._take_hint(partition, attempt.part, reply)
+                if time.monotonic() >= pending.end:
                     raise WriteError(
                         ReplicaError.TIMEOUT, f"{self.table}/{partition} not written in time: {problem}"
                     )
                 retries += 1
                 if moved:
                     self.stats.retried_on_move += 1
-                    continue  # a newer active is known already: no reason to wait
-                await self._wait_for_move(partition, part, _jittered(backoff), end)
-                backoff = min(backoff * 2, RETRY_BACKOFF_MAX_S)
-        return requests, retries, position
+                at_once = at_once or moved
+                failed_at = attempt.part
+                # Resent when the sequencer says: once nothing of the partition is in flight, after every
+                # earlier failure, without the rows a later write committed meanwhile.
+                pending.ready = asyncio.get_running_loop().create_future()
+                lane.sequencer.failed(grant.seq)
+                self._release(partition, lane)
+        finally:
+            del lane.pending[pending.seq]
+            if lane.sequencer.state(pending.seq) != "settled":
+                lane.sequencer.dropped(pending.seq)  # given up: never resent, filters nothing
+                self._release(partition, lane)
+            if pending.attempt is not None and pending.attempt.answer is not None:
+                pending.attempt.answer.cancel()  # a no-op once answered
+
+    async def _granted(
+        self, partition: int, pending: _Pending, problem: str
+    ) -> tuple[Grant, _Attempt | None]:
+        """What the sequencer handed `pending` (a send on its way, or a retry to send), once it did."""
+        ready = pending.ready
+        if not ready.done():
+            try:
+                async with asyncio.timeout(max(0.0, pending.end - time.monotonic())):
+                    await ready
+            except TimeoutError:
+                if ready.done() and not ready.cancelled():
+                    pending.attempt = ready.result()[1]  # sent as the time ran out: finally cancels it
+                raise WriteError(
+                    ReplicaError.TIMEOUT, f"{self.table}/{partition} not written in time: {problem}"
+                ) from None
+        return ready.result()
+
+    async def _outcome(
+        self, partition: int, attempt: _Attempt
+    ) -> tuple[ProduceResponse | None, str, bool, bool]:
+        """(the answer, or the problem; whether the partition is known to have moved; whether to resend
+        without a backoff) of one send."""
+        if attempt.error is not None:
+            raise attempt.error
+        if attempt.answer is None:
+            return None, attempt.problem, False, False
+        assert attempt.part is not None
+        try:
+            answer = await self._answer_watching(partition, attempt.part, attempt.answer)
+        except RpcError as error:
+            return None, f"server {attempt.part.active}: {error}", False, isinstance(error, _Resend)
+        if answer is None:
+            return None, "the partition moved to another active while waiting", True, True
+        return answer, "", False, False
 
     def _take_hint(self, partition: int, sent_to: PartitionMetadata, reply: ProduceResponse) -> bool:
         """Use the active a NOT_LEADER / FENCED_EPOCH answer names, if it is newer than what the writer
@@ -495,15 +605,12 @@ class TableWriter:
                 await asyncio.wait_for(changed.wait(), remaining)
         self.stats.retried_on_move += 1
 
-    async def _send_watching(
-        self, partition: int, part: PartitionMetadata, request: ProduceRequest
+    async def _answer_watching(
+        self, partition: int, part: PartitionMetadata, sent: asyncio.Future[ProduceResponse]
     ) -> ProduceResponse | None:
-        """Send a Produce and wait for its answer, but give up (None) as soon as a metadata watch shows the
+        """The answer to a Produce sent to `part`'s active, or None as soon as a metadata watch shows the
         partition has another active or epoch: a server that stopped answering (killed, paused,
         partitioned away) must not hold the write for the whole timeout when the controller has moved on."""
-        assert part.active is not None
-        timeout_s = request.timeout_ms / 1000 + 1.0
-        sent = self._produce_via(part.active, request, timeout_s)
         try:
             while True:
                 if self._moved(partition, part):
@@ -581,8 +688,9 @@ class TableWriter:
                 # A server of an older version: one Produce per partition from now on.
                 log.info("server %d does not take multi-partition Produce requests: %s", node, error)
                 self._single_only.add(node)
-                for outgoing in group:
-                    self._forward(self._produce_via(node, outgoing.request, outgoing.timeout_s), outgoing)
+                # Not written: sent again one partition at a time, each through its partition's order (a
+                # later Produce of the same partition may have gone out already).
+                _fail_all(group, _Resend(f"server {node} takes one partition per Produce: sent again"))
                 return
             _fail_all(group, error)
             return
@@ -595,20 +703,6 @@ class TableWriter:
         for outgoing, answer in zip(group, answers, strict=True):
             if not outgoing.answer.done():
                 outgoing.answer.set_result(answer)
-
-    @staticmethod
-    def _forward(source: asyncio.Future[ProduceResponse], outgoing: _Outgoing) -> None:
-        def copy(done: asyncio.Future[ProduceResponse]) -> None:
-            if outgoing.answer.done():
-                return
-            if done.cancelled():
-                outgoing.answer.cancel()
-            elif (error := done.exception()) is not None:
-                outgoing.answer.set_exception(error)
-            else:
-                outgoing.answer.set_result(done.result())
-
-        source.add_done_callback(copy)
 
     async def upsert_encoded(
         self, by_partition: Mapping[int, Sequence[bytes]], *, deadline_s: float = 60.0
@@ -632,14 +726,8 @@ class TableWriter:
                     "(the servers' produce.max.bytes: one Produce carries at most that many row bytes)",
                 )
         self._start_watching()
-        chunk_bytes = min(MAX_REQUEST_BYTES, max_row)
-        results = await asyncio.gather(
-            *(
-                self._write_partition(p, list(rows), end, chunk_bytes)
-                for p, rows in sorted(by_partition.items())
-                if rows
-            )
-        )
+        queued = self._enqueue(by_partition, end, min(MAX_REQUEST_BYTES, max_row))
+        results = await asyncio.gather(*(self._write_partition(p, pending) for p, pending in queued))
         written = sum(len(rows) for rows in by_partition.values())
         return self._result(written, meta, [p for p, rows in sorted(by_partition.items()) if rows], results)
 
@@ -657,6 +745,38 @@ class TableWriter:
             sum(r[1] for r in results),
             encode_token(positions, self._tag),
         )
+
+
+class _Resend(RpcError):
+    """A Produce the server did not take as sent (nothing written): to be sent again without a backoff."""
+
+
+@dataclass(slots=True)
+class _Attempt:
+    """One send of a Produce: where it went and its answer to come, or why nothing went."""
+
+    part: PartitionMetadata | None
+    answer: asyncio.Future[ProduceResponse] | None
+    problem: str = ""
+    error: WriteError | None = None
+
+
+@dataclass(slots=True)
+class _Pending:
+    """One Produce of a write, from its adding to its partition's sequencer until it settles. `ready`: what
+    the sequencer grants it next (a send under way, or a retry to send)."""
+
+    seq: int
+    rows: int
+    end: float
+    ready: asyncio.Future[tuple[Grant, _Attempt | None]]
+    attempt: _Attempt | None = None
+
+
+@dataclass(slots=True)
+class _Lane:
+    sequencer: PartitionSequencer
+    pending: dict[int, _Pending] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from hotstate.controller.records import KeyColumn
 from hotstate.replica.keys import encode_key, encode_keys, key_from_row, partition_for, partitions_of
 from hotstate.replica.rows import decode_row, decode_rows, encode_record, encode_records
 
-__all__ = ["records_for_rows"]
+__all__ = ["records_for_rows", "row_keys"]
 
 
 def records_for_rows(
@@ -33,15 +33,22 @@ def records_for_rows(
     return _one_by_one(rows, key_columns, partitions, partition, table)
 
 
+def row_keys(rows: Sequence[bytes], key_columns: Sequence[KeyColumn]) -> list[bytes]:
+    """The encoded key of every row, in a few passes; ValueError, TypeError, OverflowError, KeyError or
+    UnicodeError when a row is bad (`_one_by_one` says which and why)."""
+    decoded = decode_rows(rows)
+    keys = encode_keys(decoded, key_columns)
+    if keys is None:
+        keys = [encode_key(key_from_row(row, key_columns)) for row in decoded]
+    return keys
+
+
 def _fast(
     rows: Sequence[bytes], key_columns: Sequence[KeyColumn], partitions: int, partition: int
 ) -> list[bytes] | None:
     """The records when every row is good; None when any is not (or anything unusual turns up)."""
     try:
-        decoded = decode_rows(rows)
-        keys = encode_keys(decoded, key_columns)
-        if keys is None:
-            keys = [encode_key(key_from_row(row, key_columns)) for row in decoded]
+        keys = row_keys(rows, key_columns)
         found = partitions_of(keys, partitions)
     except (ValueError, TypeError, OverflowError, KeyError, UnicodeError):
         return None

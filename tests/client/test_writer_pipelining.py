@@ -1,0 +1,212 @@
+"""Concurrent writes on one TableWriter against one real RPC server whose answers the test scripts (to fail
+exactly the Produce a case needs): Produces of a partition are pipelined up to max_in_flight, in the order
+the calls were made, and a failed one is resent after the later ones settled, without the rows whose key a
+later write committed, so no key goes back to an older value. The server applies rows in the order
+Produces arrive, as an active appends them."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import pytest
+
+from hotstate.client.writer import TableWriter, WriteError
+from hotstate.controller.records import KeyColumn, KeyType
+from hotstate.protocol.wire import MESSAGES
+from hotstate.replica.messages import (
+    PartitionMetadata,
+    PartitionRows,
+    ProducePartitionsRequest,
+    ProducePartitionsResponse,
+    ProduceRequest,
+    ProduceResponse,
+    ReplicaError,
+    ServerAddress,
+    TableMetadataRequest,
+    TableMetadataResponse,
+)
+from hotstate.replica.rows import decode_row
+from hotstate.rpc import PeerInfo, RpcServer
+
+CLUSTER, SECRET = "writer-test", "a-secret-of-16-chars-or-more"
+
+# What the server answers a part (its rows decoded), or None to write it.
+Script = Callable[[list[dict[str, object]]], ReplicaError | None]
+
+
+class Server:
+    """Node 1, the active of table 't' (one partition). Writes each part's rows into `store` in arrival
+    order unless `script` fails it; holds every answer `delay_s`."""
+
+    def __init__(self, script: Script = lambda rows: None, delay_s: float = 0.05) -> None:
+        self.script = script
+        self.delay_s = delay_s
+        self.store: dict[object, object] = {}
+        self.parts: list[list[dict[str, object]]] = []  # every part received, in arrival order
+        self.outstanding = self.most_outstanding = 0
+        self.end = 0
+        self.rpc = RpcServer("127.0.0.1", 0, CLUSTER, SECRET, 1, self.handle, MESSAGES)
+
+    async def handle(self, peer: PeerInfo, message: object) -> object:
+        if isinstance(message, TableMetadataRequest):
+            if message.max_wait_ms:
+                await asyncio.sleep(min(message.max_wait_ms, 200) / 1000)  # a watch: nothing changes
+            return TableMetadataResponse(
+                ReplicaError.NONE,
+                "",
+                7,
+                (KeyColumn("k", KeyType.STRING),),
+                None,
+                (PartitionMetadata(0, 1, 3, (1,), (1,)),),
+                (ServerAddress(1, "127.0.0.1", self.rpc.port, None, False),),
+                10,
+            )
+        single = isinstance(message, ProduceRequest)
+        if isinstance(message, ProduceRequest):
+            parts = (PartitionRows(message.partition, message.leader_epoch, message.rows),)
+        else:
+            assert isinstance(message, ProducePartitionsRequest)
+            parts = message.parts
+        answers = [self._append(part) for part in parts]  # before the first wait, as an active does
+        self.outstanding += len(parts)
+        self.most_outstanding = max(self.most_outstanding, self.outstanding)
+        await asyncio.sleep(self.delay_s)
+        self.outstanding -= len(parts)
+        return answers[0] if single else ProducePartitionsResponse(tuple(answers))
+
+    def _append(self, part: PartitionRows) -> ProduceResponse:
+        rows = [decode_row(row) for row in part.rows]
+        self.parts.append(rows)
+        error = self.script(rows)
+        if error is not None:
+            return ProduceResponse(error, f"{error.name} from the test", active=1, leader_epoch=3)
+        for row in rows:
+            self.store[row["k"]] = row["v"]
+        self.end += len(rows)
+        return ProduceResponse(ReplicaError.NONE, "", self.end - len(rows), self.end, 1, 3)
+
+
+def _rows(call: int, keys: str) -> list[dict[str, object]]:
+    return [{"k": key, "v": call} for key in keys]
+
+
+async def _concurrently(
+    server: Server, calls: list[list[dict[str, object]]], max_in_flight: int = 5
+) -> tuple[TableWriter, list[object]]:
+    """Every call started at once, in list order, on one writer; their results or errors."""
+    await server.rpc.start()
+    try:
+        async with TableWriter(
+            [("127.0.0.1", server.rpc.port)],
+            "t",
+            cluster_id=CLUSTER,
+            secret=SECRET,
+            max_in_flight=max_in_flight,
+        ) as writer:
+            await writer.metadata()
+            tasks = [asyncio.create_task(writer.upsert(rows, deadline_s=10.0)) for rows in calls]
+            results = await asyncio.gather(*tasks, return_exceptions=True)
+    finally:
+        await server.rpc.close()
+    return writer, results
+
+
+def test_produces_of_a_partition_are_pipelined_up_to_the_bound_in_call_order() -> None:
+    server = Server()
+    calls = [_rows(call, f"k{call}") for call in range(10)]
+    writer, results = asyncio.run(_concurrently(server, calls, max_in_flight=3))
+    assert all(not isinstance(r, BaseException) for r in results), results
+    assert server.most_outstanding == 3  # never more, and the window was filled
+    assert [rows[0]["v"] for rows in server.parts] == list(range(10))
+    assert writer.stats.produce_requests == 10
+
+
+def test_one_in_flight_sends_a_partitions_writes_one_at_a_time() -> None:
+    server = Server(delay_s=0.01)
+    calls = [_rows(call, "ab") for call in range(4)]
+    _, results = asyncio.run(_concurrently(server, calls, max_in_flight=1))
+    assert all(not isinstance(r, BaseException) for r in results), results
+    assert server.most_outstanding == 1
+    assert server.store == {"a": 3, "b": 3}
+
+
+def _fails_once(call: int, error: ReplicaError) -> Script:
+    failed: set[int] = set()
+
+    def script(rows: list[dict[str, object]]) -> ReplicaError | None:
+        if rows[0]["v"] == call and call not in failed:
+            failed.add(call)
+            return error
+        return None
+
+    return script
+
+
+@pytest.mark.parametrize("error", [ReplicaError.NOT_ENOUGH_REPLICAS, ReplicaError.TIMEOUT], ids=str)
+def test_a_failed_write_is_resent_without_the_keys_a_later_write_committed(error: ReplicaError) -> None:
+    server = Server(_fails_once(0, error))
+    calls = [_rows(0, "ab0"), _rows(1, "a1"), _rows(2, "b2")]
+    writer, results = asyncio.run(_concurrently(server, calls))
+    assert all(not isinstance(r, BaseException) for r in results), results
+    # The first call failed while the later two were in flight; its retry went last, with only the key
+    # no later call wrote. Resent whole, it would have put a and b back to 0.
+    assert [sorted(str(r["k"]) for r in part) for part in server.parts] == [
+        ["0", "a", "b"],
+        ["1", "a"],
+        ["2", "b"],
+        ["0"],
+    ]
+    assert server.store == {"a": 1, "b": 2, "0": 0, "1": 1, "2": 2}
+    assert writer.stats.rows_superseded == 2
+
+
+def test_a_later_write_that_fails_for_good_costs_an_earlier_one_no_row() -> None:
+    def script(rows: list[dict[str, object]]) -> ReplicaError | None:
+        return ReplicaError.INVALID_ROW if rows[0]["v"] == 1 else first(rows)
+
+    first = _fails_once(0, ReplicaError.NOT_ENOUGH_REPLICAS)
+    server = Server(script)
+    calls = [_rows(0, "abc"), _rows(1, "a"), _rows(2, "b")]
+    _, results = asyncio.run(_concurrently(server, calls))
+    assert isinstance(results[1], WriteError) and results[1].error is ReplicaError.INVALID_ROW
+    assert not isinstance(results[0], BaseException) and not isinstance(results[2], BaseException)
+    # Call 1 wrote nothing, so the retry of call 0 keeps its row of a; call 2 committed b.
+    assert server.parts[-1] == [{"k": "a", "v": 0}, {"k": "c", "v": 0}]
+    assert server.store == {"a": 0, "b": 2, "c": 0}
+
+
+def test_a_retry_whose_every_row_a_later_write_committed_is_not_sent() -> None:
+    server = Server(_fails_once(0, ReplicaError.NOT_ENOUGH_REPLICAS))
+    calls = [_rows(0, "ab"), _rows(1, "ab")]
+    writer, results = asyncio.run(_concurrently(server, calls))
+    assert all(not isinstance(r, BaseException) for r in results), results
+    assert len(server.parts) == 2 and server.store == {"a": 1, "b": 1}
+    assert writer.stats.rows_superseded == 2
+
+
+def test_writes_behind_a_failing_one_wait_and_fail_at_their_own_deadline() -> None:
+    async def main() -> None:
+        server = Server(lambda rows: ReplicaError.NOT_ENOUGH_REPLICAS if rows[0]["v"] == 0 else None)
+        await server.rpc.start()
+        try:
+            async with TableWriter(
+                [("127.0.0.1", server.rpc.port)], "t", cluster_id=CLUSTER, secret=SECRET
+            ) as writer:
+                await writer.metadata()
+                stuck = asyncio.create_task(writer.upsert(_rows(0, "a"), deadline_s=1.5))
+                await asyncio.sleep(0.2)  # sent and failed (answered after 50 ms): the gate is closed
+                with pytest.raises(WriteError) as error:
+                    await writer.upsert(_rows(1, "b"), deadline_s=0.3)
+                assert error.value.error is ReplicaError.TIMEOUT
+                with pytest.raises(WriteError) as error:
+                    await stuck
+                assert error.value.error is ReplicaError.TIMEOUT
+                assert "NOT_ENOUGH_REPLICAS" in str(error.value)
+                # The gate opened when the failing write gave up: the next write goes through.
+                await writer.upsert(_rows(2, "b"), deadline_s=5.0)
+            assert server.store == {"b": 2}
+        finally:
+            await server.rpc.close()
+
+    asyncio.run(main())
