@@ -1,7 +1,9 @@
 """Between real server processes: many concurrent writes to the same keys on one pipelining TableWriter
-while the active of their partitions is killed with SIGKILL. Every key must end with the value of the last
-call that returned successfully for it, or of a later call (one that failed may still have been written);
-never an older one: a Produce that failed with the active and was retried must not land over a later
+while a fault makes Produces fail: the active of their partitions killed with SIGKILL, or a standby killed
+and restarted under min.insync.replicas=2 (every write fails with NOT_ENOUGH_REPLICAS until it is back in
+sync, then they succeed again: the retries race the way a plain retry loses). Every key must end with the
+value of the last call that returned successfully for it, or of a later call (one that failed may still
+have been written); never an older one: a Produce that failed and was retried must not land over a later
 write that committed."""
 
 from __future__ import annotations
@@ -12,13 +14,21 @@ import itertools
 import random
 import time
 from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 
 from hotstate.client.writer import TableWriter, WriteError
 from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.controller.requests import ControllerError
 from hotstate.protocol.wire import MESSAGES
 from hotstate.query.tokens import cluster_tag, decode, merge
-from hotstate.replica.messages import ReadPartitionRequest, ReadPartitionResponse, ReplicaError
+from hotstate.replica.core import ReplicaConfig
+from hotstate.replica.messages import (
+    ReadPartitionRequest,
+    ReadPartitionResponse,
+    ReplicaError,
+    TableMetadataResponse,
+)
 from hotstate.replica.rows import decode_row
 from hotstate.rpc import PeerPool
 
@@ -52,83 +62,113 @@ async def _read_all(running, table: str, nodes: dict[int, int], positions: dict[
     return values
 
 
+@dataclass
+class Calls:
+    attempted: dict[int, list[str]] = field(default_factory=dict)  # call number -> its keys
+    succeeded: set[int] = field(default_factory=set)
+    failed: list[WriteError] = field(default_factory=list)
+    tokens: list[str] = field(default_factory=list)
+    retries: int = 0
+
+
+# Runs the fault; sets the event once no new call should be made (the calls under way then finish).
+Fault = Callable[[TableMetadataResponse, asyncio.Event], Awaitable[str]]
+
+
+async def _writes_during(running, table: str, partitions: int, fault: Fault) -> None:
+    """WORKERS tasks call `upsert` on one writer (max_in_flight 5) over and over, each call numbered as
+    it is made and writing its number into a few random keys of KEYS, until `fault` says stop; then every
+    key is read from its partition's active and must hold its last successful call's number or a later
+    one. No call is made after the fault began, so the calls it failed are the last to write: their
+    retries decide what the keys hold (later calls would write over a lost update and hide it)."""
+    cluster = running.cluster
+    async with cluster.admin(request_timeout_s=2.0) as admin:
+        reply = await admin.create_table(table, partitions=partitions, standby_replicas=1, key_columns=KEY)
+        assert reply.error is ControllerError.NONE, reply
+    calls = Calls()
+    numbers = itertools.count(1)
+    stop = asyncio.Event()
+    async with TableWriter(
+        cluster.addresses(), table, cluster_id=cluster.cluster_id, secret=cluster.secret, max_in_flight=5
+    ) as writer:
+        await writer.upsert([{"user": key, "v": 0} for key in KEYS], deadline_s=30.0)
+        meta = await writer.metadata()
+
+        async def worker(seed: int) -> None:
+            rng = random.Random(seed)
+            while not stop.is_set():
+                keys = rng.sample(KEYS, rng.randint(1, 6))
+                number = next(numbers)  # taken as the call is made: the order of calls
+                calls.attempted[number] = keys
+                try:
+                    result = await writer.upsert(
+                        [{"user": key, "v": number} for key in keys], deadline_s=20.0
+                    )
+                except WriteError as error:
+                    calls.failed.append(error)
+                else:
+                    calls.succeeded.add(number)
+                    calls.tokens.append(result.consistency_token)
+                    calls.retries += result.retries
+
+        workers = [asyncio.create_task(worker(seed)) for seed in range(WORKERS)]
+        await asyncio.sleep(1.0)
+        before = dataclasses.replace(writer.stats)
+        what = await fault(meta, stop)
+        stop.set()
+        await asyncio.gather(*workers)
+        after = dataclasses.replace(writer.stats)
+        meta = await writer.metadata(refresh=True)
+    print(
+        f"\n{what}: {len(calls.attempted)} calls, {len(calls.succeeded)} succeeded, {len(calls.failed)} "
+        f"failed, {calls.retries} retries; stats before {before}, after {after}"
+    )
+    assert not calls.failed, calls.failed[:3]
+    assert calls.retries > 0  # the fault failed writes in flight
+    actives = {p.partition: p.active for p in meta.partitions}
+    assert None not in actives.values(), actives
+    tag = cluster_tag(cluster.cluster_id)
+    written = merge(*(decode(token, tag) for token in calls.tokens))
+    positions = {partition: offset for (_, partition), offset in written.items()}
+    final = await _read_all(running, table, actives, positions)  # type: ignore[arg-type]
+    wrong = {}
+    for key in KEYS:
+        last = max((n for n in calls.succeeded if key in calls.attempted[n]), default=0)
+        tried = {0} | {n for n, keys in calls.attempted.items() if key in keys}
+        if final.get(key, -1) < last or final.get(key) not in tried:
+            wrong[key] = (final.get(key), last)
+    assert not wrong, f"keys holding an older value than their last successful write: {wrong}"
+
+
 def test_pipelined_writes_to_the_same_keys_keep_their_order_through_a_kill_9_of_the_active(
     start_cluster,
 ) -> None:
     running = start_cluster(3)
     leader = running.leader()
-    cluster = running.cluster
 
-    async def scenario() -> None:
-        async with cluster.admin(request_timeout_s=2.0) as admin:
-            reply = await admin.create_table("order", partitions=2, standby_replicas=1, key_columns=KEY)
-            assert reply.error is ControllerError.NONE, reply
-        attempted: dict[int, list[str]] = {}
-        succeeded: set[int] = set()
-        tokens: list[str] = []
-        retries = 0
-        failed: list[WriteError] = []
-        numbers = itertools.count(1)
-        stop = asyncio.Event()
-        async with TableWriter(
-            cluster.addresses(),
-            "order",
-            cluster_id=cluster.cluster_id,
-            secret=cluster.secret,
-            max_in_flight=5,
-        ) as writer:
-            await writer.upsert([{"user": key, "v": 0} for key in KEYS], deadline_s=30.0)
-            meta = await writer.metadata()
-            # Not the metadata leader: no election in the way. The busiest other server leads at least one
-            # partition (three servers, two partitions, actives spread).
-            victim = Counter(p.active for p in meta.partitions if p.active != leader).most_common(1)[0][0]
+    async def kill_an_active(meta: TableMetadataResponse, stop: asyncio.Event) -> str:
+        # Not the metadata leader: no election in the way. The busiest other server leads at least one
+        # partition (three servers, two partitions, actives spread).
+        victim = Counter(p.active for p in meta.partitions if p.active != leader).most_common(1)[0][0]
+        assert victim is not None
+        running.kill(victim)
+        await asyncio.sleep(0.02)  # a few calls made against the dead server too
+        stop.set()
+        return f"kill -9 of server {victim}, an active"
 
-            async def worker(seed: int) -> None:
-                rng = random.Random(seed)
-                while not stop.is_set():
-                    keys = rng.sample(KEYS, rng.randint(1, 6))
-                    number = next(numbers)  # taken as the call is made: the order of calls
-                    attempted[number] = keys
-                    try:
-                        result = await writer.upsert(
-                            [{"user": key, "v": number} for key in keys], deadline_s=20.0
-                        )
-                    except WriteError as error:
-                        failed.append(error)
-                    else:
-                        succeeded.add(number)
-                        tokens.append(result.consistency_token)
-                        nonlocal retries
-                        retries += result.retries
+    running.run(_writes_during(running, "order", 2, kill_an_active))
 
-            workers = [asyncio.create_task(worker(seed)) for seed in range(WORKERS)]
-            await asyncio.sleep(1.0)
-            before = dataclasses.replace(writer.stats)
-            running.kill(victim)
-            killed_at = time.monotonic()
-            await asyncio.sleep(3.0)
-            stop.set()
-            await asyncio.gather(*workers)
-            after = dataclasses.replace(writer.stats)
-            meta = await writer.metadata(refresh=True)
-        print(
-            f"\nkill -9 of server {victim} at +{killed_at:.1f}: {len(attempted)} calls, {len(succeeded)} "
-            f"succeeded, {len(failed)} failed; stats before {before}, after {after}"
-        )
-        assert not failed, failed[:3]
-        assert retries > 0  # the kill hit writes in flight
-        actives = {p.partition: p.active for p in meta.partitions}
-        assert victim not in actives.values() and None not in actives.values(), actives
-        tag = cluster_tag(cluster.cluster_id)
-        written = merge(*(decode(token, tag) for token in tokens))
-        positions = {partition: offset for (_, partition), offset in written.items()}
-        final = await _read_all(running, "order", actives, positions)  # type: ignore[arg-type]
-        wrong = {}
-        for key in KEYS:
-            last = max((n for n in succeeded if key in attempted[n]), default=0)
-            tried = {0} | {n for n, keys in attempted.items() if key in keys}
-            if final.get(key, -1) < last or final.get(key) not in tried:
-                wrong[key] = (final.get(key), last)
-        assert not wrong, f"keys holding an older value than their last successful write: {wrong}"
 
-    running.run(scenario())
+def test_pipelined_writes_keep_their_order_while_too_few_replicas_fail_them_all(start_cluster) -> None:
+    running = start_cluster(3, replica=ReplicaConfig(min_insync_replicas=2))
+
+    async def kill_and_restart_the_standby(meta: TableMetadataResponse, stop: asyncio.Event) -> str:
+        (part,) = meta.partitions
+        standby = next(node for node in part.replicas if node != part.active)
+        running.kill(standby)
+        await asyncio.sleep(1.0)  # fenced, out of the ISR: every Produce fails NOT_ENOUGH_REPLICAS
+        stop.set()
+        running.restart(standby)  # back in sync, it lets the failed calls' retries through
+        return f"kill -9 and restart of server {standby}, the standby (min.insync.replicas=2)"
+
+    running.run(_writes_during(running, "insync", 1, kill_and_restart_the_standby))

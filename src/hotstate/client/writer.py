@@ -488,6 +488,7 @@ class TableWriter:
         at_once = False
         problem = "it waited behind earlier writes of the partition"
         failed_at: PartitionMetadata | None = None
+        commits_seen = 0
         try:
             while True:
                 grant, attempt = await self._granted(partition, pending, problem)
@@ -497,7 +498,9 @@ class TableWriter:
                 if attempt is None:  # a retry: the partition waits for it alone
                     self.stats.rows_superseded += pending.rows - len(grant.rows)
                     pending.rows = len(grant.rows)
-                    if not at_once and failed_at is not None:
+                    # A Produce of the partition committed since this one failed: the partition takes
+                    # writes again, so no backoff (the retries behind a failure go one after another).
+                    if not at_once and failed_at is not None and lane.commits == commits_seen:
                         await self._wait_for_move(partition, failed_at, _jittered(backoff), pending.end)
                         backoff = min(backoff * 2, RETRY_BACKOFF_MAX_S)
                     attempt = pending.attempt = self._dispatch(partition, grant.rows, pending.end)
@@ -507,6 +510,7 @@ class TableWriter:
                 requests += 1
                 self.stats.produce_requests += 1
                 if reply is not None and reply.error is ReplicaError.NONE:
+                    lane.commits += 1
                     lane.sequencer.committed(grant.seq, reply.end_offset)
                     self._release(partition, lane)
                     return requests, retries, reply.end_offset
@@ -530,6 +534,7 @@ class TableWriter:
                     self.stats.retried_on_move += 1
                 at_once = at_once or moved
                 failed_at = attempt.part
+                commits_seen = lane.commits
                 # Resent when the sequencer says: once nothing of the partition is in flight, after every
                 # earlier failure, without the rows a later write committed meanwhile.
                 pending.ready = asyncio.get_running_loop().create_future()
@@ -777,6 +782,7 @@ class _Pending:
 class _Lane:
     sequencer: PartitionSequencer
     pending: dict[int, _Pending] = field(default_factory=dict)
+    commits: int = 0  # Produces of the partition committed, over the writer's life
 
 
 @dataclass(frozen=True, slots=True)
