@@ -210,3 +210,33 @@ def test_writes_behind_a_failing_one_wait_and_fail_at_their_own_deadline() -> No
             await server.rpc.close()
 
     asyncio.run(main())
+
+
+def test_produces_made_while_the_connection_opens_leave_in_call_order() -> None:
+    """A call every event-loop turn while the writer connects to the active: the Produces made before the
+    connection is up wait for it, and must not be overtaken by one made just as it opens."""
+
+    async def main() -> list[object]:
+        server = Server(delay_s=0.0)
+        await server.rpc.start()
+        try:
+            async with TableWriter(
+                [("127.0.0.1", server.rpc.port)],
+                "t",
+                cluster_id=CLUSTER,
+                secret=SECRET,
+                max_in_flight=1000,
+            ) as writer:
+                await writer.metadata()  # through the bootstrap address: node 1 itself is not connected yet
+                tasks = []
+                for call in range(300):
+                    tasks.append(asyncio.create_task(writer.upsert(_rows(call, "a"), deadline_s=10.0)))
+                    await asyncio.sleep(0)
+                results = await asyncio.gather(*tasks, return_exceptions=True)
+        finally:
+            await server.rpc.close()
+        assert all(not isinstance(r, BaseException) for r in results), results
+        return [rows[0]["v"] for rows in server.parts]
+
+    arrived = asyncio.run(main())
+    assert arrived == list(range(300))

@@ -32,7 +32,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -187,6 +187,8 @@ class TableWriter:
         self._sending: set[asyncio.Task[None]] = set()
         # Servers that refused a ProducePartitionsRequest as unknown (an older version): one per partition.
         self._single_only: set[int] = set()
+        # Produces for a server being connected to, to send in this order once it is (_send_once_connected).
+        self._connecting: dict[int, list[list[_Outgoing]]] = {}
         # Per partition: the order of its Produces and the writes waiting on them.
         self._lanes: dict[int, _Lane] = {}
         self._closed = False
@@ -659,10 +661,41 @@ class TableWriter:
                 size = 0
             groups[-1].append(outgoing)
             size += rows
+        waiting = self._connecting.get(node)
+        if waiting is None and not self._pool.is_connected(node):
+            waiting = self._connecting[node] = []
+            self._track(self._send_once_connected(node))
+        if waiting is not None:
+            waiting.extend(groups)
+            return
         for group in groups:
-            task = asyncio.ensure_future(self._send_produces(node, group))
-            self._sending.add(task)
-            task.add_done_callback(self._sending.discard)
+            # Connected: each request is written in its task's first step, so they leave in this order.
+            self._track(self._send_produces(node, group))
+
+    def _track(self, sending: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(sending)
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+
+    async def _send_once_connected(self, node: int) -> None:
+        """Send the Produces asked of a server not connected yet once it is, all in the order they were
+        asked for (a partition's Produces must reach its active in order): a request left to wait for the
+        connection itself could be overtaken by one made while it resumes. Every Produce fails as a
+        request would if the connection cannot be had."""
+        failure: BaseException | None = None
+        try:
+            await self._pool.connection(node).ensure_channel(self._request_timeout_s)
+        except asyncio.CancelledError as error:
+            failure = error
+            raise
+        except RpcError as error:
+            failure = error
+        finally:
+            for group in self._connecting.pop(node, []):
+                if failure is not None:
+                    _fail_all(group, failure)
+                elif live := [o for o in group if not o.answer.done()]:  # not abandoned meanwhile
+                    self._track(self._send_produces(node, live))
 
     async def _send_produces(self, node: int, group: list[_Outgoing]) -> None:
         """One message to `node` for `group`: a ProduceRequest for one partition, a

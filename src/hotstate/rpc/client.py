@@ -285,6 +285,18 @@ class Connection:
         result = await channel.call(payload, deadline, what, timeout)
         return None if result is None else self.registry.from_wire(result)
 
+    async def ensure_channel(self, timeout: float) -> None:
+        """Return once a `request` would be written at once (connected, or the attempt under way succeeded);
+        raise as `request` would for want of a connection. A caller whose requests must leave in order can
+        wait here, then start them together: a request that itself waits for the connection may be
+        overtaken by one made while it resumes."""
+        if self._closed:
+            raise ConnectionLost(f"connection to {self} is closed")
+        channel = self._channel
+        if channel is None or not channel.usable:
+            deadline = asyncio.get_running_loop().time() + timeout
+            await self._wait_for_channel(deadline, "connecting", timeout)
+
     def send_oneway(self, message: object) -> bool:
         """Send without waiting for an answer. Returns False (and logs at DEBUG) if the message was dropped
         because there is no connection right now; Raft and heartbeats tolerate loss."""
