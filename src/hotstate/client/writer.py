@@ -1,9 +1,19 @@
 """Writing upserts to a table: what the Spark sink does on each executor, usable on its own.
 
 Rows are encoded once (replica.rows), keyed and partitioned with the one shared function (replica.keys),
-grouped by partition and sent as Produce requests to each partition's active, in order per partition;
-the partitions of one server travel in one message (a ProducePartitionsRequest, each part answered on its
-own), and each partition's retries are its own.
+grouped by partition and sent as Produce requests to each partition's active; the partitions of one
+server travel in one message (a ProducePartitionsRequest, each part answered on its own), and each
+partition's retries are its own.
+
+Writes are pipelined: concurrent `upsert` / `upsert_encoded` calls on one writer send a partition's
+Produces without waiting for each other's answers, up to `max_in_flight` unanswered per partition, and the
+partition applies them in the order the calls were made, failures included. Each partition has a
+`PartitionSequencer` (client/sequencer.py, pure: the rule and why it holds are there and in
+docs/replication.md "Pipelined writes"); this shell sends what it grants, in its order, from one
+synchronous place (`_release`), and tells it every outcome. A retriable failure closes the partition's
+gate; once nothing of it is in flight, the failed Produces are resent one at a time, in order, without the
+rows a later Produce committed.
+
 A bad row (not encodable, nested too deep, or larger than one Produce may carry) fails the whole call
 before anything is sent.
 
@@ -22,7 +32,8 @@ WATCH_FANOUT servers at once so that one paused or cut-off server cannot hide a 
 
 Every retriable answer (RETRIABLE, including NOT_READY from a server still catching up with the
 metadata after a restart) is retried until the call's deadline: rows are full upserts, so sending one
-twice is harmless.
+twice is harmless, as long as it does not land after a later write of the same key (the sequencer's
+part).
 """
 
 from __future__ import annotations
@@ -380,7 +391,9 @@ class TableWriter:
 
     # ------------------------------------------------------------------ writes
     async def upsert(self, rows: Sequence[Mapping[str, object]], *, deadline_s: float = 60.0) -> WriteResult:
-        """Write `rows`; returns once every partition has committed its rows (acks=all).
+        """Write `rows`; returns once every partition has committed its rows (acks=all). Calls may run
+        concurrently: each partition applies their rows in the order the calls were made (pipelined up to
+        `max_in_flight`), so a key ends with the value of the last call that wrote it.
 
         Raises WriteError: INVALID_ROW or TOO_LARGE (naming the row) before anything is sent, a
         non-retriable answer, or TIMEOUT once `deadline_s` passed."""
@@ -749,7 +762,8 @@ class TableWriter:
         of each row's encoded key over the partition count of `metadata()`): what `upsert` does once it has
         encoded, for callers that encode in bulk (the Spark sink, from Arrow batches). The actives check
         every row's key and partition as for `upsert`: a row in the wrong partition fails with INVALID_ROW.
-        A partition outside the table or a row over the size limit fails before anything is sent."""
+        A partition outside the table or a row over the size limit fails before anything is sent. Ordered
+        and pipelined with the writer's other calls as `upsert` is."""
         end = time.monotonic() + deadline_s
         meta = await self.metadata(deadline_s=deadline_s)
         max_row = self._max_row_bytes(meta)
