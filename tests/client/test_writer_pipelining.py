@@ -39,9 +39,12 @@ class Server:
     """Node 1, the active of table 't' (one partition). Writes each part's rows into `store` in arrival
     order unless `script` fails it; holds every answer `delay_s`."""
 
-    def __init__(self, script: Script = lambda rows: None, delay_s: float = 0.05) -> None:
+    def __init__(
+        self, script: Script = lambda rows: None, delay_s: float = 0.05, produce_max_bytes: int = 0
+    ) -> None:
         self.script = script
         self.delay_s = delay_s
+        self.produce_max_bytes = produce_max_bytes
         self.store: dict[object, object] = {}
         self.parts: list[list[dict[str, object]]] = []  # every part received, in arrival order
         self.outstanding = self.most_outstanding = 0
@@ -61,6 +64,7 @@ class Server:
                 (PartitionMetadata(0, 1, 3, (1,), (1,)),),
                 (ServerAddress(1, "127.0.0.1", self.rpc.port, None, False),),
                 10,
+                self.produce_max_bytes,
             )
         single = isinstance(message, ProduceRequest)
         if isinstance(message, ProduceRequest):
@@ -240,3 +244,31 @@ def test_produces_made_while_the_connection_opens_leave_in_call_order() -> None:
 
     arrived = asyncio.run(main())
     assert arrived == list(range(300))
+
+
+def test_a_large_write_goes_as_several_produces_in_order_and_a_failed_one_is_filtered_too() -> None:
+    failed: set[str] = set()
+
+    def script(rows: list[dict[str, object]]) -> ReplicaError | None:
+        first = str(rows[0]["k"])
+        if rows[0]["v"] == 0 and first != "k00" and not failed:  # the second Produce of call 0
+            failed.add(first)
+            return ReplicaError.NOT_ENOUGH_REPLICAS
+        return None
+
+    server = Server(script, produce_max_bytes=100)  # a few rows per Produce
+    keys = [f"k{i:02d}" for i in range(40)]
+    calls = [[{"k": key, "v": call} for key in keys] for call in range(2)]
+    writer, results = asyncio.run(_concurrently(server, calls))
+    assert all(not isinstance(r, BaseException) for r in results), results
+    values = [[row["v"] for row in part] for part in server.parts]
+    chunks = len(values) // 2
+    assert chunks >= 4 and all(len(set(v)) == 1 for v in values), values
+    # Call 0's Produces, then call 1's, in order; the failed one was not sent again: call 1 had committed
+    # every one of its keys.
+    assert [v[0] for v in values] == [0] * chunks + [1] * chunks
+    for call in range(2):
+        sent = [str(row["k"]) for part in server.parts[call * chunks : (call + 1) * chunks] for row in part]
+        assert sent == keys
+    assert server.store == dict.fromkeys(keys, 1)
+    assert writer.stats.rows_superseded == len(server.parts[1])

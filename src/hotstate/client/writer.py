@@ -445,7 +445,7 @@ class TableWriter:
             if lane is None:
                 lane = self._lanes[partition] = _Lane(PartitionSequencer(self.max_in_flight, self._keys_of))
             pending = []
-            for chunk in _chunks(list(rows), chunk_bytes):
+            for chunk in _chunks(rows, chunk_bytes):
                 seq = lane.sequencer.add(chunk)
                 pending.append(
                     lane.pending.setdefault(seq, _Pending(seq, len(chunk), end, loop.create_future()))
@@ -873,13 +873,20 @@ def _jittered(seconds: float) -> float:
     return seconds * (0.5 + random.random())
 
 
-def _chunks(rows: list[bytes], max_bytes: int) -> list[list[bytes]]:
-    out: list[list[bytes]] = [[]]
+def _chunks(rows: Sequence[bytes], max_bytes: int) -> list[tuple[bytes, ...]]:
+    """`rows` in order, in runs of at most `max_bytes` (a longer row alone). Tuples: what a ProduceRequest
+    carries (no copy there), and a snapshot the sequencer may read after the call returned (a later write
+    committed them), whatever the caller does with its list."""
+    if sum(map(len, rows)) <= max_bytes:  # the common case, without a Python step per row
+        return [tuple(rows)]
+    out: list[tuple[bytes, ...]] = []
+    chunk: list[bytes] = []
     size = 0
     for row in rows:
-        if out[-1] and size + len(row) > max_bytes:
-            out.append([])
-            size = 0
-        out[-1].append(row)
+        if chunk and size + len(row) > max_bytes:
+            out.append(tuple(chunk))
+            chunk, size = [], 0
+        chunk.append(row)
         size += len(row)
+    out.append(tuple(chunk))
     return out
