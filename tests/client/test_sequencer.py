@@ -13,7 +13,7 @@ import pytest
 from hypothesis import find, given, settings
 from hypothesis import strategies as st
 
-from hotstate.client.sequencer import Grant, PartitionSequencer
+from hotstate.client.sequencer import Grant, PartitionSequencer, _Committed
 
 KEYS = "abcd"
 
@@ -156,7 +156,20 @@ class ResendsAtOnce(PartitionSequencer):
         self._queued.appendleft(seq)
 
 
-@pytest.mark.parametrize("broken", [ResendsWhole, ResendsAtOnce])
+class FiltersOnGivenUp(PartitionSequencer):
+    """A retry filtered on a later Produce given up too, not only on committed ones."""
+
+    def dropped(self, seq: int) -> None:
+        rows = self._rows.get(seq)
+        if rows is not None and (self._in_flight - {seq} or self._failed):
+            self._committed[seq] = _Committed(rows)
+        super().dropped(seq)
+
+    def _prune(self) -> None:
+        pass  # keeps what dropped() put in
+
+
+@pytest.mark.parametrize("broken", [ResendsWhole, ResendsAtOnce, FiltersOnGivenUp])
 def test_the_model_catches_a_retry_that_overwrites_a_later_write(broken: type[PartitionSequencer]) -> None:
     found = find(actions, lambda program: bool(run(program, 2, broken)), settings=settings(max_examples=5000))
     assert run(found, 2, broken) and not run(found, 2, PartitionSequencer), found
