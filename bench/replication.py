@@ -43,9 +43,9 @@ from hotstate.rpc import PeerPool
 RESULTS = Path(__file__).parent / "results" / "replication.json"
 KEY = (KeyColumn("user", KeyType.STRING),)
 PARTITIONS = 4
-ROWS_PER_SIZE = 60_000
+ROWS_PER_SIZE = 400_000
 REPEATS = 3
-IN_FLIGHT = 4  # calls in flight on one writer, beside one at a time
+IN_FLIGHT = 8  # calls in flight on one writer, beside one at a time
 
 
 def row(i: int, round_: int) -> dict[str, object]:
