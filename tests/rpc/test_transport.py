@@ -681,3 +681,41 @@ def test_lost_connection_hooks_fire_for_the_side_whose_peer_went_away() -> None:
         await pool.close()
 
     run(main())
+
+
+def test_request_soon_gives_what_request_gives_as_a_future() -> None:
+    """The forwarded query's way to wait without a task: the same answers, errors, timeouts and losses as
+    `request`; a cancelled future frees its request's slot; before the connection is up, `request` runs."""
+
+    async def main() -> None:
+        async with make_server(REGISTRY) as server:
+            client = connection_to(server, peer_node_id=1)
+            connecting = client.request_soon(Ping(1, b"early"), timeout=5)  # not connected yet
+            assert await connecting == Pong(1, b"early")
+            assert await client.request_soon(Ping(2, b"x"), timeout=5) == Pong(2, b"x")
+            assert await client.request_soon(Note("no answer"), timeout=5) is None
+            with pytest.raises(RemoteError) as info:
+                await client.request_soon(Fail("not_leader", "node 3 leads"), timeout=5)
+            assert info.value.code == "not_leader"
+            with pytest.raises(RpcTimeout, match=r"Sleep to node 1 .* timed out after 0\.1 s"):
+                await client.request_soon(Sleep(3, 0.5), timeout=0.1)
+            with pytest.raises(ValueError, match="timeout must be positive"):
+                await client.request_soon(Ping(4), timeout=0)
+            abandoned = client.request_soon(Sleep(5, 5), timeout=10)
+            await asyncio.sleep(0.05)
+            channel = client._channel
+            assert channel is not None and len(channel._pending) == 1
+            abandoned.cancel()
+            await asyncio.sleep(0.01)  # its callbacks run
+            assert not channel._pending  # the slot and its timer are gone
+            in_flight = client.request_soon(Sleep(6, 5), timeout=10)
+            await asyncio.sleep(0.05)
+            await client.close()
+            with pytest.raises(ConnectionLost):
+                await in_flight
+            pool = PeerPool(9, CLUSTER, SECRET, REGISTRY)
+            with pytest.raises(UnknownPeer):
+                await pool.request_soon(42, Ping(7), timeout=1)
+            await pool.close()
+
+    run(main())

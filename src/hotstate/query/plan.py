@@ -201,7 +201,9 @@ def _one_column_lookup(conditions: Sequence[Predicate], table: TableInfo, max_ke
         return None
     if predicate.column != column.name and predicate.column.casefold() != column.name.casefold():
         return None
-    values = [value for value in predicate.values if value is not None]
+    values = predicate.values
+    if None in values:  # NULL matches no key
+        values = tuple(value for value in values if value is not None)
     components = str_components(values) if column.type is KeyType.STRING else None
     if components is None:
         components = {_component(column, value) for value in values}

@@ -26,6 +26,8 @@ the encoding of the whole key, which is what range scans over a leading subset o
 from __future__ import annotations
 
 import datetime as dt
+import itertools
+import operator
 import struct
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeAlias
@@ -283,7 +285,8 @@ def partitions_of(encoded_keys: Sequence[bytes], partitions: int) -> tuple[int, 
     murmur = mmh3.hash
     if len(encoded_keys) == 1:  # a point lookup
         return (murmur(encoded_keys[0], 0, signed=False) % partitions,)
-    return tuple(murmur(key, 0, signed=False) % partitions for key in encoded_keys)
+    hashes = map(murmur, encoded_keys, itertools.repeat(0), itertools.repeat(False))  # seed 0, unsigned
+    return tuple(map(operator.mod, hashes, itertools.repeat(partitions)))
 
 
 def _string_components(values: Sequence[object]) -> list[bytes] | None:

@@ -151,6 +151,29 @@ class _ClientChannel(Channel):
             timer.cancel()
             self._pending.pop(cid, None)
 
+    def call_soon(self, payload: object, deadline: float, what: str, timeout: float) -> asyncio.Future[Any]:
+        """`call` without a coroutine: the request is written now, and the future takes its answer (or
+        the timeout, or the connection's loss). Only while the peer reads (not `_write_paused`)."""
+        cid = self._next_id
+        self._next_id += 1
+        data = encode_frame(FrameKind.REQUEST, cid, payload, self._max_frame_bytes)
+        future: asyncio.Future[Any] = self._loop.create_future()
+        if not self._send(data):
+            future.set_exception(
+                ConnectionLost(f"connection to {self._connection} lost: {self.close_reason}")
+            )
+            return future
+        self._pending[cid] = future
+        timer = self._loop.call_at(deadline, self._expire, cid, what, timeout)
+        pending = self._pending
+
+        def settled(_: object) -> None:
+            timer.cancel()
+            pending.pop(cid, None)
+
+        future.add_done_callback(settled)
+        return future
+
     def _expire(self, cid: int, what: str, timeout: float) -> None:
         future = self._pending.pop(cid, None)
         if future is not None and not future.done():
@@ -296,6 +319,48 @@ class Connection:
         if channel is None or not channel.usable:
             deadline = asyncio.get_running_loop().time() + timeout
             await self._wait_for_channel(deadline, "connecting", timeout)
+
+    def request_soon(self, message: object, timeout: float) -> asyncio.Future[object]:
+        """`request` as a future instead of a coroutine: for a caller that waits on it with callbacks and
+        timers rather than a task of its own (a forwarded query's hedge). Written at once when connected;
+        else `request` runs in a task. Every failure `request` raises ends up in the future."""
+        loop = asyncio.get_running_loop()
+        channel = self._channel
+        if self._closed or channel is None or not channel.usable or channel._write_paused:
+            return loop.create_task(self.request(message, timeout))
+        answer: asyncio.Future[object] = loop.create_future()
+        try:
+            if not timeout > 0:
+                raise ValueError(f"timeout must be positive, got {timeout!r}")
+            payload = self.registry.to_wire(message)
+            what = type(message).__name__
+            raw = channel.call_soon(payload, loop.time() + timeout, what, timeout)
+        except Exception as error:
+            answer.set_exception(error)
+            return answer
+        registry = self.registry
+
+        def decoded(done: asyncio.Future[Any]) -> None:
+            if answer.done():
+                return
+            if done.cancelled():
+                answer.cancel()
+            elif (failure := done.exception()) is not None:
+                answer.set_exception(failure)
+            else:
+                result = done.result()
+                try:
+                    answer.set_result(None if result is None else registry.from_wire(result))
+                except Exception as error:  # DecodeError, as `request` raises it
+                    answer.set_exception(error)
+
+        def abandoned(_: object) -> None:
+            if answer.cancelled():
+                raw.cancel()  # frees the pending slot and the timer
+
+        raw.add_done_callback(decoded)
+        answer.add_done_callback(abandoned)
+        return answer
 
     def send_oneway(self, message: object) -> bool:
         """Send without waiting for an answer. Returns False (and logs at DEBUG) if the message was dropped
@@ -568,6 +633,16 @@ class PeerPool:
     async def request(self, peer_id: int, message: object, timeout: float) -> object:
         """`Connection.request` to `peer_id`; raises `UnknownPeer` for an id without an address."""
         return await self.connection(peer_id).request(message, timeout)
+
+    def request_soon(self, peer_id: int, message: object, timeout: float) -> asyncio.Future[object]:
+        """`Connection.request_soon` to `peer_id`; an unknown id fails the future with `UnknownPeer`."""
+        try:
+            connection = self.connection(peer_id)
+        except Exception as error:
+            failed: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+            failed.set_exception(error)
+            return failed
+        return connection.request_soon(message, timeout)
 
     def send_oneway(self, peer_id: int, message: object) -> bool:
         """`Connection.send_oneway` to `peer_id`; an unknown id drops the message (logged at DEBUG)."""

@@ -263,6 +263,7 @@ class Server:
                 lags=liveness.lags,
                 alive=liveness.alive,
                 request=self.pool.request,
+                request_soon=self.pool.request_soon,
                 connected=self.pool.is_connected,
                 on_forward=lambda outcome: self.metrics.forwards.labels(outcome).inc(),
                 not_ready=metadata.not_ready,

@@ -218,6 +218,7 @@ class QueryService:
         alive: Callable[[int], bool],
         request: Callable[[int, object, float], Awaitable[object]],
         connected: Callable[[int], bool] = lambda node: True,
+        request_soon: Callable[[int, object, float], asyncio.Future[object]] | None = None,
         on_forward: Callable[[str], None] = lambda outcome: None,
         not_ready: Callable[[], str | None] = lambda: None,
         hedging: HedgePolicy | None = None,
@@ -235,6 +236,10 @@ class QueryService:
         self._lags = lags
         self._alive = alive
         self._request = request
+        # `request` as a future (PeerPool.request_soon): a forward waits on it without a task of its own.
+        self._request_soon = request_soon or (
+            lambda node, message, timeout: asyncio.ensure_future(request(node, message, timeout))
+        )
         self._connected = connected
         self._on_forward = on_forward
         self.hedging = hedging if hedging is not None else HedgePolicy(HedgeConfig())
@@ -567,12 +572,19 @@ class QueryService:
         policy = self.hedging
         policy.forwarded()
         delay_ms = policy.delay_ms(node_id) if hedge else None
-        ask = self._ask(node_id, group, deadline)
         if delay_ms is None or delay_ms / 1000 >= deadline - time.monotonic():
-            return await ask
-        first = asyncio.ensure_future(ask)
-        if await _settled_within(first, delay_ms / 1000):
-            return first.result()
+            return await self._ask(node_id, group, deadline)
+        # Waited on with a timer, not in a task of its own: a task only once the hedge delay passes.
+        sent, request_id = self._send_ask(node_id, group, deadline)
+        try:
+            settled = await _settled_within(sent, delay_ms / 1000)
+        except asyncio.CancelledError:
+            sent.cancel()
+            self.hedging.done(node_id, request_id, time.monotonic() * 1000, answered=False)
+            raise
+        if settled:
+            return self._asked(node_id, group, sent, request_id)
+        first = asyncio.ensure_future(self._ask_rest(node_id, group, sent, request_id))
         local, remote = self._hedges(group, deadline, standby_reads)
         if not (local or remote) or not policy.take():
             return await first
@@ -640,17 +652,42 @@ class QueryService:
     ) -> dict[int, _PartitionAnswer]:
         """Asks `node_id` for every partition in `group` at once; what it could not serve stays pending,
         with the reason recorded."""
+        sent, request_id = self._send_ask(node_id, group, deadline)
+        return await self._ask_rest(node_id, group, sent, request_id)
+
+    def _send_ask(
+        self, node_id: int, group: list[_Attempts], deadline: float
+    ) -> tuple[asyncio.Future[object], int]:
+        """`_ask`'s request, sent: the future of its answer and its id for the hedging policy."""
         remaining = deadline - time.monotonic()
         # One slow or dead server must not eat the whole budget while others could answer.
         attempt = remaining if any(a.on_last for a in group) else max(0.5, remaining / 2)
         if not self._connected(node_id):
             attempt = min(attempt, UNCONNECTED_ATTEMPT_S)
         request = QueryPartitionsRequest(tuple(a.spec for a in group), CURRENT_USER.get())
-        failure: tuple[str, str]
         request_id = self.hedging.sent(node_id, time.monotonic() * 1000)
+        return self._request_soon(node_id, request, min(attempt, remaining)), request_id
+
+    async def _ask_rest(
+        self, node_id: int, group: list[_Attempts], sent: asyncio.Future[object], request_id: int
+    ) -> dict[int, _PartitionAnswer]:
+        try:
+            await sent
+        except asyncio.CancelledError:
+            self.hedging.done(node_id, request_id, time.monotonic() * 1000, answered=False)
+            raise
+        except Exception:  # _asked reads and reports it
+            pass
+        return self._asked(node_id, group, sent, request_id)
+
+    def _asked(
+        self, node_id: int, group: list[_Attempts], sent: asyncio.Future[object], request_id: int
+    ) -> dict[int, _PartitionAnswer]:
+        """The answers of `sent` (done), the refusals and failures recorded for each partition."""
+        failure: tuple[str, str]
         answered = False
         try:
-            reply = await self._request(node_id, request, min(attempt, remaining))
+            reply = sent.result()
         except NOT_SENT as error:
             failure = ("unreachable", f"unreachable ({type(error).__name__})")
         except RpcTimeout:
@@ -660,10 +697,13 @@ class QueryService:
         else:
             if isinstance(reply, QueryPartitionsResponse) and len(reply.answers) == len(group):
                 answered = True
-                return self._answers(node_id, group, reply.answers)
-            failure = ("error", f"failed: answered {type(reply).__name__} to {len(group)} partitions")
+            else:
+                failure = ("error", f"failed: answered {type(reply).__name__} to {len(group)} partitions")
         finally:
             self.hedging.done(node_id, request_id, time.monotonic() * 1000, answered=answered)
+        if answered:
+            assert isinstance(reply, QueryPartitionsResponse)
+            return self._answers(node_id, group, reply.answers)
         outcome, reason = failure
         for attempts in group:
             self._on_forward(outcome)
