@@ -14,6 +14,7 @@ from hotstate.routing.freshness import (
     EndWitness,
     bound_refusal,
     lag_report,
+    replica_state,
     served_lag,
 )
 from hotstate.routing.lags import LagTable
@@ -109,3 +110,22 @@ def test_an_active_knows_its_lag_unless_a_newer_active_committed_more() -> None:
     # Deposed without knowing it: the new active (node 2, epoch 2) reports 202 records committed.
     lags.update(2, [LagInfo("clicks", T, P, "active", 202, 204, 0, 2, 202, True)], now_ms=5)
     assert served_lag(core, witness, lags, 1) == 2
+
+
+def test_an_active_is_restoring_until_its_store_applied_what_it_held_when_it_became_active() -> None:
+    """Not while its store merely trails its HW by the records being applied (under load, thousands): a
+    lag report taken then made routers skip a running active (routing/router.py judges a restoring one).
+    Between a Ready and its Advance the shell is applying the Ready's committed records."""
+    log = BatchLog(0, 0, [batch(0, 1, 200)])
+    core = ReplicaCore(1, T, P, CONFIG, log=log, store_position=100, store_epoch=1, now=0)
+    core.set_metadata(PartitionView(1, 1, (1,), (1, 2), 3), 0)
+    ready = core.ready()  # the records from 100 to be applied
+    assert (core.high_watermark, core.epoch_start_offset, core.position) == (200, 200, 100)
+    assert replica_state(core, ()) == "restoring"
+    core.advance(ready)
+    assert replica_state(core, ()) == "active"
+    core.produce([b"k=%d" % i for i in range(50)], 1, 1, 1_000)
+    core.advance(core.ready())  # appended
+    ready = core.ready()  # committed (the ISR is itself alone), being applied
+    assert (core.high_watermark, core.position) == (250, 200)
+    assert replica_state(core, ()) == "active"
