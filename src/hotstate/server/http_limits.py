@@ -305,7 +305,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
                 self._write_answer(answer)
             else:
                 cycle = self.cycle = cast(Any, _DirectCycle())
-                task = self.loop.create_task(self._answer_later(answer, cycle))
+                task = self.loop.create_task(self._answer_later(answer, cycle, self.url))
                 task.add_done_callback(self.tasks.discard)
                 self.tasks.add(task)
         except Exception as error:  # never a stack trace in a body
@@ -315,11 +315,12 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             if token is not None:
                 CURRENT_USER.reset(token)
 
-    async def _answer_later(self, answer: Awaitable[Answer], cycle: _DirectCycle) -> None:
+    async def _answer_later(self, answer: Awaitable[Answer], cycle: _DirectCycle, url: bytes) -> None:
+        """`url`: the request's, kept (self.url may hold a pipelined later request's by now)."""
         try:
             answered = await answer
         except Exception as error:
-            log.exception("unexpected error answering %s", self.url.decode("latin-1"))
+            log.exception("unexpected error answering %s", url.decode("latin-1"))
             answered = internal_error(error)
         cycle.response_complete = True
         if not cycle.disconnected:
