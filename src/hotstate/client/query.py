@@ -333,11 +333,11 @@ def _unreachable(error: httpx.TransportError, url: str) -> httpx.TransportError:
     described = describe_tls_error(error, httpx.URL(url).netloc.decode())
     if described is not None:
         return httpx.ConnectError(described)
-    if isinstance(error, httpx.RemoteProtocolError) and url.startswith("http://"):
-        # A TLS port drops a plain-HTTP request without an answer.
-        return httpx.RemoteProtocolError(
-            f"{error} (if the server's HTTP API uses TLS, use https:// addresses and give the CA)"
-        )
+    if isinstance(error, httpx.RemoteProtocolError | httpx.ReadError) and url.startswith("http://"):
+        # A TLS port drops a plain-HTTP request without an answer: closed, or reset when the TLS layer
+        # closed the socket before reading all the request (which one is a matter of timing).
+        hint = f"{error} (if the server's HTTP API uses TLS, use https:// addresses and give the CA)"
+        return type(error)(hint)
     return error
 
 
