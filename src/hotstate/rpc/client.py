@@ -134,15 +134,7 @@ class _ClientChannel(Channel):
                 future.set_exception(ConnectionLost(f"connection to {self._connection} lost: {reason}"))
 
     async def call(self, payload: object, deadline: float, what: str, timeout: float) -> Any:
-        cid = self._next_id
-        self._next_id += 1
-        data = encode_frame(FrameKind.REQUEST, cid, payload, self._max_frame_bytes)
-        if not self._send(data):
-            raise ConnectionLost(f"connection to {self._connection} lost: {self.close_reason}")
-        future: asyncio.Future[Any] = self._loop.create_future()
-        self._pending[cid] = future
-        # A timer per request instead of asyncio.wait_for: no extra task on the hot path.
-        timer = self._loop.call_at(deadline, self._expire, cid, what, timeout)
+        cid, future, timer = self._start(payload, deadline, what, timeout)
         try:
             if self._write_paused:
                 await self.drain()
@@ -154,17 +146,12 @@ class _ClientChannel(Channel):
     def call_soon(self, payload: object, deadline: float, what: str, timeout: float) -> asyncio.Future[Any]:
         """`call` without a coroutine: the request is written now, and the future takes its answer (or
         the timeout, or the connection's loss). Only while the peer reads (not `_write_paused`)."""
-        cid = self._next_id
-        self._next_id += 1
-        data = encode_frame(FrameKind.REQUEST, cid, payload, self._max_frame_bytes)
-        future: asyncio.Future[Any] = self._loop.create_future()
-        if not self._send(data):
-            future.set_exception(
-                ConnectionLost(f"connection to {self._connection} lost: {self.close_reason}")
-            )
-            return future
-        self._pending[cid] = future
-        timer = self._loop.call_at(deadline, self._expire, cid, what, timeout)
+        try:
+            cid, future, timer = self._start(payload, deadline, what, timeout)
+        except ConnectionLost as lost:
+            failed: asyncio.Future[Any] = self._loop.create_future()
+            failed.set_exception(lost)
+            return failed
         pending = self._pending
 
         def settled(_: object) -> None:
@@ -173,6 +160,22 @@ class _ClientChannel(Channel):
 
         future.add_done_callback(settled)
         return future
+
+    def _start(
+        self, payload: object, deadline: float, what: str, timeout: float
+    ) -> tuple[int, asyncio.Future[Any], asyncio.TimerHandle]:
+        """Write a request: its id, the future its answer goes to, and its timer (the caller cancels the
+        timer and forgets the id once the future is done). Raises ConnectionLost when it cannot be written."""
+        cid = self._next_id
+        self._next_id += 1
+        data = encode_frame(FrameKind.REQUEST, cid, payload, self._max_frame_bytes)
+        if not self._send(data):
+            raise ConnectionLost(f"connection to {self._connection} lost: {self.close_reason}")
+        future: asyncio.Future[Any] = self._loop.create_future()
+        self._pending[cid] = future
+        # A timer per request instead of asyncio.wait_for: no extra task on the hot path.
+        timer = self._loop.call_at(deadline, self._expire, cid, what, timeout)
+        return cid, future, timer
 
     def _expire(self, cid: int, what: str, timeout: float) -> None:
         future = self._pending.pop(cid, None)
