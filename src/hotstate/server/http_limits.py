@@ -39,10 +39,9 @@ from hotstate.server.http2 import PREFACE, Http2Protocol
 from hotstate.server.queries import CURRENT_USER
 from hotstate.server.query_http import (
     MAX_BODY_BYTES,  # a request that upgrades is read whole first
-    TOO_LARGE,
     Answer,
-    BadRequest,
     Endpoint,
+    body_too_large,
     internal_error,
 )
 
@@ -293,9 +292,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         body = self._direct_body[0] if len(self._direct_body) == 1 else b"".join(self._direct_body)
         self._direct_body = []
         if self._direct_size > MAX_BODY_BYTES:
-            self._write_answer(
-                BadRequest(f"request body larger than {MAX_BODY_BYTES} bytes", 413, TOO_LARGE).refusal()
-            )
+            self._write_answer(body_too_large(MAX_BODY_BYTES).refusal())
             return
         # As the guard sets it in an ASGI request's task: what the query runs as (forwards carry it).
         token = CURRENT_USER.set(user) if user else None

@@ -385,10 +385,15 @@ async def read_body(receive: Receive, limit: int = MAX_BODY_BYTES) -> bytes | No
         chunk: bytes = message.get("body", b"")
         size += len(chunk)
         if size > limit:
-            raise BadRequest(f"request body larger than {limit} bytes", 413, TOO_LARGE)
+            raise body_too_large(limit)
         chunks.append(chunk)
         more = message.get("more_body", False)
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def body_too_large(limit: int = MAX_BODY_BYTES) -> BadRequest:
+    """The refusal (413) of a request body larger than `limit` bytes."""
+    return BadRequest(f"request body larger than {limit} bytes", 413, TOO_LARGE)
 
 
 async def send_json(send: Send, status: int, payload: bytes) -> None:
