@@ -72,6 +72,11 @@ def server_token(cluster_secret: str) -> str:
     return cluster_token(cluster_secret)
 
 
+def _authorization(headers: Iterable[tuple[bytes, bytes]]) -> bytes | None:
+    """The request's Authorization header (the first), None without one."""
+    return next((value for name, value in headers if name == b"authorization"), None)
+
+
 def needed_role(method: str, path: str) -> Role | None:
     """What a request needs: None for the open paths."""
     if path in OPEN_PATHS or path.startswith("/ui/"):
@@ -132,7 +137,7 @@ class HttpAuth:
             return ""
         if self._clock() >= self._next_check:
             return None
-        header = next((value for name, value in headers if name == b"authorization"), None)
+        header = _authorization(headers)
         principal = None if header is None else self._cache.get(header)
         if principal is None or not principal.may(needed):
             return None
@@ -145,11 +150,7 @@ class HttpAuth:
             return True
         if self._clock() >= self._next_check:
             self._reload_if_changed()
-        header = None
-        for name, value in scope["headers"]:
-            if name == b"authorization":
-                header = value
-                break
+        header = _authorization(scope["headers"])
         if header is None:
             self._missing.inc()
             await _refuse(send, 401, UNAUTHORIZED, _MISSING_MESSAGE)
