@@ -61,13 +61,16 @@ def encode(positions: Mapping[tuple[int, int], int], tag: bytes) -> str:
         if token is None:
             if len(_SINGLE) >= 4096:
                 _SINGLE.clear()
-            packed = _pack([tag, [[table_id, [partition, position]]]])
-            token = _SINGLE[key] = PREFIX + base64.urlsafe_b64encode(packed).rstrip(b"=").decode("ascii")
+            token = _SINGLE[key] = _text(_pack([tag, [[table_id, [partition, position]]]]))
         return token
     tables: dict[int, list[int]] = {}
     for (table_id, partition), position in sorted(positions.items()):
         tables.setdefault(table_id, []).extend((partition, position))
-    packed = _pack([tag, [[table_id, flat] for table_id, flat in tables.items()]])
+    return _text(_pack([tag, [[table_id, flat] for table_id, flat in tables.items()]]))
+
+
+def _text(packed: bytes) -> str:
+    """A packed token as it travels: the prefix, then unpadded URL-safe base64."""
     return PREFIX + base64.urlsafe_b64encode(packed).rstrip(b"=").decode("ascii")
 
 
