@@ -32,10 +32,6 @@ from hotstate.routing.freshness import UNKNOWN_LAG_REASON
 from hotstate.rpc import NOT_SENT, PeerPool, RpcError
 
 KEY = (KeyColumn("user", KeyType.STRING),)
-# A write acknowledged while the standby's last fetch answer was on its way is one it could not have
-# heard of: the bound is against the end it knows. The broken rule answered from before its restart,
-# hundreds of writes behind.
-IN_FLIGHT = 2
 
 
 def test_a_restarted_standby_never_claims_lag_0_before_it_hears_the_active(
@@ -44,7 +40,7 @@ def test_a_restarted_standby_never_claims_lag_0_before_it_hears_the_active(
     running = start_cluster(3)
     cluster = running.cluster
 
-    async def scenario() -> tuple[int, int, int, dict[str, int]]:
+    async def scenario() -> tuple[int, int, int, int, dict[str, int]]:
         async with cluster.admin(request_timeout_s=2.0) as admin:
             reply = await admin.create_table("lagged", partitions=1, standby_replicas=2, key_columns=KEY)
             assert reply.error is ControllerError.NONE, reply
@@ -86,6 +82,7 @@ def test_a_restarted_standby_never_claims_lag_0_before_it_hears_the_active(
         )
         outcomes: dict[str, int] = {}
         fresh = 0
+        behind = 0
         started = time.monotonic()
         stopped = True
         try:
@@ -110,8 +107,13 @@ def test_a_restarted_standby_never_claims_lag_0_before_it_hears_the_active(
                 [(_, row)] = one.items
                 value = decode_row(row)["v"]
                 assert isinstance(value, int)
-                # max_lag=0: it holds every write it could have heard of when the read began.
-                assert value >= before - IN_FLIGHT, (value, before, one.position, outcomes)
+                # max_lag=0 is against the end it has heard, so a write acknowledged while the active's
+                # last fetch answer was on its way may be missing: by as many writes as that answer took to
+                # arrive, a matter of load (CI once saw more than two). What no rule but the broken one
+                # allows is an answer from before the restart: every write acknowledged before the active
+                # stopped is below any end the standby can hear from now on, from the old active or the new.
+                assert value >= missed_from, (value, missed_from, before, one.position, outcomes)
+                behind = max(behind, before - value)
                 outcomes["answered"] = outcomes.get("answered", 0) + 1
                 fresh += 1
         finally:
@@ -120,9 +122,9 @@ def test_a_restarted_standby_never_claims_lag_0_before_it_hears_the_active(
             await pool.close()
             stop.set()
             await writer
-        return standby, missed_from, fresh, outcomes
+        return standby, missed_from, fresh, behind, outcomes
 
-    standby, missed_from, fresh, outcomes = running.run(scenario())
-    print(f"standby {standby} restarted after write {missed_from}: {outcomes}")
+    standby, missed_from, fresh, behind, outcomes = running.run(scenario())
+    print(f"standby {standby} restarted after write {missed_from}: {outcomes}, {behind} at most behind acks")
     assert missed_from >= 50
     assert fresh == 20, outcomes  # once caught up, it answers within the bound
