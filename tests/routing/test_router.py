@@ -69,11 +69,12 @@ def test_the_active_comes_first_even_when_a_standby_is_fresher() -> None:
     assert (r.table, r.partition) == ("clicks", P)
 
 
-def test_a_down_active_is_skipped_and_standbys_follow_by_lag() -> None:
+def test_a_down_active_is_tried_after_the_live_standbys_which_follow_by_lag() -> None:
     lags = lag_table({1: 1_000, 2: 700, 3: 900}, end=1_000)
     r = do_route(part((1, 2, 3), 1), lags, down=(1,))
-    assert order(r) == [(3, "standby", 100), (2, "standby", 300)]
-    assert r.skipped == (Skip(1, "down", "active"),)
+    assert order(r) == [(3, "standby", 100), (2, "standby", 300), (1, "active", 0)]
+    assert [c.down for c in r.candidates] == [False, False, True]
+    assert r.skipped == ()
 
 
 def test_a_restoring_active_over_the_bound_is_skipped() -> None:
@@ -114,11 +115,26 @@ def test_no_bound_keeps_every_live_replica() -> None:
     assert order(do_route(part((1, 2), 1), lags)) == [(1, "active", 0), (2, "standby", 10**9)]
 
 
-def test_dead_standbys_and_warmups_are_skipped_as_down() -> None:
-    lags = lag_table({1: 10, 2: 10, 3: 10}, end=10)
-    r = do_route(part((1, 2, 3), 1, warmups=(3,)), lags, down=(2, 3))
+def test_down_standbys_and_warmups_come_last_in_their_own_order() -> None:
+    lags = lag_table({1: 10, 2: 5, 3: 10, 4: 8}, end=10)
+    r = do_route(part((1, 2, 3, 4), 1, warmups=(3,)), lags, down=(1, 2, 3))
+    assert order(r) == [(4, "standby", 2), (1, "active", 0), (3, "warmup", 0), (2, "standby", 5)]
+    assert [c.down for c in r.candidates] == [False, True, True, True]
+
+
+def test_a_down_replica_the_lag_rules_would_skip_is_skipped_as_down() -> None:
+    lags = lag_table({1: 1_000, 2: 500}, end=1_000, states={1: "restoring"})
+    lags.update(3, [LagInfo("clicks", T, P, "standby", 1_000, -1, -1, 1, 1_000, False)], now_ms=0)
+    r = do_route(part((1, 2, 3), 1), lags, down=(2, 3), max_lag=100)
     assert order(r) == [(1, "active", 0)]
-    assert r.skipped == (Skip(2, "down", "standby"), Skip(3, "down", "warmup"))
+    assert r.skipped == (Skip(2, "down", "standby"), Skip(3, "down", "standby"))
+
+
+def test_a_down_candidate_that_failed_says_it_was_down_and_tried_anyway() -> None:
+    assert Candidate(1, "active", 0, down=True).skip("timed out") == Skip(
+        1, "down, tried anyway: timed out", "active"
+    )
+    assert Candidate(1, "active", 0).skip("timed out") == Skip(1, "timed out", "active")
 
 
 def test_a_replica_without_a_lag_report_is_kept_after_the_known_ones() -> None:
@@ -159,8 +175,8 @@ def test_equal_lags_prefer_the_local_replica_then_the_lower_node_id() -> None:
 def test_the_local_node_counts_as_alive() -> None:
     lags = lag_table({1: 10, 2: 10}, end=10)
     r = route(part((1, 2), 1), table="clicks", alive=lambda _: False, lags=lags, local_node=2, max_lag=None)
-    assert order(r) == [(2, "standby", 0)]
-    assert r.skipped == (Skip(1, "down", "active"),)
+    assert order(r) == [(2, "standby", 0), (1, "active", 0)]
+    assert [c.down for c in r.candidates] == [False, True]
 
 
 def test_an_offline_partition_contributes_no_active() -> None:
@@ -191,7 +207,7 @@ def test_a_negative_bound_is_refused() -> None:
 
 
 def test_no_replica_error_names_the_partition_and_every_reason() -> None:
-    lags = lag_table({2: 0, 1: 0}, end=1_500)
+    lags = lag_table({2: 0, 1: 0}, end=1_500, states={1: "restoring"})
     r = do_route(part((1, 2), 1), lags, down=(1,), max_lag=100)
     assert r.candidates == ()
     error = r.error()
@@ -204,9 +220,12 @@ def test_no_replica_error_names_the_partition_and_every_reason() -> None:
 
 def test_executor_failures_are_appended() -> None:
     r = do_route(part((1, 2), 1), LagTable(), down=(1,))
-    (candidate,) = r.candidates
-    error = r.error([candidate.skip("timed out")])
-    assert str(error) == "no replica of clicks/3 can serve: 1 (active): down; 2 (standby): timed out"
+    (candidate, silent) = r.candidates
+    error = r.error([candidate.skip("timed out"), silent.skip("unreachable")])
+    assert str(error) == (
+        "no replica of clicks/3 can serve: 2 (standby): timed out;"
+        " 1 (active): down, tried anyway: unreachable"
+    )
     more = NoReplicaError("clicks", P, r.skipped).with_more([candidate.skip("timed out"), Skip(4, "refused")])
     assert str(more).endswith("2 (standby): timed out; 4: refused")
     assert more.skipped[-1] == Skip(4, "refused")
@@ -251,20 +270,23 @@ def test_every_replica_is_routed_or_skipped_once_and_candidates_respect_the_boun
     replicas = set(p.replicas) | set(p.warmups) | ({p.active} if p.active is not None else set())
     assert sorted(routed) == sorted(replicas)  # each exactly once
     for c in r.candidates:
-        assert c.node_id == local or c.node_id in alive
+        assert c.down == (c.node_id != local and c.node_id not in alive)
         judged = c.role != "active"  # the scenarios report every replica as running, none restoring
         known = lags.lag(c.node_id, T, P)
         if judged and max_lag is not None and c.offset_lag is not None:
             assert c.offset_lag <= max_lag
             assert known is not None and known.end_known
         assert c.offset_lag == (None if known is None else known.offset_lag)
-    rest = list(r.candidates)
-    if rest and rest[0].role == "active":
-        assert rest[0].node_id == p.active
-        rest = rest[1:]
-    assert all(c.role != "active" for c in rest)
-    keys = [(c.offset_lag is None, c.offset_lag or 0) for c in rest]
-    assert keys == sorted(keys)  # by lag, unreported last
+    downs = [c.down for c in r.candidates]
+    assert downs == sorted(downs)  # every live candidate before every down one
+    for down in (False, True):
+        rest = [c for c in r.candidates if c.down == down]
+        if rest and rest[0].role == "active":
+            assert rest[0].node_id == p.active
+            rest = rest[1:]
+        assert all(c.role != "active" for c in rest)
+        keys = [(c.offset_lag is None, c.offset_lag or 0) for c in rest]
+        assert keys == sorted(keys)  # by lag, unreported last
     for s in r.skipped:
         assert s.reason == "down" or s.reason.startswith("lag ")
     assert (

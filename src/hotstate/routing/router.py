@@ -4,7 +4,12 @@ Rules (KLIP-12, KIP-535, docs/architecture.md §5):
 - the active first when alive: it holds the freshest data. A restoring active (KIP-535) is held to the
   bound like any other replica, so an active rebuilding from scratch does not serve very stale rows;
 - then the live standbys and warmups, freshest (lowest lag) first;
-- a replica whose lag is over the query's bound is skipped, and so is a replica that is down;
+- a replica whose lag is over the query's bound is skipped;
+- a replica that is down (silent by heartbeats) but otherwise qualifies is tried last, after every live
+  one, in the same order (active first, then by lag). On a loaded machine heartbeats can miss a live
+  server for a moment (a flap), and skipping it turned a query its only qualifying replica could serve
+  into a 503; tried last, it costs only queries that had nothing else, and a dead server fails fast
+  (its connection is refused or reset). A down replica the lag rules would skip is skipped as "down";
 - a replica that reported it cannot know its lag (it has heard nobody since it opened,
   `routing.freshness`) is skipped for a bounded read: it would refuse it. An unbounded read may use it;
 - a replica that has not reported its lag yet is kept, after those with a known lag: its own server
@@ -48,10 +53,11 @@ class Candidate:
     node_id: int
     role: AssignedRole
     offset_lag: int | None  # None: the replica has not reported its lag yet
+    down: bool = False  # silent by heartbeats: tried after every live candidate
 
     def skip(self, reason: str) -> Skip:
         """The skip an executor records when trying this candidate failed."""
-        return Skip(self.node_id, reason, self.role)
+        return Skip(self.node_id, f"down, tried anyway: {reason}" if self.down else reason, self.role)
 
 
 class NoReplicaError(Exception):
@@ -102,13 +108,11 @@ def route(
     `max_lag` None means unbounded; a replica with lag == max_lag is within the bound."""
     if max_lag is not None and max_lag < 0:
         raise ValueError(f"max_lag must be >= 0 or None, not {max_lag}")
-    candidates: list[Candidate] = []
-    others: list[Candidate] = []
+    live: list[Candidate] = []
+    silent: list[Candidate] = []
     skipped: list[Skip] = []
     for node_id, role in _replicas(part):
-        if node_id != local_node and not alive(node_id):
-            skipped.append(Skip(node_id, "down", role))
-            continue
+        down = node_id != local_node and not alive(node_id)
         known = lags.lag(node_id, part.table_id, part.partition)
         offset_lag = None if known is None else known.offset_lag
         # A running active is as fresh as the partition gets: a lag in its report is only the skew
@@ -116,21 +120,29 @@ def route(
         # restoring active (its store still catching up) is judged by its report.
         judged = role != "active" or (known is not None and known.state == "restoring")
         if judged and max_lag is not None and known is not None and not known.end_known:
-            skipped.append(Skip(node_id, UNKNOWN_LAG_REASON, role))
+            skipped.append(Skip(node_id, "down" if down else UNKNOWN_LAG_REASON, role))
             continue
         if judged and offset_lag is not None and max_lag is not None and offset_lag > max_lag:
-            skipped.append(Skip(node_id, f"lag {offset_lag} > bound {max_lag}", role))
+            skipped.append(Skip(node_id, "down" if down else f"lag {offset_lag} > bound {max_lag}", role))
             continue
-        (candidates if role == "active" else others).append(Candidate(node_id, role, offset_lag))
-    others.sort(
+        (silent if down else live).append(Candidate(node_id, role, offset_lag, down))
+    return Route(
+        table, part.partition, (*_in_order(live, local_node), *_in_order(silent, local_node)), tuple(skipped)
+    )
+
+
+def _in_order(candidates: list[Candidate], local_node: int) -> list[Candidate]:
+    """The active first, then the others freshest first (unreported last), the local one on equal lags."""
+    return sorted(
+        candidates,
         key=lambda c: (
+            c.role != "active",
             c.offset_lag is None,
             c.offset_lag or 0,
             c.node_id != local_node,
             c.node_id,
-        )
+        ),
     )
-    return Route(table, part.partition, (*candidates, *others), tuple(skipped))
 
 
 def _replicas(part: PartitionInfo) -> list[tuple[int, AssignedRole]]:

@@ -166,12 +166,12 @@ class _Attempts:
         self.index += 1
         return self.route.candidates[self.index] if self.index < len(self.route.candidates) else None
 
-    def refused(self, node_id: int, answer: PartitionQueryResponse) -> None:
+    def refused(self, answer: PartitionQueryResponse) -> None:
         if answer.error is ReplicaError.BEHIND_TOKEN:
             self.behind = True
         elif answer.error is ReplicaError.TOKEN_AHEAD:
             self.ahead = answer.message
-        self.skipped.append(Skip(node_id, f"refused: {answer.message}"))
+        self.skipped.append(self.candidate.skip(f"refused: {answer.message}"))
 
     @property
     def candidate(self) -> Candidate:
@@ -549,14 +549,14 @@ class QueryService:
                 attempts.skipped.append(candidate.skip("standby reads are off for this query"))
                 continue
             if deadline - time.monotonic() <= 0:
-                attempts.skipped.append(Skip(candidate.node_id, "query timed out before trying it"))
+                attempts.skipped.append(candidate.skip("query timed out before trying it"))
                 continue
             if candidate.node_id != self.node_id:
                 return None
             answer = self.serve_local(attempts.spec)
             if answer.error is ReplicaError.NONE:
                 return _answered(attempts.part.partition, candidate.node_id, answer)
-            attempts.refused(candidate.node_id, answer)
+            attempts.refused(answer)
         if attempts.ahead is not None:
             part = attempts.part
             raise QueryError("bad_request", f"{TOKEN_PROPERTY}, partition {part.partition}: {attempts.ahead}")
@@ -611,7 +611,7 @@ class QueryService:
                 if answer.error is ReplicaError.NONE:
                     local[copy.part.partition] = _answered(copy.part.partition, self.node_id, answer)
                     break
-                copy.refused(candidate.node_id, answer)
+                copy.refused(answer)
         return local, remote
 
     async def _race(
@@ -707,7 +707,7 @@ class QueryService:
         outcome, reason = failure
         for attempts in group:
             self._on_forward(outcome)
-            attempts.skipped.append(Skip(node_id, reason))
+            attempts.skipped.append(attempts.candidate.skip(reason))
         return {}
 
     def _answers(
@@ -720,7 +720,7 @@ class QueryService:
                 out[attempts.part.partition] = _answered(attempts.part.partition, node_id, answer)
             else:
                 self._on_forward("refused")
-                attempts.refused(node_id, answer)
+                attempts.refused(answer)
         return out
 
     # ------------------------------------------------------------------ the serving side
