@@ -16,7 +16,9 @@ from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.controller.requests import ControllerError
 from hotstate.replica.core import ReplicaConfig
 from hotstate.replica.keys import encode_key, partition_for
+from hotstate.routing.heartbeat import HeartbeatConfig
 from hotstate.server.config import render_toml
+from hotstate.server.liveness import LivenessConfig
 
 KEY = (KeyColumn("user", KeyType.STRING),)
 
@@ -274,3 +276,43 @@ def test_each_mistake_gets_its_clear_4xx(start_cluster) -> None:
     assert header["header"]["schema"].startswith("`user` STRING KEY")
     assert row["row"]["columns"] == ["u3", 3]
     assert asyncio.iscoroutinefunction(_setup)
+
+
+def test_a_server_that_looks_down_by_heartbeats_still_answers_what_only_it_can_serve(start_cluster) -> None:
+    """A heartbeat flap, made permanent: server 3 sends its heartbeats a minute apart, so its peers judge it
+    down within a second while it runs and serves. A query for a partition whose only replica it holds is
+    still answered through the others (tried last, not dropped), where it used to be a 503 naming it down."""
+    running = start_cluster(3, hold=(3,))
+    cluster = running.cluster
+    quiet = running.server(3)
+    heartbeat = HeartbeatConfig(send_interval_ms=60_000, window_ms=180_000)
+    config = cluster.config_for(quiet, liveness=LivenessConfig(heartbeat=heartbeat))
+    (quiet.directory(cluster.root) / "server.toml").write_text(render_toml(config))
+    running.restart(3)
+    running.run(cluster.wait_ready(30.0))
+    running.run(_setup(running, "clicks", partitions=3, standbys=0, rows=60))
+    placement = _placement(_http(cluster, 1), "clicks")
+    [only_on_3] = [p["partition"] for p in placement if p["active"] == 3]
+    key = _key_in(only_on_3, 3)
+
+    def judged_down(receiver: int) -> bool:
+        status = httpx.get(f"{_http(cluster, receiver)}/clusterStatus").json()["clusterStatus"]
+        return not next(v["hostAlive"] for v in status.values() if v["serverId"] == 3)
+
+    for receiver in (1, 2):
+        _wait(
+            lambda receiver=receiver: judged_down(receiver), what=f"server {receiver} to judge server 3 down"
+        )
+        for options in ({}, {"max_lag": 0}, {"standby_reads": False}):
+            answer = _query(_http(cluster, receiver), f"SELECT * FROM clicks WHERE user = '{key}'", **options)
+            assert answer.status_code == 200, (receiver, options, answer.text)
+            body = answer.json()
+            assert body["partitions"][0]["served_by"] == 3, body
+            assert body["rows"][0][0] == key, body
+    # And a server that is really gone is still named, down and tried anyway, in the 503.
+    running.kill(3)
+    answer = _query(_http(cluster, 1), f"SELECT * FROM clicks WHERE user = '{key}'", timeout_ms=2000)
+    assert answer.status_code == 503, answer.text
+    assert (
+        f"clicks/{only_on_3}" in answer.json()["message"] and "3 (active): down" in answer.json()["message"]
+    )
