@@ -14,6 +14,7 @@ import pytest
 from hotstate.client.writer import TableWriter, WriteError
 from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.protocol.wire import MESSAGES
+from hotstate.query.tokens import cluster_tag, decode
 from hotstate.replica.messages import (
     PartitionMetadata,
     PartitionRows,
@@ -49,6 +50,8 @@ class Server:
         self.parts: list[list[dict[str, object]]] = []  # every part received, in arrival order
         self.outstanding = self.most_outstanding = 0
         self.end = 0
+        self.table_id = 7
+        self.metadata_offset = 10
         self.rpc = RpcServer("127.0.0.1", 0, CLUSTER, SECRET, 1, self.handle, MESSAGES)
 
     async def handle(self, peer: PeerInfo, message: object) -> object:
@@ -58,12 +61,12 @@ class Server:
             return TableMetadataResponse(
                 ReplicaError.NONE,
                 "",
-                7,
+                self.table_id,
                 (KeyColumn("k", KeyType.STRING),),
                 None,
                 (PartitionMetadata(0, 1, 3, (1,), (1,)),),
                 (ServerAddress(1, "127.0.0.1", self.rpc.port, None, False),),
-                10,
+                self.metadata_offset,
                 self.produce_max_bytes,
             )
         single = isinstance(message, ProduceRequest)
@@ -272,3 +275,28 @@ def test_a_large_write_goes_as_several_produces_in_order_and_a_failed_one_is_fil
         assert sent == keys
     assert server.store == dict.fromkeys(keys, 1)
     assert writer.stats.rows_superseded == len(server.parts[1])
+
+
+def test_a_table_created_again_under_the_writer_gets_positions_of_its_own() -> None:
+    """The table is deleted and created again (a new table id, its log starting over) while the writer
+    lives: a token must not carry the old table's end offsets, which are beyond the new log's end (a reader
+    given one is refused). A write all of whose rows a later one committed takes the partition's position."""
+
+    async def main() -> list[object]:
+        server = Server(delay_s=0.01)
+        await server.rpc.start()
+        try:
+            async with TableWriter(
+                [("127.0.0.1", server.rpc.port)], "t", cluster_id=CLUSTER, secret=SECRET
+            ) as writer:
+                await writer.upsert([{"k": f"old{i}", "v": i} for i in range(100)])
+                server.table_id, server.end, server.metadata_offset = 8, 0, 11
+                server.script = _fails_once(0, ReplicaError.NOT_ENOUGH_REPLICAS)
+                await writer.metadata(refresh=True)
+                calls = [writer.upsert(_rows(0, "ab"), deadline_s=10.0), writer.upsert(_rows(1, "ab"))]
+                return list(await asyncio.gather(*calls))
+        finally:
+            await server.rpc.close()
+
+    results = asyncio.run(main())
+    assert [decode(r.consistency_token, cluster_tag(CLUSTER)) for r in results] == [{(8, 0): 2}, {(8, 0): 2}]

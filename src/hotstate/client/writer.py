@@ -406,7 +406,7 @@ class TableWriter:
         self._start_watching()
         # Added to the partitions' sequencers before the first await: the order of writes is the order of
         # the calls.
-        queued = self._enqueue(by_partition, end, min(MAX_REQUEST_BYTES, max_row))
+        queued = self._enqueue(by_partition, meta.table_id, end, min(MAX_REQUEST_BYTES, max_row))
         results = await asyncio.gather(*(self._write_partition(p, pending) for p, pending in queued))
         return self._result(len(rows), meta, by_partition, results)
 
@@ -432,7 +432,7 @@ class TableWriter:
 
     # ------------------------------------------------------------------ pipelined, in order
     def _enqueue(
-        self, by_partition: Mapping[int, Sequence[bytes]], end: float, chunk_bytes: int
+        self, by_partition: Mapping[int, Sequence[bytes]], table_id: int, end: float, chunk_bytes: int
     ) -> list[tuple[int, list[_Pending]]]:
         """Every partition's rows, in Produces of at most `chunk_bytes`, added to the partition's sequencer
         (after every write added before) and sent now as far as its order and `max_in_flight` allow."""
@@ -443,7 +443,15 @@ class TableWriter:
                 continue
             lane = self._lanes.get(partition)
             if lane is None:
-                lane = self._lanes[partition] = _Lane(PartitionSequencer(self.max_in_flight, self._keys_of))
+                lane = self._lanes[partition] = _Lane(
+                    PartitionSequencer(self.max_in_flight, self._keys_of), table_id
+                )
+            elif lane.table_id != table_id:
+                # The table was deleted and created again under this writer: its offsets start over, and a
+                # position of the old one in a token would be beyond the new log end (a 400 for the reader).
+                # The order of calls still holds across the two: the lane is the same.
+                lane.table_id = table_id
+                lane.sequencer.position = 0
             pending = []
             for chunk in _chunks(rows, chunk_bytes):
                 seq = lane.sequencer.add(chunk)
@@ -778,7 +786,7 @@ class TableWriter:
                     "(the servers' produce.max.bytes: one Produce carries at most that many row bytes)",
                 )
         self._start_watching()
-        queued = self._enqueue(by_partition, end, min(MAX_REQUEST_BYTES, max_row))
+        queued = self._enqueue(by_partition, meta.table_id, end, min(MAX_REQUEST_BYTES, max_row))
         results = await asyncio.gather(*(self._write_partition(p, pending) for p, pending in queued))
         written = sum(len(rows) for rows in by_partition.values())
         return self._result(written, meta, [p for p, rows in sorted(by_partition.items()) if rows], results)
@@ -828,6 +836,7 @@ class _Pending:
 @dataclass(slots=True)
 class _Lane:
     sequencer: PartitionSequencer
+    table_id: int  # of the table's incarnation its position belongs to
     pending: dict[int, _Pending] = field(default_factory=dict)
     commits: int = 0  # Produces of the partition committed, over the writer's life
 
