@@ -211,7 +211,9 @@ def test_connection_limits_on_a_real_server(start_cluster) -> None:
         slow_s = loop.time() - start
         writer.close()
         assert answer.startswith(b"HTTP/1.1 408"), answer
-        assert 1.4 <= slow_s < 2.5, slow_s
+        # Not before the 1.5 s timeout; the upper bound only shows it was cut (every byte would take 25 s),
+        # with room for a loaded machine.
+        assert 1.4 <= slow_s < 5.0, slow_s
 
         # An idle keep-alive connection is closed after the idle timeout.
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -221,7 +223,7 @@ def test_connection_limits_on_a_real_server(start_cluster) -> None:
         rest = await asyncio.wait_for(reader.read(), 5.0)  # the body, then the close
         idle_s = loop.time() - start
         writer.close()
-        assert rest.endswith(b"}") and 0.8 <= idle_s < 2.0, (rest, idle_s)
+        assert rest.endswith(b"}") and 0.8 <= idle_s < 4.0, (rest, idle_s)  # the 1 s idle timeout, not 5 s
 
         # The cap: 6 connections open, the 7th is answered 503 and closed; one closed, room again.
         held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(6)]
