@@ -104,13 +104,14 @@ def _service(
     forwards: list[str] | None = None,
     hedging: HedgePolicy | None = None,
     table: TableInfo = TABLE,
+    down: frozenset[int] = frozenset(),
 ) -> QueryService:
     return QueryService(
         1,
         image=lambda: dataclasses.replace(_image(), tables={"clicks": table}),
         replicas=None,
         lags=LagTable(),
-        alive=lambda node: True,
+        alive=lambda node: node not in down,
         request=peers.request,
         on_forward=(forwards.append if forwards is not None else lambda outcome: None),
         hedging=hedging,
@@ -330,6 +331,33 @@ def test_when_every_replica_is_behind_the_token_the_query_waits_for_one_to_catch
         )
     assert error.value.kind == "unavailable"
     assert "at 50, wants 80" in error.value.message and "at 60, wants 80" in error.value.message
+
+
+def test_a_paused_server_that_looks_down_does_not_hold_a_token_wait_past_half_the_budget() -> None:
+    """Tried as the last candidate while the live standby is behind the token, a server down by heartbeats
+    and not answering (paused) gets half of what is left, as any candidate that is not the last: the
+    standby, caught up meanwhile, still answers within the timeout (with the whole budget, it failed)."""
+    peers = Peers()
+    user = next(u for u in USERS if PLACEMENT[_partition(u)][0] == 2)
+    peers.positions = {3: 60}
+    peers.slow.add(2)
+
+    async def run() -> object:
+        async def apply_later() -> None:
+            await asyncio.sleep(0.05)
+            peers.positions[3] = 80
+
+        catching_up = asyncio.create_task(apply_later())
+        result = await _service(peers, down=frozenset({2})).execute(
+            f"SELECT * FROM clicks WHERE user = '{user}'",
+            {"consistency_token": _token_for(user, 80), "timeout_ms": 2000},
+        )
+        await catching_up
+        return result
+
+    result = asyncio.run(run())
+    assert [p.served_by for p in result.partitions] == [3]  # type: ignore[attr-defined]
+    assert [node for node, _ in peers.calls] == [3, 2, 3]  # behind; the paused one; caught up
 
 
 @pytest.mark.parametrize(

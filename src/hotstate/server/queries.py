@@ -660,8 +660,11 @@ class QueryService:
     ) -> tuple[asyncio.Future[object], int]:
         """`_ask`'s request, sent: the future of its answer and its id for the hedging policy."""
         remaining = deadline - time.monotonic()
-        # One slow or dead server must not eat the whole budget while others could answer.
-        attempt = remaining if any(a.on_last for a in group) else max(0.5, remaining / 2)
+        # One slow or dead server must not eat the whole budget while others could answer: nor may one that
+        # looks down, even as a partition's last candidate, for the replicas behind a query's token are
+        # asked again once it failed (a paused server held such a query to its timeout).
+        last = any(a.on_last for a in group) and not group[0].candidate.down
+        attempt = remaining if last else max(0.5, remaining / 2)
         if not self._connected(node_id):
             attempt = min(attempt, UNCONNECTED_ATTEMPT_S)
         request = QueryPartitionsRequest(tuple(a.spec for a in group), CURRENT_USER.get())
