@@ -300,3 +300,31 @@ def test_a_table_created_again_under_the_writer_gets_positions_of_its_own() -> N
 
     results = asyncio.run(main())
     assert [decode(r.consistency_token, cluster_tag(CLUSTER)) for r in results] == [{(8, 0): 2}, {(8, 0): 2}]
+
+
+def test_a_write_to_the_old_table_answered_after_it_was_created_again_moves_no_position() -> None:
+    """A write made before the table was created again, and answered after the writer saw the new one, ends
+    the old log: its end offset must not reach a token of the new table."""
+
+    async def main() -> list[object]:
+        server = Server(delay_s=0.2)
+        await server.rpc.start()
+        try:
+            async with TableWriter(
+                [("127.0.0.1", server.rpc.port)], "t", cluster_id=CLUSTER, secret=SECRET
+            ) as writer:
+                await writer.upsert([{"k": f"old{i}", "v": 99} for i in range(100)])
+                old = asyncio.create_task(writer.upsert(_rows(99, "z")))  # appended at once, answered later
+                await asyncio.sleep(0.05)
+                server.table_id, server.end, server.metadata_offset = 8, 0, 11
+                server.script = _fails_once(0, ReplicaError.NOT_ENOUGH_REPLICAS)
+                await writer.metadata(refresh=True)
+                calls = [writer.upsert(_rows(0, "ab"), deadline_s=10.0), writer.upsert(_rows(1, "ab"))]
+                results = list(await asyncio.gather(*calls))
+                await old
+                return results
+        finally:
+            await server.rpc.close()
+
+    results = asyncio.run(main())
+    assert [decode(r.consistency_token, cluster_tag(CLUSTER)) for r in results] == [{(8, 0): 2}, {(8, 0): 2}]

@@ -313,6 +313,6 @@ def test_a_server_that_looks_down_by_heartbeats_still_answers_what_only_it_can_s
     running.kill(3)
     answer = _query(_http(cluster, 1), f"SELECT * FROM clicks WHERE user = '{key}'", timeout_ms=2000)
     assert answer.status_code == 503, answer.text
-    assert (
-        f"clicks/{only_on_3}" in answer.json()["message"] and "3 (active): down" in answer.json()["message"]
-    )
+    message = answer.json()["message"]
+    # "3 (standby)" once the controller fenced it (2 s): the partition then has no active.
+    assert f"clicks/{only_on_3}" in message and "3 (" in message and "down, tried anyway" in message, message

@@ -98,3 +98,20 @@ def test_slow_peers_go_last_in_a_route_never_dropped() -> None:
     assert [c.node_id for c in reordered.candidates] == [2, 3, 1]
     everyone = last_if_slow(route, lambda node: True)
     assert [c.node_id for c in everyone.candidates] == [1, 2, 3]
+
+
+def test_a_slow_live_peer_still_comes_before_the_peers_down_by_heartbeats() -> None:
+    candidates = (
+        Candidate(1, "active", 0),
+        Candidate(2, "standby", 3),
+        Candidate(3, "standby", 5, down=True),
+        Candidate(4, "standby", 6, down=True),
+    )
+    route = Route("t", 0, candidates, ())
+    reordered = last_if_slow(route, lambda node: node in (1, 3))
+    assert [(c.node_id, c.down) for c in reordered.candidates] == [
+        (2, False),
+        (1, False),
+        (4, True),
+        (3, True),
+    ]

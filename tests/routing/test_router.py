@@ -135,6 +135,10 @@ def test_a_down_candidate_that_failed_says_it_was_down_and_tried_anyway() -> Non
         1, "down, tried anyway: timed out", "active"
     )
     assert Candidate(1, "active", 0).skip("timed out") == Skip(1, "timed out", "active")
+    # One the executor passed over was not tried.
+    assert Candidate(1, "standby", 0, down=True).passed("standby reads are off") == Skip(
+        1, "standby reads are off", "standby"
+    )
 
 
 def test_a_replica_without_a_lag_report_is_kept_after_the_known_ones() -> None:

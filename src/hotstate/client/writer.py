@@ -456,7 +456,9 @@ class TableWriter:
             for chunk in _chunks(rows, chunk_bytes):
                 seq = lane.sequencer.add(chunk)
                 pending.append(
-                    lane.pending.setdefault(seq, _Pending(seq, len(chunk), end, loop.create_future()))
+                    lane.pending.setdefault(
+                        seq, _Pending(seq, len(chunk), end, loop.create_future(), table_id)
+                    )
                 )
             self._release(partition, lane)
             queued.append((partition, pending))
@@ -534,7 +536,10 @@ class TableWriter:
                 self.stats.produce_requests += 1
                 if reply is not None and reply.error is ReplicaError.NONE:
                     lane.commits += 1
-                    lane.sequencer.committed(grant.seq, reply.end_offset)
+                    # A write made before the table was created again, answered after: its end offset is
+                    # not of the log the lane's position now follows.
+                    current = pending.table_id == lane.table_id
+                    lane.sequencer.committed(grant.seq, reply.end_offset if current else 0)
                     self._release(partition, lane)
                     return requests, retries, reply.end_offset
                 assert attempt.part is not None
@@ -830,6 +835,7 @@ class _Pending:
     rows: int
     end: float
     ready: asyncio.Future[tuple[Grant, _Attempt | None]]
+    table_id: int  # the table's incarnation when the write was made
     attempt: _Attempt | None = None
 
 

@@ -144,10 +144,10 @@ class HedgePolicy:
 
 
 def last_if_slow(route: Route, slow: Callable[[int], bool]) -> Route:
-    """`route` with the candidates on slow peers moved after the others, in their order (never dropped:
-    a slow peer may be the only one that can serve)."""
-    fast = [c for c in route.candidates if not slow(c.node_id)]
-    if len(fast) == len(route.candidates):
+    """`route` with the candidates on slow peers moved after the others of their kind, live or down, in
+    their order (never dropped: a slow peer may be the only one that can serve). A slow live peer still
+    comes before every peer down by heartbeats: it answers, late; they may not answer at all."""
+    if not any(slow(c.node_id) for c in route.candidates):
         return route
-    late = [c for c in route.candidates if slow(c.node_id)]
-    return replace(route, candidates=(*fast, *late))
+    # sorted is stable: the router's order holds within each group.
+    return replace(route, candidates=tuple(sorted(route.candidates, key=lambda c: (c.down, slow(c.node_id)))))

@@ -8,8 +8,9 @@ Rules (KLIP-12, KIP-535, docs/architecture.md §5):
 - a replica that is down (silent by heartbeats) but otherwise qualifies is tried last, after every live
   one, in the same order (active first, then by lag). On a loaded machine heartbeats can miss a live
   server for a moment (a flap), and skipping it turned a query its only qualifying replica could serve
-  into a 503; tried last, it costs only queries that had nothing else, and a dead server fails fast
-  (its connection is refused or reset). A down replica the lag rules would skip is skipped as "down";
+  into a 503. Tried last, it costs only queries that had nothing else: a killed server fails at once
+  (its connection is refused or reset), a paused one within the executor's limits on one attempt. A down
+  replica the lag rules would skip is skipped as "down";
 - a replica that reported it cannot know its lag (it has heard nobody since it opened,
   `routing.freshness`) is skipped for a bounded read: it would refuse it. An unbounded read may use it;
 - a replica that has not reported its lag yet is kept, after those with a known lag: its own server
@@ -58,6 +59,10 @@ class Candidate:
     def skip(self, reason: str) -> Skip:
         """The skip an executor records when trying this candidate failed."""
         return Skip(self.node_id, f"down, tried anyway: {reason}" if self.down else reason, self.role)
+
+    def passed(self, reason: str) -> Skip:
+        """The skip an executor records when it did not try this candidate."""
+        return Skip(self.node_id, reason, self.role)
 
 
 class NoReplicaError(Exception):

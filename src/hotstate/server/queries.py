@@ -1,8 +1,9 @@
 """Pull queries on one server: parse, plan, route each partition to a replica, read or forward, merge.
 
 The receiving server plans the query (hotstate.query), asks the router (hotstate.routing) for each
-partition's candidates in order (active if alive, then standbys by lag, none over the bound), and tries
-them in turn within the query's timeout. The coordinator works in rounds: each partition's next
+partition's candidates in order (active if alive, then standbys by lag, none over the bound, and replicas
+of servers down by heartbeats last), and tries them in turn within the query's timeout. The coordinator
+works in rounds: each partition's next
 candidate is read directly when it is local, and the partitions whose candidate is remote are sent, one
 `QueryPartitionsRequest` per server per round, to be answered from that server's replicas or refused,
 never forwarded again. A partition refused or unanswered goes to its next candidate in the next round.
@@ -84,8 +85,10 @@ MAX_TIMEOUT_MS = 300_000
 MAX_LAG_LIMIT = 2**63 - 1  # what every API and the wire can carry; larger means unbounded: pass null
 MAX_ROWS = 100_000  # the most rows one query returns; more needs a LIMIT and key ranges
 # Heartbeats keep a connection open to every live peer, so one that is not connected is most likely dead:
-# it gets this long to connect before the next candidate is tried.
+# it gets this long to connect before the next candidate is tried (and so does a server down by heartbeats
+# while a live replica waits to catch up with the query's token).
 UNCONNECTED_ATTEMPT_S = 0.3
+NOT_TRIED_IN_TIME = "query timed out before trying it"
 MAX_KEPT_ROUTES = 65_536  # partitions x max_lag values a server keeps routes for, between lag reports
 
 log = logging.getLogger(__name__)
@@ -160,6 +163,9 @@ class _Attempts:
     index: int = -1
     skipped: list[Skip] = field(default_factory=list)
     behind: bool = False  # some replica refused as behind the query's token
+    # The previous round's failures, when the query waits for a replica to reach its token: what the error
+    # says if time runs out before this round tries anyone.
+    earlier: list[Skip] = field(default_factory=list)
     ahead: str | None = None  # the active refused the token as beyond the partition's log end
 
     def next_candidate(self) -> Candidate | None:
@@ -476,6 +482,8 @@ class QueryService:
                 # active commits within milliseconds, so ask again (freshly routed) until the timeout.
                 await asyncio.sleep(BEHIND_RETRY_S)
                 pending = [self._route(table, a.part, a.spec, hedge) for a in waiting]
+                for attempts, before in zip(pending, waiting, strict=True):
+                    attempts.earlier = before.skipped
                 waiting = []
             remote: dict[int, list[_Attempts]] = {}
             for attempts in pending:
@@ -546,10 +554,10 @@ class QueryService:
         (None when it is remote, to be sent in this round); raises once no candidate is left."""
         while (candidate := attempts.next_candidate()) is not None:
             if not standby_reads and candidate.role != "active":
-                attempts.skipped.append(candidate.skip("standby reads are off for this query"))
+                attempts.skipped.append(candidate.passed("standby reads are off for this query"))
                 continue
             if deadline - time.monotonic() <= 0:
-                attempts.skipped.append(candidate.skip("query timed out before trying it"))
+                attempts.skipped.append(candidate.passed(NOT_TRIED_IN_TIME))
                 continue
             if candidate.node_id != self.node_id:
                 return None
@@ -562,6 +570,8 @@ class QueryService:
             raise QueryError("bad_request", f"{TOKEN_PROPERTY}, partition {part.partition}: {attempts.ahead}")
         if attempts.behind and deadline - time.monotonic() > BEHIND_RETRY_S:
             raise _WaitForApply
+        if attempts.earlier and all(skip.reason == NOT_TRIED_IN_TIME for skip in attempts.skipped):
+            raise attempts.route.error(attempts.earlier)  # each replica's position against the token's
         raise attempts.route.error(attempts.skipped)
 
     async def _forward(
@@ -660,12 +670,13 @@ class QueryService:
     ) -> tuple[asyncio.Future[object], int]:
         """`_ask`'s request, sent: the future of its answer and its id for the hedging policy."""
         remaining = deadline - time.monotonic()
-        # One slow or dead server must not eat the whole budget while others could answer: nor may one that
-        # looks down, even as a partition's last candidate, for the replicas behind a query's token are
-        # asked again once it failed (a paused server held such a query to its timeout).
-        last = any(a.on_last for a in group) and not group[0].candidate.down
-        attempt = remaining if last else max(0.5, remaining / 2)
-        if not self._connected(node_id):
+        # One slow or dead server must not eat the whole budget while others could answer. Nor may one that
+        # looks down, even as a partition's last candidate: it may be paused, and while a live replica is
+        # behind the query's token it is only a moment from serving (asked again once this one failed), so
+        # such a server gets no longer than a connect. One that only flapped answers in milliseconds.
+        down = any(a.candidate.down for a in group)
+        attempt = remaining if any(a.on_last for a in group) and not down else max(0.5, remaining / 2)
+        if not self._connected(node_id) or (down and any(a.behind for a in group)):
             attempt = min(attempt, UNCONNECTED_ATTEMPT_S)
         request = QueryPartitionsRequest(tuple(a.spec for a in group), CURRENT_USER.get())
         request_id = self.hedging.sent(node_id, time.monotonic() * 1000)
