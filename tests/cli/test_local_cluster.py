@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from hotstate.cli import local_cluster
 from hotstate.cli.local_cluster import PORT_RANGE, LocalCluster, free_ports
 
 # The main thread exits (pthread_exit) while another thread runs on for a while: the process's main thread
@@ -30,6 +32,20 @@ def test_ports_are_distinct_free_and_outside_the_ephemeral_range() -> None:
             assert not low <= port <= high  # never a port an outgoing connection could take meanwhile
             with socket.socket() as probe:
                 probe.bind(("127.0.0.1", port))
+
+
+def test_a_port_handed_out_is_not_handed_out_again_until_its_claim_is_old(tmp_path: Path) -> None:
+    """Two clusters created at once (the suite runs several) could pick the same free port, and the second
+    server to bind it died: a claim in a directory every process shares keeps them apart."""
+    first, second = free_ports(300), free_ports(300)
+    assert not set(first) & set(second)
+    port = first[0]
+    assert not local_cluster._reserve(port)  # held
+    claim = local_cluster.RESERVATIONS / str(port)
+    old = time.time() - local_cluster.RESERVED_S - 1
+    os.utime(claim, (old, old))
+    assert local_cluster._reserve(port)  # an old claim is taken over
+    assert not local_cluster._reserve(port)
 
 
 def test_a_process_whose_main_thread_exited_is_alive_until_its_last_thread_is_gone(tmp_path: Path) -> None:

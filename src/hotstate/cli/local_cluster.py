@@ -23,6 +23,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -331,10 +332,17 @@ class LocalCluster:
 # and the server binding it, any connection on the machine could take it (seen in the test suite as a
 # server dying with "address already in use").
 PORT_RANGE = (20_000, 32_000)
+# Ports handed out lately, by any process: two clusters created at the same moment (the test suite runs
+# several at once) could both pick a port nothing listens on yet, and the second server to bind it died with
+# "address already in use". A port handed out is held here until its server has surely bound it; after
+# that the bind check alone tells.
+RESERVATIONS = Path(tempfile.gettempdir()) / "hotstate-ports"
+RESERVED_S = 60.0
 
 
 def free_ports(count: int) -> list[int]:
-    """`count` distinct ports that nothing listens on now, drawn at random outside the ephemeral range."""
+    """`count` distinct ports that nothing listens on now and no other process was handed in the last
+    RESERVED_S, drawn at random outside the ephemeral range."""
     rng = random.SystemRandom()
     ports: list[int] = []
     while len(ports) < count:
@@ -346,8 +354,26 @@ def free_ports(count: int) -> list[int]:
                 sock.bind(("127.0.0.1", port))
             except OSError:
                 continue
-        ports.append(port)
+        if _reserve(port):
+            ports.append(port)
     return ports
+
+
+def _reserve(port: int) -> bool:
+    """Claim `port` for RESERVED_S against every process's `free_ports`; False if another holds it."""
+    path = RESERVATIONS / str(port)
+    try:
+        RESERVATIONS.mkdir(exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            if time.time() - path.stat().st_mtime < RESERVED_S:
+                return False
+            path.unlink()  # an old claim: its server bound the port long ago, or never will
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+    except FileExistsError:
+        return False  # claimed by another process a moment ago
+    except OSError:
+        return True  # no shared directory to claim it in (read-only /tmp): the bind check alone decides
+    return True
 
 
 def _running(pid: int) -> bool:
