@@ -241,7 +241,6 @@ class QueryService:
         self._replicas = replicas
         self._lags = lags
         self._alive = alive
-        self._request = request
         # `request` as a future (PeerPool.request_soon): a forward waits on it without a task of its own.
         self._request_soon = request_soon or (
             lambda node, message, timeout: asyncio.ensure_future(request(node, message, timeout))
