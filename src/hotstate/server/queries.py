@@ -480,9 +480,7 @@ class QueryService:
                 # Every replica of these partitions is behind the query's token: they apply what the
                 # active commits within milliseconds, so ask again (freshly routed) until the timeout.
                 await asyncio.sleep(BEHIND_RETRY_S)
-                pending = [self._route(table, a.part, a.spec, hedge) for a in waiting]
-                for attempts, before in zip(pending, waiting, strict=True):
-                    attempts.earlier = before.skipped
+                pending = [self._route(table, a.part, a.spec, hedge, earlier=a.skipped) for a in waiting]
                 waiting = []
             remote: dict[int, list[_Attempts]] = {}
             for attempts in pending:
@@ -516,12 +514,17 @@ class QueryService:
         return [answers[partition] for partition in sorted(answers)]
 
     def _route(
-        self, table: TableInfo, part: PartitionInfo, spec: PartitionQueryRequest, hedge: bool
+        self,
+        table: TableInfo,
+        part: PartitionInfo,
+        spec: PartitionQueryRequest,
+        hedge: bool,
+        earlier: list[Skip] | None = None,
     ) -> _Attempts:
         decision = self._routed(table.name, part, spec.max_lag)
         if hedge:
             decision = last_if_slow(decision, self._slow_now)
-        return _Attempts(part, spec, decision)
+        return _Attempts(part, spec, decision, earlier=earlier or [])
 
     def _routed(self, table: str, part: PartitionInfo, max_lag: int | None) -> Route:
         if self._alive_version is None:
