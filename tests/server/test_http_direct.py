@@ -15,8 +15,8 @@ from typing import Any, cast
 import uvicorn
 
 from hotstate.server import http_limits
+from hotstate.server.coordinator import CURRENT_USER
 from hotstate.server.http_limits import HttpLimits, limited_protocol
-from hotstate.server.queries import CURRENT_USER
 from hotstate.server.query_http import (
     DELIMITED,
     KSQL_V1_JSON,

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Callable
 
 import pytest
 
 from hotstate.controller.image import MetadataImage, PartitionInfo, TableInfo
 from hotstate.controller.records import KeyColumn, KeyType
+from hotstate.query.execute import QueryError
 from hotstate.query.tokens import cluster_tag, decode, encode
 from hotstate.replica.keys import encode_key, partition_for
 from hotstate.replica.messages import (
@@ -20,10 +22,12 @@ from hotstate.replica.messages import (
     ReplicaError,
 )
 from hotstate.replica.rows import encode_row
+from hotstate.routing.attempts import UNCONNECTED_ATTEMPT_S
 from hotstate.routing.hedging import HedgeConfig, HedgePolicy
 from hotstate.routing.lags import LagTable
 from hotstate.rpc import NotConnected, RpcTimeout
-from hotstate.server.queries import CURRENT_USER, UNCONNECTED_ATTEMPT_S, QueryError, QueryService
+from hotstate.server.coordinator import CURRENT_USER, ClusterView, Coordinator, request_soon_of
+from hotstate.server.serving import LocalReads
 
 PARTITIONS = 4
 TABLE = TableInfo("clicks", 1, PARTITIONS, 1, (KeyColumn("user", KeyType.STRING),), acceptable_lag=None)
@@ -107,17 +111,34 @@ def _service(
     hedging: HedgePolicy | None = None,
     table: TableInfo = TABLE,
     down: frozenset[int] = frozenset(),
-) -> QueryService:
-    return QueryService(
-        1,
-        image=lambda: dataclasses.replace(_image(), tables={"clicks": table}),
-        replicas=None,
-        lags=LagTable(),
-        alive=lambda node: node not in down,
-        request=peers.request,
+) -> Coordinator:
+    image = dataclasses.replace(_image(), tables={"clicks": table})
+    return _coordinator(
+        ClusterView(lambda: image, LagTable(), lambda node: node not in down),
+        peers,
         on_forward=(forwards.append if forwards is not None else lambda outcome: None),
         hedging=hedging,
+    )
+
+
+def _coordinator(
+    cluster: ClusterView,
+    peers: Peers,
+    on_forward: Callable[[str], None] = lambda outcome: None,
+    hedging: HedgePolicy | None = None,
+) -> Coordinator:
+    """A coordinator on server 1, which holds no replica: every partition is forwarded to `peers`."""
+    reads = LocalReads(
+        1, image=cluster.image, replicas=dict, lags=cluster.lags, on_store_failure=lambda replica, error: None
+    )
+    return Coordinator(
+        1,
+        cluster,
+        reads,
+        request_soon_of(peers.request),
+        hedging=hedging,
         cluster_id=CLUSTER,
+        on_forward=on_forward,
     )
 
 
@@ -335,31 +356,6 @@ def test_when_every_replica_is_behind_the_token_the_query_waits_for_one_to_catch
     assert "at 50, wants 80" in error.value.message and "at 60, wants 80" in error.value.message
 
 
-def test_a_token_wait_that_runs_out_between_rounds_names_the_positions_of_the_last_round() -> None:
-    """On a loaded machine the wait between two rounds can overrun the timeout: the round after it tries no
-    one, and the error still names each replica's position against the token, not "timed out before
-    trying it"."""
-    from hotstate.replica.messages import PartitionQueryRequest
-    from hotstate.routing.router import NoReplicaError, Skip, route
-    from hotstate.server.queries import _Attempts
-
-    service = _service(Peers())
-    part = _image().partitions[1][0]
-    decision = route(
-        part, table="clicks", alive=lambda node: True, lags=LagTable(), local_node=1, max_lag=None
-    )
-    spec = PartitionQueryRequest("clicks", part.partition, (), False, None, None, None, 80)
-    attempts = _Attempts(part, spec, decision)
-    attempts.earlier = [
-        Skip(2, "refused: at 50, wants 80", "active"),
-        Skip(3, "refused: at 60, wants 80", "standby"),
-    ]
-    with pytest.raises(NoReplicaError) as error:
-        service._advance(attempts, deadline=0.0, standby_reads=True)  # the time is up before it starts
-    assert "at 50, wants 80" in str(error.value) and "at 60, wants 80" in str(error.value)
-    assert "before trying it" not in str(error.value)
-
-
 def test_a_paused_server_that_looks_down_holds_a_token_wait_no_longer_than_a_connect() -> None:
     """Tried as the last candidate while the live standby is behind the token, a server down by heartbeats
     and not answering (paused) gets as long as a connect, not the rest of the timeout: the standby, caught
@@ -447,15 +443,8 @@ def test_kept_routes_follow_every_change_of_liveness_and_lags() -> None:
     lags = LagTable()
     alive = {1, 2, 3}
     version = [0]
-    service = QueryService(
-        1,
-        image=lambda: image,
-        replicas=None,
-        lags=lags,
-        alive=alive.__contains__,
-        request=peers.request,
-        cluster_id=CLUSTER,
-        alive_version=lambda: version[0],
+    service = _coordinator(
+        ClusterView(lambda: image, lags, alive.__contains__, alive_version=lambda: version[0]), peers
     )
     first = [u for u in USERS if _partition(u) == 0][:2]
 

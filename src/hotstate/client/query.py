@@ -55,7 +55,7 @@ __all__ = [
     "parse_address",
 ]
 
-# The server's own default query timeout (hotstate.server.queries.DEFAULT_TIMEOUT_MS), not imported so
+# The server's own default query timeout (hotstate.query.execute.DEFAULT_TIMEOUT_MS), not imported so
 # that the client does not pull in the server.
 SERVER_DEFAULT_TIMEOUT_MS = 10_000
 # A server answers a query within its timeout_ms; the slack covers the HTTP exchange around it, so a

@@ -5,7 +5,7 @@ committed at (from `TableWriter.upsert`), or the store position a query read at 
 Offsets of committed records never change across leader changes (a new active is always an in-sync replica
 holding every committed record, and truncation only ever removes records above the HW), so a position
 means the same on every replica, before and after any failover. A query given a token is served, per
-partition, only by a replica whose store is at least at the token's position (`server/queries.py`).
+partition, only by a replica whose store is at least at the token's position (`server/serving.py`).
 
 On the wire and to users it is one opaque, compact, versioned string: `hs1.` + base64url (no padding) of
 msgpack `[cluster tag, [[table id, [partition, position, partition, position, ...]], ...]]`. The cluster tag

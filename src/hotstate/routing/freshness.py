@@ -15,7 +15,7 @@ epoch's start, so it is behind by what is committed and not applied (see `local_
 replica reported a higher HW: then a newer active committed what this one has not seen (it was deposed and
 does not know it yet), and it is behind by that much.
 
-Pure: the server's shell (`server/replicas.py`, `server/queries.py`) and the replication simulator call
+Pure: the server's shell (`server/replicas.py`, `server/serving.py`) and the replication simulator call
 the same functions.
 """
 

@@ -15,7 +15,7 @@ partitions go to their next candidates as well, and the first answer wins.
   left to run to its own timeout for that reason: the hedges of the first queries find the gray peer,
   and the queries after them go elsewhere without spending any.
 
-No clock, socket or randomness inside: the shell (`server/queries.py`) passes the latencies it measured.
+No clock, socket or randomness inside: the shell (`server/coordinator.py`) passes the latencies it measured.
 """
 
 from __future__ import annotations

@@ -63,6 +63,7 @@ from hotstate.server.config import ServerConfig
 from hotstate.server.console_feed import ConsoleFeed
 from hotstate.server.console_http import ConsoleContext
 from hotstate.server.controller_host import ControllerHost
+from hotstate.server.coordinator import ClusterView, Coordinator
 from hotstate.server.credentials import CredentialsError
 from hotstate.server.data_dir import DISK_FAILURE_EXIT_CODE, DataDirError, check_writable
 from hotstate.server.http import HttpContext, build_app, http_server
@@ -72,7 +73,6 @@ from hotstate.server.lifecycle import ServerLifecycle
 from hotstate.server.liveness import Liveness
 from hotstate.server.metadata import MetadataPublisher
 from hotstate.server.metrics import Metrics
-from hotstate.server.queries import QueryService
 from hotstate.server.raft_driver import RaftDriver, monotonic_ms
 from hotstate.server.replicas import (
     NOT_READY_REFUSES,
@@ -81,11 +81,17 @@ from hotstate.server.replicas import (
     metadata_for_key,
     not_ready_answer,
 )
+from hotstate.server.serving import LocalReads
 from hotstate.server.status import describe
 from hotstate.server.suspects import Suspects, probe_after_hint
 from hotstate.tls import TlsFiles, TlsFilesError, client_context, server_context
 
 log = logging.getLogger(__name__)
+
+
+def _ignored(replica: object, error: object) -> None:
+    """A store failure on a server that holds no replicas: cannot happen."""
+
 
 # What arrives one-way is the Raft traffic; what arrives as a request is for the controller or local.
 RAFT_MESSAGES = (
@@ -185,7 +191,8 @@ class Server:
         self.lifecycle: ServerLifecycle | None = None
         self.replicas: ReplicaManager | None = None
         self.liveness: Liveness | None = None
-        self.queries: QueryService | None = None
+        self.queries: Coordinator | None = None
+        self.reads: LocalReads | None = None
         self.metrics = Metrics()
         self._http: object | None = None
         self._http_task: asyncio.Task[None] | None = None
@@ -256,20 +263,28 @@ class Server:
             )
             liveness = self.liveness
             metadata = self.metadata
-            self.queries = QueryService(
+            self.reads = LocalReads(
                 config.node_id,
                 image=lambda: metadata.image,
-                replicas=self.replicas,
+                replicas=(lambda: replicas.replicas) if replicas is not None else dict,
                 lags=liveness.lags,
-                alive=liveness.alive,
-                request=self.pool.request,
-                request_soon=self.pool.request_soon,
-                connected=self.pool.is_connected,
-                on_forward=lambda outcome: self.metrics.forwards.labels(outcome).inc(),
-                not_ready=metadata.not_ready,
-                cluster_id=config.cluster_id,
+                on_store_failure=replicas.read_failed if replicas is not None else _ignored,
+            )
+            self.queries = Coordinator(
+                config.node_id,
+                ClusterView(
+                    image=lambda: metadata.image,
+                    lags=liveness.lags,
+                    alive=liveness.alive,
+                    alive_version=lambda: liveness.status.version,
+                    connected=self.pool.is_connected,
+                    not_ready=metadata.not_ready,
+                ),
+                self.reads,
+                self.pool.request_soon,
                 hedging=HedgePolicy(config.hedging),
-                alive_version=lambda: liveness.status.version,
+                cluster_id=config.cluster_id,
+                on_forward=lambda outcome: self.metrics.forwards.labels(outcome).inc(),
             )
         self.metadata.add_listener(self._on_image)
         metadata = self.metadata
@@ -497,8 +512,8 @@ class Server:
             return await replicas.produce_partitions(message)
         if isinstance(message, replica_messages.FetchStoreSnapshotRequest):
             return await replicas.serve_snapshot(message)
-        if isinstance(message, replica_messages.QueryPartitionsRequest) and self.queries is not None:
-            return self.queries.serve_partitions(message)
+        if isinstance(message, replica_messages.QueryPartitionsRequest) and self.reads is not None:
+            return self.reads.serve_partitions(message)
         if isinstance(message, replica_messages.ReadPartitionRequest):
             return replicas.read_partition(message)
         if isinstance(message, replica_messages.LagInfoRequest):

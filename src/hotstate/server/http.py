@@ -26,13 +26,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from hotstate import __version__
 from hotstate.controller.image import MetadataImage
+from hotstate.query.execute import MAX_LAG_LIMIT, MAX_TIMEOUT_MS
 from hotstate.server.console_http import ConsoleContext, console_router
+from hotstate.server.coordinator import Coordinator
 from hotstate.server.http_auth import HttpAuth
 from hotstate.server.http_limits import HttpLimits, limited_protocol
 from hotstate.server.liveness import Liveness
 from hotstate.server.metrics import Metrics
 from hotstate.server.openapi import documented_body
-from hotstate.server.queries import MAX_LAG_LIMIT, MAX_TIMEOUT_MS, QueryService
 from hotstate.server.query_http import (
     DELIMITED,
     BadRequest,
@@ -109,7 +110,7 @@ class HttpContext:
     node_id: int
     cluster_id: str
     image: Callable[[], MetadataImage]
-    queries: QueryService
+    queries: Coordinator
     liveness: Liveness
     replicas: ReplicaManager | None
     metrics: Metrics

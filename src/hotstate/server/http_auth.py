@@ -37,6 +37,7 @@ import orjson
 
 from hotstate.protocol.cluster_token import cluster_token
 from hotstate.server.asgi import Scope, Send
+from hotstate.server.coordinator import CURRENT_USER
 from hotstate.server.credentials import (
     SCRYPT_N,
     SCRYPT_P,
@@ -50,7 +51,6 @@ from hotstate.server.credentials import (
     parse_credentials,
 )
 from hotstate.server.metrics import Metrics
-from hotstate.server.queries import CURRENT_USER
 
 log = logging.getLogger(__name__)
 

@@ -35,8 +35,8 @@ import httptools
 from prometheus_client import Counter
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
+from hotstate.server.coordinator import CURRENT_USER
 from hotstate.server.http2 import PREFACE, Http2Protocol
-from hotstate.server.queries import CURRENT_USER
 from hotstate.server.query_http import (
     MAX_BODY_BYTES,  # a request that upgrades is read whole first
     Answer,

@@ -12,7 +12,7 @@ ksqlDB's server does (its routes' `produces`): `/query` defaults to its JSON arr
 `{"row"}` objects, `/query-stream` to the delimited format (a header object with `queryId`, `columnNames`
 and `columnTypes`, then one JSON array per row, each on its own line and sent as its own chunk or HTTP/2
 DATA frame); `application/json` on `/query-stream` is the same header and rows as one JSON array. All
-three read their statement and properties with one parser and run it on the same QueryService.
+three read their statement and properties with one parser and run it on the same Coordinator.
 
 JSON has no number for NaN or the infinities: answers carry them as the strings "NaN", "Infinity" and
 "-Infinity", as ksqlDB's JSON writer (Jackson) does. Decimals travel as strings, bytes as base64, dates
@@ -34,9 +34,10 @@ import orjson
 
 from hotstate.controller.image import TableInfo
 from hotstate.controller.records import KEY_SQL_TYPES, KeyColumn, ValueColumn
+from hotstate.query.execute import QueryError, QueryResult
 from hotstate.server.asgi import ASGIApp, Receive, Scope, Send
+from hotstate.server.coordinator import Coordinator
 from hotstate.server.metrics import Metrics
-from hotstate.server.queries import QueryError, QueryResult, QueryService
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +109,7 @@ class QueryEndpoints:
     """The query endpoints as functions of the body bytes (and the format Accept picked): (status, JSON
     bytes or the delimited format's lines)."""
 
-    def __init__(self, node_id: int, queries: QueryService, metrics: Metrics) -> None:
+    def __init__(self, node_id: int, queries: Coordinator, metrics: Metrics) -> None:
         self._node_id = node_id
         self._queries = queries
         self._metrics = metrics
@@ -116,7 +117,7 @@ class QueryEndpoints:
         self._ok = metrics.queries.labels("ok")
         self._latency = metrics.latency
 
-    # Each answers at once when the query needs no wait (QueryService.start), else hands back a coroutine.
+    # Each answers at once when the query needs no wait (Coordinator.start), else hands back a coroutine.
     def native(self, body: bytes) -> Answer | Awaitable[Answer]:
         return self._answer(body, _native_request, self._native_answer)
 
@@ -567,7 +568,7 @@ def _stream_request(data: dict[str, Any]) -> tuple[str, dict[str, object]]:
 
 
 def _ksql_properties(data: dict[str, Any]) -> dict[str, object]:
-    """The properties of a ksqlDB request (checked by QueryService, the same for every endpoint)."""
+    """The properties of a ksqlDB request (checked by Coordinator, the same for every endpoint)."""
     properties: dict[str, object] = {}
     for name in ("properties", "streamsProperties"):
         value = data.get(name)

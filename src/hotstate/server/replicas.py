@@ -425,6 +425,16 @@ class ReplicaManager:
             rebuilt.core.set_metadata(_view(replica.info), monotonic_ms())
             self._pump(rebuilt)
 
+    def read_failed(self, replica: LocalReplica, error: StoreError) -> None:
+        """A read found `replica`'s store failing. Handled on the loop's next turn, not inside the read:
+        taking a replica offline and rebuilding it is the manager's work, never a query's."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop (a synchronous caller): nothing else can be reading meanwhile
+            self.store_failed(replica, error)
+            return
+        loop.call_soon(self.store_failed, replica, error)
+
     def store_failed(self, replica: LocalReplica, error: StoreError) -> None:
         """A read of `replica`'s store failed: damaged (rebuilt, as found at open) or the disk's fault."""
         if self.replicas.get(replica.pid) is not replica:
@@ -698,7 +708,7 @@ class ReplicaManager:
         try:
             items = tuple(replica.store.scan(start, None, limit=limit))
         except StoreError as error:
-            self.store_failed(replica, error)
+            self.read_failed(replica, error)
             return ReadPartitionResponse(ReplicaError.UNKNOWN_PARTITION, f"replica failed: {error}")
         return ReadPartitionResponse(ReplicaError.NONE, "", replica.store.position, items)
 

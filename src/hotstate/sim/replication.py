@@ -887,7 +887,7 @@ class ReplicationWorld:
             node.heard_hw = max(node.heard_hw or 0, message.high_watermark)
 
     def _query(self) -> None:
-        """A client asks a running server for one key, with a staleness bound or none (server.queries)."""
+        """A client asks a running server for one key, with a staleness bound or none."""
         up = [n for n in self.nodes.values() if n.up and n.info is not None and n.status is not None]
         if not up:
             return
@@ -923,7 +923,7 @@ class ReplicationWorld:
             self.kernel.schedule(later, _SERVE, target.id, (query,))
 
     def _serve(self, node: Node, query: _Query) -> None:
-        """The serving side (QueryService.serve_local): answer from the local replica, or refuse."""
+        """The serving side (server/serving.py): answer from the local replica, or refuse."""
         core, witness = node.core, node.witness
         if not node.up:
             self.kernel.schedule(self.now + QUERY_ATTEMPT_MS, _QUERY_NEXT, query.coordinator, query)

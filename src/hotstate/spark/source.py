@@ -85,7 +85,7 @@ WRITE_OPTIONS = (
     "tlsKey",
 )
 DEFAULT_PAGE_SIZE = 10_000
-MAX_PAGE_SIZE = 100_000  # what one query returns at most (server.queries.MAX_ROWS)
+MAX_PAGE_SIZE = 100_000  # what one query returns at most (query.execute.MAX_ROWS)
 DEFAULT_READ_TIMEOUT_MS = 30_000
 
 

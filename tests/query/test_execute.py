@@ -1,4 +1,4 @@
-"""The query coordinator's pure parts: which partitions a plan touches, merging, limits, properties."""
+"""A query's pure execution (query/execute.py): the partitions a plan touches, merging, limits, properties."""
 
 from __future__ import annotations
 
@@ -6,36 +6,24 @@ import pytest
 
 from hotstate.controller.image import TableInfo
 from hotstate.controller.records import KeyColumn, KeyType
+from hotstate.query import execute
+from hotstate.query.execute import PartitionAnswer, PartitionServed, QueryError, QueryResult
 from hotstate.query.plan import plan
 from hotstate.query.sql import parse
 from hotstate.replica.keys import encode_key, partition_for
 from hotstate.replica.rows import encode_row
-from hotstate.server.queries import (
-    PartitionServed,
-    QueryError,
-    QueryResult,
-    _after,
-    _flag,
-    _max_lag,
-    _page,
-    _partition_work,
-    _PartitionAnswer,
-    _partitions,
-    _rows,
-    _timeout_ms,
-)
 
 TABLE = TableInfo("clicks", 1, 4, 1, (KeyColumn("user", KeyType.STRING),), acceptable_lag=50)
 
 
-def _answer(partition: int, users: list[str]) -> _PartitionAnswer:
+def _answer(partition: int, users: list[str]) -> PartitionAnswer:
     items = sorted((encode_key((u,)), encode_row({"user": u, "clicks": len(u)})) for u in users)
-    return _PartitionAnswer(PartitionServed(partition, 1, "active", 0, 10), items)
+    return PartitionAnswer(PartitionServed(partition, 1, "active", 0, 10), items)
 
 
 def test_point_lookups_go_only_to_the_partitions_holding_the_keys() -> None:
     query_plan = plan(parse("SELECT * FROM clicks WHERE user IN ('a', 'b', 'c')"), TABLE)
-    work = _partition_work(query_plan, TABLE)
+    work = execute.partition_work(query_plan, TABLE)
     keys = sorted(k for spec in work.values() for k in spec.keys)
     assert keys == sorted(encode_key((u,)) for u in "abc")
     assert all(not spec.scan for spec in work.values())
@@ -44,18 +32,20 @@ def test_point_lookups_go_only_to_the_partitions_holding_the_keys() -> None:
 
 def test_ranges_and_scans_read_every_partition() -> None:
     for sql in ("SELECT * FROM clicks WHERE user > 'm'", "SELECT * FROM clicks LIMIT 3"):
-        work = _partition_work(plan(parse(sql), TABLE), TABLE)
+        work = execute.partition_work(plan(parse(sql), TABLE), TABLE)
         assert sorted(work) == [0, 1, 2, 3] and all(spec.scan for spec in work.values())
 
 
 def test_rows_are_merged_in_key_order_and_cut_at_the_limit() -> None:
     answers = [_answer(0, ["d", "a"]), _answer(1, ["c", "b"]), _answer(2, ["e"])]
-    columns, rows, last_key = _rows(plan(parse("SELECT * FROM clicks LIMIT 4"), TABLE), TABLE, answers)
+    columns, rows, last_key = execute.merge_rows(
+        plan(parse("SELECT * FROM clicks LIMIT 4"), TABLE), TABLE, answers
+    )
     assert columns == ["user", "clicks"]
     assert [r[0] for r in rows] == ["a", "b", "c", "d"]
     assert last_key == encode_key(("d",))  # cut short: the next page starts after "d"
-    assert _rows(plan(parse("SELECT * FROM clicks LIMIT 5"), TABLE), TABLE, answers)[2] is None
-    assert _rows(plan(parse("SELECT * FROM clicks"), TABLE), TABLE, answers)[2] is None
+    assert execute.merge_rows(plan(parse("SELECT * FROM clicks LIMIT 5"), TABLE), TABLE, answers)[2] is None
+    assert execute.merge_rows(plan(parse("SELECT * FROM clicks"), TABLE), TABLE, answers)[2] is None
 
 
 def test_a_table_is_read_in_pages_of_chosen_partitions_after_a_cursor() -> None:
@@ -71,15 +61,17 @@ def test_a_table_is_read_in_pages_of_chosen_partitions_after_a_cursor() -> None:
             properties: dict[str, object] = {"partitions": [partition]}
             if after is not None:
                 properties["after"] = after
-            work = _page(
-                _partition_work(query_plan, TABLE), _partitions(properties, TABLE), _after(properties)
+            work = execute.page(
+                execute.partition_work(query_plan, TABLE),
+                execute.partitions(properties, TABLE),
+                execute.after(properties),
             )
             assert list(work) == [partition]
             spec = work[partition]
             items = [(encode_key((u,)), encode_row({"user": u})) for u in sorted(held)]
             items = [item for item in items if spec.start is None or item[0] >= spec.start][: spec.limit]
-            answer = _PartitionAnswer(PartitionServed(partition, 1, "active", 0, 10), items)
-            _, rows, last_key = _rows(query_plan, TABLE, [answer])
+            answer = PartitionAnswer(PartitionServed(partition, 1, "active", 0, 10), items)
+            _, rows, last_key = execute.merge_rows(query_plan, TABLE, [answer])
             assert len(rows) <= 3
             read += [row[0] for row in rows]
             result = QueryResult("q", TABLE, [], [], last_key=last_key)
@@ -88,24 +80,26 @@ def test_a_table_is_read_in_pages_of_chosen_partitions_after_a_cursor() -> None:
                 break
         assert read == sorted(held)
     lookup = plan(parse("SELECT * FROM clicks WHERE user IN ('u01', 'u02', 'u03')"), TABLE)
-    work = _page(_partition_work(lookup, TABLE), None, encode_key(("u01",)))
+    work = execute.page(execute.partition_work(lookup, TABLE), None, encode_key(("u01",)))
     assert sorted(k for spec in work.values() for k in spec.keys) == [
         encode_key((u,)) for u in ("u02", "u03")
     ]
     for bad in ([], [4], [-1], ["0"], [True], 3):
         with pytest.raises(QueryError, match="partitions: must be a list of partition numbers of clicks"):
-            _partitions({"partitions": bad}, TABLE)
+            execute.partitions({"partitions": bad}, TABLE)
     for bad_after in ("%%%", 7, ""):
         with pytest.raises(QueryError, match="after: must be the cursor of an earlier answer"):
-            _after({"after": bad_after})
+            execute.after({"after": bad_after})
 
 
 def test_projection_matches_columns_ignoring_case_and_refuses_unknown_ones() -> None:
     answers = [_answer(0, ["a"])]
-    columns, rows, _ = _rows(plan(parse("SELECT CLICKS, user FROM clicks"), TABLE), TABLE, answers)
+    columns, rows, _ = execute.merge_rows(
+        plan(parse("SELECT CLICKS, user FROM clicks"), TABLE), TABLE, answers
+    )
     assert columns == ["CLICKS", "user"] and rows == [[1, "a"]]
     with pytest.raises(QueryError, match="column 'nope'"):
-        _rows(plan(parse("SELECT nope FROM clicks"), TABLE), TABLE, answers)
+        execute.merge_rows(plan(parse("SELECT nope FROM clicks"), TABLE), TABLE, answers)
 
 
 def test_select_star_lists_every_column_any_row_has_and_fills_the_gaps_with_null() -> None:
@@ -116,36 +110,36 @@ def test_select_star_lists_every_column_any_row_has_and_fills_the_gaps_with_null
         {"url": "/z", "user": "d", "clicks": 4},  # the same set in another order
     ]
     items = [(encode_key((r["user"],)), encode_row(r)) for r in rows]
-    answer = _PartitionAnswer(PartitionServed(0, 1, "active", 0, 4), items)
-    columns, got, _ = _rows(plan(parse("SELECT * FROM clicks"), TABLE), TABLE, [answer])
+    answer = PartitionAnswer(PartitionServed(0, 1, "active", 0, 4), items)
+    columns, got, _ = execute.merge_rows(plan(parse("SELECT * FROM clicks"), TABLE), TABLE, [answer])
     assert columns == ["user", "clicks", "url", "last"]
     assert got == [["a", 1, "/x", None], ["b", 2, "/y", None], ["c", None, None, 3], ["d", 4, "/z", None]]
-    one = _rows(plan(parse("SELECT url FROM clicks"), TABLE), TABLE, [answer])[1]
+    one = execute.merge_rows(plan(parse("SELECT url FROM clicks"), TABLE), TABLE, [answer])[1]
     assert one == [["/x"], ["/y"], [None], ["/z"]]
 
 
 def test_the_bound_comes_from_the_query_else_the_table() -> None:
-    assert _max_lag({}, TABLE) == 50
-    assert _max_lag({"max_lag": 7}, TABLE) == 7
-    assert _max_lag({"ksql.query.pull.max.allowed.offset.lag": "9"}, TABLE) == 9
+    assert execute.max_lag({}, TABLE) == 50
+    assert execute.max_lag({"max_lag": 7}, TABLE) == 7
+    assert execute.max_lag({"ksql.query.pull.max.allowed.offset.lag": "9"}, TABLE) == 9
     for bad in ("x", -1):
         with pytest.raises(QueryError, match="max_lag"):
-            _max_lag({"max_lag": bad}, TABLE)
+            execute.max_lag({"max_lag": bad}, TABLE)
 
 
 def test_flags_and_timeouts_are_checked() -> None:
-    assert _flag({}, ("standby_reads",), default=True) is True
-    assert _flag({"standby_reads": "false"}, ("standby_reads",), default=True) is False
+    assert execute.flag({}, ("standby_reads",), default=True) is True
+    assert execute.flag({"standby_reads": "false"}, ("standby_reads",), default=True) is False
     with pytest.raises(QueryError):
-        _flag({"standby_reads": "maybe"}, ("standby_reads",), default=True)
-    assert _timeout_ms({"timeout_ms": "250"}) == 250
+        execute.flag({"standby_reads": "maybe"}, ("standby_reads",), default=True)
+    assert execute.timeout_ms({"timeout_ms": "250"}) == 250
     for bad in ("soon", 0, 10**9):
         with pytest.raises(QueryError, match="timeout_ms"):
-            _timeout_ms({"timeout_ms": bad})
+            execute.timeout_ms({"timeout_ms": bad})
 
 
 def test_the_active_is_behind_only_by_what_is_committed_and_not_applied() -> None:
-    from hotstate.server.queries import local_lag
+    from hotstate.routing.freshness import local_lag
 
     # An active with 5,000 rows appended and not yet committed is not behind: nobody can serve them.
     assert local_lag(leader=True, position=100, high_watermark=100, epoch_start=90, known_end=5100) == 0
