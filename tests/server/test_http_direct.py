@@ -15,7 +15,9 @@ from typing import Any, cast
 import uvicorn
 
 from hotstate.server import http_limits
+from hotstate.server.asgi import Scope, Send
 from hotstate.server.coordinator import CURRENT_USER
+from hotstate.server.endpoints import QueryRoutes
 from hotstate.server.http_limits import HttpLimits, limited_protocol
 from hotstate.server.query_http import (
     DELIMITED,
@@ -23,9 +25,6 @@ from hotstate.server.query_http import (
     Answer,
     Endpoint,
     QueryEndpoints,
-    QueryRoutes,
-    Scope,
-    Send,
 )
 
 from .helpers import serving

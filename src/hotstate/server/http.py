@@ -14,21 +14,19 @@ import contextlib
 import logging
 import ssl
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field
 
 from hotstate import __version__
 from hotstate.controller.image import MetadataImage
-from hotstate.query.execute import MAX_LAG_LIMIT, MAX_TIMEOUT_MS
 from hotstate.server.console_http import ConsoleContext, console_router
 from hotstate.server.coordinator import Coordinator
+from hotstate.server.endpoints import ENDPOINTS, QueryRoutes
 from hotstate.server.http_auth import HttpAuth
 from hotstate.server.http_limits import HttpLimits, limited_protocol
 from hotstate.server.liveness import Liveness
@@ -39,7 +37,6 @@ from hotstate.server.query_http import (
     BadRequest,
     Endpoint,
     QueryEndpoints,
-    QueryRoutes,
     answer_request,
     internal_error,
 )
@@ -48,61 +45,6 @@ from hotstate.server.replicas import ReplicaManager
 from hotstate.server.table_http import Controller, TableContext, add_table_routes
 
 log = logging.getLogger(__name__)
-
-
-class KsqlRequest(BaseModel):
-    """What `POST /query` takes (documentation only: query_http.py reads the body)."""
-
-    model_config = ConfigDict(extra="forbid")
-    ksql: str = Field(description="The pull query, e.g. SELECT * FROM t WHERE k = 'x';")
-    streamsProperties: dict[str, Any] = Field(
-        default_factory=dict,
-        description="max_lag / ksql.query.pull.max.allowed.offset.lag, standby_reads / "
-        "ksql.query.pull.enable.standby.reads, timeout_ms, hedging, consistency_token; any other name is "
-        "refused",
-    )
-    properties: dict[str, Any] = Field(default_factory=dict, description="the same as streamsProperties")
-    sessionVariables: dict[str, Any] = Field(default_factory=dict, description="must be empty")
-    commandSequenceNumber: int | None = Field(default=None, description="accepted and ignored")
-
-
-class StreamRequest(BaseModel):
-    """What `POST /query-stream` takes (documentation only: query_http.py reads the body)."""
-
-    model_config = ConfigDict(extra="forbid")
-    sql: str = Field(description="The pull query, e.g. SELECT * FROM t WHERE k = 'x';")
-    properties: dict[str, Any] = Field(default_factory=dict, description="as /query's streamsProperties")
-    streamsProperties: dict[str, Any] = Field(default_factory=dict, description="the same as properties")
-    sessionVariables: dict[str, Any] = Field(default_factory=dict, description="must be empty")
-
-
-class CloseQuery(BaseModel):
-    """What `POST /close-query` takes (documentation only)."""
-
-    model_config = ConfigDict(extra="forbid")
-    queryId: str
-
-
-class NativeQuery(BaseModel):
-    """What `POST /v1/query` takes (documentation only: query_http.py reads the body)."""
-
-    model_config = ConfigDict(extra="forbid")
-    sql: str
-    max_lag: int | None = Field(
-        default=None, ge=0, le=MAX_LAG_LIMIT, description="staleness bound in records"
-    )
-    timeout_ms: int | None = Field(default=None, ge=1, le=MAX_TIMEOUT_MS)
-    standby_reads: bool = Field(default=True, description="false: only actives serve (KLIP-12 off)")
-    hedging: bool = Field(
-        default=True, description="false: never send a slow forward's partitions to their next replica too"
-    )
-    consistency_token: str | None = Field(
-        default=None,
-        description="a token from an earlier answer or write: every partition is read from at least there",
-    )
-    min_batch: int | None = Field(
-        default=None, ge=0, description="everything this Spark batch of the table's sink wrote is visible"
-    )
 
 
 @dataclass
@@ -144,39 +86,25 @@ def build_app(ctx: HttpContext) -> QueryRoutes:
         log.exception("unexpected error answering %s", request.url.path)
         return _json_response(internal_error(error))
 
-    async def _answer(request: Request, endpoint: Endpoint) -> Response:
-        answer = await answer_request(endpoint, request.receive)
-        return _json_response(answer or BadRequest("the body never arrived: the client went away").refusal())
+    def _route(endpoint: Endpoint) -> Callable[[Request], Awaitable[Response]]:
+        async def answer(request: Request) -> Response:
+            answer = await answer_request(endpoint, request.receive)
+            return _json_response(
+                answer or BadRequest("the body never arrived: the client went away").refusal()
+            )
+
+        return answer
 
     # Reached only where QueryRoutes does not answer first (it always does for these paths); here so that
     # OpenAPI documents them.
-    @app.post("/query", summary="ksqlDB-compatible pull query", openapi_extra=documented_body(KsqlRequest))
-    async def ksql_query(request: Request) -> Response:
-        return await _answer(request, endpoints.ksql)
-
-    @app.post(
-        "/query-stream",
-        summary="ksqlDB's streaming API for pull queries (HTTP/1.1 or HTTP/2); delimited or JSON by Accept",
-        openapi_extra=documented_body(StreamRequest),
-    )
-    async def stream_query(request: Request) -> Response:
-        return await _answer(request, endpoints.stream)
-
-    @app.post(
-        "/close-query",
-        summary="ksqlDB's close-query: a pull query is complete when answered (400, no such query)",
-        openapi_extra=documented_body(CloseQuery),
-    )
-    async def close_query(request: Request) -> Response:
-        return await _answer(request, endpoints.close_query)
-
-    @app.post(
-        "/v1/query",
-        summary="Pull query with per-partition serving details",
-        openapi_extra=documented_body(NativeQuery),
-    )
-    async def native_query(request: Request) -> Response:
-        return await _answer(request, endpoints.native)
+    for spec in ENDPOINTS:
+        app.add_api_route(
+            spec.path,
+            _route(spec.plain(endpoints)),
+            methods=["POST"],
+            summary=spec.summary,
+            openapi_extra=documented_body(spec.body),
+        )
 
     add_table_routes(app, TableContext(ctx.image, ctx.not_ready, ctx.controller))
 

@@ -3,8 +3,9 @@
 
 Every lookup pays for this code, so it is plain ASGI in front of the FastAPI app: the body is read as
 bytes, checked by hand against the fields each endpoint takes (an unknown field is refused, naming the
-known ones), and the answer is encoded with orjson. The FastAPI app declares the same two routes, so
-OpenAPI documents them, and calls the same `QueryEndpoints` methods: `QueryRoutes` only saves the
+known ones), and the answer is encoded with orjson. Every door to them (the direct HTTP/1.1 lane, the
+ASGI routes HTTP/2 runs too, the FastAPI routes kept for OpenAPI) is built from one table,
+`endpoints.ENDPOINTS`, and calls the same `QueryEndpoints` methods: `QueryRoutes` only saves the
 framework's per-request cost (routing, dependency injection, model validation), a third of a lookup's CPU.
 
 ksqlDB's endpoints answer in the format the `Accept` header picks among those the endpoint produces, as
@@ -27,15 +28,15 @@ import decimal
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, Protocol, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import orjson
 
 from hotstate.controller.image import TableInfo
 from hotstate.controller.records import KEY_SQL_TYPES, KeyColumn, ValueColumn
 from hotstate.query.execute import QueryError, QueryResult
-from hotstate.server.asgi import ASGIApp, Receive, Scope, Send
+from hotstate.server.asgi import Receive, Send
 from hotstate.server.coordinator import Coordinator
 from hotstate.server.metrics import Metrics
 
@@ -218,93 +219,6 @@ class QueryEndpoints:
         return answer
 
 
-class Guard(Protocol):
-    async def admit(self, scope: Scope, send: Send) -> bool: ...
-
-    def admitted_now(self, method: str, path: str, headers: Iterable[tuple[bytes, bytes]]) -> str | None: ...
-
-
-# The paths whose answers the HTTP/1.1 protocol may write itself (QueryRoutes.direct).
-_DIRECT_PATHS = {b"/v1/query": "/v1/query", b"/query": "/query"}
-
-
-class QueryRoutes:
-    """ASGI: `POST /v1/query`, `/query`, `/query-stream` and `/close-query` answered by `QueryEndpoints`,
-    everything else by `app`; every request first passes `guard` when there is one (http_auth.py)."""
-
-    def __init__(self, endpoints: QueryEndpoints, app: ASGIApp, guard: Guard | None = None) -> None:
-        self._app = app
-        self._guard = guard
-        self._routes: dict[str, Endpoint] = {
-            "/v1/query": endpoints.native,
-            "/close-query": endpoints.close_query,
-        }
-        # ksqlDB's query endpoints: what they produce, the first without an Accept header.
-        self._negotiated: dict[str, tuple[NegotiatedEndpoint, tuple[str, ...]]] = {
-            "/query": (endpoints.ksql, QUERY_PRODUCES),
-            "/query-stream": (endpoints.stream, STREAM_PRODUCES),
-        }
-        # (path, Accept header) -> the endpoint bound to its answer's format, and whether that format is
-        # one JSON body: a client sends the same Accept with every request, so it is read once (bounded:
-        # a client may send anything).
-        self._by_accept: dict[tuple[str, bytes | None], tuple[Endpoint, bool]] = {}
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self._guard is not None and scope["type"] == "http" and not await self._guard.admit(scope, send):
-            return
-        if scope["type"] == "http" and scope["method"] == "POST":
-            path = scope["path"]
-            endpoint = self._routes.get(path)
-            if endpoint is None and path in self._negotiated:
-                endpoint = self._negotiated_endpoint(path, scope["headers"])[0]
-            if endpoint is not None:
-                try:
-                    answer = await answer_request(endpoint, receive)
-                except Exception as error:  # never a stack trace in a body
-                    log.exception("unexpected error answering %s", path)
-                    answer = internal_error(error)
-                if answer is None:  # the client has gone
-                    return
-                if isinstance(answer[1], list):
-                    await send_lines(send, answer[1])
-                else:
-                    await send_json(send, answer[0], answer[1])
-                return
-        await self._app(scope, receive, send)
-
-    def direct(self, url: bytes, headers: list[tuple[bytes, bytes]]) -> tuple[Endpoint, str] | None:
-        """For a POST to `url`: the endpoint and the user to run it as, when the HTTP/1.1 protocol may
-        answer it itself, without ASGI (http_limits.py): a query endpoint whose answer is one JSON body,
-        and a request the guard admits without a wait. None: the request goes the ASGI way, as any other.
-        The answer is the same either way; the direct way skips uvicorn's per-request work (a task, the
-        scope, the ASGI messages), a fifth of a local lookup's CPU."""
-        path = _DIRECT_PATHS.get(url)
-        if path is None:
-            return None
-        user = ""
-        if self._guard is not None:
-            admitted = self._guard.admitted_now("POST", path, headers)
-            if admitted is None:
-                return None
-            user = admitted
-        endpoint = self._routes.get(path)
-        if endpoint is not None:
-            return endpoint, user
-        endpoint, one_body = self._negotiated_endpoint(path, headers)
-        return (endpoint, user) if one_body else None
-
-    def _negotiated_endpoint(
-        self, path: str, headers: Iterable[tuple[bytes, bytes]]
-    ) -> tuple[Endpoint, bool]:
-        accept = next((value for name, value in headers if name == b"accept"), None)
-        found = self._by_accept.get((path, accept))
-        if found is None:
-            if len(self._by_accept) >= MAX_ACCEPT_VALUES:
-                self._by_accept.clear()
-            found = self._by_accept[path, accept] = _negotiate(accept, *self._negotiated[path])
-        return found
-
-
 # An answer's body: JSON, or the delimited format's lines (each sent as its own chunk or DATA frame).
 Answer = tuple[int, bytes | list[bytes]]
 # An endpoint answers at once when it can (a tuple), else gives what to await for the answer.
@@ -312,7 +226,7 @@ Endpoint = Callable[[bytes], Answer | Awaitable[Answer]]
 NegotiatedEndpoint = Callable[[bytes, str], Answer | Awaitable[Answer]]
 
 
-def _negotiate(
+def negotiate(
     accept: bytes | None, endpoint: NegotiatedEndpoint, produces: tuple[str, ...]
 ) -> tuple[Endpoint, bool]:
     """The endpoint answering in the format `accept` picks, and whether that answer is one JSON body."""
