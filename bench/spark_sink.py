@@ -141,7 +141,7 @@ def main() -> None:
     import hotstate.spark as hs
     from hotstate.controller.records import KeyColumn, KeyType
     from hotstate.spark.arrow_rows import encode_arrow_batch
-    from hotstate.spark.sink import SinkConfig, _as_dict
+    from hotstate.spark.sink import SinkConfig, as_dict
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -162,7 +162,7 @@ def main() -> None:
                 df.write.format("noop").mode("append").save()
 
             def python_rows(df: Any, _: int) -> None:
-                df.foreachPartition(lambda rows: [_as_dict(config, r) for r in rows] and None)
+                df.foreachPartition(lambda rows: [as_dict(config, r) for r in rows] and None)
 
             key = (KeyColumn("user", KeyType.STRING),)
 

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import find, given, settings
 from hypothesis import strategies as st
 
-from hotstate.client.sequencer import Grant, PartitionSequencer, _Committed
+from hotstate.client.sequencer import Committed, Grant, PartitionSequencer
 
 KEYS = "abcd"
 
@@ -162,7 +162,7 @@ class FiltersOnGivenUp(PartitionSequencer):
     def dropped(self, seq: int) -> None:
         rows = self._rows.get(seq)
         if rows is not None and (self._in_flight - {seq} or self._failed):
-            self._committed[seq] = _Committed(rows)
+            self._committed[seq] = Committed(rows)
         super().dropped(seq)
 
     def _prune(self) -> None:

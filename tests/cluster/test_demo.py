@@ -34,7 +34,7 @@ def test_the_demo_streams_kills_the_busiest_server_and_no_query_fails() -> None:
 
 
 def test_the_batch_spanning_the_kill_is_the_one_running_then_or_else_the_next() -> None:
-    from hotstate.cli.demo import _batch_spanning
+    from hotstate.cli.demo import batch_spanning
 
     progress = [
         {"timestamp": "2026-11-24T00:00:00.000Z", "durationMs": {"triggerExecution": 700}},
@@ -42,6 +42,6 @@ def test_the_batch_spanning_the_kill_is_the_one_running_then_or_else_the_next() 
         {"timestamp": "2026-11-24T00:00:04.000Z", "durationMs": {"triggerExecution": 600}},
     ]
     at = 1_795_478_400.0  # 2026-11-24T00:00:00Z
-    assert _batch_spanning(progress, at + 1.5) == 2500
-    assert _batch_spanning(progress, at + 3.7) == 600  # between batches: the next one carries its writes
-    assert _batch_spanning(progress, at + 9) is None
+    assert batch_spanning(progress, at + 1.5) == 2500
+    assert batch_spanning(progress, at + 3.7) == 600  # between batches: the next one carries its writes
+    assert batch_spanning(progress, at + 9) is None

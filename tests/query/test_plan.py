@@ -520,16 +520,16 @@ _KEY_VALUES = st.one_of(
 def test_the_one_column_lookup_plans_exactly_as_the_general_path(
     key_type: KeyType, column: str, values: list[Any], max_keys: int
 ) -> None:
-    from hotstate.query.plan import _general_access, _one_column_lookup
+    from hotstate.query.plan import general_access, one_column_lookup
 
     info = TableInfo("t", 1, 4, 0, (KeyColumn("k", key_type),), None)
     for condition in (Condition(column, Op.IN, tuple(values)), Condition(column, Op.EQ, tuple(values[:1]))):
         try:
-            fast: object = _one_column_lookup([condition], info, max_keys)
+            fast: object = one_column_lookup([condition], info, max_keys)
         except Exception as error:
             fast = (type(error), str(error))
         try:
-            general: object = _general_access([condition], info, max_keys)
+            general: object = general_access([condition], info, max_keys)
         except Exception as error:
             general = (type(error), str(error))
         if column == "other":

@@ -22,7 +22,7 @@ from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.replica.keys import encode_key
 from hotstate.replica.rows import decode_row, encode_row
 from hotstate.spark.api import parse_cluster
-from hotstate.spark.sink import _as_dict, config_for_schema
+from hotstate.spark.sink import as_dict, config_for_schema
 from hotstate.spark.table import TableDefinitionError, key_columns_for
 
 SCHEMA = StructType(
@@ -60,7 +60,7 @@ def test_rows_become_dicts_that_the_row_codec_takes() -> None:
         counts={"x": 1},
         amount=None,
     )
-    out = _as_dict(cfg, row)
+    out = as_dict(cfg, row)
     assert out["at"] == naive_local.astimezone(dt.UTC) and out["at"].tzinfo is not None
     assert out["at"].timestamp() == naive_local.timestamp()  # the same instant
     assert out["wall"] == dt.datetime(2026, 1, 2, 3, 4, 5)  # TIMESTAMP_NTZ stays wall-clock
@@ -73,8 +73,8 @@ def test_flat_rows_take_the_fast_path() -> None:
     schema = StructType([StructField("user", StringType()), StructField("n", LongType())])
     cfg = config(schema)
     assert not cfg.nested
-    assert _as_dict(cfg, Row(user="u", n=1)) == {"user": "u", "n": 1}
-    assert _as_dict(cfg, ("u", 2)) == {"user": "u", "n": 2}
+    assert as_dict(cfg, Row(user="u", n=1)) == {"user": "u", "n": 1}
+    assert as_dict(cfg, ("u", 2)) == {"user": "u", "n": 2}
 
 
 def test_cluster_addresses() -> None:

@@ -28,7 +28,7 @@ from hotstate.controller.image import TableInfo
 from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.query.plan import plan
 from hotstate.query.sql import parse
-from hotstate.spark.reading import HotstateReadError, _converter, _merged, key_where
+from hotstate.spark.reading import HotstateReadError, converter, key_where, merged
 from hotstate.spark.source import OptionError, read_settings, write_settings
 
 KEYS = (("user", KeyType.STRING), ("n", KeyType.INT))
@@ -123,7 +123,7 @@ def _table() -> TableInfo:
 
 def test_json_values_come_back_as_the_schema_says() -> None:
     def convert(kind, value):
-        return _converter(kind, "c", "t")(value)
+        return converter(kind, "c", "t")(value)
 
     assert convert(TimestampType(), "2026-01-02T03:04:05+00:00") == dt.datetime(
         2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC
@@ -153,11 +153,11 @@ def test_json_values_come_back_as_the_schema_says() -> None:
 
 
 def test_value_columns_are_inferred_from_a_sample() -> None:
-    assert _merged([None, 1, 2]) == LongType()
-    assert _merged([1, 2.5]) == DoubleType()
-    assert _merged([1.5, "NaN"]) == StringType()
-    assert _merged([True, None]).simpleString() == "boolean"
-    assert _merged([["a"], [], None]) == ArrayType(StringType(), True)
-    assert _merged([{"a": 1}, {"b": 2.0}]) == MapType(StringType(), DoubleType(), True)
-    assert _merged([None, None]) is None
-    assert _merged(["x", 1]) == StringType()
+    assert merged([None, 1, 2]) == LongType()
+    assert merged([1, 2.5]) == DoubleType()
+    assert merged([1.5, "NaN"]) == StringType()
+    assert merged([True, None]).simpleString() == "boolean"
+    assert merged([["a"], [], None]) == ArrayType(StringType(), True)
+    assert merged([{"a": 1}, {"b": 2.0}]) == MapType(StringType(), DoubleType(), True)
+    assert merged([None, None]) is None
+    assert merged(["x", 1]) == StringType()

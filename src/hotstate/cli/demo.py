@@ -91,7 +91,7 @@ def _batch_started(progress: Mapping[str, Any]) -> float:
     return dt.datetime.fromisoformat(progress["timestamp"].replace("Z", "+00:00")).timestamp()
 
 
-def _batch_spanning(progress: Sequence[Mapping[str, Any]], at: float) -> float | None:
+def batch_spanning(progress: Sequence[Mapping[str, Any]], at: float) -> float | None:
     """The duration (ms) of the micro-batch running at wall time `at`, else of the first one after it."""
     after = None
     for p in progress:
@@ -373,7 +373,7 @@ def run(root: Path) -> bool:
                     "slowest micro-batch, started (relative to the kill)",
                     f"{took:.0f} ms, {began - killed_wall:+.1f} s",
                 )
-                spanning = _batch_spanning(progress, killed_wall)
+                spanning = batch_spanning(progress, killed_wall)
                 if spanning is not None:
                     summary.add_row(
                         "micro-batch spanning the kill (its writes failed over)",

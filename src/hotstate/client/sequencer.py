@@ -56,7 +56,7 @@ class Grant:
 
 
 @dataclass(slots=True)
-class _Committed:
+class Committed:
     rows: Sequence[bytes]
     keys: frozenset[bytes] | None = None
 
@@ -76,7 +76,7 @@ class PartitionSequencer:
         self._failed: list[int] = []  # sorted
         self._retrying: int | None = None  # a retry in flight: the gate stays closed until it is reported
         # Committed Produces later than one still unsettled (in flight or failed): what a retry filters on.
-        self._committed: dict[int, _Committed] = {}
+        self._committed: dict[int, Committed] = {}
         self.position = 0  # the largest end offset a commit answered with
 
     # ------------------------------------------------------------------ state, for the shell and tests
@@ -144,7 +144,7 @@ class PartitionSequencer:
         rows = self._rows.pop(seq)
         self.position = max(self.position, end_offset)
         if self._in_flight or self._failed:
-            self._committed[seq] = _Committed(rows)
+            self._committed[seq] = Committed(rows)
         self._prune()
 
     def failed(self, seq: int) -> None:

@@ -184,13 +184,13 @@ class _Pin:
 def _access(conditions: Sequence[Predicate], table: TableInfo, max_keys: int) -> Access:
     if not conditions:
         return FullScan()
-    lookup = _one_column_lookup(conditions, table, max_keys)
-    return lookup if lookup is not None else _general_access(conditions, table, max_keys)
+    lookup = one_column_lookup(conditions, table, max_keys)
+    return lookup if lookup is not None else general_access(conditions, table, max_keys)
 
 
-def _one_column_lookup(conditions: Sequence[Predicate], table: TableInfo, max_keys: int) -> Access | None:
+def one_column_lookup(conditions: Sequence[Predicate], table: TableInfo, max_keys: int) -> Access | None:
     """The most common plan, made directly: one = or IN on a table keyed by one column. The same result
-    and errors as _general_access (a property test holds them to it), at a third of its cost; None for
+    and errors as general_access (a property test holds them to it), at a third of its cost; None for
     anything else, including a column that is not the key (the general path words that error)."""
     key = table.key_columns
     if len(conditions) != 1 or len(key) != 1:
@@ -213,7 +213,7 @@ def _one_column_lookup(conditions: Sequence[Predicate], table: TableInfo, max_ke
     return KeyLookup(tuple(encoded), partitions_of(encoded, table.partitions))
 
 
-def _general_access(conditions: Sequence[Predicate], table: TableInfo, max_keys: int) -> Access:
+def general_access(conditions: Sequence[Predicate], table: TableInfo, max_keys: int) -> Access:
     key = table.key_columns
     resolve = _resolver(key)
     pins: list[_Pin] = []

@@ -144,7 +144,7 @@ def infer_schema(settings: ReadSettings, shape: TableShape) -> StructType | str:
     keys = {name.casefold() for name, _ in shape.key_columns}
     for index, column in enumerate(sample.columns):
         if column.casefold() not in keys:
-            kind = _merged(row[index] for row in sample.rows)
+            kind = merged(row[index] for row in sample.rows)
             fields.append(StructField(column, StringType() if kind is None else kind, True))
     return StructType(fields)
 
@@ -162,7 +162,7 @@ def _quoted(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def _merged(values: Iterable[object]) -> DataType | None:
+def merged(values: Iterable[object]) -> DataType | None:
     """The Spark type that holds every JSON value given (None: all null)."""
     found: DataType | None = None
     for value in values:
@@ -182,10 +182,10 @@ def _json_type(value: object) -> DataType | None:
     if isinstance(value, float):
         return DoubleType()
     if isinstance(value, list):
-        element = _merged(value)
+        element = merged(value)
         return ArrayType(StringType() if element is None else element, True)
     if isinstance(value, dict):
-        inner = _merged(value.values())
+        inner = merged(value.values())
         return MapType(StringType(), StringType() if inner is None else inner, True)
     return StringType()
 
@@ -325,7 +325,7 @@ class TableReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         assert isinstance(partition, PartitionSplit)
         settings = self.settings
-        converters = [_converter(f.dataType, f.name, settings.table) for f in self.schema.fields]
+        converters = [converter(f.dataType, f.name, settings.table) for f in self.schema.fields]
         sql = _select(self.shape().name, self.where, settings.page_size)
         args = {"partitions": [partition.partition], **_query_args(settings)}
         after: str | None = None
@@ -393,7 +393,7 @@ def _project(
 # ------------------------------------------------------------------------------- JSON values to Spark
 
 
-def _converter(kind: DataType, column: str, table: str) -> Callable[[object], object]:
+def converter(kind: DataType, column: str, table: str) -> Callable[[object], object]:
     """JSON value (as /v1/query writes it) -> the Python value PySpark takes for `kind`."""
     inner = _plain_converter(kind, column, table)
 
@@ -432,14 +432,14 @@ def _plain_converter(kind: DataType, column: str, table: str) -> Callable[[Any],
     if isinstance(kind, DecimalType):
         return lambda v: decimal.Decimal(str(v))
     if isinstance(kind, ArrayType):
-        element = _converter(kind.elementType, column, table)
+        element = converter(kind.elementType, column, table)
         return lambda v: [element(e) for e in _exactly(list)(v)]
     if isinstance(kind, MapType):
-        key = _converter(kind.keyType, column, table)
-        value = _converter(kind.valueType, column, table)
+        key = converter(kind.keyType, column, table)
+        value = converter(kind.valueType, column, table)
         return lambda v: {key(k): value(x) for k, x in _exactly(dict)(v).items()}
     if isinstance(kind, StructType):
-        fields = [(f.name, _converter(f.dataType, f"{column}.{f.name}", table)) for f in kind.fields]
+        fields = [(f.name, converter(f.dataType, f"{column}.{f.name}", table)) for f in kind.fields]
         return lambda v: tuple(convert(_exactly(dict)(v).get(name)) for name, convert in fields)
     return lambda v: v
 

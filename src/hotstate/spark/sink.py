@@ -329,7 +329,7 @@ def upsert_arrow(config: SinkConfig, batches: list[pa.RecordBatch], *, batch_id:
 
 
 def _arrow_rows(batches: list[pa.RecordBatch]) -> Iterator[tuple[object, ...]]:
-    """The rows as tuples for `write_rows` (instants as aware datetimes in UTC, which `_as_dict` keeps)."""
+    """The rows as tuples for `write_rows` (instants as aware datetimes in UTC, which `as_dict` keeps)."""
     for batch in batches:
         columns = []
         for column in batch.columns:
@@ -349,7 +349,7 @@ def upsert_rows(
     config: SinkConfig, rows: Iterable[Row | tuple[object, ...]], *, batch_id: int
 ) -> WriteResult:
     """One task's rows upserted one by one (nested types): what it wrote."""
-    dicts = [_as_dict(config, row) for row in rows]
+    dicts = [as_dict(config, row) for row in rows]
     if not dicts:
         return NOTHING
     try:
@@ -362,7 +362,7 @@ def _in_batch(config: SinkConfig, batch_id: int, error: WriteError) -> WriteErro
     return WriteError(error.error, f"hotstate sink, table {config.table}, batch {batch_id}: {error}")
 
 
-def _as_dict(config: SinkConfig, row: Row | tuple[object, ...]) -> dict[str, object]:
+def as_dict(config: SinkConfig, row: Row | tuple[object, ...]) -> dict[str, object]:
     if config.nested and isinstance(row, Row):
         out = row.asDict(recursive=True)
     else:
