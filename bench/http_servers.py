@@ -115,7 +115,7 @@ CANDIDATES = (
         "uvicorn",
         "hotstate-limited",
         False,
-        "as uvicorn-httptools with hotstate's limits (http_limits.LimitedHttpToolsProtocol) but without its "
+        "as uvicorn-httptools with hotstate's limits (direct_lane.LimitedHttpToolsProtocol) but without its "
         "HTTP/2 detection: the stack before HTTP/2",
     ),
     Candidate(
@@ -256,20 +256,20 @@ async def _serve_uvicorn(candidate: Candidate, app: ASGIApp, port: int, stop: as
     if candidate.http in ("hotstate-limited", "hotstate-h2"):
         from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-        from hotstate.server import http_limits
+        from hotstate.server import direct_lane, http_limits
 
-        http_limits.LimitedHttpToolsProtocol.limits = http_limits.HttpLimits(
+        direct_lane.LimitedHttpToolsProtocol.limits = http_limits.HttpLimits(
             max_head_bytes=LIMIT_HEADER_BYTES, read_timeout_s=LIMIT_TIMEOUT_S
         )
 
-        class LimitsOnly(http_limits.LimitedHttpToolsProtocol):
+        class LimitsOnly(direct_lane.LimitedHttpToolsProtocol):
             """Without the look at a connection's first bytes and at each request's Upgrade header."""
 
             data_received = HttpToolsProtocol.data_received
             on_headers_complete = HttpToolsProtocol.on_headers_complete
 
         h2 = candidate.http == "hotstate-h2"
-        options["http"] = http_limits.LimitedHttpToolsProtocol if h2 else LimitsOnly
+        options["http"] = direct_lane.LimitedHttpToolsProtocol if h2 else LimitsOnly
     elif candidate.http == "h11":
         options.update(http="h11", h11_max_incomplete_event_size=LIMIT_HEADER_BYTES)
     elif candidate.http == "zttp":

@@ -1,4 +1,4 @@
-"""HTTP/2 on the HTTP port (http2.py, handed over by http_limits.py), on a real uvicorn server in this process
+"""HTTP/2 on the HTTP port (http2.py, handed over by h2c_handoff.py), on a real uvicorn server in this process
 with a small ASGI app: prior knowledge and upgrade, one DATA frame per body message, flow control, many
 streams, limits, and HTTP/1.1 keep-alive left on uvicorn's path. Also the Accept negotiation of ksqlDB's
 query endpoints (query_http.accepted)."""
@@ -21,8 +21,9 @@ import httpx
 import pytest
 import uvicorn
 
+from hotstate.server.direct_lane import LimitedHttpToolsProtocol
 from hotstate.server.http2 import Http2Protocol
-from hotstate.server.http_limits import HttpLimits, LimitedHttpToolsProtocol
+from hotstate.server.http_limits import HttpLimits
 from hotstate.server.query_http import (
     DELIMITED,
     JSON,

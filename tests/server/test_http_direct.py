@@ -1,4 +1,4 @@
-"""The direct lane (http_limits.py): pull queries answered by hotstate's HTTP/1.1 protocol without ASGI, on a
+"""The direct lane (direct_lane.py): pull queries answered by hotstate's HTTP/1.1 protocol without ASGI, on a
 real uvicorn server in this process. Its answers are byte for byte those of the ASGI way, pipelined requests
 keep their order across both ways, and what it does not take (Expect: 100-continue, HTTP/1.0, a guard that
 must check credentials first) goes the ASGI way. The endpoints stand in for QueryEndpoints (the query path
@@ -14,11 +14,12 @@ from typing import Any, cast
 
 import uvicorn
 
-from hotstate.server import http_limits
+from hotstate.server import direct_lane
 from hotstate.server.asgi import Scope, Send
 from hotstate.server.coordinator import CURRENT_USER
+from hotstate.server.direct_lane import limited_protocol
 from hotstate.server.endpoints import QueryRoutes
-from hotstate.server.http_limits import HttpLimits, limited_protocol
+from hotstate.server.http_limits import HttpLimits
 from hotstate.server.query_http import (
     DELIMITED,
     KSQL_V1_JSON,
@@ -191,7 +192,7 @@ def test_what_the_direct_lane_does_not_take_goes_the_asgi_way() -> None:
 
 
 def test_a_body_over_the_limit_is_refused_413_and_the_connection_goes_on(monkeypatch: Any) -> None:
-    monkeypatch.setattr(http_limits, "MAX_BODY_BYTES", 8)
+    monkeypatch.setattr(direct_lane, "MAX_BODY_BYTES", 8)
 
     async def run() -> None:
         async with _server() as (port, _, _, _):

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from hotstate.server import http_limits
-from hotstate.server.http_limits import HttpLimits, LimitedHttpToolsProtocol, limited_protocol
+from hotstate.server import direct_lane
+from hotstate.server.direct_lane import LimitedHttpToolsProtocol, limited_protocol
+from hotstate.server.http_limits import HttpLimits
 
 from .helpers import serving
 
@@ -161,7 +162,7 @@ class _Transport:
 def test_a_response_head_and_body_leave_in_one_write() -> None:
     async def run() -> None:
         transport = _Transport()
-        joined = http_limits._JoinedWrites(transport, asyncio.get_running_loop())  # type: ignore[arg-type]
+        joined = direct_lane.JoinedWrites(transport, asyncio.get_running_loop())  # type: ignore[arg-type]
         joined.write(b"HTTP/1.1 200 OK\r\n\r\n")
         joined.write(b"body")
         assert transport.writes == [] and joined.get_write_buffer_size() == 23

@@ -1,6 +1,6 @@
 """The query endpoints, once: the one table every door of the HTTP API reads.
 
-A pull query reaches a server through four doors: the direct HTTP/1.1 lane (http_limits.py), the ASGI
+A pull query reaches a server through four doors: the direct HTTP/1.1 lane (direct_lane.py), the ASGI
 routes in front of FastAPI (query_http.QueryRoutes), HTTP/2 (http2.py, which runs those same ASGI routes)
 and the FastAPI routes, kept so that OpenAPI documents the endpoints (http.py). Each builds what it needs
 from `ENDPOINTS`, so a new endpoint is one entry here and one method of `QueryEndpoints`.
@@ -209,7 +209,7 @@ class QueryRoutes:
 
     def direct(self, url: bytes, headers: list[tuple[bytes, bytes]]) -> tuple[Endpoint, str] | None:
         """For a POST to `url`: the endpoint and the user to run it as, when the HTTP/1.1 protocol may
-        answer it itself, without ASGI (http_limits.py): a query endpoint whose answer is one JSON body,
+        answer it itself, without ASGI (direct_lane.py): a query endpoint whose answer is one JSON body,
         and a request the guard admits without a wait. None: the request goes the ASGI way, as any other.
         The answer is the same either way; the direct way skips uvicorn's per-request work (a task, the
         scope, the ASGI messages), a fifth of a local lookup's CPU."""

@@ -26,9 +26,10 @@ from hotstate import __version__
 from hotstate.controller.image import MetadataImage
 from hotstate.server.console_http import ConsoleContext, console_router
 from hotstate.server.coordinator import Coordinator
+from hotstate.server.direct_lane import limited_protocol
 from hotstate.server.endpoints import ENDPOINTS, QueryRoutes
 from hotstate.server.http_auth import HttpAuth
-from hotstate.server.http_limits import HttpLimits, limited_protocol
+from hotstate.server.http_limits import HttpLimits
 from hotstate.server.liveness import Liveness
 from hotstate.server.metrics import Metrics
 from hotstate.server.openapi import documented_body

@@ -1,6 +1,6 @@
 """HTTP/2 cleartext (h2c) on the HTTP port, beside uvicorn's HTTP/1.1: ksqlDB's clients speak HTTP/2 to
 `/query-stream`, either with prior knowledge (the connection starts with HTTP/2's preface) or by asking an
-HTTP/1.1 request to upgrade (`Upgrade: h2c`). `LimitedHttpToolsProtocol` (http_limits.py) notices both and
+HTTP/1.1 request to upgrade (`Upgrade: h2c`). `Http2Handoff` (h2c_handoff.py) notices both and
 hands the connection to `Http2Protocol`, which runs the same ASGI app (the query endpoints in front of
 FastAPI) for each stream. The HTTP/2 state machine (frames, HPACK, flow control, stream states) is the `h2`
 library's; this module only moves bytes between it and the socket, and requests and answers between it
