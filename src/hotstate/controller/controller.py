@@ -403,15 +403,7 @@ class QuorumController:
             request.acceptable_lag,
             writer_racks,
         )
-        info = TableInfo(
-            request.name,
-            table_id,
-            request.partitions,
-            request.standby_replicas,
-            request.key_columns,
-            request.acceptable_lag,
-            writer_racks,
-        )
+        info = TableInfo.created(create)
         try:
             placement = place_table(self._view, info, self.config.assignor)
         except (ValueError, AssignorInternalError) as error:

@@ -68,6 +68,32 @@ class TableInfo:
     # Its value columns as its latest writer declared them (TableValueColumns); () when none did.
     value_columns: tuple[ValueColumn, ...] = ()
 
+    @classmethod
+    def created(cls, record: CreateTable) -> TableInfo:
+        """The table as its CreateTable record makes it."""
+        return cls(
+            record.name,
+            record.table_id,
+            record.partitions,
+            record.standby_replicas,
+            record.key_columns,
+            record.acceptable_lag,
+            tuple(sorted(set(record.writer_racks))),
+        )
+
+    def create_record(self) -> CreateTable:
+        """The CreateTable record that makes this table (its batch and value columns are records of their
+        own)."""
+        return CreateTable(
+            self.name,
+            self.table_id,
+            self.partitions,
+            self.standby_replicas,
+            self.key_columns,
+            self.acceptable_lag,
+            self.writer_racks,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class PartitionInfo:
@@ -195,15 +221,7 @@ class ImageBuilder:
                         "metadata offset %d: table %r already exists; record skipped", offset, record.name
                     )
                     return
-                tables[record.name] = TableInfo(
-                    record.name,
-                    record.table_id,
-                    record.partitions,
-                    record.standby_replicas,
-                    record.key_columns,
-                    record.acceptable_lag,
-                    tuple(sorted(set(record.writer_racks))),
-                )
+                tables[record.name] = TableInfo.created(record)
                 self._next_table_id = max(self._next_table_id, record.table_id + 1)
                 self._partitions_w()[record.table_id] = ()
                 self._changed_parts[record.table_id] = []
@@ -319,17 +337,7 @@ def image_records(image: MetadataImage) -> list[MetadataRecord]:
         if not server.fenced:
             records.append(UnfenceServer(node_id))
     for table in sorted(image.tables.values(), key=lambda t: t.table_id):
-        records.append(
-            CreateTable(
-                table.name,
-                table.table_id,
-                table.partitions,
-                table.standby_replicas,
-                table.key_columns,
-                table.acceptable_lag,
-                table.writer_racks,
-            )
-        )
+        records.append(table.create_record())
         if table.batch_id >= 0:
             records.append(TableBatch(table.table_id, table.batch_id, table.batch_positions))
         if table.value_columns:

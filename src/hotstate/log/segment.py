@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -151,18 +152,10 @@ class Segment:
 
     def find(self, offset: int) -> tuple[int, BatchHeader]:
         """Position and header of the batch holding `offset`, which the caller knows is in this segment."""
-        reader = self.reader(self.index.lookup(offset), chunk_bytes=64 * 1024)
-        while True:
-            position = reader.position
-            try:
-                item = reader.next()
-            except InvalidBatchError as exc:
-                raise CorruptLogError(self.path, position, str(exc)) from exc
-            if item is None:
-                raise CorruptLogError(self.path, position, f"segment ends before offset {offset}")
-            header = item[0]
+        for position, header in self._headers(self.index.lookup(offset), chunk_bytes=64 * 1024):
             if header.next_offset > offset:
                 return position, header
+        raise CorruptLogError(self.path, self.size, f"segment ends before offset {offset}")
 
     def truncate(self, position: int) -> None:
         self.index.truncate_from_position(position)
@@ -264,8 +257,15 @@ class Segment:
 
     def scan_epochs(self) -> list[tuple[int, int]]:
         """(epoch, base offset) where the epoch changes, from headers alone: rebuilds a lost epoch file."""
-        reader = self.reader(0)
         changes: list[tuple[int, int]] = []
+        for _, header in self._headers(0):
+            if not changes or header.leader_epoch != changes[-1][0]:
+                changes.append((header.leader_epoch, header.base_offset))
+        return changes
+
+    def _headers(self, start: int, **reader_options: int) -> Iterator[tuple[int, BatchHeader]]:
+        """(position, header) of each batch from `start` to the end; CorruptLogError at a bad one."""
+        reader = self.reader(start, **reader_options)
         while True:
             position = reader.position
             try:
@@ -273,10 +273,8 @@ class Segment:
             except InvalidBatchError as exc:
                 raise CorruptLogError(self.path, position, str(exc)) from exc
             if item is None:
-                return changes
-            header = item[0]
-            if not changes or header.leader_epoch != changes[-1][0]:
-                changes.append((header.leader_epoch, header.base_offset))
+                return
+            yield position, item[0]
 
     def sync_data(self) -> None:
         """fsync the records only: the index is derived and rebuilt when found stale."""
