@@ -7,7 +7,7 @@ from hotstate.controller.records import CreateTable, KeyColumn, KeyType, Partiti
 from hotstate.replica.keys import encode_key, partition_for
 from hotstate.replica.messages import ReplicaError
 from hotstate.replica.rows import encode_row
-from hotstate.server.replicas import metadata_for_key
+from hotstate.server.writer_metadata import metadata_for_key
 
 
 def _image() -> MetadataImage:

@@ -34,7 +34,7 @@ from hotstate.replica.messages import (
     TableMetadataRequest,
 )
 from hotstate.server.metadata import MetadataPublisher
-from hotstate.server.replicas import NOT_READY_REFUSES, answer_table_metadata, not_ready_answer
+from hotstate.server.writer_metadata import NOT_READY_REFUSES, answer_table_metadata, not_ready_answer
 
 KEY = (KeyColumn("k", KeyType.STRING),)
 

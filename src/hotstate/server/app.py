@@ -74,16 +74,16 @@ from hotstate.server.liveness import Liveness
 from hotstate.server.metadata import MetadataPublisher
 from hotstate.server.metrics import Metrics
 from hotstate.server.raft_driver import RaftDriver, monotonic_ms
-from hotstate.server.replicas import (
+from hotstate.server.replicas import ReplicaManager
+from hotstate.server.serving import LocalReads
+from hotstate.server.status import describe
+from hotstate.server.suspects import Suspects, probe_after_hint
+from hotstate.server.writer_metadata import (
     NOT_READY_REFUSES,
-    ReplicaManager,
     answer_table_metadata,
     metadata_for_key,
     not_ready_answer,
 )
-from hotstate.server.serving import LocalReads
-from hotstate.server.status import describe
-from hotstate.server.suspects import Suspects, probe_after_hint
 from hotstate.tls import TlsFiles, TlsFilesError, client_context, server_context
 
 log = logging.getLogger(__name__)
