@@ -276,6 +276,25 @@ def test_each_mistake_gets_its_clear_4xx(start_cluster) -> None:
     assert header["header"]["schema"].startswith("`user` STRING KEY")
     assert row["row"]["columns"] == ["u3", 3]
     assert asyncio.iscoroutinefunction(_setup)
+    # Where a key lives (KIP-535's queryMetadataForKey): its partition and holders, from any server; a
+    # lookup sent to the active named there is served without a forward.
+    located = httpx.get(f"{base}/v1/tables/clicks/keys/u3")
+    assert located.status_code == 200, located.text
+    where = located.json()
+    assert where["partition"] == partition_for(encode_key(("u3",)), 2)
+    placement = _placement(base, "clicks")[where["partition"]]
+    assert where["active"]["server"] == placement["active"]
+    assert [s["server"] for s in where["standbys"]] == placement["standbys"]
+    direct = _query(f"http://{where['active']['http']}", "SELECT * FROM clicks WHERE user = 'u3'").json()
+    assert direct["partitions"][0]["served_by"] == where["active"]["server"] and direct["rows"] == [["u3", 3]]
+    assert httpx.get(f"{base}/v1/tables/clicks/keys?user=u3").json() == where
+    for url, status, fragment in [
+        ("/v1/tables/nope/keys/u3", 404, "no table 'nope'"),
+        ("/v1/tables/clicks/keys?user=u3&day=1", 400, "not key columns of clicks: day"),
+        ("/v1/tables/clicks/keys", 400, "key column 'user' of clicks is missing"),
+    ]:
+        reply = httpx.get(f"{base}{url}")
+        assert reply.status_code == status and fragment in reply.json()["message"], (url, reply.text)
 
 
 def test_a_server_that_looks_down_by_heartbeats_still_answers_what_only_it_can_serve(start_cluster) -> None:

@@ -206,7 +206,7 @@ def one_column_lookup(conditions: Sequence[Predicate], table: TableInfo, max_key
         values = tuple(value for value in values if value is not None)
     components = str_components(values) if column.type is KeyType.STRING else None
     if components is None:
-        components = {_component(column, value) for value in values}
+        components = {key_component(column, value) for value in values}
     encoded = sorted(components)
     if len(encoded) > max_keys:
         raise _too_many(len(encoded), max_keys)
@@ -232,7 +232,7 @@ def general_access(conditions: Sequence[Predicate], table: TableInfo, max_keys: 
                 if value is None:
                     matches_nothing = True
                 else:
-                    bounds[index].append(_Bound(op, _component(key[index], value)))
+                    bounds[index].append(_Bound(op, key_component(key[index], value)))
 
     pinned = {index for pin in pins for index in pin.columns}
     prefix_length = next((index for index in range(len(key)) if index not in pinned), len(key))
@@ -347,7 +347,7 @@ def _rows(
             if value is None:
                 consistent = False  # still check the rest for type errors
                 continue
-            encoded = _component(key[index], value)
+            encoded = key_component(key[index], value)
             consistent = consistent and row.setdefault(index, encoded) == encoded
         if consistent:
             found.setdefault(tuple(sorted(row.items())), row)
@@ -359,7 +359,7 @@ def _column_rows(index: int, values: Iterable[KeyValue], column: KeyColumn) -> l
     found: dict[bytes, _Assignment] = {}
     for value in values:
         if value is not None:
-            encoded = _component(column, value)
+            encoded = key_component(column, value)
             if encoded not in found:
                 found[encoded] = {index: encoded}
     return list(found.values())
@@ -376,7 +376,7 @@ def _bounds(condition: Condition) -> list[tuple[Op, KeyValue]]:
     return [(condition.op, condition.values[0])]
 
 
-def _component(column: KeyColumn, value: KeyValue) -> bytes:
+def key_component(column: KeyColumn, value: KeyValue) -> bytes:
     """The value coerced to the column's type, encoded as one key component."""
     if column.type is KeyType.TIMESTAMP and isinstance(value, str):
         try:

@@ -107,7 +107,10 @@ def build_app(ctx: HttpContext) -> QueryRoutes:
             openapi_extra=documented_body(spec.body),
         )
 
-    add_table_routes(app, TableContext(ctx.image, ctx.not_ready, ctx.controller))
+    add_table_routes(
+        app,
+        TableContext(ctx.image, ctx.not_ready, ctx.controller, ctx.liveness.lags, ctx.liveness.alive),
+    )
 
     @app.get("/v1/lag", summary="The lags this server knows, per server and partition (KIP-535)")
     async def lags() -> Response:

@@ -1,4 +1,5 @@
-"""Table administration over HTTP: `GET /v1/tables`, `POST /v1/tables`, `DELETE /v1/tables/{name}`.
+"""Table administration over HTTP: `GET /v1/tables`, `POST /v1/tables`, `DELETE /v1/tables/{name}`, and
+where a key lives: `GET /v1/tables/{name}/keys/{key}` (key_location.py).
 
 The same requests the admin client sends over RPC (`hotstate table create | list | describe | drop`): this
 server hands them to the active controller (forwarding if it is not the one), so any server answers. A
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -32,6 +33,8 @@ from hotstate.controller.requests import (
     CreateTableRequest,
     DeleteTableRequest,
 )
+from hotstate.routing.lags import LagTable
+from hotstate.server.key_location import KeyLocationError, encoded_key, locate
 from hotstate.server.openapi import documented_body
 from hotstate.server.query_http import (
     BAD_REQUEST,
@@ -88,6 +91,9 @@ class TableContext:
     # Why this server cannot answer yet (its metadata image has not caught up); None once it can.
     not_ready: Callable[[], str | None]
     controller: Controller
+    # The lags and liveness this server knows, for where a key lives (key_location.py).
+    lags: LagTable = field(default_factory=LagTable)
+    alive: Callable[[int], bool] = lambda node: True
 
 
 def add_table_routes(app: FastAPI, ctx: TableContext) -> None:
@@ -121,6 +127,20 @@ def add_table_routes(app: FastAPI, ctx: TableContext) -> None:
             return _response(refused.answer)
         return _response(await _change(ctx, create, create.name))
 
+    @app.get(
+        "/v1/tables/{name}/keys/{key:path}",
+        summary="Where a key of a one-column key lives: its partition, active and standbys with lags",
+    )
+    async def key_location(name: str, key: str) -> Response:
+        return _response(_locate(ctx, name, key, {}))
+
+    @app.get(
+        "/v1/tables/{name}/keys",
+        summary="Where a key lives, one query parameter per key column (KIP-535's queryMetadataForKey)",
+    )
+    async def compound_key_location(name: str, request: Request) -> Response:
+        return _response(_locate(ctx, name, None, dict(request.query_params)))
+
     @app.delete("/v1/tables/{name}", summary="Drop a table and its rows on every server")
     async def drop_table(name: str) -> Response:
         return _response(await _change(ctx, DeleteTableRequest(name), name))
@@ -152,6 +172,22 @@ def describe(image: MetadataImage, name: str) -> dict[str, Any]:
             for p in image.partitions.get(table.table_id, ())
         ],
     }
+
+
+def _locate(ctx: TableContext, name: str, key: str | None, params: dict[str, str]) -> tuple[int, bytes]:
+    reason = ctx.not_ready()
+    if reason is not None:  # a stale image would place the key wrongly, or not know the table
+        return error_body(503, "generic_error", SERVER_NOT_READY, reason)
+    image = ctx.image()
+    table = image.tables.get(name)
+    if table is None:
+        known = ", ".join(sorted(image.tables)) or "none"
+        return error_body(404, "statement_error", NOT_FOUND, f"no table {name!r} (tables: {known})")
+    try:
+        encoded = encoded_key(table, key, params)
+    except KeyLocationError as error:
+        return error_body(400, "statement_error", BAD_STATEMENT, str(error))
+    return 200, orjson.dumps(locate(image, table, encoded, lags=ctx.lags, alive=ctx.alive))
 
 
 class _Refused(Exception):
