@@ -9,6 +9,7 @@ import time
 from collections import Counter
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from hotstate.cli.local_cluster import LocalCluster
 from hotstate.client.writer import TableWriter
@@ -60,6 +61,16 @@ def _key_in(partition: int, partitions: int) -> str:
 
 def _query(base: str, sql: str, **options: object) -> httpx.Response:
     return httpx.post(f"{base}/v1/query", json={"sql": sql, **options}, timeout=10.0)
+
+
+def _gauges(base: str) -> dict[str, float]:
+    text = httpx.get(f"{base}/metrics").text
+    return {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if not sample.labels
+    }
 
 
 def _wait(predicate, timeout_s: float = 10.0, what: str = "condition") -> None:
@@ -295,6 +306,20 @@ def test_each_mistake_gets_its_clear_4xx(start_cluster) -> None:
     ]:
         reply = httpx.get(f"{base}{url}")
         assert reply.status_code == status and fragment in reply.json()["message"], (url, reply.text)
+    # The control plane in /metrics, under Kafka's names: one active controller, which reports the
+    # cluster; every broker its replicas.
+    scraped = [_gauges(_http(cluster, s.node_id)) for s in cluster.servers]
+    assert sum(g["kafka_controller_kafkacontroller_activecontrollercount"] for g in scraped) == 1
+    [leading] = [g for g in scraped if g["kafka_controller_kafkacontroller_activecontrollercount"] == 1]
+    assert leading["kafka_controller_kafkacontroller_globalpartitioncount"] == 2
+    assert leading["kafka_controller_kafkacontroller_globaltopiccount"] == 1
+    assert leading["kafka_controller_kafkacontroller_activebrokercount"] == 3
+    assert leading["kafka_controller_kafkacontroller_offlinepartitionscount"] == 0
+    assert sum(g["kafka_server_replicamanager_leadercount"] for g in scraped) == 2
+    assert sum(g["kafka_server_replicamanager_partitioncount"] for g in scraped) == 4
+    assert {g["kafka_server_raft_metrics_current_leader"] for g in scraped} == {running.leader()}
+    answered = httpx.get(f"{base}/metrics").text
+    assert 'hotstate_table_queries_total{table="clicks"}' in answered
 
 
 def test_a_server_that_looks_down_by_heartbeats_still_answers_what_only_it_can_serve(start_cluster) -> None:

@@ -62,6 +62,7 @@ from hotstate.server import runtime
 from hotstate.server.config import ServerConfig
 from hotstate.server.console_feed import ConsoleFeed
 from hotstate.server.console_http import ConsoleContext
+from hotstate.server.control_metrics import ControlPlaneMetrics, ControlPlaneView, RaftView
 from hotstate.server.controller_host import ControllerHost
 from hotstate.server.coordinator import ClusterView, Coordinator
 from hotstate.server.credentials import CredentialsError
@@ -194,6 +195,7 @@ class Server:
         self.queries: Coordinator | None = None
         self.reads: LocalReads | None = None
         self.metrics = Metrics()
+        self.control_metrics = ControlPlaneMetrics(self._control_plane, self.metrics.registry)
         self._http: object | None = None
         self._http_task: asyncio.Task[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -459,10 +461,25 @@ class Server:
                 self.driver.take_snapshot(end, data)
 
     def _on_role_change(self, node: object) -> None:
+        if self.driver is not None and self.driver.node.leader_id is not None:
+            self.control_metrics.on_epoch(self.driver.node.epoch)
         if self.controller is not None:
             self.controller.on_role_change(node)  # type: ignore[arg-type]
         if self.console is not None and self.driver is not None:
             self.console.on_leader(self.driver.node.leader_id, self.driver.node.epoch)
+
+    def _control_plane(self) -> ControlPlaneView:
+        node = self.driver.node if self.driver is not None else None
+        raft = (
+            None
+            if node is None
+            else RaftView(
+                node.leader_id, node.epoch, node.high_watermark, node.log.end_offset, node.role.value
+            )
+        )
+        image = self.metadata.image if self.metadata is not None else MetadataImage.empty()
+        active = self.controller is not None and self.controller.active
+        return ControlPlaneView(self.config.node_id, image, active, raft)
 
     def _connect_eagerly(self, peers: dict[int, tuple[str, int]]) -> None:
         """Open (and from then on keep reopening) connections to peers before there is anything to send:
@@ -487,6 +504,7 @@ class Server:
             self.replicas.on_image(image)
         if self.liveness is not None:
             self.liveness.on_image(image)
+        self.control_metrics.on_image(image)
 
     # ------------------------------------------------------------------ requests
     async def _handle_request(self, peer: PeerInfo, message: object) -> object:

@@ -1,5 +1,6 @@
-"""The server's Prometheus metrics: queries, their latency, forwards, failures by reason, replica lags,
-peers' heartbeat status, refused HTTP requests and connections. One registry per server (not the
+"""The server's Prometheus metrics: queries (by outcome and by table), their latency, forwards, failures by
+reason, replica lags, peers' heartbeat status, refused HTTP requests and connections; the control plane's
+are in control_metrics.py. One registry per server (not the
 process-global one), so nothing leaks between servers that share a process in tests."""
 
 from __future__ import annotations
@@ -94,6 +95,9 @@ class Metrics:
             "Partitions of a query forwarded to another server, by outcome",
             "outcome",
             self.registry,
+        )
+        self.table_queries = LoopCounter(
+            "hotstate_table_queries", "Pull queries answered, by table", "table", self.registry
         )
         self.failures = LoopCounter(
             "hotstate_query_failures", "Pull queries that failed, by reason", "reason", self.registry

@@ -182,6 +182,7 @@ class QueryEndpoints:
     ) -> Answer:
         self._latency.observe(time.perf_counter() - started)
         self._ok.inc()
+        self._metrics.table_queries.labels(result.table.name).inc()
         rows = _finite_rows(result.rows) if result.non_finite else result.rows
         answer = shape(result, rows)
         if isinstance(answer, Lines):
