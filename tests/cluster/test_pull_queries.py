@@ -17,9 +17,8 @@ from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.controller.requests import ControllerError
 from hotstate.replica.core import ReplicaConfig
 from hotstate.replica.keys import encode_key, partition_for
-from hotstate.routing.heartbeat import HeartbeatConfig
+from hotstate.routing.heartbeat import HeartbeatConfig, LivenessConfig
 from hotstate.server.config import render_toml
-from hotstate.server.liveness import LivenessConfig
 
 KEY = (KeyColumn("user", KeyType.STRING),)
 

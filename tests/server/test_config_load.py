@@ -13,7 +13,7 @@ import pytest
 from hotstate.assignor import AssignorConfig
 from hotstate.raft.config import RaftConfig
 from hotstate.replica.core import ReplicaConfig
-from hotstate.routing.heartbeat import HeartbeatConfig
+from hotstate.routing.heartbeat import HeartbeatConfig, LivenessConfig
 from hotstate.server.config import (
     DEFAULTS,
     HEARTBEAT_KEYS,
@@ -29,7 +29,6 @@ from hotstate.server.config import (
     env_var_name,
     load_config,
 )
-from hotstate.server.liveness import LivenessConfig
 
 from .helpers import BASE, BASE_TOML, assert_reports, built_in_code, load, load_toml
 

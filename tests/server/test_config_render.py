@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from hotstate.assignor import STRATEGIES, AssignorConfig
 from hotstate.raft.config import RaftConfig
 from hotstate.replica.core import ReplicaConfig
-from hotstate.routing.heartbeat import HeartbeatConfig
+from hotstate.routing.heartbeat import HeartbeatConfig, LivenessConfig
 from hotstate.server.config import (
     LIVENESS_KEYS,
     LOG_LEVELS,
@@ -26,7 +26,6 @@ from hotstate.server.config import (
     load_config,
     render_toml,
 )
-from hotstate.server.liveness import LivenessConfig
 
 from .helpers import BASE_TOML, load, load_toml
 

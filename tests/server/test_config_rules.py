@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from hotstate.raft.config import RaftConfig
 from hotstate.replica.core import ReplicaConfig
-from hotstate.routing.heartbeat import HeartbeatConfig
+from hotstate.routing.heartbeat import HeartbeatConfig, LivenessConfig
 from hotstate.server.config import (
     HEARTBEAT_KEYS,
     LIVENESS_KEYS,
@@ -25,7 +25,6 @@ from hotstate.server.config import (
     Voter,
     env_var_name,
 )
-from hotstate.server.liveness import LivenessConfig
 
 from .helpers import BASE, BASE_TOML, assert_reports, load, load_toml
 

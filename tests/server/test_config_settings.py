@@ -11,10 +11,9 @@ import pytest
 from hotstate.assignor import AssignorConfig
 from hotstate.raft.config import RaftConfig
 from hotstate.replica.core import ReplicaConfig
-from hotstate.routing.heartbeat import HeartbeatConfig
+from hotstate.routing.heartbeat import HeartbeatConfig, LivenessConfig
 from hotstate.routing.hedging import HedgeConfig
 from hotstate.server.config import DEFAULTS, SETTING, ServerConfig
-from hotstate.server.liveness import LivenessConfig
 from hotstate.server.settings import SECTIONS, SETTINGS, doc_table, update_doc
 from hotstate.tls import TlsFiles
 

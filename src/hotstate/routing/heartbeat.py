@@ -55,6 +55,14 @@ class HeartbeatConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class LivenessConfig:
+    """What server/liveness.py runs on: these heartbeats, and the lag reports (KIP-535) sent with them."""
+
+    heartbeat: HeartbeatConfig = field(default_factory=HeartbeatConfig)
+    lag_report_interval_ms: int = 500  # lag.reporting.send.interval.ms
+
+
+@dataclass(frozen=True, slots=True)
 class PeerStatus:
     alive: bool
     last_status_update_ms: int  # when `alive` last flipped (or the peer was first listed)

@@ -12,21 +12,14 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from hotstate.controller.image import MetadataImage
 from hotstate.replica.messages import Heartbeat, LagInfo, LagReport
-from hotstate.routing.heartbeat import HeartbeatConfig, HeartbeatStatus
+from hotstate.routing.heartbeat import HeartbeatStatus, LivenessConfig
 from hotstate.routing.lags import LagTable
 from hotstate.server.raft_driver import monotonic_ms
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class LivenessConfig:
-    heartbeat: HeartbeatConfig = field(default_factory=HeartbeatConfig)
-    lag_report_interval_ms: int = 500
 
 
 class Liveness:

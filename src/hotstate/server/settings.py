@@ -1,12 +1,13 @@
 """Every server setting, described once: key, kind of value, bounds, unit, meaning and where it lives.
 
-`server/config.py` derives from SETTINGS its key maps, defaults, parsing, per-value rules, the building of
-ServerConfig and `render_toml`; the tables of keys in docs/configuration.md are generated from it
-(`python scripts/update_config_docs.py`, checked by tests/server/test_config_docs.py). A default is not
-written here: it is the default of the typed config's field the setting names (RaftConfig, ServerConfig,
-...), which the code that uses those configs on their own needs anyway.
+The package `server/config/` derives from SETTINGS its key maps (keys.py), defaults (model.py), parsing
+and per-value rules (kinds.py), the building of ServerConfig (build.py) and `render_toml` (render.py); the
+tables of keys in docs/configuration.md are generated from it (`python scripts/update_config_docs.py`,
+checked by tests/server/test_config_docs.py). A default is not written here: it is the default of the typed
+config's field the setting names (RaftConfig, ServerConfig, ...), which the code that uses those configs on
+their own needs anyway.
 
-Rules that compare settings with each other are named functions in config.py.
+Rules that compare settings with each other are named functions in config/rules.py.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ FRAME_DATA_SHARE: Final = 2
 LOG_LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR")
 REPLICA_LOG_FSYNC_POLICIES: Final = ("never", "always")
 
-# The kind of a value: how its text is parsed, checked and written back (config.py has one of each).
+# The kind of a value: how its text is parsed, checked and written back (config/kinds.py has one of each).
 Kind = Literal[
     "int",
     "roles",
