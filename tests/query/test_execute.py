@@ -149,3 +149,10 @@ def test_the_active_is_behind_only_by_what_is_committed_and_not_applied() -> Non
     assert local_lag(leader=True, position=80, high_watermark=80, epoch_start=100, known_end=100) == 20
     assert local_lag(leader=False, position=100, high_watermark=100, epoch_start=0, known_end=5100) == 5000
     assert local_lag(leader=False, position=120, high_watermark=100, epoch_start=0, known_end=110) == 0
+
+
+def test_the_bound_has_three_names_that_must_agree_when_several_are_given() -> None:
+    assert execute.max_lag({"acceptable.offset.lag": 7}, TABLE) == 7
+    assert execute.max_lag({"max_lag": 7, "acceptable.offset.lag": "7"}, TABLE) == 7
+    with pytest.raises(QueryError, match="the same bound under different names, with different values"):
+        execute.max_lag({"max_lag": 7, "ksql.query.pull.max.allowed.offset.lag": 8}, TABLE)

@@ -21,7 +21,8 @@ from hotstate.query.tokens import Positions, TokenError, decode, encode, merge
 from hotstate.replica.messages import PartitionQueryRequest, PartitionQueryResponse
 from hotstate.replica.rows import decode_rows, may_hold_non_finite
 
-MAX_LAG_PROPERTIES = ("max_lag", "ksql.query.pull.max.allowed.offset.lag")
+# ksqlDB's name, and `acceptable.offset.lag` as users of the anchors' docs bring it.
+MAX_LAG_PROPERTIES = ("max_lag", "ksql.query.pull.max.allowed.offset.lag", "acceptable.offset.lag")
 STANDBY_READS_PROPERTIES = ("standby_reads", "ksql.query.pull.enable.standby.reads")
 TIMEOUT_PROPERTY = "timeout_ms"
 HEDGING_PROPERTIES = ("hedging",)
@@ -156,7 +157,13 @@ def check_properties(properties: Mapping[str, object]) -> None:
 
 
 def max_lag(properties: Mapping[str, object], table: TableInfo) -> int | None:
-    for key in MAX_LAG_PROPERTIES:
+    given = [key for key in MAX_LAG_PROPERTIES if key in properties]
+    if len({str(properties[key]) for key in given}) > 1:
+        both = ", ".join(f"{key}={properties[key]!r}" for key in given)
+        raise QueryError(
+            "bad_request", f"{both}: the same bound under different names, with different values"
+        )
+    for key in given:
         if key in properties:
             value = properties[key]
             if value is None:
