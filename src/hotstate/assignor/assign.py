@@ -126,7 +126,8 @@ def assign(
     choices = choose_actives(problem, targets)
     actives = [c.active for c in choices]
     # Standby targets keep clear of every warmup an active wants, granted or not: which are granted is
-    # decided together with the standbys' own restores, below.
+    # decided together with the standbys' warmups, below. A refused target that a partition short of
+    # standbys needs takes one after (standby_on_refused_target).
     wanted_warmups = warmups_by_partition(choices)
 
     slots, _ = place_standbys(problem, actives, wanted_warmups)
