@@ -52,15 +52,20 @@ def lag_table(
 
 
 def restoring(
-    assignment: Assignment, known: Mapping[PartitionId, Mapping[str, int]], acceptable_lag: int
+    assignment: Assignment,
+    known: Mapping[PartitionId, Mapping[str, int]],
+    acceptable_lag: int,
+    *,
+    warmups_only: bool = False,
 ) -> list[tuple[PartitionId, str]]:
-    """Standbys and warmups on servers not caught up for a partition that has state somewhere."""
+    """Standbys and warmups (only warmups: the replicas max_warmup_replicas bounds) on servers not caught
+    up for a partition that has state somewhere."""
     out = []
     for pid, pa in assignment.partitions.items():
         lags = known[pid]
         if not lags:
             continue  # a new partition: its replicas start empty and in sync, nothing restores
-        for s in (*pa.standbys, *pa.warmups):
+        for s in pa.warmups if warmups_only else (*pa.standbys, *pa.warmups):
             if lags.get(s, acceptable_lag + 1) > acceptable_lag:
                 out.append((pid, s))
     return out

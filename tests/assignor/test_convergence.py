@@ -2,11 +2,13 @@
 
 Model: after each assignment every assigned replica catches up (lag 0) before the next one, and
 replicas no longer assigned lose their state. Under test, for a cluster that gains or loses a server:
-no assignment has more than max_warmup_replicas replicas restoring, and the assignment is stable (the
-next assignment returns it unchanged) after at most 2 + ceil(T / max_warmup_replicas) assignments,
-where T is the number of replicas restored on the way: every assignment but the last two starts a full
-budget of restores. T is the copies the final placement needs on servers that held none before (R),
-plus few: a restore is not thrown away.
+no assignment has more than max_warmup_replicas warmups, and the assignment is stable (the next
+assignment returns it unchanged) after at most 2 + ceil(W / max_warmup_replicas) assignments, where W
+is the number of warmups started on the way: every assignment but the last two starts a full budget of
+them. Standbys that rebuild a lost copy (or fill a slot a joining server makes possible) restore in the
+first assignment, outside the budget (issue 29: Kafka Streams always assigns configured standbys). All
+restores together, T, are the copies the final placement needs on servers that held none before, plus
+few: a restore is not thrown away.
 """
 
 from __future__ import annotations
@@ -36,8 +38,8 @@ def converge(
         out = assign(servers, tables, previous, lags, cfg)
         if previous is not None:
             known = lag_table(servers, list(out.partitions), previous.partitions, lags)
-            rest = restoring(out, known, cfg.acceptable_recovery_lag)
-            assert len(rest) <= cfg.max_warmup_replicas, f"assignment {len(history)} restores {rest}"
+            warming = restoring(out, known, cfg.acceptable_recovery_lag, warmups_only=True)
+            assert len(warming) <= cfg.max_warmup_replicas, f"assignment {len(history)} warms up {warming}"
         history.append(out)
         if previous is not None and out.partitions == previous.partitions:
             return history
@@ -49,13 +51,14 @@ def cold_targets(first: Assignment, before: Assignment) -> int:
     return sum(1 for pid, s in targets_of(first).items() if s not in before.partitions[pid].replicas())
 
 
-def restores_started(history: list[Assignment], before: Assignment) -> int:
-    """Standbys and warmups placed on servers that did not hold the partition in the assignment before
-    (in this model every such replica restores, and has caught up by the next assignment)."""
+def restores_started(history: list[Assignment], before: Assignment, *, warmups_only: bool = False) -> int:
+    """Standbys and warmups (only warmups) placed on servers that did not hold the partition in the
+    assignment before (in this model every such replica restores, and has caught up by the next one)."""
     started = 0
     for prev, out in zip([before, *history], history, strict=False):
         for pid, pa in out.partitions.items():
-            started += sum(1 for s in (*pa.standbys, *pa.warmups) if s not in prev.partitions[pid].replicas())
+            new = pa.warmups if warmups_only else (*pa.standbys, *pa.warmups)
+            started += sum(1 for s in new if s not in prev.partitions[pid].replicas())
     return started
 
 
@@ -108,12 +111,13 @@ def test_gaining_or_losing_a_server_converges_within_the_bound(
         after = [s for i, s in enumerate(servers) if i != index]
     history = converge(after, tables, before, cfg, limit=200)
     started = restores_started(history, before)
-    bound = 2 + math.ceil(started / cfg.max_warmup_replicas)
+    warmed = restores_started(history, before, warmups_only=True)
+    bound = 2 + math.ceil(warmed / cfg.max_warmup_replicas)
     if cfg.traffic_cost:
         # With traffic costs the cost model may move an active once more after the warmups settle
         # (hypothesis found such cases, e.g. 3 servers + a joiner, min_traffic, traffic cost 1).
         bound += 1
-    assert len(history) <= bound, f"stable after {len(history)} assignments, bound {bound} (T={started})"
+    assert len(history) <= bound, f"stable after {len(history)} assignments, bound {bound} (W={warmed})"
     # Restores are not thrown away: nearly all of them are copies the final placement keeps.
     needed = copies_needed(history[-1], before)
     assert started <= needed + SPARE_RESTORES, f"{started} restores for {needed} new copies"
@@ -164,7 +168,9 @@ def test_adding_one_server_with_traffic_costs_moves_about_its_share() -> None:
         cfg = AssignorConfig(num_standby_replicas=1, max_warmup_replicas=4, traffic_cost=cost)
         history = converge(after, tables, before, cfg, limit=200)
         rounds = (
-            2 + (1 if cost else 0) + math.ceil(restores_started(history, before) / cfg.max_warmup_replicas)
+            2
+            + (1 if cost else 0)
+            + math.ceil(restores_started(history, before, warmups_only=True) / cfg.max_warmup_replicas)
         )
         assert len(history) <= rounds
         final = history[-1]

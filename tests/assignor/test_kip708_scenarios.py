@@ -37,13 +37,9 @@ def run_article(servers: list[Server], standbys: int, actives: dict[PartitionId,
     prev = {pid: Placement(sid) for pid, sid in actives.items()}
     tables = sorted({pid.table for pid in actives})
     sizes = {t: 1 + max(pid.partition for pid in actives if pid.table == t) for t in tables}
-    # The article places standbys next to running actives and has no restore budget: give every standby
-    # one (each restores, so by default only max_warmup_replicas would be placed per assignment).
-    cfg = AssignorConfig(
-        num_standby_replicas=standbys,
-        rack_aware_assignment_tags=TAGS,
-        max_warmup_replicas=standbys * len(actives),
-    )
+    # The article places standbys next to running actives. Each restores, and the default warmup budget
+    # does not hold one back: standbys are always assigned (issue 29).
+    cfg = AssignorConfig(num_standby_replicas=standbys, rack_aware_assignment_tags=TAGS)
     return assign(servers, [Table(t, sizes[t]) for t in tables], prev, None, cfg)
 
 

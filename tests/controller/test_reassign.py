@@ -64,6 +64,15 @@ def test_an_unwanted_copy_out_of_sync_is_dropped_at_once() -> None:
     assert step is not None and step.replicas == (1, 3) and step.isr == (1, 3)
 
 
+def test_a_standby_rebuilding_a_lost_copy_joins_at_once_as_a_plain_replica() -> None:
+    # 3 held the standby and is gone; the assignor wants it on 2, which has no copy. 2 is added to fetch
+    # (not a warmup: no budget applies), and 3's out-of-sync copy goes at once with a new leader epoch.
+    step = partition_step(part((1, 3), 1, (1,)), placed(1, (2,)))
+    assert step is not None
+    assert (step.replicas, step.active, step.warmups, step.isr) == ((1, 2), 1, (), (1,))
+    assert step.leader_epoch == 4
+
+
 def test_a_partition_already_where_the_assignor_wants_it_is_left_alone() -> None:
     assert partition_step(part((1, 2), 1, (1, 2)), placed(1, (2,))) is None
 

@@ -1,5 +1,8 @@
-"""The restore budget over a whole run of the real controller rules: a server is wiped (it leaves, is taken
-for gone, and comes back empty), and at no step do more replicas restore at once than max.warmup.replicas.
+"""The warmup budget over a whole run of the real controller rules: a server is wiped (it leaves, is taken
+for gone, and comes back empty). Every copy it held is rebuilt at once, as a standby on a server left
+(a partition never runs below its standbys while a server could host one: issue 29, Kafka Streams always
+assigns configured standbys), and at no step do more warmups (replicas that move an active or a standby
+to its balanced target) restore at once than max.warmup.replicas.
 
 Unlike test_reassign.py's cluster, replicas here catch up over several rounds: a replica outside the ISR
 fetches RATE records a round towards the partition's END and joins the ISR (its active asks for it, as a
@@ -51,8 +54,9 @@ class RestoringCluster(Harness):
         # (table id, partition, node) -> records the replica holds; a replica not listed holds none.
         self.position: dict[tuple[int, int, int], int] = {}
         self.most_restoring = 0
-        # Strict: never more than the budget restore. Otherwise (a server came back to replicas it no
-        # longer has: it restores them all, the controller's doing): no new copy starts over the budget.
+        self.most_warming = 0
+        # Strict: never more warmups than the budget. Otherwise (a server came back to replicas it no
+        # longer has: it restores them all, the controller's doing): no new warmup starts over the budget.
         self.strict = True
         for node_id, rack in racks.items():
             self.register(node_id, rack)
@@ -69,14 +73,20 @@ class RestoringCluster(Harness):
             if r not in p.isr and r not in self.down
         ]
 
+    def warming(self) -> list[tuple[int, int, int]]:
+        """The restoring replicas that are warmups."""
+        warmups = {(p.table_id, p.partition, w) for p in self.partitions() for w in p.warmups}
+        return [k for k in self.restoring() if k in warmups]
+
     def commit(self, decision_or_batches: object) -> None:
         before = {(p.table_id, p.partition): set(p.replicas) for p in self.partitions()}
         super().commit(decision_or_batches)  # type: ignore[arg-type]
-        now_restoring = self.restoring()
-        self.most_restoring = max(self.most_restoring, len(now_restoring))
-        started = [k for k in now_restoring if k[2] not in before.get(k[:2], set())]
+        self.most_restoring = max(self.most_restoring, len(self.restoring()))
+        warming = self.warming()
+        self.most_warming = max(self.most_warming, len(warming))
+        started = [k for k in warming if k[2] not in before.get(k[:2], set())]
         if started or self.strict:
-            assert len(now_restoring) <= self.budget, f"{len(now_restoring)} restore at once: {now_restoring}"
+            assert len(warming) <= self.budget, f"{len(warming)} warm up at once: {warming}"
 
     def wipe_and_rejoin(self, node_id: int) -> None:
         self.down.discard(node_id)
@@ -140,7 +150,9 @@ class RestoringCluster(Harness):
 
 
 @pytest.mark.parametrize("budget", [1, 2])
-def test_a_wiped_server_rejoins_without_more_replicas_restoring_at_once_than_the_budget(budget: int) -> None:
+def test_a_lost_server_s_copies_restore_at_once_and_it_rejoins_wiped_within_the_warmup_budget(
+    budget: int,
+) -> None:
     cluster = RestoringCluster({1: "az-a", 2: "az-b", 3: "az-c"}, budget)
     cluster.handle(CreateTableRequest("t", 12, 1, KEY, None))
     cluster.settle()
@@ -148,16 +160,23 @@ def test_a_wiped_server_rejoins_without_more_replicas_restoring_at_once_than_the
     assert cluster.actives() == {1: 4, 2: 4, 3: 4} and cluster.standbys() == {1: 4, 2: 4, 3: 4}
 
     cluster.down.add(3)  # its disk is lost with it
+    first: list[tuple[int, int, int]] = []
     for _ in range(40):  # 10 s: fenced after the 2 s session, taken for gone 5 s later
         cluster.round()
+        first = first or cluster.restoring()
+    # The first reassignment after 3 is taken for gone rebuilds all 8 copies it held (4 actives, whose
+    # standbys took over, and 4 standbys) as standbys on 1 and 2, whatever the budget: none is a warmup.
+    assert len(first) == 8 and cluster.most_warming == 0
     cluster.settle()
-    # Taken for gone: 1 and 2 hold every partition, each copy rebuilt at most `budget` at a time.
     for p in cluster.partitions():
         assert set(p.replicas) == set(p.isr) == {1, 2}, p
-    assert cluster.most_restoring == budget
+    assert cluster.most_restoring == 8 and cluster.most_warming == 0
 
+    cluster.most_restoring = 0
     cluster.wipe_and_rejoin(3)
     cluster.settle()
+    # Nothing was lost: 3 gets its share of actives and standbys through warmups only, `budget` at once.
+    assert cluster.most_restoring == cluster.most_warming == budget
     assert cluster.actives() == {1: 4, 2: 4, 3: 4}
     assert cluster.standbys() == {1: 4, 2: 4, 3: 4}
     for p in cluster.partitions():
@@ -165,7 +184,7 @@ def test_a_wiped_server_rejoins_without_more_replicas_restoring_at_once_than_the
         assert cluster.racks[p.standbys[0]] != cluster.racks[p.active]
 
 
-def test_a_server_back_wiped_before_it_is_gone_restores_its_own_replicas_and_nothing_new() -> None:
+def test_a_server_back_wiped_before_it_is_gone_restores_its_own_replicas_and_no_new_warmup() -> None:
     budget = 2
     cluster = RestoringCluster({1: "az-a", 2: "az-b", 3: "az-c"}, budget)
     cluster.handle(CreateTableRequest("t", 12, 1, KEY, None))
@@ -176,11 +195,13 @@ def test_a_server_back_wiped_before_it_is_gone_restores_its_own_replicas_and_not
         cluster.round()
     cluster.wipe_and_rejoin(3)
     cluster.round()
-    # Its 8 replicas (4 standbys, and the 4 actives it lost when fenced) all restore: neither thrown away
-    # for the budget (that would only restore them again later) nor joined by anything new meanwhile.
-    assert len(cluster.restoring()) == 8
+    # Its 8 replicas (4 standbys, and the 4 actives it lost when fenced, now warmups to take them back) all
+    # restore: none is thrown away for the budget (that would only restore it again later). The 4
+    # partitions it was active for have one in-sync copy and a warmup, which is not a standby: each gets a
+    # standby on the third server at once. No new warmup starts while 4 are under way over the budget.
+    assert len(cluster.restoring()) == 12 and len(cluster.warming()) == 4
     cluster.settle()
-    assert cluster.most_restoring == 8
+    assert cluster.most_restoring == 12 and cluster.most_warming == 4
     assert cluster.actives() == {1: 4, 2: 4, 3: 4} and cluster.standbys() == {1: 4, 2: 4, 3: 4}
     for p in cluster.partitions():
         assert len(p.replicas) == 2 and set(p.isr) == set(p.replicas) and p.warmups == (), p

@@ -6,8 +6,8 @@ active actually goes there depends on lags:
 - target caught up (lag <= acceptable.recovery.lag): the active goes to the target;
 - target not caught up, someone else is: a caught-up server keeps (or takes) the active, preferring
   the previous active, and the target gets a *warmup* replica if the cluster-wide warmup budget allows
-  (shared with standbys that restore, see restoring.py); a later assignment promotes the warmup once
-  it has caught up;
+  (shared with standbys' warmups, not with standbys, see restoring.py); a later assignment promotes
+  the warmup once it has caught up;
 - nobody caught up: the most caught-up server takes it (lowest lag; the target wins ties, then the
   previous active), again with a warmup on the target when that is someone else. With no lag report
   at all (a new table) the target simply takes it.

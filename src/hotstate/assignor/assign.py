@@ -7,8 +7,9 @@ Order of decisions (Kafka Streams' HighAvailabilityTaskAssignor):
 3. KIP-708: standby targets spread over tag values, first standbys before second ones, balanced;
 4. KIP-925 for standbys: cheaper servers within the same tag class only (spread first);
 5. KIP-441 for standbys: a standby whose target is not caught up stays on a caught-up server while the
-   target warms up; every replica that restores (warmups, standbys on servers without the data) shares
-   max_warmup_replicas (restoring.py).
+   target warms up. max_warmup_replicas bounds only the warmups (for actives and standbys); a standby
+   that rebuilds a lost copy is always placed, so a partition never runs below its standbys while a
+   server could host one (restoring.py).
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ from hotstate.assignor.cost import CostModel, actives_cost, cross_rack_count, mo
 from hotstate.assignor.errors import AssignorInternalError
 from hotstate.assignor.explain import (
     active_reason,
+    refused_target_standby_reason,
     standby_reasons,
     standby_shortfall_notes,
-    waiting_standby_notes,
     warmup_reason,
 )
 from hotstate.assignor.model import (
@@ -39,7 +40,13 @@ from hotstate.assignor.model import (
     Table,
 )
 from hotstate.assignor.problem import Lags, Previous, Problem, build_problem
-from hotstate.assignor.restoring import grant, plan_standbys, restore_requests, settle_slot
+from hotstate.assignor.restoring import (
+    grant,
+    plan_standbys,
+    settle_slot,
+    standby_on_refused_target,
+    warmup_requests,
+)
 from hotstate.assignor.standby_flow import optimize_standbys
 from hotstate.assignor.standbys import place_standbys, tag_classes
 
@@ -119,10 +126,11 @@ def assign(
     choices = choose_actives(problem, targets)
     actives = [c.active for c in choices]
     # Standby targets keep clear of every warmup an active wants, granted or not: which are granted is
-    # decided together with the standbys' own restores, below.
+    # decided together with the standbys' warmups, below. A refused target that a partition short of
+    # standbys needs takes one after (standby_on_refused_target).
     wanted_warmups = warmups_by_partition(choices)
 
-    slots, wanted = place_standbys(problem, actives, wanted_warmups)
+    slots, _ = place_standbys(problem, actives, wanted_warmups)
     kip708 = [[slot.server for slot in row] for row in slots]
     if problem.config.rack_aware_assignment_strategy == "none":
         standby_targets = kip708
@@ -138,17 +146,25 @@ def assign(
         plan_standbys(problem, p, standby_targets[p], actives[p], wanted_warmups[p])
         for p in range(len(problem.partitions))
     ]
-    granted = grant(restore_requests(problem, choices, plans), problem.config.max_warmup_replicas)
+    granted = grant(warmup_requests(problem, choices, plans), problem.config.max_warmup_replicas)
     warmups = warmups_by_partition(choices, granted)
     outcomes = [[settle_slot(p, plan, granted) for plan in row] for p, row in enumerate(plans)]
+    extra = [
+        standby_on_refused_target(problem, p, choices[p], granted, len(row)) for p, row in enumerate(plans)
+    ]
+    placed = [len(row) + (x is not None) for row, x in zip(plans, extra, strict=True)]
 
     reasons: list[ReplicaReason] = []
     partitions = {}
     for p, pid in enumerate(problem.partitions):
         reasons.append(active_reason(problem, model, p, choices[p], bool(warmups[p])))
         reasons.extend(standby_reasons(problem, model, p, actives[p], slots[p], outcomes[p]))
+        standbys = [o.server for o in outcomes[p]]
+        x = extra[p]
+        if x is not None:
+            reasons.append(refused_target_standby_reason(problem, model, p, [actives[p], *standbys], x))
+            standbys.append(x)
         reasons.extend(warmup_reason(problem, model, p, s) for s in warmups[p])
-        standbys = [o.server for o in outcomes[p] if o.server is not None]
         standby_warmups = [o.plan.target for o in outcomes[p] if o.warmup]
         partitions[pid] = Placement(
             active=problem.server_ids[actives[p]],
@@ -159,8 +175,7 @@ def assign(
         replicas=tuple(reasons),
         notes=(
             *problem.notes,
-            *standby_shortfall_notes(problem, wanted),
-            *waiting_standby_notes(problem, outcomes),
+            *standby_shortfall_notes(problem, placed),
         ),
         warnings=problem.warnings,
         cost=CostSummary(

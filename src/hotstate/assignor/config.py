@@ -40,9 +40,10 @@ class AssignorConfig:
 
     - ``acceptable_recovery_lag`` (``acceptable.recovery.lag``, default 10000): a replica whose offset
       lag is at most this is *caught up* and may take the active at once (KIP-441).
-    - ``max_warmup_replicas`` (``max.warmup.replicas``, default 2): replicas restoring in the whole
-      cluster at one time: warmups (for actives and standbys) and standbys on servers that are not
-      caught up; bounds the restore traffic of a rebalance (restoring.py).
+    - ``max_warmup_replicas`` (``max.warmup.replicas``, default 2): warmups in the whole cluster at
+      one time, the extra replicas that move an active or a standby to its balanced target; bounds the
+      restore traffic of a rebalance. Standbys that rebuild a lost copy are always assigned, as in Kafka
+      Streams (restoring.py).
     - ``num_standby_replicas`` (``num.standby.replicas``, default 1): standbys per partition for tables
       that do not set their own. (Kafka's default is 0; hotstate exists for high availability.)
     - ``rack_aware_assignment_tags`` (``rack.aware.assignment.tags``, default ``("rack",)``): tag keys

@@ -25,6 +25,9 @@ REASONS: Final[dict[str, str]] = {
     "least_loaded": "standby on the least loaded server; no tag key had an unused value",
     "standby_held_for_warmup": "standby kept on a caught-up server while its balanced target warms up",
     "standby_warmup": "warmup on a standby's balanced target; takes the standby once caught up",
+    "standby_on_warmup_target": (
+        "standby on the active's balanced target, whose warmup waits for the budget: the only server left"
+    ),
 }
 
 
@@ -123,11 +126,12 @@ def standby_reason(
     )
 
 
-def _restore_text(problem: Problem, p: int, s: int) -> str:
+def _restore_text(problem: Problem, p: int, s: int, warmup: bool) -> str:
+    budget = f"max_warmup_replicas={problem.config.max_warmup_replicas}"
     return (
         f"restores ({_lag_text(lag_of(problem.lags[p], s))} > acceptable "
-        f"{problem.config.acceptable_recovery_lag}; counts against "
-        f"max_warmup_replicas={problem.config.max_warmup_replicas})"
+        f"{problem.config.acceptable_recovery_lag}; "
+        + (f"counts against {budget})" if warmup else f"rebuilds a lost copy, not limited by {budget})")
     )
 
 
@@ -135,7 +139,6 @@ def _held_standby_reason(
     problem: Problem, model: CostModel, p: int, earlier: Sequence[int], outcome: StandbyOutcome
 ) -> ReplicaReason:
     keeper = outcome.server
-    assert keeper is not None
     tag_keys = problem.config.rack_aware_assignment_tags
     used = used_values([problem.vectors[x] for x in earlier], len(tag_keys))
     level = spread_level(spread_score(problem.vectors[keeper], used), len(tag_keys))
@@ -149,7 +152,7 @@ def _held_standby_reason(
         reason="standby_held_for_warmup",
         detail=(
             f"caught up (lag {_lag_text(lag_of(problem.lags[p], keeper))}); balanced target {target} "
-            f"{_restore_text(problem, p, outcome.plan.target)} and {waits}; {level} spread; {cost_text}"
+            f"{_restore_text(problem, p, outcome.plan.target, True)} and {waits}; {level} spread; {cost_text}"
         ),
         cost=cost,
         spread=level,
@@ -165,7 +168,7 @@ def _standby_warmup_reason(problem: Problem, model: CostModel, p: int, s: int) -
         role="warmup",
         reason="standby_warmup",
         detail=(
-            f"a standby's balanced target, {_restore_text(problem, p, s)}; "
+            f"a standby's balanced target, {_restore_text(problem, p, s, True)}; "
             f"takes the standby once caught up; {cost_text}"
         ),
         cost=cost,
@@ -185,12 +188,10 @@ def standby_reasons(
     out: list[ReplicaReason] = []
     placed = [active]
     for slot, outcome in zip(slots, outcomes, strict=True):
-        if outcome.server is None:
-            continue  # waiting for the budget: said once per table in the notes
         if outcome.server == outcome.plan.target:
             reason = standby_reason(problem, model, p, slot, outcome.server)
             if outcome.plan.restores:
-                extra = _restore_text(problem, p, outcome.server)
+                extra = _restore_text(problem, p, outcome.server, False)
                 reason = replace(reason, detail=f"{reason.detail}; {extra}")
             out.append(reason)
         else:
@@ -201,19 +202,27 @@ def standby_reasons(
     return out
 
 
-def waiting_standby_notes(problem: Problem, outcomes: Sequence[Sequence[StandbyOutcome]]) -> list[str]:
-    """One note per table with standbys not placed yet because the restore budget is spent."""
-    waiting: dict[str, int] = {}
-    for p, row in enumerate(outcomes):
-        n = sum(1 for o in row if o.server is None)
-        if n:
-            table = problem.table_names[problem.table_of[p]]
-            waiting[table] = waiting.get(table, 0) + n
-    return [
-        f"table {table!r}: {n} standbys wait: no caught-up server was free for them and "
-        f"max_warmup_replicas={problem.config.max_warmup_replicas} replicas restore already"
-        for table, n in sorted(waiting.items())
-    ]
+def refused_target_standby_reason(
+    problem: Problem, model: CostModel, p: int, earlier: Sequence[int], s: int
+) -> ReplicaReason:
+    """The standby on an active's balanced target whose warmup was refused (restoring.py, rule 7)."""
+    tag_keys = problem.config.rack_aware_assignment_tags
+    used = used_values([problem.vectors[x] for x in earlier], len(tag_keys))
+    level = spread_level(spread_score(problem.vectors[s], used), len(tag_keys))
+    cost, cost_text = _cost(problem, model, "standby", p, s)
+    return ReplicaReason(
+        partition=problem.partitions[p],
+        server=problem.server_ids[s],
+        role="standby",
+        reason="standby_on_warmup_target",
+        detail=(
+            f"the active's balanced target, its warmup waiting for a slot; every other server holds a "
+            f"replica, so the missing standby goes here and {_restore_text(problem, p, s, False)}; "
+            f"takes the active once caught up; {level} spread; {cost_text}"
+        ),
+        cost=cost,
+        spread=level,
+    )
 
 
 def standby_shortfall_notes(problem: Problem, wanted: Sequence[int]) -> list[str]:

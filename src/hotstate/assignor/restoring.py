@@ -1,9 +1,11 @@
-"""KIP-441 for standbys, and one budget for every replica that restores (Kafka Streams' TaskMovement).
+"""KIP-441 for standbys, and the warmup budget for moves (Kafka Streams' TaskMovement).
 
 The balanced placement says where replicas should end up: a *target* for every active, and (KIP-708
 spread, KIP-925 cost) a target for every standby slot. Whether a replica goes there now depends on lags,
-as for actives: a replica *restores* when its server is not caught up for its partition, and restoring
-is what ``max_warmup_replicas`` limits. Rules, each in its own function below:
+as for actives: a replica *restores* when its server is not caught up for its partition. As in Kafka
+Streams, ``max_warmup_replicas`` bounds only the *warmups*, the extra replicas that move an active or a
+standby to its balanced target; configured standbys are always assigned, so a partition never runs
+below its standbys while a server could host one. Rules, each in its own function below:
 
 1. ``has_state``: a partition nobody reported a lag for and without a previous active is new (a table
    just created): every replica starts empty and in sync, so placing it restores nothing and is not
@@ -15,18 +17,19 @@ is what ``max_warmup_replicas`` limits. Rules, each in its own function below:
    standbys are sticky), then the lowest lag. The target gets a warmup instead, within the budget; once
    it has caught up, a later assignment puts the standby there and drops the keeper's copy.
 4. ``plan_standbys``: per standby slot, the target itself (caught up, or the partition is new), or a
-   keeper plus a warmup on the target, or (no caught-up server is free) a standby restoring on the
-   target, which also needs the budget.
-5. ``grant``: active warmups, standby warmups and restoring standbys share ``max_warmup_replicas``.
-   Restores already under way (the server held a replica of the partition) are never cut for the
-   budget: abandoning them throws away their progress, and a follower that merely fell out of the ISR
-   would lose its copy; they count first. New restores start only while the total stays within the
-   budget: a standby that restores the partition's redundancy (no caught-up server was free) before an
-   active warmup before a standby warmup (balance), then the lowest lag, then partition order.
-
-A request that is not granted waits for a later assignment: an active stays where it is, a standby
-stays on its keeper, and a standby without a keeper is not placed yet (the partition has one standby
-fewer for now, with a note).
+   keeper plus a warmup on the target, or (no caught-up server is free: the partition lost a copy) a
+   standby restoring on the target. That standby is not a warmup: it is placed whatever the budget.
+5. ``grant``: active warmups and standby warmups share ``max_warmup_replicas``. Warmups already under
+   way (the server held a replica of the partition) are never cut for the budget: abandoning them
+   throws away their progress, and a follower that merely fell out of the ISR would lose its copy; they
+   count first. New warmups start only while the total stays within the budget: an active's before a
+   standby's, then the lowest lag, then partition order.
+6. ``settle_slot``: a warmup that is not granted waits for a later assignment; its standby stays on the
+   keeper meanwhile. A standby restoring a lost copy is never held back.
+7. ``standby_on_refused_target``: standby targets keep clear of the server an active wants to warm up
+   on. When that warmup is refused and the partition is short of standbys (it needs every server), the
+   refused target takes the missing standby, restoring: it needs the copy anyway, and once caught up it
+   can take the active with no warmup (Kafka Streams' standby/active swap).
 """
 
 from __future__ import annotations
@@ -38,9 +41,9 @@ from typing import Final, Literal
 from hotstate.assignor.actives import ActiveChoice, lag_of
 from hotstate.assignor.problem import Problem
 
-RestoreKind = Literal["standby", "active_warmup", "standby_warmup"]
-# Lower first: redundancy before balance, and the active's balance before the standbys'.
-KIND_RANK: Final[dict[RestoreKind, int]] = {"standby": 0, "active_warmup": 1, "standby_warmup": 2}
+WarmupKind = Literal["active_warmup", "standby_warmup"]
+# Lower first: the active's balance before the standbys'.
+KIND_RANK: Final[dict[WarmupKind, int]] = {"active_warmup": 0, "standby_warmup": 1}
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,12 +57,12 @@ class StandbyPlan:
 
 
 @dataclass(frozen=True, slots=True)
-class Restore:
-    """A replica that would restore: of ``partition`` on ``server``."""
+class Warmup:
+    """A warmup that would restore ``partition`` on ``server``, to move a replica there."""
 
     partition: int
     server: int
-    kind: RestoreKind
+    kind: WarmupKind
     running: bool
     lag: float
 
@@ -103,28 +106,29 @@ def running(problem: Problem, p: int, s: int) -> bool:
     return s in problem.held[p]
 
 
-def restore_of(problem: Problem, p: int, s: int, kind: RestoreKind) -> Restore:
-    return Restore(p, s, kind, running(problem, p, s), lag_of(problem.lags[p], s))
+def warmup_of(problem: Problem, p: int, s: int, kind: WarmupKind) -> Warmup:
+    return Warmup(p, s, kind, running(problem, p, s), lag_of(problem.lags[p], s))
 
 
-def restore_requests(
+def warmup_requests(
     problem: Problem, choices: Sequence[ActiveChoice], plans: Sequence[Sequence[StandbyPlan]]
-) -> list[Restore]:
-    out = [restore_of(problem, p, c.target, "active_warmup") for p, c in enumerate(choices) if c.wants_warmup]
+) -> list[Warmup]:
+    """The warmups wanted for moves: an active's target that is not caught up, and a standby's target
+    that is not caught up while a keeper holds the standby. A standby without a keeper is no warmup."""
+    out = [warmup_of(problem, p, c.target, "active_warmup") for p, c in enumerate(choices) if c.wants_warmup]
     for p, row in enumerate(plans):
         for plan in row:
-            if plan.restores:
-                kind: RestoreKind = "standby" if plan.keeper is None else "standby_warmup"
-                out.append(restore_of(problem, p, plan.target, kind))
+            if plan.restores and plan.keeper is not None:
+                out.append(warmup_of(problem, p, plan.target, "standby_warmup"))
     return out
 
 
-def priority(r: Restore) -> tuple[int, int, float, int, int]:
+def priority(r: Warmup) -> tuple[int, int, float, int, int]:
     return (0 if r.running else 1, KIND_RANK[r.kind], r.lag, r.partition, r.server)
 
 
-def grant(requests: Iterable[Restore], budget: int) -> set[tuple[int, int]]:
-    """(partition, server) of the requests that restore now: every running one, then new ones in
+def grant(requests: Iterable[Warmup], budget: int) -> set[tuple[int, int]]:
+    """(partition, server) of the warmups that start or go on now: every running one, then new ones in
     priority order while the total stays within ``budget``."""
     granted: set[tuple[int, int]] = set()
     for r in sorted(requests, key=priority):
@@ -135,17 +139,29 @@ def grant(requests: Iterable[Restore], budget: int) -> set[tuple[int, int]]:
 
 @dataclass(frozen=True, slots=True)
 class StandbyOutcome:
-    """Where one slot's standby is now (None: not placed yet) and whether its target warms up."""
+    """Where one slot's standby is now and whether its target warms up."""
 
     plan: StandbyPlan
-    server: int | None
+    server: int
     warmup: bool
 
 
 def settle_slot(p: int, plan: StandbyPlan, granted: Collection[tuple[int, int]]) -> StandbyOutcome:
-    if not plan.restores:
+    if plan.keeper is None:
+        # On its target: caught up, new, or restoring a lost copy, which the budget never holds back.
         return StandbyOutcome(plan, plan.target, False)
-    allowed = (p, plan.target) in granted
-    if plan.keeper is not None:
-        return StandbyOutcome(plan, plan.keeper, allowed)
-    return StandbyOutcome(plan, plan.target if allowed else None, False)
+    return StandbyOutcome(plan, plan.keeper, (p, plan.target) in granted)
+
+
+def standby_on_refused_target(
+    problem: Problem, p: int, choice: ActiveChoice, granted: Collection[tuple[int, int]], placed: int
+) -> int | None:
+    """The server that takes a missing standby of ``p`` because its active's warmup was refused.
+
+    Standby targets keep clear of an active's wanted warmup; with ``placed`` standbys fewer than asked,
+    every other server already holds one, so only that target is left, and it is free when its warmup
+    is refused. It restores there as a standby, whatever the budget."""
+    refused = choice.wants_warmup and (p, choice.target) not in granted
+    if refused and placed < problem.standbys_asked[p]:
+        return choice.target
+    return None

@@ -495,7 +495,8 @@ _PLACEMENT: Final = (
         unit="replicas",
         doc=(
             "The most warmup replicas in the whole cluster at one time, which bounds the extra copying "
-            "traffic of a reassignment."
+            "traffic of a reassignment: the replicas that move an active or a standby to a new server. "
+            "Standbys that rebuild a lost copy are not warmups and are never held back."
         ),
     ),
     Setting(
