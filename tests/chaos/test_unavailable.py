@@ -21,7 +21,9 @@ def test_a_missing_tool_is_named_with_its_package(monkeypatch: pytest.MonkeyPatc
     assert reason is not None and "`ip` is not installed (Debian package iproute2" in reason
 
 
-def test_the_command_refuses_with_the_reason(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+def test_the_command_refuses_with_the_reason(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setattr(run, "unavailable_reason", lambda: "network namespaces need root")
     assert run.main(["--schedules", "1"]) == 2
     assert "cannot run the chaos schedules: network namespaces need root" in capsys.readouterr().err

@@ -10,11 +10,15 @@ from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.controller.requests import ControllerError
 from hotstate.spark.api import parse_cluster
 
+from .conftest import StartCluster
+
 KEY = (KeyColumn("user", KeyType.STRING),)
 ROWS = [{"user": f"u{i}", "clicks": i} for i in range(10)]
 
 
-def test_admin_writer_and_query_clients_work_from_one_server_or_a_reversed_subset(start_cluster) -> None:
+def test_admin_writer_and_query_clients_work_from_one_server_or_a_reversed_subset(
+    start_cluster: StartCluster,
+) -> None:
     running = start_cluster(3)
     cluster = running.cluster
     rpc = {s.node_id: ("127.0.0.1", s.rpc_port) for s in cluster.servers}

@@ -13,6 +13,8 @@ from hotstate.client.admin import AdminClient
 from hotstate.sim.history import HistoryRecorder
 from hotstate.sim.linearizability import TableSetModel, check
 
+from .conftest import StartCluster
+
 NAMES = ("a", "b", "c", "d")
 CLIENTS = 4
 DURATION_S = 9.0
@@ -44,7 +46,7 @@ async def client(cluster, client_id: int, recorder: HistoryRecorder, stop: float
     return done
 
 
-def test_table_operations_are_linearizable_while_leaders_are_killed(start_cluster) -> None:
+def test_table_operations_are_linearizable_while_leaders_are_killed(start_cluster: StartCluster) -> None:
     running = start_cluster(3)
     cluster = running.cluster
     recorder: HistoryRecorder = HistoryRecorder()

@@ -20,6 +20,8 @@ from hotstate.routing.heartbeat import HeartbeatConfig
 from hotstate.server.config import render_toml
 from hotstate.server.liveness import LivenessConfig
 
+from .conftest import RunningCluster, StartCluster
+
 KEY = (KeyColumn("user", KeyType.STRING),)
 
 
@@ -28,7 +30,7 @@ def _http(cluster: LocalCluster, node: int) -> str:
     return f"http://127.0.0.1:{server.http_port}"
 
 
-async def _setup(running, table: str, partitions: int, standbys: int, rows: int) -> None:
+async def _setup(running: RunningCluster, table: str, partitions: int, standbys: int, rows: int) -> None:
     cluster = running.cluster
     async with cluster.admin(request_timeout_s=2.0) as admin:
         reply = await admin.create_table(
@@ -77,7 +79,7 @@ def _lags_known(base: str, table: str, nodes: set[int]) -> bool:
 
 
 def test_a_standby_answers_when_the_active_is_down_and_the_most_caught_up_one_is_chosen(
-    start_cluster,
+    start_cluster: StartCluster,
 ) -> None:
     running = start_cluster(3)
     cluster = running.cluster
@@ -132,7 +134,7 @@ def test_a_standby_answers_when_the_active_is_down_and_the_most_caught_up_one_is
     assert served["state"] in ("standby", "active")
 
 
-def test_every_replica_over_the_bound_gives_an_error_naming_each_reason(start_cluster) -> None:
+def test_every_replica_over_the_bound_gives_an_error_naming_each_reason(start_cluster: StartCluster) -> None:
     # (c) The active killed, the standby stopped (down): a 503 naming the partition and each reason.
     running = start_cluster(3)
     cluster = running.cluster
@@ -161,7 +163,9 @@ def test_every_replica_over_the_bound_gives_an_error_naming_each_reason(start_cl
         running.kill(standby, signal.SIGCONT)
 
 
-def test_kill_9_the_busiest_active_while_4_clients_query_for_20s_no_query_fails(start_cluster) -> None:
+def test_kill_9_the_busiest_active_while_4_clients_query_for_20s_no_query_fails(
+    start_cluster: StartCluster,
+) -> None:
     running = start_cluster(3)
     cluster = running.cluster
     running.run(_setup(running, "clicks", partitions=6, standbys=1, rows=3000))
@@ -225,7 +229,7 @@ def test_kill_9_the_busiest_active_while_4_clients_query_for_20s_no_query_fails(
     assert marked_down is not None and marked_down < 1.0
 
 
-def test_a_restarted_active_answers_within_the_bound(start_cluster) -> None:
+def test_a_restarted_active_answers_within_the_bound(start_cluster: StartCluster) -> None:
     running = start_cluster(3)
     cluster = running.cluster
     running.run(_setup(running, "solo", partitions=1, standbys=0, rows=500))
@@ -249,7 +253,7 @@ def test_a_restarted_active_answers_within_the_bound(start_cluster) -> None:
     _wait(answered_as_active, 20.0, "the restarted active to answer")
 
 
-def test_each_mistake_gets_its_clear_4xx(start_cluster) -> None:
+def test_each_mistake_gets_its_clear_4xx(start_cluster: StartCluster) -> None:
     running = start_cluster(3)
     cluster = running.cluster
     running.run(_setup(running, "clicks", partitions=2, standbys=1, rows=10))
@@ -278,7 +282,9 @@ def test_each_mistake_gets_its_clear_4xx(start_cluster) -> None:
     assert asyncio.iscoroutinefunction(_setup)
 
 
-def test_a_server_that_looks_down_by_heartbeats_still_answers_what_only_it_can_serve(start_cluster) -> None:
+def test_a_server_that_looks_down_by_heartbeats_still_answers_what_only_it_can_serve(
+    start_cluster: StartCluster,
+) -> None:
     """A heartbeat flap, made permanent: server 3 sends its heartbeats a minute apart, so its peers judge it
     down within a second while it runs and serves. A query for a partition whose only replica it holds is
     still answered through the others (tried last, not dropped), where it used to be a 503 naming it down."""

@@ -10,6 +10,7 @@ from collections import Counter
 
 from hotstate.client.writer import WriteError
 
+from .conftest import StartCluster
 from .test_replication import Probe, _create, _writer
 
 
@@ -25,7 +26,9 @@ async def _wait_placement(probe: Probe, node: int, table: str, done, what: str, 
         await asyncio.sleep(0.1)
 
 
-def test_a_joining_server_takes_its_share_and_a_server_gone_for_good_is_replaced(start_cluster) -> None:
+def test_a_joining_server_takes_its_share_and_a_server_gone_for_good_is_replaced(
+    start_cluster: StartCluster,
+) -> None:
     running = start_cluster(3, hold=(3,), broker_removal_delay_ms=4000)
 
     async def scenario() -> None:

@@ -26,13 +26,15 @@ from hotstate.replica.messages import (
 from hotstate.replica.rows import decode_row
 from hotstate.rpc import PeerPool
 
+from .conftest import RunningCluster, StartCluster
+
 KEY = (KeyColumn("user", KeyType.STRING),)
 
 
 class Probe:
     """Asks servers directly, by node id (the local cluster numbers them 1..N)."""
 
-    def __init__(self, running) -> None:
+    def __init__(self, running: RunningCluster) -> None:
         cluster = running.cluster
         self.pool = PeerPool(0, cluster.cluster_id, cluster.secret, MESSAGES, backoff_max=0.2)
         self.pool.update({s.node_id: ("127.0.0.1", s.rpc_port) for s in cluster.servers})
@@ -99,7 +101,7 @@ class Probe:
             await asyncio.sleep(0.1)
 
 
-async def _create(running, name: str, partitions: int, standbys: int) -> None:
+async def _create(running: RunningCluster, name: str, partitions: int, standbys: int) -> None:
     async with running.cluster.admin(request_timeout_s=2.0) as admin:
         reply = await admin.create_table(
             name, partitions=partitions, standby_replicas=standbys, key_columns=KEY
@@ -107,12 +109,12 @@ async def _create(running, name: str, partitions: int, standbys: int) -> None:
         assert reply.error is ControllerError.NONE, reply
 
 
-def _writer(running, table: str) -> TableWriter:
+def _writer(running: RunningCluster, table: str) -> TableWriter:
     cluster = running.cluster
     return TableWriter(cluster.addresses(), table, cluster_id=cluster.cluster_id, secret=cluster.secret)
 
 
-def test_kill_9_an_active_under_acks_all_writes_loses_no_acked_write(start_cluster) -> None:
+def test_kill_9_an_active_under_acks_all_writes_loses_no_acked_write(start_cluster: StartCluster) -> None:
     running = start_cluster(3)
 
     async def scenario() -> None:
@@ -197,7 +199,7 @@ def test_kill_9_an_active_under_acks_all_writes_loses_no_acked_write(start_clust
     running.run(scenario())
 
 
-def test_a_full_restart_resumes_every_store_at_its_position(start_cluster) -> None:
+def test_a_full_restart_resumes_every_store_at_its_position(start_cluster: StartCluster) -> None:
     running = start_cluster(3)
 
     async def before() -> dict[tuple[int, int], int]:
@@ -242,7 +244,7 @@ def test_a_full_restart_resumes_every_store_at_its_position(start_cluster) -> No
         assert sorted(opened[4:]) == sorted(p for (n, _), p in positions.items() if n == server.node_id)
 
 
-def test_a_follower_behind_the_log_start_is_rebuilt_from_a_snapshot(start_cluster) -> None:
+def test_a_follower_behind_the_log_start_is_rebuilt_from_a_snapshot(start_cluster: StartCluster) -> None:
     running = start_cluster(3, replica=ReplicaConfig(log_retention_records=200))
 
     async def scenario() -> None:
@@ -275,7 +277,7 @@ def test_a_follower_behind_the_log_start_is_rebuilt_from_a_snapshot(start_cluste
     ), logs[-3000:]
 
 
-def test_produce_answers_each_mistake_with_its_typed_error(start_cluster) -> None:
+def test_produce_answers_each_mistake_with_its_typed_error(start_cluster: StartCluster) -> None:
     from hotstate.replica.keys import encode_key, partition_for
     from hotstate.replica.messages import MetadataForKeyRequest, MetadataForKeyResponse, ProduceRequest
     from hotstate.replica.rows import encode_row
@@ -355,7 +357,7 @@ def test_produce_answers_each_mistake_with_its_typed_error(start_cluster) -> Non
     running.run(scenario())
 
 
-def test_sigstop_of_the_metadata_leader_takes_no_partition_offline(start_cluster) -> None:
+def test_sigstop_of_the_metadata_leader_takes_no_partition_offline(start_cluster: StartCluster) -> None:
     """Found under load: heartbeats forwarded to the stopped leader hung for 5 s, so the next controller
     fenced every server (itself too) and every partition went offline for seconds."""
     running = start_cluster(3)
@@ -399,7 +401,9 @@ def test_sigstop_of_the_metadata_leader_takes_no_partition_offline(start_cluster
     running.run(scenario())
 
 
-def test_a_produce_per_server_carries_its_partitions_and_answers_each_on_its_own(start_cluster) -> None:
+def test_a_produce_per_server_carries_its_partitions_and_answers_each_on_its_own(
+    start_cluster: StartCluster,
+) -> None:
     """The writer sends one message per server for all the partitions it leads (ProducePartitionsRequest),
     and each part of one is checked, written and answered as its own ProduceRequest would be."""
     from hotstate.replica.keys import encode_key, partition_for

@@ -15,6 +15,8 @@ from hotstate.client.writer import TableWriter
 from hotstate.controller.records import ValueColumn
 from hotstate.controller.requests import ControllerError
 
+from .conftest import StartCluster
+
 
 def _error(response: httpx.Response, status: int, code: int, *texts: str) -> None:
     assert response.status_code == status, (response.status_code, response.text)
@@ -25,7 +27,7 @@ def _error(response: httpx.Response, status: int, code: int, *texts: str) -> Non
         assert text in body["message"], body
 
 
-def test_create_list_drop_and_every_refusal_over_http(start_cluster) -> None:
+def test_create_list_drop_and_every_refusal_over_http(start_cluster: StartCluster) -> None:
     running = start_cluster(3)
     cluster = running.cluster
     bases = [f"http://127.0.0.1:{s.http_port}" for s in cluster.servers]
@@ -124,7 +126,9 @@ async def _write(cluster, rows: list[dict[str, object]], table: str = "clicks") 
         await writer.upsert(rows)
 
 
-def test_a_query_answer_converts_to_arrow_and_pandas_with_the_tables_key_types(start_cluster) -> None:
+def test_a_query_answer_converts_to_arrow_and_pandas_with_the_tables_key_types(
+    start_cluster: StartCluster,
+) -> None:
     running = start_cluster(3)
     cluster = running.cluster
     servers = [f"127.0.0.1:{s.http_port}" for s in cluster.servers]

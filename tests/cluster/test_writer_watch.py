@@ -22,10 +22,12 @@ from hotstate.replica.messages import ReplicaError, TableMetadataRequest, TableM
 from hotstate.replica.rows import MAX_NESTING
 from hotstate.rpc import PeerPool
 
+from .conftest import RunningCluster, StartCluster
+
 KEY = (KeyColumn("user", KeyType.STRING),)
 
 
-async def _create(running, name: str, partitions: int, standbys: int) -> None:
+async def _create(running: RunningCluster, name: str, partitions: int, standbys: int) -> None:
     async with running.cluster.admin(request_timeout_s=2.0) as admin:
         reply = await admin.create_table(
             name, partitions=partitions, standby_replicas=standbys, key_columns=KEY
@@ -33,7 +35,7 @@ async def _create(running, name: str, partitions: int, standbys: int) -> None:
         assert reply.error is ControllerError.NONE, reply
 
 
-def _writer(running, table: str, servers: list[tuple[str, int]] | None = None) -> TableWriter:
+def _writer(running: RunningCluster, table: str, servers: list[tuple[str, int]] | None = None) -> TableWriter:
     cluster = running.cluster
     return TableWriter(
         servers or cluster.addresses(), table, cluster_id=cluster.cluster_id, secret=cluster.secret
@@ -51,7 +53,9 @@ def _nested(depth: int) -> object:
     return value
 
 
-def test_rows_that_can_never_be_written_fail_at_once_naming_the_row_and_the_limit(start_cluster) -> None:
+def test_rows_that_can_never_be_written_fail_at_once_naming_the_row_and_the_limit(
+    start_cluster: StartCluster,
+) -> None:
     running = start_cluster(1)
 
     async def scenario() -> None:
@@ -83,7 +87,9 @@ def _stats(writer: TableWriter):
     return dataclasses.replace(writer.stats)
 
 
-def test_after_kill_9_of_an_active_the_writer_learns_the_new_active_from_its_watch(start_cluster) -> None:
+def test_after_kill_9_of_an_active_the_writer_learns_the_new_active_from_its_watch(
+    start_cluster: StartCluster,
+) -> None:
     running = start_cluster(3)
     leader = running.leader()
 
@@ -117,7 +123,7 @@ def test_after_kill_9_of_an_active_the_writer_learns_the_new_active_from_its_wat
 
 
 def test_a_produce_hanging_on_a_paused_active_is_moved_when_the_watch_shows_the_new_active(
-    start_cluster,
+    start_cluster: StartCluster,
 ) -> None:
     running = start_cluster(3)
     leader = running.leader()
@@ -149,7 +155,7 @@ async def _ask_metadata(pool: PeerPool, node: int, table: str) -> TableMetadataR
     return reply
 
 
-def test_a_restarted_server_says_not_ready_until_its_metadata_caught_up(start_cluster) -> None:
+def test_a_restarted_server_says_not_ready_until_its_metadata_caught_up(start_cluster: StartCluster) -> None:
     running = start_cluster(3)
     cluster = running.cluster
     server1 = running.server(1)

@@ -28,8 +28,11 @@ from hotstate.raft.records import Entry
 from hotstate.replica.messages import (
     PartitionRows,
     ProducePartitionsRequest,
+    ProducePartitionsResponse,
     ProduceRequest,
+    ProduceResponse,
     QueryPartitionsRequest,
+    QueryPartitionsResponse,
     ReplicaError,
     TableMetadataRequest,
 )
@@ -88,7 +91,7 @@ def test_not_ready_until_the_image_holds_this_incarnations_registration() -> Non
     log.commit(*create("t", 1))
     log.commit(register(1, "my-previous-life"))  # the previous process's registration does not count
     log.commit(register(2, "me"))  # nor another server's
-    assert pub.not_ready() is not None and not pub.caught_up
+    assert pub.not_ready() is not None and [pub.caught_up] == [False]  # (a list: no narrowing to False)
     log.commit(register(1, "me"))
     assert pub.not_ready() is None and pub.caught_up
     # Sticky: fenced, or registered again by a later incarnation's stale view, it stays caught up.
@@ -113,8 +116,10 @@ def test_a_not_ready_server_refuses_table_metadata_produce_and_partition_queries
 
     asyncio.run(ask())
     produce = not_ready_answer(ProduceRequest("t", 0, 1, (b"\x80",)), "starting")
+    assert isinstance(produce, ProduceResponse)
     assert produce.error is ReplicaError.NOT_READY and produce.message == "starting"
     query = not_ready_answer(QueryPartitionsRequest(()), "starting")
+    assert isinstance(query, QueryPartitionsResponse)
     assert query.answers == ()
 
 
@@ -124,6 +129,7 @@ def test_a_not_ready_server_refuses_every_part_of_a_multi_partition_produce() ->
     )
     assert isinstance(request, NOT_READY_REFUSES)
     answer = not_ready_answer(request, "starting")
+    assert isinstance(answer, ProducePartitionsResponse)
     assert [(a.error, a.message) for a in answer.answers] == [(ReplicaError.NOT_READY, "starting")] * 2
 
 

@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from pyspark.sql import SparkSession
 
 import hotstate
 import hotstate.spark as hs
+from cluster.conftest import RunningCluster, StartCluster
 from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.replica.keys import encode_key, partition_for
 from hotstate.replica.rows import encode_row
@@ -27,7 +29,7 @@ from spark.streams import SCHEMA, clicks, drop_file, recompute, table, wait_equa
 pytestmark = pytest.mark.xdist_group("spark")
 
 
-def _materialize(running, df, name: str, checkpoint: Path, **kwargs):
+def _materialize(running: RunningCluster, df, name: str, checkpoint: Path, **kwargs):
     cluster = running.cluster
     options: dict = {"partitions": 4, "standby_replicas": 1}
     options.update(kwargs)
@@ -52,7 +54,9 @@ def _round(source: Path, round_: int, size: int = 300) -> None:
     drop_file(source, events)
 
 
-def test_materialized_table_equals_a_batch_recomputation(spark, start_cluster, tmp_path: Path) -> None:
+def test_materialized_table_equals_a_batch_recomputation(
+    spark: SparkSession, start_cluster: StartCluster, tmp_path: Path
+) -> None:
     running = start_cluster(3)
     source = tmp_path / "in"
     _round(source, 0)
@@ -70,7 +74,9 @@ def test_materialized_table_equals_a_batch_recomputation(spark, start_cluster, t
         query.stop()
 
 
-def test_the_same_definition_is_a_no_op_and_another_is_an_error(spark, start_cluster, tmp_path: Path) -> None:
+def test_the_same_definition_is_a_no_op_and_another_is_an_error(
+    spark: SparkSession, start_cluster: StartCluster, tmp_path: Path
+) -> None:
     running = start_cluster(1)
     cluster = running.cluster
     schema = spark.readStream.schema(SCHEMA + ", tags ARRAY<STRING>").json(str(tmp_path)).schema
@@ -125,7 +131,9 @@ def test_the_same_definition_is_a_no_op_and_another_is_an_error(spark, start_clu
     ]
 
 
-def test_the_sinks_rack_reaches_the_tables_writer_racks(spark, start_cluster, tmp_path: Path) -> None:
+def test_the_sinks_rack_reaches_the_tables_writer_racks(
+    spark: SparkSession, start_cluster: StartCluster, tmp_path: Path
+) -> None:
     running = start_cluster(1)
     cluster = running.cluster
     (tmp_path / "in").mkdir()
@@ -156,7 +164,7 @@ def test_the_sinks_rack_reaches_the_tables_writer_racks(spark, start_cluster, tm
 
 
 def test_a_bad_row_fails_the_batch_naming_table_column_and_value(
-    spark, start_cluster, tmp_path: Path
+    spark: SparkSession, start_cluster: StartCluster, tmp_path: Path
 ) -> None:
     running = start_cluster(1)
     cluster = running.cluster
@@ -207,12 +215,14 @@ def test_a_bad_row_fails_the_batch_naming_table_column_and_value(
         sink._worker.loop.run_until_complete(writer.upsert_encoded(wrong))
 
 
-def table_rows(running, name: str) -> list[dict]:
+def table_rows(running: RunningCluster, name: str) -> list[dict]:
     with hotstate.Client(f"127.0.0.1:{running.cluster.servers[0].http_port}") as client:
         return client.query(f"SELECT * FROM {name}").dicts()
 
 
-def test_a_query_killed_mid_batch_resumes_from_its_checkpoint(spark, start_cluster, tmp_path: Path) -> None:
+def test_a_query_killed_mid_batch_resumes_from_its_checkpoint(
+    spark: SparkSession, start_cluster: StartCluster, tmp_path: Path
+) -> None:
     """Batch 1 fails in one Spark task after the other's rows were acked (the cluster holds part of it);
     batch 2 is stopped by query.stop() from another thread while one task hangs after its write. Each
     time the query restarted from its checkpoint re-runs the interrupted batch, and the table ends equal
@@ -279,7 +289,7 @@ def test_a_query_killed_mid_batch_resumes_from_its_checkpoint(spark, start_clust
 
 
 def test_kill_9_of_a_server_loses_no_committed_update_and_the_stream_goes_on(
-    spark, start_cluster, tmp_path: Path
+    spark: SparkSession, start_cluster: StartCluster, tmp_path: Path
 ) -> None:
     running = start_cluster(3)
     source = tmp_path / "in"
@@ -321,7 +331,7 @@ def test_kill_9_of_a_server_loses_no_committed_update_and_the_stream_goes_on(
 
 
 def test_min_batch_after_process_all_available_sees_the_batch_from_every_server(
-    spark, start_cluster, tmp_path: Path
+    spark: SparkSession, start_cluster: StartCluster, tmp_path: Path
 ) -> None:
     """A notebook runs a batch and queries its results with a guarantee, not a sleep: each server, asked
     with `min_batch` = the batch Spark just completed, answers with that batch's rows, never an older
@@ -357,7 +367,7 @@ def test_min_batch_after_process_all_available_sees_the_batch_from_every_server(
 
 
 def test_with_http_auth_on_the_table_check_still_reads_the_standby_count(
-    start_cluster, tmp_path: Path
+    start_cluster: StartCluster, tmp_path: Path
 ) -> None:
     """The sink reads GET /v1/tables with the cluster's own token (docs/security.md), so a table made with
     another standby count is still told apart."""

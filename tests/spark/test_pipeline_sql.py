@@ -11,9 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.sql import SparkSession
 from typer.testing import CliRunner
 
 import hotstate
+from cluster.conftest import StartCluster
 from hotstate.cli.main import app
 from hotstate.spark.pipeline import register_source, session_conf, spark_message
 from hotstate.spark.sqlfront import parse_script
@@ -96,7 +98,7 @@ def _one_red_line(result: Any) -> str:
 
 
 def test_a_pipeline_file_materializes_a_table_equal_to_a_batch_recomputation(
-    spark, start_cluster, tmp_path: Path
+    spark: SparkSession, start_cluster: StartCluster, tmp_path: Path
 ) -> None:
     running = start_cluster(3)
     root = running.cluster.root
@@ -206,7 +208,7 @@ BAD = [
 
 @pytest.mark.parametrize(("table", "message", "location"), BAD)
 def test_a_bad_table_is_one_line_with_its_line_number(
-    spark, tmp_path: Path, table: str, message: str, location: str
+    spark: SparkSession, tmp_path: Path, table: str, message: str, location: str
 ) -> None:
     (tmp_path / "clicks").mkdir()
     script = PIPELINE.format(path=tmp_path / "clicks").split("CREATE TABLE")[0] + table
@@ -225,7 +227,7 @@ def test_a_bad_table_is_one_line_with_its_line_number(
     ],
 )
 def test_a_bad_source_is_one_line_with_its_line_number(
-    spark, tmp_path: Path, options: str, message: str
+    spark: SparkSession, tmp_path: Path, options: str, message: str
 ) -> None:
     path = tmp_path / "clicks"
     path.mkdir()
@@ -253,7 +255,7 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
         assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
-def test_rate_and_csv_sources_become_streaming_views(spark, tmp_path: Path) -> None:
+def test_rate_and_csv_sources_become_streaming_views(spark: SparkSession, tmp_path: Path) -> None:
     (tmp_path / "csv").mkdir()
     pipeline = parse_script(
         "CREATE SOURCE ticks WITH (format='rate', rowsPerSecond=10);\n"

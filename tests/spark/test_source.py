@@ -11,9 +11,11 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 
 import hotstate
 import hotstate.spark as hs
+from cluster.conftest import RunningCluster, StartCluster
 from hotstate.spark.sink import config_for_schema, write_rows
 from hotstate.spark.table import TableDefinition, ensure_table, key_columns_for, value_columns_for
 from spark.streams import SCHEMA, clicks, drop_file, recompute, wait_equal
@@ -22,7 +24,7 @@ pytestmark = pytest.mark.xdist_group("spark")
 
 
 @pytest.fixture(autouse=True)
-def _registered(spark) -> None:
+def _registered(spark: SparkSession) -> None:
     hs.register(spark)  # what `import hotstate.spark` does when a session is active already
 
 
@@ -35,7 +37,13 @@ def _written(i: int) -> tuple[object, ...]:
 
 
 def _write_table(
-    spark, running, name: str, count: int, partitions: int = 6, *, declare: bool = False
+    spark: SparkSession,
+    running: RunningCluster,
+    name: str,
+    count: int,
+    partitions: int = 6,
+    *,
+    declare: bool = False,
 ) -> list[tuple[object, ...]]:
     """`count` rows written into a new table with the sink's own code (its Row path: the array column);
     `declare`: its value columns declared as the sink declares them (else none are)."""
@@ -58,12 +66,12 @@ def _write_table(
     return rows
 
 
-def _servers(running, first: int | None = None) -> str:
+def _servers(running: RunningCluster, first: int | None = None) -> str:
     servers = sorted(running.cluster.servers, key=lambda s: s.node_id != first)
     return ",".join(f"127.0.0.1:{s.http_port}" for s in servers)
 
 
-def _read(spark, running, name: str, **options: object):
+def _read(spark: SparkSession, running: RunningCluster, name: str, **options: object):
     reader = spark.read.format("hotstate").option("table", name).option("servers", _servers(running))
     for key, value in options.items():
         reader = reader.option(key, value)
@@ -76,7 +84,7 @@ def _as_written(row) -> tuple[object, ...]:
 
 
 def test_a_read_equals_what_was_written_one_spark_partition_per_partition(
-    spark, start_cluster, tmp_path: Path
+    spark: SparkSession, start_cluster: StartCluster, tmp_path: Path
 ) -> None:
     from pyspark.sql import functions as F
 
@@ -131,7 +139,9 @@ def test_a_read_equals_what_was_written_one_spark_partition_per_partition(
     assert joined == [("ana", 3), ("bob", 4)]
 
 
-def test_key_filters_pushed_to_the_cluster_read_the_same_rows(spark, start_cluster, tmp_path: Path) -> None:
+def test_key_filters_pushed_to_the_cluster_read_the_same_rows(
+    spark: SparkSession, start_cluster: StartCluster, tmp_path: Path
+) -> None:
     from pyspark.sql import functions as F
 
     running = start_cluster(1)
@@ -153,7 +163,9 @@ def test_key_filters_pushed_to_the_cluster_read_the_same_rows(spark, start_clust
     assert users(F.col("n") > 590) == everyone[591:]  # not a key: Spark filters
 
 
-def test_a_read_spanning_a_kill_9_of_a_server_returns_every_row(spark, start_cluster, tmp_path: Path) -> None:
+def test_a_read_spanning_a_kill_9_of_a_server_returns_every_row(
+    spark: SparkSession, start_cluster: StartCluster, tmp_path: Path
+) -> None:
     """The read's tasks run one after the other (toLocalIterator): the first partition is read, then the
     server holding most actives, first in the reader's server list, is killed with SIGKILL, then every
     other partition is read. Every row comes back."""
@@ -179,7 +191,7 @@ def _free_port() -> int:
 
 
 def test_unknown_tables_unreachable_clusters_and_unknown_options_are_clear_errors(
-    spark, start_cluster, tmp_path: Path
+    spark: SparkSession, start_cluster: StartCluster, tmp_path: Path
 ) -> None:
     running = start_cluster(1)
     _write_table(spark, running, "present", 3, partitions=2)
@@ -231,7 +243,7 @@ def test_unknown_tables_unreachable_clusters_and_unknown_options_are_clear_error
 
 
 def test_the_write_format_is_exactly_once_across_a_restart_from_its_checkpoint(
-    spark, start_cluster, tmp_path: Path
+    spark: SparkSession, start_cluster: StartCluster, tmp_path: Path
 ) -> None:
     """Batch 1 fails in one Spark task after the other's rows were acked (the cluster holds part of it);
     the query restarted from its checkpoint re-runs batch 1, and the table ends equal to the batch
