@@ -3,19 +3,21 @@ why."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from hotstate.chaos import netns, run
 
 
 def test_not_root_is_named_as_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(netns.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)  # the module netns calls it on
     reason = netns.unavailable_reason()
     assert reason is not None and "need root (CAP_NET_ADMIN)" in reason
 
 
 def test_a_missing_tool_is_named_with_its_package(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(netns.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
     monkeypatch.setenv("PATH", "/nonexistent")
     reason = netns.unavailable_reason()
     assert reason is not None and "`ip` is not installed (Debian package iproute2" in reason

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
-from hotstate.client.writer import TableWriter, WriteError
+from hotstate.client.writer import TableWriter, WriteError, WriteResult
 from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.protocol.wire import MESSAGES
 from hotstate.query.tokens import cluster_tag, decode
@@ -83,6 +83,7 @@ class Server:
                 self.produce_max_bytes,
             )
         single = isinstance(message, ProduceRequest)
+        parts: tuple[PartitionRows, ...]
         if isinstance(message, ProduceRequest):
             parts = (PartitionRows(message.partition, message.leader_epoch, message.rows),)
         else:
@@ -128,7 +129,7 @@ def _rows(call: int, keys: str) -> list[dict[str, object]]:
 
 async def _concurrently(
     server: Server, calls: list[list[dict[str, object]]], max_in_flight: int = 5
-) -> tuple[TableWriter, list[object]]:
+) -> tuple[TableWriter, list[WriteResult | BaseException]]:
     """Every call started at once, in list order, on one writer; their results or errors."""
     await server.rpc.start()
     try:
@@ -320,7 +321,7 @@ def test_a_table_created_again_under_the_writer_gets_positions_of_its_own(old_wr
     given one is refused). A write all of whose rows a later one committed takes the partition's position;
     a write to the old table answered only after the writer saw the new one moves it not at all."""
 
-    async def main() -> list[object]:
+    async def main() -> list[WriteResult]:
         old_write = [{"k": "z", "v": 99}]
         # The old write's answer is held until the writer has the new table's metadata.
         server = Server(answer_when=lambda server, index: server.released or server.parts[index] != old_write)

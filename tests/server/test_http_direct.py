@@ -15,6 +15,7 @@ from typing import Any, cast
 import uvicorn
 
 from hotstate.server import http_limits
+from hotstate.server.asgi import Scope, Send
 from hotstate.server.http_limits import HttpLimits, limited_protocol
 from hotstate.server.queries import CURRENT_USER
 from hotstate.server.query_http import (
@@ -24,8 +25,6 @@ from hotstate.server.query_http import (
     Endpoint,
     QueryEndpoints,
     QueryRoutes,
-    Scope,
-    Send,
 )
 
 from .helpers import serving

@@ -248,4 +248,5 @@ def test_a_connection_over_the_cap_is_answered_503_and_closed_and_the_count_free
                 writer.close()
 
     asyncio.run(run())
-    assert [s.value for s in counter.collect()[0].samples if s.name.endswith("_total")] == [1.0]
+    (metric,) = counter.collect()
+    assert [s.value for s in metric.samples if s.name.endswith("_total")] == [1.0]
