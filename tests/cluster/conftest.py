@@ -17,6 +17,12 @@ from hotstate.protocol.cluster import DescribeClusterResponse
 T = TypeVar("T")
 
 
+def present(node_id: int | None) -> int:
+    """A node id the test needs to be there (a partition's active, the quorum's leader)."""
+    assert node_id is not None, "expected a node, found none"
+    return node_id
+
+
 class RunningCluster:
     def __init__(self, cluster: LocalCluster) -> None:
         self.cluster = cluster

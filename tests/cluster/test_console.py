@@ -281,9 +281,9 @@ def test_the_console_puts_api_strings_in_as_text_and_refuses_what_it_does_not_se
         expect(rack).to_have_text(f"rack {RACK_AS_HTML}")  # as text: no <b>, no script ran
         expect(page.locator(".rack b, .rack script, .rack i")).to_have_count(0)
     with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5) as http:
-        page = http.get("/ui")
-        assert page.status_code == 200
-        assert "script-src 'self'" in page.headers["content-security-policy"]
+        answer = http.get("/ui")
+        assert answer.status_code == 200
+        assert "script-src 'self'" in answer.headers["content-security-policy"]
         assert http.get("/ui/console.js").headers["content-type"].startswith("text/javascript")
         assert http.get("/ui/../server.toml").status_code == 404
         assert http.get("/ui/nothing.js").status_code == 404

@@ -23,6 +23,7 @@ from hotstate.replica.messages import (
     QueryPartitionsRequest,
     QueryPartitionsResponse,
     ReplicaError,
+    TableMetadataResponse,
 )
 from hotstate.server.data_dir import DISK_FAILURE_EXIT_CODE
 
@@ -91,7 +92,7 @@ async def _check_everywhere(
     try:
         await probe.wait_converged([1, 2, 3], table, timeout_s=40)
         for node in (1, 2, 3):
-            seen: dict[str, int] = {}
+            seen: dict[object, object] = {}
             for partition in range(partitions):
                 _, rows = await probe.rows(node, table, partition)
                 seen.update({row["user"]: row["v"] for row in rows.values()})
@@ -325,7 +326,7 @@ async def _converged(running: RunningCluster, table: str) -> None:
         await probe.close()
 
 
-async def _metadata(running: RunningCluster, table: str):
+async def _metadata(running: RunningCluster, table: str) -> TableMetadataResponse:
     probe = Probe(running)
     try:
         return await probe.metadata(1, table)

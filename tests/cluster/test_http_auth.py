@@ -9,6 +9,7 @@ import signal
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -44,7 +45,7 @@ def _bearer(token: str) -> dict[str, str]:
     return {"authorization": f"Bearer {token}"}
 
 
-def _wait(predicate, timeout_s: float, what: str) -> float:
+def _wait(predicate: Callable[[], object], timeout_s: float, what: str) -> float:
     start = time.monotonic()
     while time.monotonic() - start < timeout_s:
         if predicate():

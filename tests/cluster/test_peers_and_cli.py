@@ -73,7 +73,7 @@ def test_garbage_bytes_on_the_rpc_port_close_only_that_connection(start_cluster:
             except ConnectionResetError:
                 pass
     status = running.status(5.0)
-    assert status.servers  # type: ignore[attr-defined]
+    assert status.servers
 
 
 def test_cluster_up_status_down(tmp_path: Path) -> None:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import signal
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
+from typing import Any
 
 import httpx
 
@@ -42,14 +45,15 @@ async def _setup(running: RunningCluster, table: str, partitions: int, standbys:
     await writer.close()
 
 
-def _placement(base: str, table: str) -> list[dict]:
+def _placement(base: str, table: str) -> list[dict[str, Any]]:
     """The table's placement in that server's image, once the image has the table."""
     end = time.monotonic() + 10.0
     while True:
         tables = httpx.get(f"{base}/v1/tables").json()["tables"]
         found = [t for t in tables if t["name"] == table]
         if found or time.monotonic() > end:
-            return found[0]["placement"]
+            placement: list[dict[str, Any]] = found[0]["placement"]
+            return placement
         time.sleep(0.05)
 
 
@@ -64,7 +68,7 @@ def _query(base: str, sql: str, **options: object) -> httpx.Response:
     return httpx.post(f"{base}/v1/query", json={"sql": sql, **options}, timeout=10.0)
 
 
-def _wait(predicate, timeout_s: float = 10.0, what: str = "condition") -> None:
+def _wait(predicate: Callable[[], bool], timeout_s: float = 10.0, what: str = "condition") -> None:
     end = time.monotonic() + timeout_s
     while time.monotonic() < end:
         if predicate():
@@ -86,7 +90,8 @@ def test_a_standby_answers_when_the_active_is_down_and_the_most_caught_up_one_is
     running.run(_setup(running, "clicks", partitions=1, standbys=2, rows=200))
     base1 = _http(cluster, 1)
     part = _placement(base1, "clicks")[0]
-    active, first, second = part["active"], *part["standbys"]
+    active = part["active"]
+    first, second = part["standbys"]
     receiver = first  # queries go through a server that stays up
     base = _http(cluster, receiver)
     _wait(lambda: _lags_known(base, "clicks", {1, 2, 3}), what="lag reports")
@@ -306,9 +311,7 @@ def test_a_server_that_looks_down_by_heartbeats_still_answers_what_only_it_can_s
         return not next(v["hostAlive"] for v in status.values() if v["serverId"] == 3)
 
     for receiver in (1, 2):
-        _wait(
-            lambda receiver=receiver: judged_down(receiver), what=f"server {receiver} to judge server 3 down"
-        )
+        _wait(functools.partial(judged_down, receiver), what=f"server {receiver} to judge server 3 down")
         for options in ({}, {"max_lag": 0}, {"standby_reads": False}):
             answer = _query(_http(cluster, receiver), f"SELECT * FROM clicks WHERE user = '{key}'", **options)
             assert answer.status_code == 200, (receiver, options, answer.text)

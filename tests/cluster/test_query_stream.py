@@ -10,6 +10,7 @@ import json
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -30,7 +31,7 @@ def _h2() -> httpx.Client:
     return httpx.Client(http1=False, http2=True, timeout=30.0)
 
 
-def _lines(response: httpx.Response) -> list[object]:
+def _lines(response: httpx.Response) -> list[Any]:
     assert response.text.endswith("\n"), response.text
     return [json.loads(line) for line in response.text.splitlines()]
 

@@ -10,7 +10,7 @@ from hotstate.client.admin import ClusterUnavailableError, OutcomeUnknownError
 from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.controller.requests import ControllerError
 
-from .conftest import StartCluster
+from .conftest import StartCluster, present
 
 KEY = (KeyColumn("user", KeyType.STRING),)
 
@@ -25,7 +25,7 @@ def test_kill_the_active_controller_a_new_leader_commits_within_2s_and_nothing_i
             for i in range(5):
                 reply = await admin.create_table(f"t{i}", partitions=3, standby_replicas=1, key_columns=KEY)
                 assert reply.error is ControllerError.NONE, reply
-            leader = (await admin.describe()).leader_id
+            leader = present((await admin.describe()).leader_id)
             running.kill(leader)
             killed_at = time.monotonic()
             while True:
