@@ -9,10 +9,12 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
 
 import hotstate
 import hotstate.spark as hs
@@ -22,16 +24,18 @@ from hotstate.replica.keys import encode_key, partition_for
 from hotstate.replica.rows import encode_row
 from hotstate.spark import sink
 from hotstate.spark.api import writer_rack
-from hotstate.spark.sink import config_for_schema, write_arrow, write_rows
+from hotstate.spark.sink import AfterWrite, config_for_schema, write_arrow, write_rows
 from hotstate.spark.table import TableDefinition, TableDefinitionError, ensure_table, key_columns_for
 from spark.streams import SCHEMA, clicks, drop_file, recompute, table, wait_equal
 
 pytestmark = pytest.mark.xdist_group("spark")
 
 
-def _materialize(running: RunningCluster, df, name: str, checkpoint: Path, **kwargs):
+def _materialize(
+    running: RunningCluster, df: DataFrame, name: str, checkpoint: Path, **kwargs: Any
+) -> StreamingQuery:
     cluster = running.cluster
-    options: dict = {"partitions": 4, "standby_replicas": 1}
+    options: dict[str, Any] = {"partitions": 4, "standby_replicas": 1}
     options.update(kwargs)
     return hs.materialize(
         df,
@@ -215,7 +219,7 @@ def test_a_bad_row_fails_the_batch_naming_table_column_and_value(
         sink._worker.loop.run_until_complete(writer.upsert_encoded(wrong))
 
 
-def table_rows(running: RunningCluster, name: str) -> list[dict]:
+def table_rows(running: RunningCluster, name: str) -> list[dict[str, Any]]:
     with hotstate.Client(f"127.0.0.1:{running.cluster.servers[0].http_port}") as client:
         return client.query(f"SELECT * FROM {name}").dicts()
 
@@ -245,7 +249,7 @@ def test_a_query_killed_mid_batch_resumes_from_its_checkpoint(
             raise RuntimeError("injected failure in the middle of batch 1")
         time.sleep(120)  # until query.stop() kills the task
 
-    def start(hook=None):
+    def start(hook: AfterWrite | None = None) -> StreamingQuery:
         return _materialize(
             running, clicks(spark, source), "resume", tmp_path / "chk", standby_replicas=0, _after_write=hook
         )
@@ -314,14 +318,17 @@ def test_kill_9_of_a_server_loses_no_committed_update_and_the_stream_goes_on(
         placement = hotstate.Client(f"127.0.0.1:{running.cluster.servers[0].http_port}").tables()
         actives = Counter(p["active"] for t in placement if t["name"] == "ha" for p in t["placement"])
         victim = actives.most_common(1)[0][0]
-        batch_at_kill = query.lastProgress["batchId"]
+        progress = query.lastProgress
+        assert progress is not None
+        batch_at_kill = progress["batchId"]
         running.kill(victim)
         time.sleep(5.0)
         stop.set()
         feeder.join()
         query.processAllAvailable()
         assert query.isActive and query.exception() is None
-        assert query.lastProgress["batchId"] > batch_at_kill + 3, query.lastProgress
+        progress = query.lastProgress
+        assert progress is not None and progress["batchId"] > batch_at_kill + 3, progress
         expected = recompute(spark, source)
         assert len(expected) == rounds[0] * 20 + 60
         assert wait_equal(running, "ha", expected) == expected

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 import hotstate
 from cluster.conftest import StartCluster
@@ -75,6 +75,7 @@ def _wait_equal(running: Any, expected: dict[str, tuple[int, int]], timeout_s: f
     """The table once it equals `expected` (replicas apply up to the HW a moment after the ack)."""
     end = time.monotonic() + timeout_s
     while True:
+        got: dict[str, tuple[int, int]] | Exception | None
         try:
             got = _table(running)
         except Exception as error:
@@ -84,11 +85,11 @@ def _wait_equal(running: Any, expected: dict[str, tuple[int, int]], timeout_s: f
         time.sleep(0.2)
 
 
-def _sql(*args: str) -> Any:
+def _sql(*args: str) -> Result:
     return CliRunner().invoke(app, ["sql", *args])
 
 
-def _one_red_line(result: Any) -> str:
+def _one_red_line(result: Result) -> str:
     assert result.exit_code == 1, (result.exit_code, result.stdout, result.stderr)
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr

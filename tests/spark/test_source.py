@@ -11,7 +11,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from pyspark.sql import SparkSession
+from pyspark.sql import Column, DataFrameReader, Row, SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
 
 import hotstate
 import hotstate.spark as hs
@@ -32,7 +33,12 @@ WRITTEN_SCHEMA = "user STRING, n BIGINT, x DOUBLE, ok BOOLEAN, ts TIMESTAMP, tag
 START = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
 
 
-def _written(i: int) -> tuple[object, ...]:
+Written = tuple[str, int, float, bool, dt.datetime, list[str]]
+# What DataFrameReader.option and DataStreamWriter.options take.
+OptionValue = bool | float | int | str | None
+
+
+def _written(i: int) -> Written:
     return (f"u{i:05d}", i, i / 4, i % 3 == 0, START + dt.timedelta(seconds=i), [f"t{i % 5}"] * (i % 3))
 
 
@@ -44,7 +50,7 @@ def _write_table(
     partitions: int = 6,
     *,
     declare: bool = False,
-) -> list[tuple[object, ...]]:
+) -> list[Written]:
     """`count` rows written into a new table with the sink's own code (its Row path: the array column);
     `declare`: its value columns declared as the sink declares them (else none are)."""
     cluster = running.cluster
@@ -71,14 +77,14 @@ def _servers(running: RunningCluster, first: int | None = None) -> str:
     return ",".join(f"127.0.0.1:{s.http_port}" for s in servers)
 
 
-def _read(spark: SparkSession, running: RunningCluster, name: str, **options: object):
+def _read(spark: SparkSession, running: RunningCluster, name: str, **options: OptionValue) -> DataFrameReader:
     reader = spark.read.format("hotstate").option("table", name).option("servers", _servers(running))
     for key, value in options.items():
         reader = reader.option(key, value)
     return reader
 
 
-def _as_written(row) -> tuple[object, ...]:
+def _as_written(row: Row) -> tuple[object, ...]:
     ts = row["ts"]
     return (row["user"], row["n"], row["x"], row["ok"], ts, list(row["tags"]))
 
@@ -149,7 +155,7 @@ def test_key_filters_pushed_to_the_cluster_read_the_same_rows(
     everyone = [r[0] for r in rows]
     hs.register(spark, push_filters=True)
 
-    def users(where) -> list[str]:
+    def users(where: Column) -> list[str]:
         # A new DataFrame per filtered read: Spark 4.3 keeps a pushed-down read on its DataFrame.
         return sorted(
             r["user"] for r in _read(spark, running, "kf", pageSize=50).load().filter(where).collect()
@@ -214,7 +220,7 @@ def test_unknown_tables_unreachable_clusters_and_unknown_options_are_clear_error
     # One small file, no shuffle: one Spark task holds every row, the null key last.
     drop_file(source, [{"user": f"u{i}", "n": i} for i in range(5)] + [{"n": 99}])
 
-    def write(**options: object):
+    def write(**options: OptionValue) -> None:
         writer = (
             spark.readStream.schema(SCHEMA)
             .json(str(source))
@@ -263,6 +269,7 @@ def test_the_write_format_is_exactly_once_across_a_restart_from_its_checkpoint(
         from pyspark import TaskContext
 
         context = TaskContext.get()
+        assert context is not None  # on an executor, in a task
         batch = context.getLocalProperty("streaming.sql.batchId")
         if batch == "1" and context.partitionId() == 1 and not os.path.exists(marker):
             time.sleep(1.0)  # the other task writes meanwhile
@@ -270,9 +277,9 @@ def test_the_write_format_is_exactly_once_across_a_restart_from_its_checkpoint(
             raise RuntimeError("injected failure in the middle of batch 1")
         return total
 
-    def start():
+    def start() -> StreamingQuery:
         counts = clicks(spark, source).withColumn("total", crash_once("total"))
-        return (
+        query: StreamingQuery = (  # (DataStreamWriter.start is not annotated)
             counts.writeStream.format("hotstate")
             .outputMode("complete")
             .option("table", "once")
@@ -285,6 +292,7 @@ def test_the_write_format_is_exactly_once_across_a_restart_from_its_checkpoint(
             .option("checkpointLocation", str(tmp_path / "chk"))
             .start()
         )
+        return query
 
     def round_(n: int) -> None:
         events = [{"user": f"u{n}-{i % 20}", "n": i} for i in range(100)]
