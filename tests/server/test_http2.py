@@ -40,6 +40,13 @@ Test = Callable[..., Coroutine[Any, Any, None]]
 BIG = 1024 * 1024
 
 
+async def _until(condition: Callable[[], bool], what: str, timeout_s: float = 5.0) -> None:
+    """Poll what uvicorn gives no event for (its connection and task sets), within a deadline."""
+    async with asyncio.timeout(timeout_s):
+        while not condition():
+            await asyncio.sleep(0.01)
+
+
 def _sync(test: Test) -> Callable[..., None]:
     """The test run on its own event loop (pytest takes the fixtures from the wrapped signature)."""
 
@@ -212,8 +219,7 @@ async def test_after_the_body_receive_waits_for_the_end_and_unread_bodies_return
             for _ in range(24):
                 reply = await h2c.post(f"{base}/ignore", content=b"x" * BIG)
                 assert reply.text == "ignored"
-        await asyncio.sleep(0.1)
-        assert not server.server_state.tasks
+        await _until(lambda: not server.server_state.tasks, "the streams' tasks to end")
 
 
 @_sync
@@ -302,9 +308,10 @@ async def test_a_client_goaway_with_streams_in_flight_ends_them_quietly(
         await raw.events()
         raw.conn.close_connection()
         raw.writer.write(raw.conn.data_to_send())
-        await asyncio.sleep(0.2)
-        assert not server.server_state.connections
-        assert not server.server_state.tasks
+        await _until(
+            lambda: not server.server_state.connections and not server.server_state.tasks,
+            "the connection and its streams to end",
+        )
         raw.writer.close()
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
 
