@@ -5,6 +5,7 @@ from __future__ import annotations
 from hotstate.chaos.checker import (
     FaultWindow,
     Read,
+    Report,
     StoreState,
     Write,
     availability,
@@ -30,7 +31,7 @@ CLEAN_WRITES = [
 ]
 
 
-def kinds(report) -> list[str]:
+def kinds(report: Report) -> list[str]:
     return [v.kind for v in report.violations]
 
 

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -60,7 +61,7 @@ for _ in range(int(sys.argv[2])):
 
 
 @pytest.fixture
-def fabric(tmp_path):
+def fabric(tmp_path: Path) -> Iterator[Fabric]:
     built = Fabric.build({1: "az-a", 2: "az-b", 3: "az-c", 4: "az-a"})
     listeners = []
     for node, host in built.hosts.items():

@@ -7,19 +7,27 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from hotstate.cli import local_cluster
 from hotstate.cli.local_cluster import PORT_RANGE, LocalCluster, free_ports
 
-# The main thread exits (pthread_exit) while another thread runs on for a while: the process's main thread
-# is a zombie, the process is not gone (its files, and their locks, are still held).
+# The main thread exits (pthread_exit) while another thread runs on until stdin closes: the process's main
+# thread is a zombie, the process is not gone (its files, and their locks, are still held).
 MAIN_THREAD_EXITS_FIRST = """
-import ctypes, threading, time
-threading.Thread(target=time.sleep, args=(1.5,)).start()
-time.sleep(0.1)
+import ctypes, sys, threading
+threading.Thread(target=sys.stdin.read).start()
 ctypes.CDLL(None).pthread_exit(None)
 """
+
+
+def _until(condition: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
+    """Poll a condition the kernel gives no event for (a thread's state in /proc), within a deadline."""
+    end = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < end, f"timed out waiting for {what}"
+        time.sleep(0.01)
 
 
 def test_ports_are_distinct_free_and_outside_the_ephemeral_range() -> None:
@@ -51,14 +59,17 @@ def test_a_port_handed_out_is_not_handed_out_again_until_its_claim_is_old(tmp_pa
 def test_a_process_whose_main_thread_exited_is_alive_until_its_last_thread_is_gone(tmp_path: Path) -> None:
     cluster = LocalCluster.create(tmp_path, 1)
     server = cluster.servers[0]
-    process = subprocess.Popen([sys.executable, "-c", MAIN_THREAD_EXITS_FIRST])
+    process = subprocess.Popen([sys.executable, "-c", MAIN_THREAD_EXITS_FIRST], stdin=subprocess.PIPE)
     server.pid = process.pid
-    time.sleep(0.6)
-    stat = Path(f"/proc/{process.pid}/stat").read_text()
-    assert stat.rsplit(")", 1)[-1].split()[0] == "Z"  # the main thread is a zombie already
-    assert cluster.alive(server)  # but a thread still runs
-    end = time.monotonic() + 10
-    while cluster.alive(server) and time.monotonic() < end:
-        time.sleep(0.05)
-    assert not cluster.alive(server)
-    assert time.monotonic() < end
+
+    def main_thread_state() -> str:
+        return Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+
+    try:
+        _until(lambda: main_thread_state() == "Z", "the main thread to exit")
+        assert cluster.alive(server)  # but a thread still runs
+    finally:
+        assert process.stdin is not None
+        process.stdin.close()  # the last thread's read ends, and the process with it
+    _until(lambda: not cluster.alive(server), "the process to be gone")
+    process.wait(10)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
-from hotstate.client.writer import TableWriter, WriteError
+from hotstate.client.writer import TableWriter, WriteError, WriteResult
 from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.protocol.wire import MESSAGES
 from hotstate.query.tokens import cluster_tag, decode
@@ -34,17 +34,28 @@ CLUSTER, SECRET = "writer-test", "a-secret-of-16-chars-or-more"
 
 # What the server answers a part (its rows decoded), or None to write it.
 Script = Callable[[list[dict[str, object]]], ReplicaError | None]
+# Whether the answer to the part with this index (in arrival order) may go now; asked again on each arrival
+# and on `Server.release`, so a test holds an answer until the Produces it must overlap have arrived.
+AnswerWhen = Callable[["Server", int], bool]
 
 
 class Server:
     """Node 1, the active of table 't' (one partition). Writes each part's rows into `store` in arrival
-    order unless `script` fails it; holds every answer `delay_s`."""
+    order unless `script` fails it; holds each answer until `answer_when` allows it, then `turns` loop
+    turns more (in which a writer that sent more than it should would have sent it)."""
 
     def __init__(
-        self, script: Script = lambda rows: None, delay_s: float = 0.05, produce_max_bytes: int = 0
+        self,
+        script: Script = lambda rows: None,
+        answer_when: AnswerWhen = lambda server, index: True,
+        turns: int = 1,
+        produce_max_bytes: int = 0,
     ) -> None:
         self.script = script
-        self.delay_s = delay_s
+        self.answer_when = answer_when
+        self.turns = turns
+        self.released = False
+        self.changed = asyncio.Condition()
         self.produce_max_bytes = produce_max_bytes
         self.store: dict[object, object] = {}
         self.parts: list[list[dict[str, object]]] = []  # every part received, in arrival order
@@ -57,7 +68,9 @@ class Server:
     async def handle(self, peer: PeerInfo, message: object) -> object:
         if isinstance(message, TableMetadataRequest):
             if message.max_wait_ms:
-                await asyncio.sleep(min(message.max_wait_ms, 200) / 1000)  # a watch: nothing changes
+                # A watch: parked until the server closes. A test that changes the table fetches the new
+                # metadata itself (metadata(refresh=True)), so no watch needs answering.
+                await asyncio.get_running_loop().create_future()
             return TableMetadataResponse(
                 ReplicaError.NONE,
                 "",
@@ -70,17 +83,33 @@ class Server:
                 self.produce_max_bytes,
             )
         single = isinstance(message, ProduceRequest)
+        parts: tuple[PartitionRows, ...]
         if isinstance(message, ProduceRequest):
             parts = (PartitionRows(message.partition, message.leader_epoch, message.rows),)
         else:
             assert isinstance(message, ProducePartitionsRequest)
             parts = message.parts
+        first = len(self.parts)
         answers = [self._append(part) for part in parts]  # before the first wait, as an active does
         self.outstanding += len(parts)
         self.most_outstanding = max(self.most_outstanding, self.outstanding)
-        await asyncio.sleep(self.delay_s)
+        async with self.changed:
+            self.changed.notify_all()
+            await self.changed.wait_for(lambda: self.answer_when(self, first))
+        for _ in range(self.turns):
+            await asyncio.sleep(0)
         self.outstanding -= len(parts)
         return answers[0] if single else ProducePartitionsResponse(tuple(answers))
+
+    async def until(self, condition: Callable[[], bool]) -> None:
+        """Wait until `condition` holds, checked on each arrival."""
+        async with asyncio.timeout(5), self.changed:
+            await self.changed.wait_for(condition)
+
+    async def release(self) -> None:
+        self.released = True
+        async with self.changed:
+            self.changed.notify_all()
 
     def _append(self, part: PartitionRows) -> ProduceResponse:
         rows = [decode_row(row) for row in part.rows]
@@ -100,7 +129,7 @@ def _rows(call: int, keys: str) -> list[dict[str, object]]:
 
 async def _concurrently(
     server: Server, calls: list[list[dict[str, object]]], max_in_flight: int = 5
-) -> tuple[TableWriter, list[object]]:
+) -> tuple[TableWriter, list[WriteResult | BaseException]]:
     """Every call started at once, in list order, on one writer; their results or errors."""
     await server.rpc.start()
     try:
@@ -120,7 +149,8 @@ async def _concurrently(
 
 
 def test_produces_of_a_partition_are_pipelined_up_to_the_bound_in_call_order() -> None:
-    server = Server()
+    # Each answer waits for the two Produces after it: only a writer that keeps 3 in flight gets any.
+    server = Server(answer_when=lambda server, index: len(server.parts) >= min(index + 3, 10))
     calls = [_rows(call, f"k{call}") for call in range(10)]
     writer, results = asyncio.run(_concurrently(server, calls, max_in_flight=3))
     assert all(not isinstance(r, BaseException) for r in results), results
@@ -130,12 +160,18 @@ def test_produces_of_a_partition_are_pipelined_up_to_the_bound_in_call_order() -
 
 
 def test_one_in_flight_sends_a_partitions_writes_one_at_a_time() -> None:
-    server = Server(delay_s=0.01)
+    server = Server(turns=10)
     calls = [_rows(call, "ab") for call in range(4)]
     _, results = asyncio.run(_concurrently(server, calls, max_in_flight=1))
     assert all(not isinstance(r, BaseException) for r in results), results
     assert server.most_outstanding == 1
     assert server.store == {"a": 3, "b": 3}
+
+
+def _after_arrivals(count: int) -> AnswerWhen:
+    """The first Produce is answered once `count` have arrived (the later ones in flight); the rest at
+    once."""
+    return lambda server, index: index > 0 or len(server.parts) >= count
 
 
 def _fails_once(call: int, error: ReplicaError) -> Script:
@@ -152,7 +188,7 @@ def _fails_once(call: int, error: ReplicaError) -> Script:
 
 @pytest.mark.parametrize("error", [ReplicaError.NOT_ENOUGH_REPLICAS, ReplicaError.TIMEOUT], ids=str)
 def test_a_failed_write_is_resent_without_the_keys_a_later_write_committed(error: ReplicaError) -> None:
-    server = Server(_fails_once(0, error))
+    server = Server(_fails_once(0, error), _after_arrivals(3))
     calls = [_rows(0, "ab0"), _rows(1, "a1"), _rows(2, "b2")]
     writer, results = asyncio.run(_concurrently(server, calls))
     assert all(not isinstance(r, BaseException) for r in results), results
@@ -173,7 +209,7 @@ def test_a_later_write_that_fails_for_good_costs_an_earlier_one_no_row() -> None
         return ReplicaError.INVALID_ROW if rows[0]["v"] == 1 else first(rows)
 
     first = _fails_once(0, ReplicaError.NOT_ENOUGH_REPLICAS)
-    server = Server(script)
+    server = Server(script, _after_arrivals(3))
     calls = [_rows(0, "abc"), _rows(1, "a"), _rows(2, "b")]
     _, results = asyncio.run(_concurrently(server, calls))
     assert isinstance(results[1], WriteError) and results[1].error is ReplicaError.INVALID_ROW
@@ -184,7 +220,7 @@ def test_a_later_write_that_fails_for_good_costs_an_earlier_one_no_row() -> None
 
 
 def test_a_retry_whose_every_row_a_later_write_committed_is_not_sent() -> None:
-    server = Server(_fails_once(0, ReplicaError.NOT_ENOUGH_REPLICAS))
+    server = Server(_fails_once(0, ReplicaError.NOT_ENOUGH_REPLICAS), _after_arrivals(2))
     calls = [_rows(0, "ab"), _rows(1, "ab")]
     writer, results = asyncio.run(_concurrently(server, calls))
     assert all(not isinstance(r, BaseException) for r in results), results
@@ -202,7 +238,8 @@ def test_writes_behind_a_failing_one_wait_and_fail_at_their_own_deadline() -> No
             ) as writer:
                 await writer.metadata()
                 stuck = asyncio.create_task(writer.upsert(_rows(0, "a"), deadline_s=1.5))
-                await asyncio.sleep(0.2)  # sent and failed (answered after 50 ms): the gate is closed
+                # Sent, failed and sent again: the writer had the failure, so the gate is closed.
+                await server.until(lambda: len(server.parts) >= 2)
                 with pytest.raises(WriteError) as error:
                     await writer.upsert(_rows(1, "b"), deadline_s=0.3)
                 assert error.value.error is ReplicaError.TIMEOUT
@@ -224,7 +261,7 @@ def test_produces_made_while_the_connection_opens_leave_in_call_order() -> None:
     connection is up wait for it, and must not be overtaken by one made just as it opens."""
 
     async def main() -> list[object]:
-        server = Server(delay_s=0.0)
+        server = Server()
         await server.rpc.start()
         try:
             async with TableWriter(
@@ -284,8 +321,10 @@ def test_a_table_created_again_under_the_writer_gets_positions_of_its_own(old_wr
     given one is refused). A write all of whose rows a later one committed takes the partition's position;
     a write to the old table answered only after the writer saw the new one moves it not at all."""
 
-    async def main() -> list[object]:
-        server = Server(delay_s=0.2 if old_write_in_flight else 0.01)
+    async def main() -> list[WriteResult]:
+        old_write = [{"k": "z", "v": 99}]
+        # The old write's answer is held until the writer has the new table's metadata.
+        server = Server(answer_when=lambda server, index: server.released or server.parts[index] != old_write)
         await server.rpc.start()
         try:
             async with TableWriter(
@@ -293,11 +332,12 @@ def test_a_table_created_again_under_the_writer_gets_positions_of_its_own(old_wr
             ) as writer:
                 await writer.upsert([{"k": f"old{i}", "v": 99} for i in range(100)])
                 old = asyncio.create_task(writer.upsert(_rows(99, "z") if old_write_in_flight else []))
-                while old_write_in_flight and server.parts[-1] != [{"k": "z", "v": 99}]:
-                    await asyncio.sleep(0.001)  # appended to the old log, its answer still to come
+                if old_write_in_flight:  # appended to the old log, its answer still to come
+                    await server.until(lambda: server.parts[-1] == old_write)
                 server.table_id, server.end, server.metadata_offset = 8, 0, 11
                 server.script = _fails_once(0, ReplicaError.NOT_ENOUGH_REPLICAS)
                 await writer.metadata(refresh=True)
+                await server.release()
                 calls = [writer.upsert(_rows(0, "ab"), deadline_s=10.0), writer.upsert(_rows(1, "ab"))]
                 results = list(await asyncio.gather(*calls))
                 await old

@@ -50,7 +50,8 @@ class Server:
     async def handle(self, peer: PeerInfo, message: object) -> object:
         if isinstance(message, TableMetadataRequest):
             if message.max_wait_ms:
-                await asyncio.sleep(min(message.max_wait_ms, 200) / 1000)  # a watch: nothing changes
+                # A watch: nothing changes, so it is parked until the server closes.
+                await asyncio.get_running_loop().create_future()
             return TableMetadataResponse(
                 ReplicaError.NONE,
                 "",

@@ -38,7 +38,8 @@ class Server:
     async def handle(self, peer: PeerInfo, message: object) -> object:
         if isinstance(message, TableMetadataRequest):
             if message.max_wait_ms:
-                await asyncio.sleep(min(message.max_wait_ms, 200) / 1000)  # a watch: nothing changes
+                # A watch: nothing changes, so it is parked until the server closes.
+                await asyncio.get_running_loop().create_future()
             if not self.table_known:
                 return TableMetadataResponse(ReplicaError.UNKNOWN_TABLE, "no table 't'")
             return TableMetadataResponse(

@@ -4,22 +4,33 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Generator, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 
+import pluggy
 import pytest
 
-from hotstate.cli.local_cluster import LocalCluster
+from hotstate.cli.local_cluster import LocalCluster, LocalServer
+from hotstate.protocol.cluster import DescribeClusterResponse
+
+T = TypeVar("T")
+
+
+def present(node_id: int | None) -> int:
+    """A node id the test needs to be there (a partition's active, the quorum's leader)."""
+    assert node_id is not None, "expected a node, found none"
+    return node_id
 
 
 class RunningCluster:
     def __init__(self, cluster: LocalCluster) -> None:
         self.cluster = cluster
 
-    def run(self, coroutine: object) -> object:
-        return asyncio.run(coroutine)  # type: ignore[arg-type]
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run(coroutine)
 
-    def status(self, timeout_s: float = 10.0) -> object:
+    def status(self, timeout_s: float = 10.0) -> DescribeClusterResponse:
         return self.run(self.cluster.wait_ready(timeout_s))
 
     def leader(self) -> int:
@@ -32,9 +43,9 @@ class RunningCluster:
                     await asyncio.sleep(0.05)
             raise AssertionError("no leader")
 
-        return self.run(ask())  # type: ignore[return-value]
+        return self.run(ask())
 
-    def server(self, node_id: int):
+    def server(self, node_id: int) -> LocalServer:
         return next(s for s in self.cluster.servers if s.node_id == node_id)
 
     def kill(self, node_id: int, signum: int = signal.SIGKILL) -> None:
@@ -60,8 +71,12 @@ class RunningCluster:
         return "\n".join(out)
 
 
+# The `start_cluster` fixture: start(count=3, *, hold=(), tls=False, client_auth=False, **config) -> cluster.
+StartCluster = Callable[..., RunningCluster]
+
+
 @pytest.fixture
-def start_cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[..., RunningCluster]]:
+def start_cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[StartCluster]:
     started: list[RunningCluster] = []
 
     def start(
@@ -97,7 +112,9 @@ def start_cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Ca
 
 
 @pytest.hookimpl(tryfirst=True, hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pluggy.Result[pytest.TestReport], None]:
     outcome = yield
     report = outcome.get_result()
     setattr(item, "rep_" + report.when, report)

@@ -3,6 +3,8 @@ addresses it is given are not node ids 1..N (issue 16 part 4)."""
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 import hotstate
 from hotstate.client.admin import AdminClient
 from hotstate.client.writer import TableWriter
@@ -10,19 +12,27 @@ from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.controller.requests import ControllerError
 from hotstate.spark.api import parse_cluster
 
+from .conftest import StartCluster
+
 KEY = (KeyColumn("user", KeyType.STRING),)
 ROWS = [{"user": f"u{i}", "clicks": i} for i in range(10)]
 
 
-def test_admin_writer_and_query_clients_work_from_one_server_or_a_reversed_subset(start_cluster) -> None:
+def test_admin_writer_and_query_clients_work_from_one_server_or_a_reversed_subset(
+    start_cluster: StartCluster,
+) -> None:
     running = start_cluster(3)
     cluster = running.cluster
     rpc = {s.node_id: ("127.0.0.1", s.rpc_port) for s in cluster.servers}
     # As `materialize(cluster=...)` gets it from the user: node 3 first, node 1 missing.
     reversed_subset = parse_cluster(f"127.0.0.1:{rpc[3][1]},127.0.0.1:{rpc[2][1]}")
 
+    class Secrets(TypedDict):
+        cluster_id: str
+        secret: str
+
     async def go() -> None:
-        secrets = {"cluster_id": cluster.cluster_id, "secret": cluster.secret}
+        secrets = Secrets(cluster_id=cluster.cluster_id, secret=cluster.secret)
         async with AdminClient([rpc[3]], **secrets) as only_third:
             status = await only_third.describe()
             assert status.node_id == 3 and len(status.servers) == 3, status

@@ -19,6 +19,8 @@ from hotstate.client.query import ClusterUnreachable, PartitionServed, QueryFail
 from hotstate.client.writer import TableWriter
 from hotstate.controller.records import KeyColumn, KeyType
 
+from .conftest import RunningCluster, StartCluster
+
 KEY = (KeyColumn("user", KeyType.STRING),)
 ROWS = [{"user": f"u{i}", "clicks": i} for i in range(12)]
 
@@ -30,11 +32,11 @@ def _closed_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _http(running) -> list[str]:
+def _http(running: RunningCluster) -> list[str]:
     return [f"127.0.0.1:{s.http_port}" for s in running.cluster.servers]
 
 
-def _make_table(running, name: str = "clicks", partitions: int = 4) -> None:
+def _make_table(running: RunningCluster, name: str = "clicks", partitions: int = 4) -> None:
     cluster = running.cluster
 
     async def go() -> None:
@@ -84,7 +86,7 @@ class CountingTransport(httpx.HTTPTransport):
 # ---------------------------------------------------------------------------------------- real cluster
 
 
-def test_client_queries_fail_over_and_refuses_bad_sql_once(start_cluster) -> None:
+def test_client_queries_fail_over_and_refuses_bad_sql_once(start_cluster: StartCluster) -> None:
     running = start_cluster(3)
     _make_table(running)
     s1, s2, s3 = _http(running)
@@ -152,7 +154,7 @@ def test_client_queries_fail_over_and_refuses_bad_sql_once(start_cluster) -> Non
         assert client.query("SELECT * FROM clicks WHERE user = 'u3'").server == s2  # sticks to s2
 
 
-def test_cli_query_json_errors_and_status(start_cluster) -> None:
+def test_cli_query_json_errors_and_status(start_cluster: StartCluster) -> None:
     running = start_cluster(3)
     _make_table(running, partitions=3)
     s1, s2, s3 = _http(running)

@@ -11,8 +11,12 @@ from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.controller.requests import ControllerError
 from hotstate.replica.keys import encode_key, partition_for
 
+from .conftest import StartCluster
 
-def test_a_writers_token_reads_its_write_back_from_every_server_and_after_a_kill(start_cluster) -> None:
+
+def test_a_writers_token_reads_its_write_back_from_every_server_and_after_a_kill(
+    start_cluster: StartCluster,
+) -> None:
     running = start_cluster(3)
     cluster = running.cluster
     key = "k-token"

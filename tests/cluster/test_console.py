@@ -35,6 +35,8 @@ from hotstate.client.writer import TableWriter
 from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.controller.requests import ControllerError
 
+from .conftest import StartCluster
+
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -162,7 +164,7 @@ def shot(page: Page, directory: Path, name: str) -> Path:
 
 
 def test_the_console_shows_servers_partitions_and_a_failover_in_a_real_browser(
-    start_cluster, tmp_path: Path
+    start_cluster: StartCluster, tmp_path: Path
 ) -> None:
     running = start_cluster(3)
     cluster = running.cluster
@@ -268,7 +270,7 @@ RACK_AS_HTML = "<b>bold</b><script>document.title.concat('injected')</script><i>
 
 
 def test_the_console_puts_api_strings_in_as_text_and_refuses_what_it_does_not_serve(
-    start_cluster, tmp_path: Path
+    start_cluster: StartCluster, tmp_path: Path
 ) -> None:
     running = start_cluster(1, rack=RACK_AS_HTML)
     port = running.cluster.servers[0].http_port
@@ -279,9 +281,9 @@ def test_the_console_puts_api_strings_in_as_text_and_refuses_what_it_does_not_se
         expect(rack).to_have_text(f"rack {RACK_AS_HTML}")  # as text: no <b>, no script ran
         expect(page.locator(".rack b, .rack script, .rack i")).to_have_count(0)
     with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5) as http:
-        page = http.get("/ui")
-        assert page.status_code == 200
-        assert "script-src 'self'" in page.headers["content-security-policy"]
+        answer = http.get("/ui")
+        assert answer.status_code == 200
+        assert "script-src 'self'" in answer.headers["content-security-policy"]
         assert http.get("/ui/console.js").headers["content-type"].startswith("text/javascript")
         assert http.get("/ui/../server.toml").status_code == 404
         assert http.get("/ui/nothing.js").status_code == 404
@@ -303,7 +305,7 @@ def test_the_console_puts_api_strings_in_as_text_and_refuses_what_it_does_not_se
 
 
 def test_with_http_auth_on_the_console_works_once_the_browser_has_credentials(
-    start_cluster, tmp_path: Path
+    start_cluster: StartCluster, tmp_path: Path
 ) -> None:
     from hotstate.server.credentials import hash_password
 

@@ -23,25 +23,27 @@ from hotstate.replica.messages import (
     QueryPartitionsRequest,
     QueryPartitionsResponse,
     ReplicaError,
+    TableMetadataResponse,
 )
 from hotstate.server.data_dir import DISK_FAILURE_EXIT_CODE
 
+from .conftest import RunningCluster, StartCluster
 from .test_replication import Probe, _create, _writer
 
 VICTIM = 3
 
 
-def _data_dir(running, node_id: int) -> Path:
+def _data_dir(running: RunningCluster, node_id: int) -> Path:
     return running.server(node_id).directory(running.cluster.root).resolve() / "data"
 
 
-def _server_log(running, node_id: int) -> str:
+def _server_log(running: RunningCluster, node_id: int) -> str:
     return (running.server(node_id).directory(running.cluster.root) / "server.log").read_text(
         errors="replace"
     )
 
 
-def _stop(running, node_id: int) -> None:
+def _stop(running: RunningCluster, node_id: int) -> None:
     running.kill(node_id, signal.SIGTERM)
     end = time.monotonic() + 20
     while running.cluster.alive(running.server(node_id)):
@@ -49,14 +51,14 @@ def _stop(running, node_id: int) -> None:
         time.sleep(0.05)
 
 
-def _wait_dead(running, node_id: int, timeout_s: float) -> None:
+def _wait_dead(running: RunningCluster, node_id: int, timeout_s: float) -> None:
     end = time.monotonic() + timeout_s
     while running.cluster.alive(running.server(node_id)):
         assert time.monotonic() < end, f"server {node_id} still runs\n{running.logs()}"
         time.sleep(0.05)
 
 
-def _run_server(running, node_id: int) -> subprocess.CompletedProcess[str]:
+def _run_server(running: RunningCluster, node_id: int) -> subprocess.CompletedProcess[str]:
     return _run(running.server(node_id).directory(running.cluster.root) / "server.toml")
 
 
@@ -70,7 +72,7 @@ def _run(config: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-async def _write_rounds(running, table: str, keys: int, rounds: range) -> dict[str, int]:
+async def _write_rounds(running: RunningCluster, table: str, keys: int, rounds: range) -> dict[str, int]:
     writer = _writer(running, table)
     acked: dict[str, int] = {}
     try:
@@ -82,13 +84,15 @@ async def _write_rounds(running, table: str, keys: int, rounds: range) -> dict[s
     return acked
 
 
-async def _check_everywhere(running, table: str, partitions: int, acked: dict[str, int]) -> None:
+async def _check_everywhere(
+    running: RunningCluster, table: str, partitions: int, acked: dict[str, int]
+) -> None:
     """Every replica of every partition converged and holds exactly the acknowledged rows."""
     probe = Probe(running)
     try:
         await probe.wait_converged([1, 2, 3], table, timeout_s=40)
         for node in (1, 2, 3):
-            seen: dict[str, int] = {}
+            seen: dict[object, object] = {}
             for partition in range(partitions):
                 _, rows = await probe.rows(node, table, partition)
                 seen.update({row["user"]: row["v"] for row in rows.values()})
@@ -97,7 +101,7 @@ async def _check_everywhere(running, table: str, partitions: int, acked: dict[st
         await probe.close()
 
 
-def _partition_dir(running, node_id: int, table_id: int, partition: int) -> Path:
+def _partition_dir(running: RunningCluster, node_id: int, table_id: int, partition: int) -> Path:
     return _data_dir(running, node_id) / "partitions" / f"{table_id}-{partition}"
 
 
@@ -143,7 +147,7 @@ PARTITIONS = 6
 
 
 def test_damaged_replica_files_are_detected_never_served_and_rebuilt_without_losing_acked_writes(
-    start_cluster,
+    start_cluster: StartCluster,
 ) -> None:
     running = start_cluster(3)
     table = "damaged"
@@ -208,7 +212,9 @@ def _fill(directory: Path) -> Path:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
-def test_a_full_disk_stops_the_server_and_writes_go_on_elsewhere_without_loss(start_cluster) -> None:
+def test_a_full_disk_stops_the_server_and_writes_go_on_elsewhere_without_loss(
+    start_cluster: StartCluster,
+) -> None:
     running = start_cluster(3, hold=(VICTIM,))
     data = _data_dir(running, VICTIM)
     table = "full"
@@ -258,7 +264,9 @@ def test_a_read_only_data_directory_refuses_to_start_with_one_line(tmp_path: Pat
     assert "Traceback" not in refused.stderr
 
 
-def test_a_damaged_metadata_log_refuses_to_start_and_a_torn_tail_is_fetched_again(start_cluster) -> None:
+def test_a_damaged_metadata_log_refuses_to_start_and_a_torn_tail_is_fetched_again(
+    start_cluster: StartCluster,
+) -> None:
     running = start_cluster(3)
     running.run(_create(running, "meta", partitions=1, standbys=2))
     _stop(running, VICTIM)
@@ -279,7 +287,9 @@ def test_a_damaged_metadata_log_refuses_to_start_and_a_torn_tail_is_fetched_agai
     assert "cutting a damaged tail" in _server_log(running, VICTIM)
 
 
-def test_a_block_going_bad_under_a_running_replica_is_refused_and_rebuilt(start_cluster) -> None:
+def test_a_block_going_bad_under_a_running_replica_is_refused_and_rebuilt(
+    start_cluster: StartCluster,
+) -> None:
     """A store block that fails its checksum when a query reads it: the query gets a refusal, never the
     rows before the block as the whole answer, and the replica is rebuilt from the active."""
     running = start_cluster(3)
@@ -308,7 +318,7 @@ def test_a_block_going_bad_under_a_running_replica_is_refused_and_rebuilt(start_
     assert f"replica {table}/0: discarding the damaged copy" in log
 
 
-async def _converged(running, table: str) -> None:
+async def _converged(running: RunningCluster, table: str) -> None:
     probe = Probe(running)
     try:
         await probe.wait_converged([1, 2, 3], table, timeout_s=40)
@@ -316,7 +326,7 @@ async def _converged(running, table: str) -> None:
         await probe.close()
 
 
-async def _metadata(running, table: str):
+async def _metadata(running: RunningCluster, table: str) -> TableMetadataResponse:
     probe = Probe(running)
     try:
         return await probe.metadata(1, table)
@@ -324,7 +334,7 @@ async def _metadata(running, table: str):
         await probe.close()
 
 
-async def _scan_at(running, node: int, table: str) -> PartitionQueryResponse:
+async def _scan_at(running: RunningCluster, node: int, table: str) -> PartitionQueryResponse:
     probe = Probe(running)
     try:
         request = QueryPartitionsRequest((PartitionQueryRequest(table, 0, (), True, None, None, None, None),))
@@ -336,7 +346,7 @@ async def _scan_at(running, node: int, table: str) -> PartitionQueryResponse:
         await probe.close()
 
 
-def test_the_last_in_sync_replica_is_never_discarded(start_cluster) -> None:
+def test_the_last_in_sync_replica_is_never_discarded(start_cluster: StartCluster) -> None:
     """No other copy holds every acknowledged write: the damaged one is kept for an operator, not
     replaced by an empty one that could become the active."""
     running = start_cluster(3)

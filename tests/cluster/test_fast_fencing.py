@@ -18,6 +18,8 @@ from hotstate.controller.requests import ControllerError
 from hotstate.protocol.cluster import DescribeClusterResponse
 from hotstate.raft.config import RaftConfig
 
+from .conftest import StartCluster
+
 SLOW_MS = 120_000  # session timeout / Raft fetch timeout: never reached within a test
 WAIT_S = 20.0
 
@@ -52,7 +54,9 @@ async def make_table(cluster: LocalCluster) -> TableWriter:
     return writer
 
 
-def test_a_killed_server_is_fenced_on_a_refused_probe_long_before_its_session_expires(start_cluster) -> None:
+def test_a_killed_server_is_fenced_on_a_refused_probe_long_before_its_session_expires(
+    start_cluster: StartCluster,
+) -> None:
     running = start_cluster(3, session_timeout_ms=SLOW_MS)
     cluster = running.cluster
     leader = running.leader()
@@ -74,7 +78,7 @@ def test_a_killed_server_is_fenced_on_a_refused_probe_long_before_its_session_ex
     assert "refuses connections: fenced without waiting for its session" in running.logs()
 
 
-def test_a_paused_server_is_silence_and_is_not_fenced_on_a_probe(start_cluster) -> None:
+def test_a_paused_server_is_silence_and_is_not_fenced_on_a_probe(start_cluster: StartCluster) -> None:
     running = start_cluster(3, session_timeout_ms=SLOW_MS)
     cluster = running.cluster
     leader = running.leader()
@@ -93,7 +97,9 @@ def test_a_paused_server_is_silence_and_is_not_fenced_on_a_probe(start_cluster) 
     running.run(main())
 
 
-def test_a_killed_metadata_leader_is_replaced_and_fenced_without_waiting_for_timeouts(start_cluster) -> None:
+def test_a_killed_metadata_leader_is_replaced_and_fenced_without_waiting_for_timeouts(
+    start_cluster: StartCluster,
+) -> None:
     raft = RaftConfig(fetch_timeout_ms=SLOW_MS)
     running = start_cluster(3, session_timeout_ms=SLOW_MS, raft=raft)
     cluster = running.cluster

@@ -9,6 +9,7 @@ import signal
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -20,6 +21,8 @@ from hotstate.cli.main import app
 from hotstate.client.writer import TableWriter
 from hotstate.protocol.cluster_token import cluster_token
 from hotstate.server.credentials import hash_password, new_token
+
+from .conftest import RunningCluster, StartCluster
 
 ADMIN_PASSWORD = "correct horse battery staple"
 WRONG_PASSWORD = "wrong-password-Zq8vX"  # must never reach a log
@@ -34,7 +37,7 @@ def _credentials(path: Path, tokens: dict[str, tuple[str, str]]) -> None:
     tmp.replace(path)  # a reader never sees half a file
 
 
-def _http(running, node: int) -> str:
+def _http(running: RunningCluster, node: int) -> str:
     return f"http://127.0.0.1:{running.server(node).http_port}"
 
 
@@ -42,7 +45,7 @@ def _bearer(token: str) -> dict[str, str]:
     return {"authorization": f"Bearer {token}"}
 
 
-def _wait(predicate, timeout_s: float, what: str) -> float:
+def _wait(predicate: Callable[[], object], timeout_s: float, what: str) -> float:
     start = time.monotonic()
     while time.monotonic() - start < timeout_s:
         if predicate():
@@ -51,7 +54,7 @@ def _wait(predicate, timeout_s: float, what: str) -> float:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_auth_roles_refusals_reload_and_failover(start_cluster, tmp_path: Path) -> None:
+def test_auth_roles_refusals_reload_and_failover(start_cluster: StartCluster, tmp_path: Path) -> None:
     reader, reader_hash = new_token()
     path = tmp_path / "credentials.toml"
     _credentials(path, {"reader": ("read", reader_hash)})
@@ -188,7 +191,7 @@ def test_auth_roles_refusals_reload_and_failover(start_cluster, tmp_path: Path) 
     assert "credentials reloaded" in logs and "credentials file not reloaded" in logs
 
 
-def test_connection_limits_on_a_real_server(start_cluster) -> None:
+def test_connection_limits_on_a_real_server(start_cluster: StartCluster) -> None:
     running = start_cluster(
         1, http_max_connections=6, http_request_timeout_ms=1500, http_idle_timeout_ms=1000
     )

@@ -9,17 +9,21 @@ import signal
 import time
 
 from hotstate.chaos.workload import table_operation
+from hotstate.cli.local_cluster import LocalCluster
 from hotstate.client.admin import AdminClient
 from hotstate.sim.history import HistoryRecorder
-from hotstate.sim.linearizability import TableSetModel, check
+from hotstate.sim.linearizability import TableInput, TableOutput, TableSetModel, check
+
+from .conftest import StartCluster
 
 NAMES = ("a", "b", "c", "d")
 CLIENTS = 4
+Recorder = HistoryRecorder[TableInput, TableOutput]
 DURATION_S = 9.0
 KILL_EVERY_S = 2.5
 
 
-async def client(cluster, client_id: int, recorder: HistoryRecorder, stop: float, seed: int) -> int:
+async def client(cluster: LocalCluster, client_id: int, recorder: Recorder, stop: float, seed: int) -> int:
     rng = random.Random(seed)
     done = 0
     async with AdminClient(
@@ -44,10 +48,10 @@ async def client(cluster, client_id: int, recorder: HistoryRecorder, stop: float
     return done
 
 
-def test_table_operations_are_linearizable_while_leaders_are_killed(start_cluster) -> None:
+def test_table_operations_are_linearizable_while_leaders_are_killed(start_cluster: StartCluster) -> None:
     running = start_cluster(3)
     cluster = running.cluster
-    recorder: HistoryRecorder = HistoryRecorder()
+    recorder: Recorder = HistoryRecorder()
     kills = []
 
     async def nemesis(stop: float) -> None:
@@ -67,10 +71,10 @@ def test_table_operations_are_linearizable_while_leaders_are_killed(start_cluste
 
     async def scenario() -> list[int]:
         stop = time.monotonic() + DURATION_S
-        results = await asyncio.gather(
-            nemesis(stop), *(client(cluster, i, recorder, stop, seed=i) for i in range(CLIENTS))
-        )
-        return results[1:]
+        async with asyncio.TaskGroup() as group:
+            group.create_task(nemesis(stop))
+            clients = [group.create_task(client(cluster, i, recorder, stop, seed=i)) for i in range(CLIENTS)]
+        return [c.result() for c in clients]
 
     completed = running.run(scenario())
     history = recorder.operations()

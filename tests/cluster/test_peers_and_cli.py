@@ -15,8 +15,10 @@ from hotstate.protocol.cluster import DescribeClusterRequest
 from hotstate.protocol.wire import MESSAGES
 from hotstate.rpc import HandshakeError, PeerPool
 
+from .conftest import RunningCluster, StartCluster
 
-def _server_log(running, node_id: int) -> str:
+
+def _server_log(running: RunningCluster, node_id: int) -> str:
     return (running.server(node_id).directory(running.cluster.root) / "server.log").read_text()
 
 
@@ -28,7 +30,7 @@ def _server_log(running, node_id: int) -> str:
     ],
 )
 def test_a_peer_of_another_cluster_or_with_a_wrong_secret_is_refused_and_logged(
-    start_cluster, cluster_id: str | None, secret: str | None, reason: str
+    start_cluster: StartCluster, cluster_id: str | None, secret: str | None, reason: str
 ) -> None:
     running = start_cluster(1)
     cluster = running.cluster
@@ -51,7 +53,7 @@ def test_a_peer_of_another_cluster_or_with_a_wrong_secret_is_refused_and_logged(
     running.status(5.0)  # still serving
 
 
-def test_garbage_bytes_on_the_rpc_port_close_only_that_connection(start_cluster) -> None:
+def test_garbage_bytes_on_the_rpc_port_close_only_that_connection(start_cluster: StartCluster) -> None:
     running = start_cluster(1)
     port = running.cluster.servers[0].rpc_port
     for garbage in (
@@ -71,7 +73,7 @@ def test_garbage_bytes_on_the_rpc_port_close_only_that_connection(start_cluster)
             except ConnectionResetError:
                 pass
     status = running.status(5.0)
-    assert status.servers  # type: ignore[attr-defined]
+    assert status.servers
 
 
 def test_cluster_up_status_down(tmp_path: Path) -> None:

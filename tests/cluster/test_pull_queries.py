@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import signal
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
+from typing import Any
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -20,6 +23,8 @@ from hotstate.replica.keys import encode_key, partition_for
 from hotstate.routing.heartbeat import HeartbeatConfig, LivenessConfig
 from hotstate.server.config import render_toml
 
+from .conftest import RunningCluster, StartCluster
+
 KEY = (KeyColumn("user", KeyType.STRING),)
 
 
@@ -28,7 +33,7 @@ def _http(cluster: LocalCluster, node: int) -> str:
     return f"http://127.0.0.1:{server.http_port}"
 
 
-async def _setup(running, table: str, partitions: int, standbys: int, rows: int) -> None:
+async def _setup(running: RunningCluster, table: str, partitions: int, standbys: int, rows: int) -> None:
     cluster = running.cluster
     async with cluster.admin(request_timeout_s=2.0) as admin:
         reply = await admin.create_table(
@@ -40,14 +45,15 @@ async def _setup(running, table: str, partitions: int, standbys: int, rows: int)
     await writer.close()
 
 
-def _placement(base: str, table: str) -> list[dict]:
+def _placement(base: str, table: str) -> list[dict[str, Any]]:
     """The table's placement in that server's image, once the image has the table."""
     end = time.monotonic() + 10.0
     while True:
         tables = httpx.get(f"{base}/v1/tables").json()["tables"]
         found = [t for t in tables if t["name"] == table]
         if found or time.monotonic() > end:
-            return found[0]["placement"]
+            placement: list[dict[str, Any]] = found[0]["placement"]
+            return placement
         time.sleep(0.05)
 
 
@@ -72,7 +78,7 @@ def _gauges(base: str) -> dict[str, float]:
     }
 
 
-def _wait(predicate, timeout_s: float = 10.0, what: str = "condition") -> None:
+def _wait(predicate: Callable[[], bool], timeout_s: float = 10.0, what: str = "condition") -> None:
     end = time.monotonic() + timeout_s
     while time.monotonic() < end:
         if predicate():
@@ -87,14 +93,15 @@ def _lags_known(base: str, table: str, nodes: set[int]) -> bool:
 
 
 def test_a_standby_answers_when_the_active_is_down_and_the_most_caught_up_one_is_chosen(
-    start_cluster,
+    start_cluster: StartCluster,
 ) -> None:
     running = start_cluster(3)
     cluster = running.cluster
     running.run(_setup(running, "clicks", partitions=1, standbys=2, rows=200))
     base1 = _http(cluster, 1)
     part = _placement(base1, "clicks")[0]
-    active, first, second = part["active"], *part["standbys"]
+    active = part["active"]
+    first, second = part["standbys"]
     receiver = first  # queries go through a server that stays up
     base = _http(cluster, receiver)
     _wait(lambda: _lags_known(base, "clicks", {1, 2, 3}), what="lag reports")
@@ -142,7 +149,7 @@ def test_a_standby_answers_when_the_active_is_down_and_the_most_caught_up_one_is
     assert served["state"] in ("standby", "active")
 
 
-def test_every_replica_over_the_bound_gives_an_error_naming_each_reason(start_cluster) -> None:
+def test_every_replica_over_the_bound_gives_an_error_naming_each_reason(start_cluster: StartCluster) -> None:
     # (c) The active killed, the standby stopped (down): a 503 naming the partition and each reason.
     running = start_cluster(3)
     cluster = running.cluster
@@ -171,7 +178,9 @@ def test_every_replica_over_the_bound_gives_an_error_naming_each_reason(start_cl
         running.kill(standby, signal.SIGCONT)
 
 
-def test_kill_9_the_busiest_active_while_4_clients_query_for_20s_no_query_fails(start_cluster) -> None:
+def test_kill_9_the_busiest_active_while_4_clients_query_for_20s_no_query_fails(
+    start_cluster: StartCluster,
+) -> None:
     running = start_cluster(3)
     cluster = running.cluster
     running.run(_setup(running, "clicks", partitions=6, standbys=1, rows=3000))
@@ -235,7 +244,7 @@ def test_kill_9_the_busiest_active_while_4_clients_query_for_20s_no_query_fails(
     assert marked_down is not None and marked_down < 1.0
 
 
-def test_a_restarted_active_answers_within_the_bound(start_cluster) -> None:
+def test_a_restarted_active_answers_within_the_bound(start_cluster: StartCluster) -> None:
     running = start_cluster(3)
     cluster = running.cluster
     running.run(_setup(running, "solo", partitions=1, standbys=0, rows=500))
@@ -259,7 +268,7 @@ def test_a_restarted_active_answers_within_the_bound(start_cluster) -> None:
     _wait(answered_as_active, 20.0, "the restarted active to answer")
 
 
-def test_each_mistake_gets_its_clear_4xx(start_cluster) -> None:
+def test_each_mistake_gets_its_clear_4xx(start_cluster: StartCluster) -> None:
     running = start_cluster(3)
     cluster = running.cluster
     running.run(_setup(running, "clicks", partitions=2, standbys=1, rows=10))
@@ -321,7 +330,9 @@ def test_each_mistake_gets_its_clear_4xx(start_cluster) -> None:
     assert 'hotstate_table_queries_total{table="clicks"}' in answered
 
 
-def test_a_server_that_looks_down_by_heartbeats_still_answers_what_only_it_can_serve(start_cluster) -> None:
+def test_a_server_that_looks_down_by_heartbeats_still_answers_what_only_it_can_serve(
+    start_cluster: StartCluster,
+) -> None:
     """A heartbeat flap, made permanent: server 3 sends its heartbeats a minute apart, so its peers judge it
     down within a second while it runs and serves. A query for a partition whose only replica it holds is
     still answered through the others (tried last, not dropped), where it used to be a 503 naming it down."""
@@ -343,9 +354,7 @@ def test_a_server_that_looks_down_by_heartbeats_still_answers_what_only_it_can_s
         return not next(v["hostAlive"] for v in status.values() if v["serverId"] == 3)
 
     for receiver in (1, 2):
-        _wait(
-            lambda receiver=receiver: judged_down(receiver), what=f"server {receiver} to judge server 3 down"
-        )
+        _wait(functools.partial(judged_down, receiver), what=f"server {receiver} to judge server 3 down")
         for options in ({}, {"max_lag": 0}, {"standby_reads": False}):
             answer = _query(_http(cluster, receiver), f"SELECT * FROM clicks WHERE user = '{key}'", **options)
             assert answer.status_code == 200, (receiver, options, answer.text)

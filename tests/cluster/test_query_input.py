@@ -11,6 +11,7 @@ import httpx
 
 from hotstate.client.writer import TableWriter
 
+from .conftest import StartCluster
 from .test_pull_queries import _http, _placement, _setup
 
 MAX_LAG_LIMIT = 2**63 - 1
@@ -35,7 +36,9 @@ def _raw_request(port: int, request: bytes) -> bytes:
         return b"".join(chunks)
 
 
-def test_each_bad_request_gets_its_clear_4xx_and_the_server_keeps_serving(start_cluster) -> None:
+def test_each_bad_request_gets_its_clear_4xx_and_the_server_keeps_serving(
+    start_cluster: StartCluster,
+) -> None:
     running = start_cluster(3)
     cluster = running.cluster
     # No standbys: two of the three partitions are forwarded from any one server.
@@ -205,7 +208,7 @@ def test_each_bad_request_gets_its_clear_4xx_and_the_server_keeps_serving(start_
     assert ok.status_code == 200 and ok.json()["rows"] == [["u7", 7]]
 
 
-def test_nan_and_infinities_are_written_and_read_back_on_every_endpoint(start_cluster) -> None:
+def test_nan_and_infinities_are_written_and_read_back_on_every_endpoint(start_cluster: StartCluster) -> None:
     running = start_cluster(3)
     cluster = running.cluster
     running.run(_setup(running, "scores", partitions=2, standbys=1, rows=0))

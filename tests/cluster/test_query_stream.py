@@ -10,11 +10,13 @@ import json
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from ksql import KSQLAPI
 
+from .conftest import StartCluster
 from .test_pull_queries import _http, _placement, _setup
 
 DELIMITED = "application/vnd.ksqlapi.delimited.v1"
@@ -29,7 +31,7 @@ def _h2() -> httpx.Client:
     return httpx.Client(http1=False, http2=True, timeout=30.0)
 
 
-def _lines(response: httpx.Response) -> list[object]:
+def _lines(response: httpx.Response) -> list[Any]:
     assert response.text.endswith("\n"), response.text
     return [json.loads(line) for line in response.text.splitlines()]
 
@@ -48,7 +50,7 @@ def _ready(base: str, table: str) -> None:
         time.sleep(0.1)
 
 
-def test_ksql_python_ng_runs_pull_queries_over_http2_and_http11(start_cluster) -> None:
+def test_ksql_python_ng_runs_pull_queries_over_http2_and_http11(start_cluster: StartCluster) -> None:
     running = start_cluster(3)
     running.run(_setup(running, "clicks", partitions=3, standbys=1, rows=ROWS))
     base = _http(running.cluster, 1)
@@ -115,7 +117,7 @@ def test_ksql_python_ng_runs_pull_queries_over_http2_and_http11(start_cluster) -
     assert sorted(item["row"]["columns"] for item in answer[1:]) == [["u4", 4], ["u5", 5]]
 
 
-def test_query_stream_formats_errors_and_properties_over_both_protocols(start_cluster) -> None:
+def test_query_stream_formats_errors_and_properties_over_both_protocols(start_cluster: StartCluster) -> None:
     running = start_cluster(3)
     running.run(_setup(running, "clicks", partitions=3, standbys=1, rows=ROWS))
     base = _http(running.cluster, 2)
@@ -274,7 +276,7 @@ def test_query_stream_formats_errors_and_properties_over_both_protocols(start_cl
             assert reply.json()[1:] == [{"row": {"columns": [f"u{i}", i]}}]
 
 
-def test_curl_upgrade_and_prior_knowledge(start_cluster) -> None:
+def test_curl_upgrade_and_prior_knowledge(start_cluster: StartCluster) -> None:
     running = start_cluster(1)
     running.run(_setup(running, "clicks", partitions=2, standbys=0, rows=ROWS))
     base = _http(running.cluster, 1)

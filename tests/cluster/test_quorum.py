@@ -10,10 +10,14 @@ from hotstate.client.admin import ClusterUnavailableError, OutcomeUnknownError
 from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.controller.requests import ControllerError
 
+from .conftest import StartCluster, present
+
 KEY = (KeyColumn("user", KeyType.STRING),)
 
 
-def test_kill_the_active_controller_a_new_leader_commits_within_2s_and_nothing_is_lost(start_cluster) -> None:
+def test_kill_the_active_controller_a_new_leader_commits_within_2s_and_nothing_is_lost(
+    start_cluster: StartCluster,
+) -> None:
     running = start_cluster(3)
 
     async def scenario() -> float:
@@ -21,7 +25,7 @@ def test_kill_the_active_controller_a_new_leader_commits_within_2s_and_nothing_i
             for i in range(5):
                 reply = await admin.create_table(f"t{i}", partitions=3, standby_replicas=1, key_columns=KEY)
                 assert reply.error is ControllerError.NONE, reply
-            leader = (await admin.describe()).leader_id
+            leader = present((await admin.describe()).leader_id)
             running.kill(leader)
             killed_at = time.monotonic()
             while True:
@@ -61,7 +65,7 @@ def test_kill_the_active_controller_a_new_leader_commits_within_2s_and_nothing_i
     assert took < 2.0, f"new leader committed {took:.2f} s after the kill"
 
 
-def test_sigstop_past_the_session_timeout_fences_and_sigcont_unfences(start_cluster) -> None:
+def test_sigstop_past_the_session_timeout_fences_and_sigcont_unfences(start_cluster: StartCluster) -> None:
     running = start_cluster(3)
     leader = running.leader()
     victim = next(n for n in (1, 2, 3) if n != leader)
@@ -87,7 +91,9 @@ def test_sigstop_past_the_session_timeout_fences_and_sigcont_unfences(start_clus
     running.run(wait_until(victim, False, 6.0))
 
 
-def test_five_voters_commit_with_two_stopped_and_stop_committing_with_three(start_cluster) -> None:
+def test_five_voters_commit_with_two_stopped_and_stop_committing_with_three(
+    start_cluster: StartCluster,
+) -> None:
     running = start_cluster(5)
     leader = running.leader()
     others = [n for n in range(1, 6) if n != leader]
@@ -122,7 +128,7 @@ def test_five_voters_commit_with_two_stopped_and_stop_committing_with_three(star
     assert "with_three" in running.run(tables())
 
 
-def test_sigterm_moves_every_active_away_before_the_server_exits(start_cluster) -> None:
+def test_sigterm_moves_every_active_away_before_the_server_exits(start_cluster: StartCluster) -> None:
     running = start_cluster(3)
 
     async def setup() -> None:

@@ -7,13 +7,23 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
+from collections.abc import Callable
 
 from hotstate.client.writer import WriteError
+from hotstate.replica.messages import PartitionMetadata, TableMetadataResponse
 
+from .conftest import StartCluster
 from .test_replication import Probe, _create, _writer
 
 
-async def _wait_placement(probe: Probe, node: int, table: str, done, what: str, timeout_s: float = 45.0):
+async def _wait_placement(
+    probe: Probe,
+    node: int,
+    table: str,
+    done: Callable[[tuple[PartitionMetadata, ...]], bool],
+    what: str,
+    timeout_s: float = 45.0,
+) -> TableMetadataResponse:
     end = time.monotonic() + timeout_s
     while True:
         meta = await probe.metadata(node, table)
@@ -25,7 +35,9 @@ async def _wait_placement(probe: Probe, node: int, table: str, done, what: str, 
         await asyncio.sleep(0.1)
 
 
-def test_a_joining_server_takes_its_share_and_a_server_gone_for_good_is_replaced(start_cluster) -> None:
+def test_a_joining_server_takes_its_share_and_a_server_gone_for_good_is_replaced(
+    start_cluster: StartCluster,
+) -> None:
     running = start_cluster(3, hold=(3,), broker_removal_delay_ms=4000)
 
     async def scenario() -> None:
@@ -60,7 +72,7 @@ def test_a_joining_server_takes_its_share_and_a_server_gone_for_good_is_replaced
         running.restart(3)
         joined_at = time.monotonic()
 
-        def shared(parts) -> bool:
+        def shared(parts: tuple[PartitionMetadata, ...]) -> bool:
             actives = Counter(p.active for p in parts)
             return actives == {1: 2, 2: 2, 3: 2} and all(
                 set(p.isr) == set(p.replicas) and len(p.replicas) == 2 and p.active in p.replicas
@@ -73,7 +85,7 @@ def test_a_joining_server_takes_its_share_and_a_server_gone_for_good_is_replaced
         running.kill(3)
         killed_at = time.monotonic()
 
-        def replaced(parts) -> bool:
+        def replaced(parts: tuple[PartitionMetadata, ...]) -> bool:
             return all(set(p.replicas) == {1, 2} and set(p.isr) == {1, 2} for p in parts)
 
         await _wait_placement(probe, 1, "clicks", replaced, "server 3's replicas re-created on 1 and 2")

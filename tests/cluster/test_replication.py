@@ -26,13 +26,15 @@ from hotstate.replica.messages import (
 from hotstate.replica.rows import decode_row
 from hotstate.rpc import PeerPool
 
+from .conftest import RunningCluster, StartCluster, present
+
 KEY = (KeyColumn("user", KeyType.STRING),)
 
 
 class Probe:
     """Asks servers directly, by node id (the local cluster numbers them 1..N)."""
 
-    def __init__(self, running) -> None:
+    def __init__(self, running: RunningCluster) -> None:
         cluster = running.cluster
         self.pool = PeerPool(0, cluster.cluster_id, cluster.secret, MESSAGES, backoff_max=0.2)
         self.pool.update({s.node_id: ("127.0.0.1", s.rpc_port) for s in cluster.servers})
@@ -56,8 +58,8 @@ class Probe:
                 return reply
             await asyncio.sleep(0.05)
 
-    async def rows(self, node: int, table: str, partition: int) -> tuple[int, dict[bytes, dict]]:
-        out: dict[bytes, dict] = {}
+    async def rows(self, node: int, table: str, partition: int) -> tuple[int, dict[bytes, dict[str, object]]]:
+        out: dict[bytes, dict[str, object]] = {}
         after = None
         position = 0
         while True:
@@ -99,7 +101,7 @@ class Probe:
             await asyncio.sleep(0.1)
 
 
-async def _create(running, name: str, partitions: int, standbys: int) -> None:
+async def _create(running: RunningCluster, name: str, partitions: int, standbys: int) -> None:
     async with running.cluster.admin(request_timeout_s=2.0) as admin:
         reply = await admin.create_table(
             name, partitions=partitions, standby_replicas=standbys, key_columns=KEY
@@ -107,19 +109,19 @@ async def _create(running, name: str, partitions: int, standbys: int) -> None:
         assert reply.error is ControllerError.NONE, reply
 
 
-def _writer(running, table: str) -> TableWriter:
+def _writer(running: RunningCluster, table: str) -> TableWriter:
     cluster = running.cluster
     return TableWriter(cluster.addresses(), table, cluster_id=cluster.cluster_id, secret=cluster.secret)
 
 
-def test_kill_9_an_active_under_acks_all_writes_loses_no_acked_write(start_cluster) -> None:
+def test_kill_9_an_active_under_acks_all_writes_loses_no_acked_write(start_cluster: StartCluster) -> None:
     running = start_cluster(3)
 
     async def scenario() -> None:
         await _create(running, "clicks", partitions=6, standbys=1)
         probe = Probe(running)
         meta = await probe.metadata(1, "clicks")
-        busiest = Counter(p.active for p in meta.partitions).most_common(1)[0][0]
+        busiest = present(Counter(p.active for p in meta.partitions).most_common(1)[0][0])
         acked: dict[str, int] = {}
         attempted: dict[str, set[int]] = {}
         stop = asyncio.Event()
@@ -182,9 +184,11 @@ def test_kill_9_an_active_under_acks_all_writes_loses_no_acked_write(start_clust
         # Every acked key holds its last acked value, or a later one that was sent but not acked.
         seen: dict[str, int] = {}
         for part in final.partitions:
-            _, rows = await probe.rows(part.active, "clicks", part.partition)
+            _, rows = await probe.rows(present(part.active), "clicks", part.partition)
             for row in rows.values():
-                seen[str(row["user"])] = int(row["clicks"])  # type: ignore[call-overload]
+                clicks = row["clicks"]
+                assert isinstance(clicks, int), row
+                seen[str(row["user"])] = clicks
         for user, value in acked.items():
             assert user in seen, f"acked key {user} is gone"
             assert seen[user] >= value and seen[user] in attempted[user], (user, value, seen[user])
@@ -197,7 +201,7 @@ def test_kill_9_an_active_under_acks_all_writes_loses_no_acked_write(start_clust
     running.run(scenario())
 
 
-def test_a_full_restart_resumes_every_store_at_its_position(start_cluster) -> None:
+def test_a_full_restart_resumes_every_store_at_its_position(start_cluster: StartCluster) -> None:
     running = start_cluster(3)
 
     async def before() -> dict[tuple[int, int], int]:
@@ -242,7 +246,7 @@ def test_a_full_restart_resumes_every_store_at_its_position(start_cluster) -> No
         assert sorted(opened[4:]) == sorted(p for (n, _), p in positions.items() if n == server.node_id)
 
 
-def test_a_follower_behind_the_log_start_is_rebuilt_from_a_snapshot(start_cluster) -> None:
+def test_a_follower_behind_the_log_start_is_rebuilt_from_a_snapshot(start_cluster: StartCluster) -> None:
     running = start_cluster(3, replica=ReplicaConfig(log_retention_records=200))
 
     async def scenario() -> None:
@@ -275,9 +279,14 @@ def test_a_follower_behind_the_log_start_is_rebuilt_from_a_snapshot(start_cluste
     ), logs[-3000:]
 
 
-def test_produce_answers_each_mistake_with_its_typed_error(start_cluster) -> None:
+def test_produce_answers_each_mistake_with_its_typed_error(start_cluster: StartCluster) -> None:
     from hotstate.replica.keys import encode_key, partition_for
-    from hotstate.replica.messages import MetadataForKeyRequest, MetadataForKeyResponse, ProduceRequest
+    from hotstate.replica.messages import (
+        MetadataForKeyRequest,
+        MetadataForKeyResponse,
+        ProduceRequest,
+        ProduceResponse,
+    )
     from hotstate.replica.rows import encode_row
 
     running = start_cluster(3, replica=ReplicaConfig(min_insync_replicas=2), produce_max_bytes=64 * 1024)
@@ -288,15 +297,18 @@ def test_produce_answers_each_mistake_with_its_typed_error(start_cluster) -> Non
         meta = await probe.metadata(1, "clicks")
 
         def rows_for(partition: int, count: int = 3) -> list[bytes]:
-            out, i = [], 0
+            out: list[bytes] = []
+            i = 0
             while len(out) < count:
                 if partition_for(encode_key((f"u{i}",)), 3) == partition:
                     out.append(encode_row({"user": f"u{i}", "clicks": i}))
                 i += 1
             return out
 
-        async def produce(node: int, request: ProduceRequest):
-            return await probe.pool.request(node, request, 10.0)
+        async def produce(node: int | None, request: ProduceRequest) -> ProduceResponse:
+            reply = await probe.pool.request(present(node), request, 10.0)
+            assert isinstance(reply, ProduceResponse), reply
+            return reply
 
         part = meta.partitions[0]
         other = next(n for n in (1, 2, 3) if n != part.active)
@@ -321,7 +333,7 @@ def test_produce_answers_each_mistake_with_its_typed_error(start_cluster) -> Non
         huge = tuple(encode_row({"user": f"u{i}", "pad": "x" * 1000}) for i in range(100))
         reply = await produce(part.active, ProduceRequest("clicks", 0, part.leader_epoch, huge))
         assert reply.error is ReplicaError.TOO_LARGE and "produce.max.bytes" in reply.message
-        lag = {(i.partition, i.state): i for i in (await probe.lag(part.active)).replicas}
+        lag = {(i.partition, i.state): i for i in (await probe.lag(present(part.active))).replicas}
         assert lag[(0, "active")].end_offset_position == ok.end_offset  # none of the bad requests wrote
 
         # KIP-535's metadata for a key, from any server.
@@ -334,7 +346,7 @@ def test_produce_answers_each_mistake_with_its_typed_error(start_cluster) -> Non
         assert set(answer.standbys) == set(meta.partitions[expected_partition].replicas) - {answer.active}
 
         # A controlled shutdown moves the active away: the old epoch is fenced at the new active.
-        running.kill(part.active, signal.SIGTERM)
+        running.kill(present(part.active), signal.SIGTERM)
         for _ in range(100):
             now = (await probe.metadata(other, "clicks")).partitions[0]
             if now.active not in (None, part.active):
@@ -355,7 +367,7 @@ def test_produce_answers_each_mistake_with_its_typed_error(start_cluster) -> Non
     running.run(scenario())
 
 
-def test_sigstop_of_the_metadata_leader_takes_no_partition_offline(start_cluster) -> None:
+def test_sigstop_of_the_metadata_leader_takes_no_partition_offline(start_cluster: StartCluster) -> None:
     """Found under load: heartbeats forwarded to the stopped leader hung for 5 s, so the next controller
     fenced every server (itself too) and every partition went offline for seconds."""
     running = start_cluster(3)
@@ -364,7 +376,7 @@ def test_sigstop_of_the_metadata_leader_takes_no_partition_offline(start_cluster
         await _create(running, "clicks", partitions=2, standbys=2)
         probe = Probe(running)
         async with running.cluster.admin(request_timeout_s=2.0) as admin:
-            leader = (await admin.describe()).leader_id
+            leader = present((await admin.describe()).leader_id)
         writer = _writer(running, "clicks")
         await writer.upsert([{"user": f"u{i}", "clicks": 0} for i in range(200)])
         running.kill(leader, signal.SIGSTOP)
@@ -399,7 +411,9 @@ def test_sigstop_of_the_metadata_leader_takes_no_partition_offline(start_cluster
     running.run(scenario())
 
 
-def test_a_produce_per_server_carries_its_partitions_and_answers_each_on_its_own(start_cluster) -> None:
+def test_a_produce_per_server_carries_its_partitions_and_answers_each_on_its_own(
+    start_cluster: StartCluster,
+) -> None:
     """The writer sends one message per server for all the partitions it leads (ProducePartitionsRequest),
     and each part of one is checked, written and answered as its own ProduceRequest would be."""
     from hotstate.replica.keys import encode_key, partition_for
@@ -418,9 +432,9 @@ def test_a_produce_per_server_carries_its_partitions_and_answers_each_on_its_own
         meta = await probe.metadata(1, "clicks")
         async with _writer(running, "clicks") as writer:
             await writer.metadata()
-            rows = [{"user": f"u{i}", "clicks": i} for i in range(600)]
+            rows: list[dict[str, str | int]] = [{"user": f"u{i}", "clicks": i} for i in range(600)]
             result = await writer.upsert(rows)
-        actives = {p.active for p in meta.partitions}
+        actives = {present(p.active) for p in meta.partitions}
         assert result.rows == 600 and result.retries == 0
         assert writer.stats.produce_requests == 6  # one part per partition...
         assert writer.stats.produce_messages == len(actives)  # ...in one message per server
@@ -435,7 +449,8 @@ def test_a_produce_per_server_carries_its_partitions_and_answers_each_on_its_own
 
         # One server, several parts, each with its own fate.
         def rows_for(partition: int, count: int = 3) -> tuple[bytes, ...]:
-            out, i = [], 0
+            out: list[bytes] = []
+            i = 0
             while len(out) < count:
                 if partition_for(encode_key((f"v{i}",)), 6) == partition:
                     out.append(encode_row({"user": f"v{i}", "clicks": i}))
@@ -493,6 +508,7 @@ def test_a_produce_per_server_carries_its_partitions_and_answers_each_on_its_own
         assert all(ends_after[p] == ends_before[p] for p in ends_before if p != mine.partition)
         # A table this server does not know: every part says so.
         reply = await probe.pool.request(node, ProducePartitionsRequest("nope", parts[:2]), 10.0)
+        assert isinstance(reply, ProducePartitionsResponse), reply
         assert [a.error for a in reply.answers] == [ReplicaError.UNKNOWN_TABLE] * 2
         await probe.close()
 

@@ -13,10 +13,12 @@ from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.controller.requests import ControllerError
 from hotstate.log import Log, LogError
 
+from .conftest import StartCluster
+
 KEY = (KeyColumn("k", KeyType.STRING),)
 
 
-def test_a_wiped_server_is_rebuilt_from_the_snapshot_and_the_tail(start_cluster) -> None:
+def test_a_wiped_server_is_rebuilt_from_the_snapshot_and_the_tail(start_cluster: StartCluster) -> None:
     running = start_cluster(3, snapshot_max_records=20)
     cluster = running.cluster
     leader = running.leader()

@@ -7,17 +7,19 @@ import re
 import time
 
 import pytest
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from hotstate.cli.main import app
 from hotstate.cli.table import parse_key
 from hotstate.client.writer import TableWriter
 from hotstate.controller.records import KeyColumn, KeyType, ValueColumn
 
+from .conftest import StartCluster
+
 ROWS = [{"user": f"u{i}", "day": i % 3, "clicks": i} for i in range(20)]
 
 
-def _clean_failure(result, code: int, *texts: str) -> None:
+def _clean_failure(result: Result, code: int, *texts: str) -> None:
     """Exit `code`, one line on stderr naming `texts`, nothing on stdout, no traceback."""
     assert result.exit_code == code, (result.exit_code, result.output)
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
@@ -27,7 +29,7 @@ def _clean_failure(result, code: int, *texts: str) -> None:
         assert text in message, message
 
 
-def test_table_commands_create_list_describe_and_drop(start_cluster) -> None:
+def test_table_commands_create_list_describe_and_drop(start_cluster: StartCluster) -> None:
     running = start_cluster(3)
     cluster = running.cluster
     at = ["--dir", str(cluster.root)]

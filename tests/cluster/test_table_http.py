@@ -11,9 +11,12 @@ import httpx
 import pyarrow as pa
 
 import hotstate
+from hotstate.cli.local_cluster import LocalCluster
 from hotstate.client.writer import TableWriter
 from hotstate.controller.records import ValueColumn
 from hotstate.controller.requests import ControllerError
+
+from .conftest import StartCluster, present
 
 
 def _error(response: httpx.Response, status: int, code: int, *texts: str) -> None:
@@ -25,7 +28,7 @@ def _error(response: httpx.Response, status: int, code: int, *texts: str) -> Non
         assert text in body["message"], body
 
 
-def test_create_list_drop_and_every_refusal_over_http(start_cluster) -> None:
+def test_create_list_drop_and_every_refusal_over_http(start_cluster: StartCluster) -> None:
     running = start_cluster(3)
     cluster = running.cluster
     bases = [f"http://127.0.0.1:{s.http_port}" for s in cluster.servers]
@@ -110,21 +113,22 @@ def test_create_list_drop_and_every_refusal_over_http(start_cluster) -> None:
         assert {"name", "key_columns", "partitions"} <= set(body["properties"])
 
 
-async def _leader(cluster) -> int:
+async def _leader(cluster: LocalCluster) -> int:
     async with cluster.admin() as admin:
         status = await admin.describe()
-    assert status.leader_id is not None
-    return status.leader_id
+    return present(status.leader_id)
 
 
-async def _write(cluster, rows: list[dict[str, object]], table: str = "clicks") -> None:
+async def _write(cluster: LocalCluster, rows: list[dict[str, object]], table: str = "clicks") -> None:
     async with TableWriter(
         cluster.addresses(), table, cluster_id=cluster.cluster_id, secret=cluster.secret
     ) as writer:
         await writer.upsert(rows)
 
 
-def test_a_query_answer_converts_to_arrow_and_pandas_with_the_tables_key_types(start_cluster) -> None:
+def test_a_query_answer_converts_to_arrow_and_pandas_with_the_tables_key_types(
+    start_cluster: StartCluster,
+) -> None:
     running = start_cluster(3)
     cluster = running.cluster
     servers = [f"127.0.0.1:{s.http_port}" for s in cluster.servers]
@@ -179,7 +183,9 @@ def test_a_query_answer_converts_to_arrow_and_pandas_with_the_tables_key_types(s
         result = client.query("SELECT * FROM events")
     frame = result.to_pandas().sort_values("count")
     assert str(frame["at"].dtype) == "datetime64[us, UTC]" and str(frame["count"].dtype) == "int64"
-    assert [t.to_pydatetime() for t in frame["at"]] == [r["at"].replace(tzinfo=dt.UTC) for r in rows]
+    assert [t.to_pydatetime() for t in frame["at"]] == [
+        (at + dt.timedelta(minutes=i)).replace(tzinfo=dt.UTC) for i in range(5)
+    ]
     assert frame["blob"].tolist() == [r["blob"] for r in rows]
     assert frame["ratio"].tolist() == [r["ratio"] for r in rows]
     assert frame["price"].tolist() == [r["price"] for r in rows] and frame["day"].tolist() == [
@@ -193,7 +199,7 @@ def test_a_query_answer_converts_to_arrow_and_pandas_with_the_tables_key_types(s
     )
 
 
-async def _declare(cluster, table: str, columns: tuple[ValueColumn, ...]) -> None:
+async def _declare(cluster: LocalCluster, table: str, columns: tuple[ValueColumn, ...]) -> None:
     async with cluster.admin() as admin:
         reply = await admin.set_value_columns(table, columns)
     assert reply.error is ControllerError.NONE, reply

@@ -32,12 +32,16 @@ from hotstate.replica.messages import (
 from hotstate.replica.rows import decode_row
 from hotstate.rpc import PeerPool
 
+from .conftest import RunningCluster, StartCluster
+
 KEY = (KeyColumn("user", KeyType.STRING),)
 KEYS = [f"user-{i}" for i in range(24)]
 WORKERS = 8
 
 
-async def _read_all(running, table: str, nodes: dict[int, int], positions: dict[int, int]) -> dict[str, int]:
+async def _read_all(
+    running: RunningCluster, table: str, nodes: dict[int, int], positions: dict[int, int]
+) -> dict[str, int]:
     """Every row of `table`, read from each partition's active (`nodes`: partition -> active) once its
     store holds every write acknowledged (`positions`: partition -> end offset)."""
     cluster = running.cluster
@@ -75,7 +79,7 @@ class Calls:
 Fault = Callable[[TableMetadataResponse, asyncio.Event], Awaitable[str]]
 
 
-async def _writes_during(running, table: str, partitions: int, fault: Fault) -> None:
+async def _writes_during(running: RunningCluster, table: str, partitions: int, fault: Fault) -> None:
     """WORKERS tasks call `upsert` on one writer (max_in_flight 5) over and over, each call numbered as
     it is made and writing its number into a few random keys of KEYS, until `fault` says stop; then every
     key is read from its partition's active and must hold its last successful call's number or a later
@@ -141,7 +145,7 @@ async def _writes_during(running, table: str, partitions: int, fault: Fault) -> 
 
 
 def test_pipelined_writes_to_the_same_keys_keep_their_order_through_a_kill_9_of_the_active(
-    start_cluster,
+    start_cluster: StartCluster,
 ) -> None:
     running = start_cluster(3)
     leader = running.leader()
@@ -159,7 +163,9 @@ def test_pipelined_writes_to_the_same_keys_keep_their_order_through_a_kill_9_of_
     running.run(_writes_during(running, "order", 2, kill_an_active))
 
 
-def test_pipelined_writes_keep_their_order_while_too_few_replicas_fail_them_all(start_cluster) -> None:
+def test_pipelined_writes_keep_their_order_while_too_few_replicas_fail_them_all(
+    start_cluster: StartCluster,
+) -> None:
     running = start_cluster(3, replica=ReplicaConfig(min_insync_replicas=2))
 
     async def kill_and_restart_the_standby(meta: TableMetadataResponse, stop: asyncio.Event) -> str:

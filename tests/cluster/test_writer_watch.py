@@ -14,7 +14,7 @@ import pytest
 
 import hotstate
 from hotstate.client.query import SERVER_NOT_READY, Unavailable
-from hotstate.client.writer import TableWriter, WriteError
+from hotstate.client.writer import TableWriter, WriteError, WriterStats
 from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.controller.requests import ControllerError
 from hotstate.protocol.wire import MESSAGES
@@ -22,10 +22,12 @@ from hotstate.replica.messages import ReplicaError, TableMetadataRequest, TableM
 from hotstate.replica.rows import MAX_NESTING
 from hotstate.rpc import PeerPool
 
+from .conftest import RunningCluster, StartCluster, present
+
 KEY = (KeyColumn("user", KeyType.STRING),)
 
 
-async def _create(running, name: str, partitions: int, standbys: int) -> None:
+async def _create(running: RunningCluster, name: str, partitions: int, standbys: int) -> None:
     async with running.cluster.admin(request_timeout_s=2.0) as admin:
         reply = await admin.create_table(
             name, partitions=partitions, standby_replicas=standbys, key_columns=KEY
@@ -33,7 +35,7 @@ async def _create(running, name: str, partitions: int, standbys: int) -> None:
         assert reply.error is ControllerError.NONE, reply
 
 
-def _writer(running, table: str, servers: list[tuple[str, int]] | None = None) -> TableWriter:
+def _writer(running: RunningCluster, table: str, servers: list[tuple[str, int]] | None = None) -> TableWriter:
     cluster = running.cluster
     return TableWriter(
         servers or cluster.addresses(), table, cluster_id=cluster.cluster_id, secret=cluster.secret
@@ -51,7 +53,9 @@ def _nested(depth: int) -> object:
     return value
 
 
-def test_rows_that_can_never_be_written_fail_at_once_naming_the_row_and_the_limit(start_cluster) -> None:
+def test_rows_that_can_never_be_written_fail_at_once_naming_the_row_and_the_limit(
+    start_cluster: StartCluster,
+) -> None:
     running = start_cluster(1)
 
     async def scenario() -> None:
@@ -59,7 +63,10 @@ def test_rows_that_can_never_be_written_fail_at_once_naming_the_row_and_the_limi
         async with _writer(running, "big") as writer:
             await writer.upsert(_rows(0, 4))
             sent = writer.stats.produce_requests
-            huge = [*_rows(1, 3), {"user": "huge", "value": "x" * (20 * 1024 * 1024)}]
+            huge: list[dict[str, object]] = [
+                *_rows(1, 3),
+                {"user": "huge", "value": "x" * (20 * 1024 * 1024)},
+            ]
             started = time.monotonic()
             with pytest.raises(WriteError) as error:
                 await writer.upsert(huge, deadline_s=15.0)
@@ -79,11 +86,13 @@ def test_rows_that_can_never_be_written_fail_at_once_naming_the_row_and_the_limi
     running.run(scenario())
 
 
-def _stats(writer: TableWriter):
+def _stats(writer: TableWriter) -> WriterStats:
     return dataclasses.replace(writer.stats)
 
 
-def test_after_kill_9_of_an_active_the_writer_learns_the_new_active_from_its_watch(start_cluster) -> None:
+def test_after_kill_9_of_an_active_the_writer_learns_the_new_active_from_its_watch(
+    start_cluster: StartCluster,
+) -> None:
     running = start_cluster(3)
     leader = running.leader()
 
@@ -93,7 +102,7 @@ def test_after_kill_9_of_an_active_the_writer_learns_the_new_active_from_its_wat
             await writer.upsert(_rows(0), deadline_s=30.0)
             meta = await writer.metadata()
             counts = Counter(p.active for p in meta.partitions if p.active != leader)
-            victim = counts.most_common(1)[0][0]  # not the metadata leader: no election in the way
+            victim = present(counts.most_common(1)[0][0])  # not the metadata leader: no election in the way
             moved = [p.partition for p in meta.partitions if p.active == victim]
             before = _stats(writer)
             running.kill(victim)
@@ -117,7 +126,7 @@ def test_after_kill_9_of_an_active_the_writer_learns_the_new_active_from_its_wat
 
 
 def test_a_produce_hanging_on_a_paused_active_is_moved_when_the_watch_shows_the_new_active(
-    start_cluster,
+    start_cluster: StartCluster,
 ) -> None:
     running = start_cluster(3)
     leader = running.leader()
@@ -127,7 +136,9 @@ def test_a_produce_hanging_on_a_paused_active_is_moved_when_the_watch_shows_the_
         async with _writer(running, "paused") as writer:
             await writer.upsert(_rows(0), deadline_s=30.0)
             meta = await writer.metadata()
-            victim = Counter(p.active for p in meta.partitions if p.active != leader).most_common(1)[0][0]
+            victim = present(
+                Counter(p.active for p in meta.partitions if p.active != leader).most_common(1)[0][0]
+            )
             before = _stats(writer)
             # Paused, its connections stay open: the Produce waits for an answer that never comes, until
             # the controller fences the server (session timeout) and a watch brings the new active.
@@ -149,7 +160,7 @@ async def _ask_metadata(pool: PeerPool, node: int, table: str) -> TableMetadataR
     return reply
 
 
-def test_a_restarted_server_says_not_ready_until_its_metadata_caught_up(start_cluster) -> None:
+def test_a_restarted_server_says_not_ready_until_its_metadata_caught_up(start_cluster: StartCluster) -> None:
     running = start_cluster(3)
     cluster = running.cluster
     server1 = running.server(1)

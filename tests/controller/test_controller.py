@@ -2,20 +2,34 @@
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from hotstate.controller.controller import ControllerConfig, Decision, QuorumController
 from hotstate.controller.evidence import ProbeResult
-from hotstate.controller.image import ImageBuilder, MetadataImage
-from hotstate.controller.records import Endpoint, FenceServer, KeyColumn, KeyType, NoOp, UnfenceServer
+from hotstate.controller.image import ImageBuilder, MetadataImage, PartitionInfo
+from hotstate.controller.records import (
+    Endpoint,
+    FenceServer,
+    KeyColumn,
+    KeyType,
+    MetadataBatch,
+    NoOp,
+    UnfenceServer,
+)
 from hotstate.controller.requests import (
+    AlterPartitionResponse,
     ControllerError,
     CreateTableRequest,
     DeleteTableRequest,
     ListTablesRequest,
+    ListTablesResponse,
     RegisterServerRequest,
     ServerHeartbeatRequest,
+    ServerHeartbeatResponse,
 )
 
 SESSION = 2000
+R = TypeVar("R")
 
 
 class Harness:
@@ -27,7 +41,7 @@ class Harness:
         self.image = MetadataImage.empty()
         self.controller = QuorumController(self.image, ControllerConfig(SESSION), now=0, next_offset=1)
 
-    def commit(self, decision_or_batches: Decision | list) -> None:
+    def commit(self, decision_or_batches: Decision | list[MetadataBatch]) -> None:
         batches = (
             decision_or_batches.batches if isinstance(decision_or_batches, Decision) else decision_or_batches
         )
@@ -58,11 +72,22 @@ class Harness:
 
     def heartbeat(
         self, node_id: int, *, incarnation: str = "a", shutdown: bool = False, offset: int | None = None
-    ):
+    ) -> ServerHeartbeatResponse:
         request = ServerHeartbeatRequest(
             node_id, f"{incarnation}{node_id}", self.next_offset if offset is None else offset, shutdown
         )
-        return self.handle(request).reply
+        return self.reply(request, ServerHeartbeatResponse)
+
+    def reply(self, request: object, kind: type[R]) -> R:
+        """The reply to `request`, which must be a `kind`."""
+        reply = self.handle(request).reply
+        assert isinstance(reply, kind), reply
+        return reply
+
+
+def active(part: PartitionInfo) -> int:
+    assert part.active is not None, part
+    return part.active
 
 
 def three_brokers() -> Harness:
@@ -102,8 +127,8 @@ def test_create_table_places_balanced_actives_and_rack_spread_standbys() -> None
     racks = {1: "az-a", 2: "az-b", 3: "az-c"}
     for part in parts:
         assert len(part.standbys) == 1 and part.active not in part.standbys
-        assert racks[part.standbys[0]] != racks[part.active]
-        assert set(part.isr) == {part.active, *part.standbys}
+        assert racks[part.standbys[0]] != racks[active(part)]
+        assert set(part.isr) == {active(part), *part.standbys}
 
 
 def test_create_existing_table_answers_exists_after_a_commit() -> None:
@@ -138,10 +163,10 @@ def test_delete_and_list_tables() -> None:
     harness = three_brokers()
     create(harness, "a")
     create(harness, "b")
-    assert harness.handle(ListTablesRequest()).reply.tables == ("a", "b")
+    assert harness.reply(ListTablesRequest(), ListTablesResponse).tables == ("a", "b")
     assert harness.handle(DeleteTableRequest("a")).reply.error is ControllerError.NONE
     assert harness.handle(DeleteTableRequest("a")).reply.error is ControllerError.UNKNOWN_TABLE
-    assert harness.handle(ListTablesRequest()).reply.tables == ("b",)
+    assert harness.reply(ListTablesRequest(), ListTablesResponse).tables == ("b",)
     assert harness.image.partitions_of("a") == ()
 
 
@@ -192,6 +217,7 @@ def test_controlled_shutdown_moves_every_active_in_one_batch() -> None:
     decision = harness.controller.handle(
         ServerHeartbeatRequest(2, "a2", harness.next_offset, True), 0, harness.next_offset
     )
+    assert isinstance(decision.reply, ServerHeartbeatResponse)
     assert decision.reply.shutdown_ready and len(decision.batches) == 1
     records = decision.batches[0].records
     assert isinstance(records[0], FenceServer) and records[0].reason == "controlled shutdown"
@@ -200,6 +226,7 @@ def test_controlled_shutdown_moves_every_active_in_one_batch() -> None:
     again = harness.controller.handle(
         ServerHeartbeatRequest(2, "a2", harness.next_offset, True), 0, harness.next_offset
     )
+    assert isinstance(again.reply, ServerHeartbeatResponse)
     assert again.reply.shutdown_ready and again.batches == () and again.wait
 
 
@@ -220,15 +247,18 @@ def test_re_registration_of_a_live_server_fences_it_first() -> None:
     assert not any(isinstance(r, UnfenceServer) for r in decision.batches[0].records)
 
 
-def _alter(harness: Harness, part, node: int, isr: tuple[int, ...], **changes: int):
+def _alter(
+    harness: Harness, part: PartitionInfo, node: int, isr: tuple[int, ...], **changes: int
+) -> AlterPartitionResponse:
     from hotstate.controller.requests import AlterPartitionRequest
 
     fields = {"leader_epoch": part.leader_epoch, "partition_epoch": part.partition_epoch, **changes}
-    return harness.handle(
+    return harness.reply(
         AlterPartitionRequest(
             node, part.table_id, part.partition, fields["leader_epoch"], fields["partition_epoch"], isr
-        )
-    ).reply
+        ),
+        AlterPartitionResponse,
+    )
 
 
 def test_alter_partition_changes_the_isr_and_bumps_the_partition_epoch() -> None:
@@ -236,7 +266,7 @@ def test_alter_partition_changes_the_isr_and_bumps_the_partition_epoch() -> None
     create(harness, partitions=1, standbys=2)
     part = harness.image.partitions_of("clicks")[0]
     shrunk = tuple(r for r in part.isr if r != part.standbys[0])
-    assert _alter(harness, part, part.active, shrunk).error is ControllerError.NONE
+    assert _alter(harness, part, active(part), shrunk).error is ControllerError.NONE
     now = harness.image.partitions_of("clicks")[0]
     assert now.isr == shrunk and now.leader_epoch == part.leader_epoch
     assert now.partition_epoch == part.partition_epoch + 1
@@ -246,16 +276,16 @@ def test_alter_partition_based_on_an_older_state_is_refused_as_stale() -> None:
     harness = three_brokers()
     create(harness, partitions=1, standbys=2)
     part = harness.image.partitions_of("clicks")[0]
-    shrunk = (part.active, part.standbys[0])
-    assert _alter(harness, part, part.active, shrunk).error is ControllerError.NONE
+    shrunk = (active(part), part.standbys[0])
+    assert _alter(harness, part, active(part), shrunk).error is ControllerError.NONE
     # The same request again (a retry whose first copy applied): its partition epoch is old now.
-    again = _alter(harness, part, part.active, part.isr)
+    again = _alter(harness, part, active(part), part.isr)
     assert again.error is ControllerError.STALE_PARTITION_STATE
     assert harness.image.partitions_of("clicks")[0].isr == shrunk
     # Only the active may ask, and only in its leader epoch.
     now = harness.image.partitions_of("clicks")[0]
     assert _alter(harness, now, now.standbys[0], now.isr).error is ControllerError.STALE_PARTITION_STATE
-    stale_epoch = _alter(harness, now, now.active, now.isr, leader_epoch=now.leader_epoch + 1)
+    stale_epoch = _alter(harness, now, active(now), now.isr, leader_epoch=now.leader_epoch + 1)
     assert stale_epoch.error is ControllerError.STALE_PARTITION_STATE
 
 
@@ -264,14 +294,14 @@ def test_alter_partition_never_adds_a_fenced_server_or_drops_the_active() -> Non
     create(harness, partitions=1, standbys=2)
     part = harness.image.partitions_of("clicks")[0]
     follower = part.standbys[0]
-    assert _alter(harness, part, part.active, (part.active, part.standbys[1])).error is ControllerError.NONE
+    assert _alter(harness, part, active(part), (active(part), part.standbys[1])).error is ControllerError.NONE
     harness.commit([harness.controller._propose((FenceServer(follower, "test"),))])
     part = harness.image.partitions_of("clicks")[0]
-    refused = _alter(harness, part, part.active, (*part.isr, follower))
+    refused = _alter(harness, part, active(part), (*part.isr, follower))
     assert refused.error is ControllerError.INVALID_REQUEST and "fenced" in refused.message
-    refused = _alter(harness, part, part.active, (part.standbys[1],))
+    refused = _alter(harness, part, active(part), (part.standbys[1],))
     assert refused.error is ControllerError.INVALID_REQUEST and "active" in refused.message
-    refused = _alter(harness, part, part.active, (part.active, 99))
+    refused = _alter(harness, part, active(part), (active(part), 99))
     assert refused.error is ControllerError.INVALID_REQUEST
 
 
@@ -282,7 +312,7 @@ def test_a_fenced_active_is_replaced_by_the_most_caught_up_in_sync_replica() -> 
     first, second = part.standbys
     harness.handle(ServerHeartbeatRequest(first, f"a{first}", harness.next_offset, False, ((1, 0, 50),)))
     harness.handle(ServerHeartbeatRequest(second, f"a{second}", harness.next_offset, False, ((1, 0, 70),)))
-    harness.commit([harness.controller._propose(harness.controller._fence_records(part.active, "test"))])
+    harness.commit([harness.controller._propose(harness.controller._fence_records(active(part), "test"))])
     now = harness.image.partitions_of("clicks")[0]
     assert now.active == second and now.leader_epoch == part.leader_epoch + 1
     assert now.replicas == part.replicas  # the replica set stays; only the roles move
@@ -372,17 +402,21 @@ def test_value_columns_are_the_latest_writers_and_survive_a_snapshot() -> None:
 
     harness = three_brokers()
     create(harness, partitions=2)
-    assert harness.image.tables["clicks"].value_columns == ()
+
+    def columns() -> tuple[ValueColumn, ...]:  # read anew each time (the image is replaced per commit)
+        return harness.image.tables["clicks"].value_columns
+
+    assert not columns()
     first = (ValueColumn("clicks", "bigint"), ValueColumn("seen", "timestamp"))
     assert harness.handle(SetValueColumnsRequest("clicks", first)).reply == SetValueColumnsResponse(
         ControllerError.NONE, ""
     )
-    assert harness.image.tables["clicks"].value_columns == first
+    assert columns() == first
     # The same again writes nothing; a grown schema replaces it.
     assert harness.handle(SetValueColumnsRequest("clicks", first)).batches[0].records == (NoOp(),)
     grown = (*first, ValueColumn("tags", "array<string>"))
     harness.handle(SetValueColumnsRequest("clicks", grown))
-    assert harness.image.tables["clicks"].value_columns == grown
+    assert columns() == grown
     restored = decode_snapshot(encode_snapshot(harness.image))
     assert restored.tables["clicks"].value_columns == grown
     for bad, error, fragment in (

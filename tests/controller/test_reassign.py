@@ -4,6 +4,7 @@ controller with replicas that catch up, checked after every step."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 
 import pytest
 
@@ -22,14 +23,23 @@ from hotstate.controller.requests import (
 
 from .test_controller import SESSION, Harness
 
+DEFAULTS = ControllerConfig(SESSION)
+
 KEY = (KeyColumn("user", KeyType.STRING),)
 
 
-def part(replicas, active, isr, warmups=(), epoch=3, partition_epoch=7) -> PartitionInfo:
+def part(
+    replicas: Sequence[int],
+    active: int | None,
+    isr: Sequence[int],
+    warmups: Sequence[int] = (),
+    epoch: int = 3,
+    partition_epoch: int = 7,
+) -> PartitionInfo:
     return PartitionInfo(1, 0, tuple(replicas), active, tuple(warmups), epoch, tuple(isr), partition_epoch)
 
 
-def placed(active, standbys=(), warmups=()) -> Placement:
+def placed(active: int, standbys: Sequence[int] = (), warmups: Sequence[int] = ()) -> Placement:
     return Placement(str(active), tuple(map(str, standbys)), tuple(map(str, warmups)))
 
 
@@ -105,12 +115,26 @@ class Cluster(Harness):
     its replicas at the partition's end, and every active asks to add its caught-up followers to the ISR,
     as a real active would. Invariants are checked after every change."""
 
-    def __init__(self, racks: dict[int, str], *, split: bool = False, **config: int) -> None:
+    def __init__(
+        self,
+        racks: dict[int, str],
+        *,
+        split: bool = False,
+        reassign_interval_ms: int = DEFAULTS.reassign_interval_ms,
+        broker_removal_delay_ms: int = DEFAULTS.broker_removal_delay_ms,
+    ) -> None:
         super().__init__()
         self.split = split
         self.job: ReassignJob | None = None
         self.controller = QuorumController(
-            self.image, ControllerConfig(SESSION, **config), now=0, next_offset=1
+            self.image,
+            ControllerConfig(
+                SESSION,
+                reassign_interval_ms=reassign_interval_ms,
+                broker_removal_delay_ms=broker_removal_delay_ms,
+            ),
+            now=0,
+            next_offset=1,
         )
         self.racks = racks
         self.down: set[int] = set()
@@ -208,7 +232,7 @@ def test_a_new_server_gets_its_share_of_actives_and_standbys_without_a_partition
     assert cluster.actives() == {1: 2, 2: 2, 3: 2}
     for p in cluster.image.partitions_of("t"):
         assert len(p.replicas) == 2 and set(p.isr) == set(p.replicas) and p.warmups == ()
-        assert cluster.racks[p.standbys[0]] != cluster.racks[p.active]
+        assert p.active is not None and cluster.racks[p.standbys[0]] != cluster.racks[p.active]
     assert 0 < cluster.moves <= 4
 
 

@@ -124,10 +124,10 @@ class RestoringCluster(Harness):
                     caught_up.append(r)
             if caught_up:
                 isr = (*p.isr, *caught_up)
-                request = AlterPartitionRequest(
+                alter = AlterPartitionRequest(
                     p.active, p.table_id, p.partition, p.leader_epoch, p.partition_epoch, isr
                 )
-                assert self.handle(request).reply.error is ControllerError.NONE
+                assert self.handle(alter).reply.error is ControllerError.NONE
 
     def settle(self, rounds: int = 400) -> int:
         """Rounds until nothing restores and no placement record was written for 20 rounds in a row."""
@@ -181,7 +181,7 @@ def test_a_lost_server_s_copies_restore_at_once_and_it_rejoins_wiped_within_the_
     assert cluster.standbys() == {1: 4, 2: 4, 3: 4}
     for p in cluster.partitions():
         assert len(p.replicas) == 2 and set(p.isr) == set(p.replicas) and p.warmups == (), p
-        assert cluster.racks[p.standbys[0]] != cluster.racks[p.active]
+        assert p.active is not None and cluster.racks[p.standbys[0]] != cluster.racks[p.active]
 
 
 def test_a_server_back_wiped_before_it_is_gone_restores_its_own_replicas_and_no_new_warmup() -> None:

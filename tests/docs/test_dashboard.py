@@ -28,7 +28,7 @@ def _exposed() -> set[str]:
     metrics.latency.observe(0.001)
     metrics.replica_lag.labels("t", "0", "active").set(0)
     metrics.peer_alive.labels("2").set(1)
-    names = set()
+    names: set[str] = set()
     for family in text_string_to_metric_families(metrics.render().decode()):
         names.update(sample.name for sample in family.samples)
     return names
@@ -37,7 +37,7 @@ def _exposed() -> set[str]:
 def test_every_metric_the_dashboard_reads_is_exposed() -> None:
     dashboard = json.loads(DASHBOARD.read_text())
     exposed = _exposed()
-    used = set()
+    used: set[str] = set()
     for panel in dashboard["panels"]:
         for target in panel["targets"]:
             expr = re.sub(r"\{[^}]*\}|\[[^\]]*\]", "", target["expr"])  # label matchers and ranges

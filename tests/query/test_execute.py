@@ -55,7 +55,7 @@ def test_a_table_is_read_in_pages_of_chosen_partitions_after_a_cursor() -> None:
         by_partition.setdefault(partition_for(encode_key((user,)), 4), []).append(user)
     query_plan = plan(parse("SELECT * FROM clicks LIMIT 3"), TABLE)
     for partition, held in by_partition.items():
-        read: list[str] = []
+        read: list[object] = []
         after = None
         while True:
             properties: dict[str, object] = {"partitions": [partition]}
@@ -103,7 +103,7 @@ def test_projection_matches_columns_ignoring_case_and_refuses_unknown_ones() -> 
 
 
 def test_select_star_lists_every_column_any_row_has_and_fills_the_gaps_with_null() -> None:
-    rows = [
+    rows: list[dict[str, str | int]] = [
         {"user": "a", "clicks": 1, "url": "/x"},
         {"user": "b", "clicks": 2, "url": "/y"},  # the same columns: its shape is skipped
         {"user": "c", "last": 3},  # another writer's columns

@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import re
 import time
+from collections.abc import Callable
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -149,7 +150,7 @@ def test_special_words_as_names(place: str) -> None:
 # Strategies are built once here: building them inside each draw made every example take milliseconds.
 KEYWORDS = ["select", "FROM", "Where", "and", "IN", "between", "LIMIT", "date", "TIMESTAMP", "key", "Any"]
 KEYWORDS += ["user", "Order", "group", "null", "TRUE", "next", "IF", "case", "format", "all", "row"]
-CASING = st.sampled_from([str, str.lower, str.upper, str.capitalize])
+CASING: st.SearchStrategy[Callable[[str], str]] = st.sampled_from([str, str.lower, str.upper, str.capitalize])
 SPACE = st.sampled_from([" ", "  ", "\t", "\n", "\r\n", " \f", "\v "])
 GAP = st.sampled_from(["", "", " ", "\n"])
 ODD_SPACE = st.sampled_from(["", "\u00a0", " /* c */ ", " -- c\n", "\x1c", "\u2028"])

@@ -24,7 +24,9 @@ def test_a_token_round_trips(value: dict[tuple[int, int], int]) -> None:
 
 
 @given(positions, positions)
-def test_merge_keeps_the_larger_position_of_each_partition(a: dict, b: dict) -> None:
+def test_merge_keeps_the_larger_position_of_each_partition(
+    a: dict[tuple[int, int], int], b: dict[tuple[int, int], int]
+) -> None:
     merged = merge(a, b)
     assert merged.keys() == a.keys() | b.keys()
     for key, position in merged.items():

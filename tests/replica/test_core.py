@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Sequence
+from typing import TypeVar
 
 import pytest
 
@@ -35,6 +36,8 @@ CONFIG = ReplicaConfig(
     isr_change_retry_ms=500,
     min_insync_replicas=1,
 )
+
+M = TypeVar("M", bound=ReplicaMessage)
 
 
 def batch(base: int, epoch: int, count: int, tag: bytes = b"r") -> RecordBatch:
@@ -230,9 +233,7 @@ class Harness:
         self.pump(node)
 
     # -------------------------------------------------------------- queries
-    def in_flight(
-        self, kind: type, *, src: int | None = None, dst: int | None = None
-    ) -> list[ReplicaMessage]:
+    def in_flight(self, kind: type[M], *, src: int | None = None, dst: int | None = None) -> list[M]:
         return [
             m
             for m in self.network

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import enum
+import logging
 import types
 import typing
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -54,11 +56,10 @@ class Pong:
 
 
 @dataclass(frozen=True, slots=True)
-class Sleep:
-    """Answered after `seconds` (pipelining, timeouts)."""
+class Hold:
+    """Answered (Pong(seq)) when the test releases it: a request in flight for as long as a test needs."""
 
     seq: int
-    seconds: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +80,7 @@ class Note:
 
 def transport_registry() -> TypeRegistry:
     registry = TypeRegistry("transport-test")
-    for type_id, cls in enumerate([Ping, Pong, Sleep, Fail, Crash, Note], start=100):
+    for type_id, cls in enumerate([Ping, Pong, Hold, Fail, Crash, Note], start=100):
         registry.register(type_id, cls)
     return registry
 
@@ -87,14 +88,80 @@ def transport_registry() -> TypeRegistry:
 async def echo_handler(peer: PeerInfo, message: object) -> object | None:
     if isinstance(message, Ping):
         return Pong(message.seq, message.body)
-    if isinstance(message, Sleep):
-        await asyncio.sleep(message.seconds)
-        return Pong(message.seq)
     if isinstance(message, Fail):
         raise RemoteError(message.code, message.message)
     if isinstance(message, Crash):
         raise RuntimeError("handler crashed on purpose")
     return None
+
+
+class Holds:
+    """A handler that holds each Hold request until the test releases it, and answers the rest as
+    echo_handler does: the test waits for a request to reach the server instead of for time to pass."""
+
+    def __init__(self) -> None:
+        self._arrived: dict[int, asyncio.Future[None]] = {}
+        self._released: dict[int, asyncio.Future[None]] = {}
+
+    @staticmethod
+    def _future(table: dict[int, asyncio.Future[None]], seq: int) -> asyncio.Future[None]:
+        if seq not in table:
+            table[seq] = asyncio.get_running_loop().create_future()
+        return table[seq]
+
+    async def handler(self, peer: PeerInfo, message: object) -> object | None:
+        if not isinstance(message, Hold):
+            return await echo_handler(peer, message)
+        self._future(self._arrived, message.seq).set_result(None)
+        await self._future(self._released, message.seq)
+        return Pong(message.seq)
+
+    async def arrived(self, seq: int, timeout: float = 5.0) -> None:
+        """Wait until the server's handler holds Hold(seq)."""
+        async with asyncio.timeout(timeout):
+            await asyncio.shield(self._future(self._arrived, seq))
+
+    def release(self, seq: int) -> None:
+        self._future(self._released, seq).set_result(None)
+
+
+class LogWatch(logging.Handler):
+    """A logger's lines as they are logged, and a wait for them: for what only shows in the log."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+        self._changed: asyncio.Event | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+        if self._changed is not None:
+            self._changed.set()
+
+    async def wait_for(self, text: str, count: int = 1, timeout: float = 5.0) -> list[str]:
+        """The lines containing `text`, once there are `count` of them."""
+        async with asyncio.timeout(timeout):
+            while True:
+                found = [line for line in self.lines if text in line]
+                if len(found) >= count:
+                    return found
+                self._changed = asyncio.Event()
+                await self._changed.wait()
+
+
+@contextlib.contextmanager
+def watching(name: str, level: int = logging.DEBUG) -> Iterator[LogWatch]:
+    """Watch logger `name` with its level lowered to at least `level` while the block runs."""
+    log = logging.getLogger(name)
+    watch = LogWatch()
+    old = log.level
+    log.setLevel(min(level, log.getEffectiveLevel()))
+    log.addHandler(watch)
+    try:
+        yield watch
+    finally:
+        log.removeHandler(watch)
+        log.setLevel(old)
 
 
 def make_server(

@@ -8,6 +8,7 @@ import logging
 import random
 import struct
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -37,14 +38,16 @@ from .helpers import (
     SECRET,
     Crash,
     Fail,
+    Hold,
+    Holds,
     Note,
     Ping,
     Pong,
-    Sleep,
     echo_handler,
     make_server,
     run,
     transport_registry,
+    watching,
 )
 
 REGISTRY = transport_registry()
@@ -193,18 +196,20 @@ def test_unencodable_response_becomes_a_bad_response_error(caplog: pytest.LogCap
 
 def test_pipelining_1000_requests_on_one_connection_answered_out_of_order() -> None:
     answered: list[int] = []
+    rng = random.Random(7)
+    turns = [rng.randrange(20) for _ in range(1000)]
 
     async def handler(peer: PeerInfo, message: object) -> object | None:
-        assert isinstance(message, Sleep)
-        await asyncio.sleep(message.seconds)
+        assert isinstance(message, Ping)
+        for _ in range(turns[message.seq]):  # each request takes its own number of loop turns
+            await asyncio.sleep(0)
         answered.append(message.seq)
         return Pong(message.seq)
 
     async def main() -> None:
         async with make_server(REGISTRY, handler=handler, max_concurrent_requests=256) as server:
             client = connection_to(server)
-            rng = random.Random(7)
-            requests = [client.request(Sleep(i, rng.uniform(0, 0.02)), timeout=20) for i in range(1000)]
+            requests = [client.request(Ping(i), timeout=20) for i in range(1000)]
             results = await asyncio.gather(*requests)
             assert results == [Pong(i) for i in range(1000)]
             assert server.connections == 1
@@ -223,7 +228,9 @@ def test_concurrency_limit_per_connection_holds_and_everything_completes() -> No
         nonlocal running, peak
         running += 1
         peak = max(peak, running)
-        await asyncio.sleep(0.005)
+        # Loop turns in which requests past the limit, all sent at once, would start too.
+        for _ in range(5):
+            await asyncio.sleep(0)
         running -= 1
         assert isinstance(message, Ping)
         return Pong(message.seq)
@@ -240,18 +247,21 @@ def test_concurrency_limit_per_connection_holds_and_everything_completes() -> No
 
 
 def test_timeouts_leave_the_connection_usable() -> None:
+    holds = Holds()
+
     async def main() -> None:
-        async with make_server(REGISTRY) as server:
+        async with make_server(REGISTRY, handler=holds.handler) as server:
             client = connection_to(server, peer_node_id=1)
             await client.connect(timeout=5)
-            started = time.monotonic()
-            with pytest.raises(
-                RpcTimeout, match=r"Sleep to node 1 at 127\.0\.0\.1:\d+ timed out after 0\.1 s"
-            ):
-                await client.request(Sleep(1, 0.5), timeout=0.1)
-            assert time.monotonic() - started < 2  # the timer fires, not the 0.5 s handler
-            assert await client.request(Ping(2), timeout=5) == Pong(2)
-            await asyncio.sleep(0.5)  # the late answer to Sleep arrives and is dropped
+            with watching("hotstate.rpc.client") as log:
+                # Held until released: only the request's own timer can end the wait.
+                with pytest.raises(
+                    RpcTimeout, match=r"Hold to node 1 at 127\.0\.0\.1:\d+ timed out after 0\.1 s"
+                ):
+                    await client.request(Hold(1), timeout=0.1)
+                assert await client.request(Ping(2), timeout=5) == Pong(2)
+                holds.release(1)
+                await log.wait_for("late response 1 from")  # the late answer arrives and is dropped
             assert await client.request(Ping(3), timeout=5) == Pong(3)
             await client.close()
 
@@ -259,17 +269,19 @@ def test_timeouts_leave_the_connection_usable() -> None:
 
 
 def test_cancelled_requests_and_close_fail_in_flight_requests() -> None:
+    holds = Holds()
+
     async def main() -> None:
-        async with make_server(REGISTRY) as server:
+        async with make_server(REGISTRY, handler=holds.handler) as server:
             client = connection_to(server)
             await client.connect(timeout=5)
-            task = asyncio.create_task(client.request(Sleep(1, 5), timeout=10))
-            await asyncio.sleep(0.05)
+            task = asyncio.create_task(client.request(Hold(1), timeout=10))
+            await holds.arrived(1)
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-            pending = asyncio.create_task(client.request(Sleep(2, 5), timeout=10))
-            await asyncio.sleep(0.05)
+            pending = asyncio.create_task(client.request(Hold(2), timeout=10))
+            await holds.arrived(2)
             await client.close()
             with pytest.raises(ConnectionLost):
                 await pending
@@ -329,23 +341,23 @@ def test_async_oneway_handler_through_a_peer_pool() -> None:
 
 
 def test_client_reconnects_after_the_server_restarts() -> None:
+    holds = Holds()
+
     async def main() -> None:
-        server = make_server(REGISTRY)
+        server = make_server(REGISTRY, handler=holds.handler)
         await server.start()
         port = server.port
         client = connection_to(server)
         assert await client.request(Ping(1), timeout=5) == Pong(1)
-        in_flight = asyncio.create_task(client.request(Sleep(2, 5), timeout=10))
-        await asyncio.sleep(0.05)
+        in_flight = asyncio.create_task(client.request(Hold(2), timeout=10))
+        await holds.arrived(2)
         await server.close()
         with pytest.raises(ConnectionLost, match="lost"):
             await in_flight
         # While the server is down, requests fail fast instead of hanging until their timeout.
         started = time.monotonic()
         with pytest.raises(ConnectionLost):
-            for _ in range(20):
-                await client.request(Ping(3), timeout=5)
-                await asyncio.sleep(0.01)
+            await client.request(Ping(3), timeout=5)
         assert time.monotonic() - started < 2
         restarted = make_server(REGISTRY, port=port)
         await restarted.start()
@@ -433,8 +445,9 @@ def test_repeated_refusals_are_logged_once_by_the_client(caplog: pytest.LogCaptu
     async def main() -> None:
         async with make_server(REGISTRY) as server:
             intruder = connection_to(server, secret=b"wrong", backoff_initial=0.01, backoff_max=0.02)
-            intruder.send_oneway(Note("x"))
-            await asyncio.sleep(0.4)  # several attempts
+            with watching(LOGGER, logging.WARNING) as log:
+                intruder.send_oneway(Note("x"))
+                await log.wait_for("refused connection", count=3)  # several attempts
             await intruder.close()
 
     with caplog.at_level(logging.WARNING, logger=LOGGER):
@@ -518,6 +531,9 @@ def test_slow_handshake_times_out(caplog: pytest.LogCaptureFixture) -> None:
             started = time.monotonic()
             for byte in hello[:5]:
                 slow_writer.write(bytes([byte]))
+                # The one sleep for time here: the stimulus is bytes spread over the server's real
+                # handshake timer (no clock to fake in RpcServer), so that a timer restarted by each
+                # byte would not fire.
                 await asyncio.sleep(0.05)
             refusal = await closed_by_peer(slow_reader)
             await closed_by_peer(silent_reader)
@@ -623,6 +639,8 @@ def test_a_garbage_speaking_server_closes_the_client_connection(caplog: pytest.L
 def test_peer_pool_routes_by_node_id_and_follows_address_changes() -> None:
     async def main() -> None:
         async with make_server(REGISTRY, node_id=1) as one, make_server(REGISTRY, node_id=2) as two:
+            two_lost: asyncio.Future[PeerInfo] = asyncio.get_running_loop().create_future()
+            two.on_peer_lost = two_lost.set_result
             pool = PeerPool(9, CLUSTER, SECRET, REGISTRY, backoff_initial=0.01, backoff_max=0.1)
             pool.update({1: ("127.0.0.1", one.port), 2: ("127.0.0.1", two.port)})
             assert await pool.request(1, Ping(1), timeout=5) == Pong(1)
@@ -633,7 +651,8 @@ def test_peer_pool_routes_by_node_id_and_follows_address_changes() -> None:
             assert pool.send_oneway(3, Note("dropped")) is False
             old = pool.connection(2)
             pool.update({1: ("127.0.0.1", one.port)})  # node 2 removed
-            await asyncio.sleep(0.05)
+            async with asyncio.timeout(5):
+                assert (await two_lost).node_id == 9  # node 2 saw the pool close its connection
             assert old.closed and not pool.is_connected(2)
             with pytest.raises(UnknownPeer):
                 await pool.request(2, Ping(2), timeout=5)
@@ -653,30 +672,36 @@ def test_lost_connection_hooks_fire_for_the_side_whose_peer_went_away() -> None:
     async def main() -> None:
         server = make_server(REGISTRY)
         server_heard: list[int] = []
-        server.on_peer_lost = lambda peer: server_heard.append(peer.node_id)
+        pool_heard: list[int] = []
+        heard = asyncio.Event()
+
+        def hears(into: list[int]) -> Callable[[int], None]:
+            def hear(node_id: int) -> None:
+                into.append(node_id)
+                heard.set()
+
+            return hear
+
+        server.on_peer_lost = lambda peer: hears(server_heard)(peer.node_id)
         await server.start()
         pool = PeerPool(7, CLUSTER, SECRET, REGISTRY, backoff_initial=0.01, backoff_max=0.2)
-        pool_heard: list[int] = []
-        pool.on_lost = pool_heard.append
+        pool.on_lost = hears(pool_heard)
         pool.update({1: ("127.0.0.1", server.port)})
         assert await pool.request(1, Ping(1), timeout=5) == Pong(1)
         # The client goes away: the server hears of node 7; the client, which closed, hears nothing.
         await pool.close()
-        for _ in range(100):
-            if server_heard:
-                break
-            await asyncio.sleep(0.01)
+        async with asyncio.timeout(5):
+            await heard.wait()
+        heard.clear()
         assert server_heard == [7] and pool_heard == []
         # The server goes away: the client hears of node 1; the server, which closed, hears nothing more.
         pool = PeerPool(8, CLUSTER, SECRET, REGISTRY, backoff_initial=0.01, backoff_max=0.2)
-        pool.on_lost = pool_heard.append
+        pool.on_lost = hears(pool_heard)
         pool.update({1: ("127.0.0.1", server.port)})
         assert await pool.request(1, Ping(2), timeout=5) == Pong(2)
         await server.close()
-        for _ in range(100):
-            if pool_heard:
-                break
-            await asyncio.sleep(0.01)
+        async with asyncio.timeout(5):
+            await heard.wait()
         assert pool_heard == [1] and server_heard == [7]
         await pool.close()
 
@@ -687,8 +712,10 @@ def test_request_soon_gives_what_request_gives_as_a_future() -> None:
     """The forwarded query's way to wait without a task: the same answers, errors, timeouts and losses as
     `request`; a cancelled future frees its request's slot; before the connection is up, `request` runs."""
 
+    holds = Holds()
+
     async def main() -> None:
-        async with make_server(REGISTRY) as server:
+        async with make_server(REGISTRY, handler=holds.handler) as server:
             client = connection_to(server, peer_node_id=1)
             connecting = client.request_soon(Ping(1, b"early"), timeout=5)  # not connected yet
             assert await connecting == Pong(1, b"early")
@@ -697,19 +724,20 @@ def test_request_soon_gives_what_request_gives_as_a_future() -> None:
             with pytest.raises(RemoteError) as info:
                 await client.request_soon(Fail("not_leader", "node 3 leads"), timeout=5)
             assert info.value.code == "not_leader"
-            with pytest.raises(RpcTimeout, match=r"Sleep to node 1 .* timed out after 0\.1 s"):
-                await client.request_soon(Sleep(3, 0.5), timeout=0.1)
+            with pytest.raises(RpcTimeout, match=r"Hold to node 1 .* timed out after 0\.1 s"):
+                await client.request_soon(Hold(3), timeout=0.1)
             with pytest.raises(ValueError, match="timeout must be positive"):
                 await client.request_soon(Ping(4), timeout=0)
-            abandoned = client.request_soon(Sleep(5, 5), timeout=10)
-            await asyncio.sleep(0.05)
+            abandoned = client.request_soon(Hold(5), timeout=10)
+            await holds.arrived(5)
             channel = client._channel
             assert channel is not None and len(channel._pending) == 1
             abandoned.cancel()
-            await asyncio.sleep(0.01)  # its callbacks run
+            for _ in range(3):  # its done callbacks run (the future's, then the request's)
+                await asyncio.sleep(0)
             assert not channel._pending  # the slot and its timer are gone
-            in_flight = client.request_soon(Sleep(6, 5), timeout=10)
-            await asyncio.sleep(0.05)
+            in_flight = client.request_soon(Hold(6), timeout=10)
+            await holds.arrived(6)
             await client.close()
             with pytest.raises(ConnectionLost):
                 await in_flight

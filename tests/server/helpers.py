@@ -102,8 +102,9 @@ async def serving(
         uvicorn.Config(app, host="127.0.0.1", port=0, http=http, log_level="error", lifespan="off", **config)
     )
     task = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.01)
+    async with asyncio.timeout(10):  # uvicorn sets a flag, no event: poll it
+        while not server.started:
+            await asyncio.sleep(0.01)
     try:
         yield server.servers[0].sockets[0].getsockname()[1], server
     finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import tomllib
 from pathlib import Path
+from typing import Literal
 
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -133,7 +134,7 @@ def test_ipv6_and_port_zero_round_trip(tmp_path: Path) -> None:
 
 # --- property: every valid config survives render -> load ---------------------------------------------
 
-_TEXT = st.characters(blacklist_categories=("Cs",))
+_TEXT = st.characters(exclude_categories=["Cs"])
 _LABEL = st.text(
     st.characters(blacklist_categories=("Cs", "Cc", "Zl", "Zp"), blacklist_characters=",="),
     min_size=1,
@@ -222,7 +223,7 @@ def assignor_configs(draw: st.DrawFn) -> AssignorConfig:
 @st.composite
 def server_configs(draw: st.DrawFn) -> ServerConfig:
     node_id = draw(st.integers(1, MAX_INT32))
-    roles = draw(
+    roles: frozenset[Literal["controller", "broker"]] = draw(
         st.sampled_from(
             [frozenset({"controller"}), frozenset({"broker"}), frozenset({"controller", "broker"})]
         )

@@ -12,7 +12,7 @@ import pytest
 
 from hotstate.log import Log
 from hotstate.raft.config import RaftConfig
-from hotstate.raft.node import RaftRole
+from hotstate.raft.node import RaftNode, RaftRole
 from hotstate.raft.storage import RaftStorage
 from hotstate.replica.store import Store
 from hotstate.server.data_dir import DataDirError, check_writable
@@ -86,6 +86,19 @@ def test_a_full_disk_under_the_metadata_log_stops_the_member_and_reports_it(tmp_
 
         async def scenario() -> list[str]:
             failures: list[str] = []
+            loop = asyncio.get_running_loop()
+            leads: asyncio.Future[None] = loop.create_future()
+            failed: asyncio.Future[None] = loop.create_future()
+
+            def on_role_change(node: RaftNode) -> None:
+                if node.role is RaftRole.LEADER and not leads.done():
+                    leads.set_result(None)
+
+            def on_disk_failure(reason: str) -> None:
+                failures.append(reason)
+                if not failed.done():
+                    failed.set_result(None)
+
             driver = RaftDriver(
                 1,
                 [1],
@@ -93,13 +106,13 @@ def test_a_full_disk_under_the_metadata_log_stops_the_member_and_reports_it(tmp_
                 RaftStorage(metadata),
                 send=lambda message: None,
                 on_committed=lambda entries, snapshot: None,
-                on_disk_failure=failures.append,
+                on_role_change=on_role_change,
+                on_disk_failure=on_disk_failure,
             )
             driver.start()
-            for _ in range(200):
-                if driver.node.role is RaftRole.LEADER:
-                    break
-                await asyncio.sleep(0.01)
+            if driver.node.role is not RaftRole.LEADER:
+                async with asyncio.timeout(5):
+                    await leads
             fd = os.open(metadata / "filler", os.O_WRONLY | os.O_CREAT)
             try:
                 while True:
@@ -109,10 +122,8 @@ def test_a_full_disk_under_the_metadata_log_stops_the_member_and_reports_it(tmp_
             finally:
                 os.close(fd)
             driver.propose(b"x" * 200_000)
-            for _ in range(200):
-                if failures:
-                    break
-                await asyncio.sleep(0.01)
+            async with asyncio.timeout(5):
+                await failed
             await driver.stop()
             return failures
 

@@ -7,6 +7,7 @@ import asyncio
 import base64
 import logging
 import os
+from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -44,9 +45,9 @@ def _basic(user: str, password: str) -> bytes:
 
 
 async def _ask(auth: HttpAuth, method: str, path: str, header: bytes | None) -> tuple[int | None, Any]:
-    sent: list[dict[str, Any]] = []
+    sent: list[MutableMapping[str, Any]] = []
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: MutableMapping[str, Any]) -> None:
         sent.append(message)
 
     headers = [(b"host", b"x")] + ([(b"authorization", header)] if header is not None else [])

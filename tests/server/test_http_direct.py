@@ -39,6 +39,7 @@ class _Endpoints:
 
     def __init__(self) -> None:
         self.users: list[str] = []
+        self.waiting = asyncio.Event()  # a `wait:` answer is under way
 
     def _answer(self, body: bytes, label: bytes) -> Answer | Awaitable[Answer]:
         if body == b"boom":
@@ -49,6 +50,7 @@ class _Endpoints:
             _, ms, rest = body.split(b":", 2)
 
             async def later() -> Answer:
+                self.waiting.set()
                 await asyncio.sleep(int(ms) / 1000)
                 return 200, b'{"%s":"%s","user":"%s"}' % (label, rest, CURRENT_USER.get().encode())
 
@@ -227,11 +229,12 @@ def test_queries_run_as_the_user_the_guard_admitted_and_the_protocol_keeps_none(
 
 def test_a_shutdown_while_a_direct_answer_waits_sends_it_and_closes_the_connection() -> None:
     async def run() -> None:
-        async with _server() as (port, _, _, server):
+        async with _server() as (port, _, endpoints, server):
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
             writer.write(_post("/v1/query", b"wait:300:late"))
             await writer.drain()
-            await asyncio.sleep(0.1)
+            async with asyncio.timeout(5):
+                await endpoints.waiting.wait()
             server.should_exit = True
             answer = await asyncio.wait_for(reader.read(), 5.0)  # to the end: the server closes
             writer.close()

@@ -28,8 +28,11 @@ from hotstate.raft.records import Entry
 from hotstate.replica.messages import (
     PartitionRows,
     ProducePartitionsRequest,
+    ProducePartitionsResponse,
     ProduceRequest,
+    ProduceResponse,
     QueryPartitionsRequest,
+    QueryPartitionsResponse,
     ReplicaError,
     TableMetadataRequest,
 )
@@ -88,7 +91,7 @@ def test_not_ready_until_the_image_holds_this_incarnations_registration() -> Non
     log.commit(*create("t", 1))
     log.commit(register(1, "my-previous-life"))  # the previous process's registration does not count
     log.commit(register(2, "me"))  # nor another server's
-    assert pub.not_ready() is not None and not pub.caught_up
+    assert pub.not_ready() is not None and [pub.caught_up] == [False]  # (a list: no narrowing to False)
     log.commit(register(1, "me"))
     assert pub.not_ready() is None and pub.caught_up
     # Sticky: fenced, or registered again by a later incarnation's stale view, it stays caught up.
@@ -113,8 +116,10 @@ def test_a_not_ready_server_refuses_table_metadata_produce_and_partition_queries
 
     asyncio.run(ask())
     produce = not_ready_answer(ProduceRequest("t", 0, 1, (b"\x80",)), "starting")
+    assert isinstance(produce, ProduceResponse)
     assert produce.error is ReplicaError.NOT_READY and produce.message == "starting"
     query = not_ready_answer(QueryPartitionsRequest(()), "starting")
+    assert isinstance(query, QueryPartitionsResponse)
     assert query.answers == ()
 
 
@@ -124,10 +129,18 @@ def test_a_not_ready_server_refuses_every_part_of_a_multi_partition_produce() ->
     )
     assert isinstance(request, NOT_READY_REFUSES)
     answer = not_ready_answer(request, "starting")
+    assert isinstance(answer, ProducePartitionsResponse)
     assert [(a.error, a.message) for a in answer.answers] == [(ReplicaError.NOT_READY, "starting")] * 2
 
 
 # ------------------------------------------------------------------------------------------ watches
+
+
+async def settle() -> None:
+    """Loop turns enough for a watch woken by a commit (commits answer watches at once, synchronously)
+    to finish: its future's callbacks, asyncio.wait's, then the task awaiting it. No wall-clock time."""
+    for _ in range(10):
+        await asyncio.sleep(0)
 
 
 def ready_publisher() -> tuple[MetadataPublisher, Log]:
@@ -150,7 +163,7 @@ def test_a_watch_is_answered_by_a_change_of_its_table_and_not_by_other_commits()
         log.commit(NoOp())
         log.commit(register(2, "x"))  # servers change, the table does not
         log.commit(PartitionChange(2, 0, 1, 1, (1,)))  # another table's partition
-        await asyncio.sleep(0.01)
+        await settle()
         assert not watch.done()
         log.commit(PartitionChange(1, 1, None, 1, (1,)))
         assert await asyncio.wait_for(watch, 1.0) is True
@@ -218,8 +231,8 @@ def test_answer_table_metadata_parks_a_watch_and_answers_with_the_new_metadata()
         assert first.produce_max_bytes == 1234 and first.metadata_offset == pub.image.offset
         request = TableMetadataRequest("t", first.metadata_offset, 30_000)
         watch = asyncio.ensure_future(answer_table_metadata(pub, request, 1234))
-        await asyncio.sleep(0.01)
-        assert not watch.done()
+        await settle()
+        assert pub.watches == 1 and not watch.done()
         log.commit(PartitionChange(1, 0, None, 1, (1,)))
         moved = await asyncio.wait_for(watch, 1.0)
         assert moved.partitions[0].active is None and moved.partitions[0].leader_epoch == 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+from collections.abc import Callable
 
 from hotstate.controller.evidence import ProbeResult
 from hotstate.server.suspects import Suspects, probe, probe_after_hint
@@ -40,13 +41,18 @@ def test_no_answer_in_time_is_silence_not_proof() -> None:
         port = listener.getsockname()[1]
         fillers = []
         try:
-            for _ in range(4):
+            # The first filler connected fills the queue; the others only make sure of it.
+            first = socket.socket()
+            first.setblocking(False)
+            fillers.append(first)
+            async with asyncio.timeout(5):
+                await asyncio.get_running_loop().sock_connect(first, ("127.0.0.1", port))
+            for _ in range(3):
                 filler = socket.socket()
                 filler.setblocking(False)
                 with contextlib.suppress(BlockingIOError):
                     filler.connect(("127.0.0.1", port))
                 fillers.append(filler)
-            await asyncio.sleep(0.05)
             assert await probe("127.0.0.1", port, timeout_s=0.3) is ProbeResult.SILENT
         finally:
             for filler in fillers:
@@ -59,21 +65,33 @@ def test_no_answer_in_time_is_silence_not_proof() -> None:
 def test_hints_about_one_node_join_the_probe_already_running() -> None:
     async def main() -> None:
         started: list[int] = []
+        ended: list[int] = []
         release = asyncio.Event()
+        changed = asyncio.Condition()
 
         async def check(node_id: int) -> None:
-            started.append(node_id)
+            async with changed:
+                started.append(node_id)
+                changed.notify_all()
             await release.wait()
+            async with changed:
+                ended.append(node_id)
+                changed.notify_all()
+
+        async def until(condition: Callable[[], bool]) -> None:
+            async with asyncio.timeout(5), changed:
+                await changed.wait_for(condition)
 
         suspects = Suspects(check)
         for node_id in (1, 1, 2, 1):
             suspects.hint(node_id)
-        await asyncio.sleep(0.01)
-        assert started == [1, 2]
+        await until(lambda: len(started) >= 2)
+        assert started == [1, 2]  # a check per hint would have started with these, in the same turn
         release.set()
-        await asyncio.sleep(0.01)
+        await until(lambda: len(ended) == 2)
+        release.clear()
         suspects.hint(1)  # the earlier check ended: a new hint runs a new one
-        await asyncio.sleep(0.01)
+        await until(lambda: len(started) >= 3)
         assert started == [1, 2, 1]
         await suspects.close()
 

@@ -21,6 +21,8 @@ from hotstate.sim.linearizability import (
     KeyValueRegisterModel,
     Model,
     Operation,
+    TableInput,
+    TableOutput,
     TableSetModel,
     assert_linearizable,
     check,
@@ -29,6 +31,7 @@ from hotstate.sim.linearizability import (
 TABLES = TableSetModel()
 REGISTERS = KeyValueRegisterModel()
 AnyOp = Operation[Any, Any]
+AnyModel = Model[Any, Any, Any]
 
 
 def op(client: int, input: tuple[Any, ...], call: float, output: Any, ret: float) -> AnyOp:
@@ -314,7 +317,7 @@ def test_projections_find_violations_the_whole_search_cannot_afford() -> None:
 
 def test_recorder_records_outcomes_and_pending_operations() -> None:
     ticks = itertools.count()
-    recorder: HistoryRecorder[tuple[str, ...], object] = HistoryRecorder(clock=lambda: float(next(ticks)))
+    recorder: HistoryRecorder[TableInput, TableOutput] = HistoryRecorder(clock=lambda: float(next(ticks)))
     a = recorder.invoke(1, ("create", "a"))
     b = recorder.invoke(2, ("create", "a"))
     recorder.invoke(3, ("list",))
@@ -336,7 +339,7 @@ def test_recorder_records_outcomes_and_pending_operations() -> None:
 
 
 def test_recorder_from_many_threads() -> None:
-    recorder: HistoryRecorder[tuple[str, ...], object] = HistoryRecorder()
+    recorder: HistoryRecorder[TableInput, TableOutput] = HistoryRecorder()
     state: set[str] = set()
     lock = threading.Lock()
 
@@ -386,6 +389,11 @@ def register_inputs() -> st.SearchStrategy[tuple[Any, ...]]:
         st.tuples(st.just("get"), key),
         st.tuples(st.just("cas"), key, st.one_of(st.none(), value), value),
     )
+
+
+def both_models() -> list[tuple[st.SearchStrategy[tuple[Any, ...]], AnyModel]]:
+    """The table set and the key-value registers, each with its inputs."""
+    return [(table_inputs(), TABLES), (register_inputs(), REGISTERS)]
 
 
 def sequential_outputs(model: Model[Any, Any, Any], inputs: Sequence[tuple[Any, ...]]) -> list[Any]:
@@ -455,7 +463,7 @@ def linearizable_histories(
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_widened_sequential_runs_are_linearizable(data: st.DataObject) -> None:
-    for inputs, model in ((table_inputs(), TABLES), (register_inputs(), REGISTERS)):
+    for inputs, model in both_models():
         history = data.draw(linearizable_histories(inputs, model))
         result = check(model, history, timeout_s=30)
         assert result.ok is True, result.explanation
@@ -464,15 +472,17 @@ def test_widened_sequential_runs_are_linearizable(data: st.DataObject) -> None:
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_a_read_of_something_never_written_is_not_linearizable(data: st.DataObject) -> None:
-    for inputs, model, reader, ghost in (
+    cases: list[tuple[st.SearchStrategy[tuple[Any, ...]], AnyModel, tuple[str, ...], object]] = [
         (table_inputs(), TABLES, ("list",), frozenset({"ghost"})),
         (register_inputs(), REGISTERS, ("get", "x"), "ghost"),
-    ):
+    ]
+    for inputs, model, reader, ghost in cases:
         history = data.draw(linearizable_histories(inputs, model))
         readers = [i for i, o in enumerate(history) if o.input == reader and not o.unknown]
         if readers:
             i = data.draw(st.sampled_from(readers))
             o = history[i]
+            assert o.output is not UNKNOWN
             output = o.output | ghost if isinstance(ghost, frozenset) else ghost
             history[i] = Operation(o.client_id, o.input, o.call_time, output, o.return_time)
         else:
@@ -490,6 +500,7 @@ def flipped(o: AnyOp) -> AnyOp | None:
     if kind == "delete":
         flips = {"ok": "missing", "missing": "ok"}
     if kind == "list":
+        assert o.output is not UNKNOWN
         return Operation(o.client_id, o.input, o.call_time, o.output ^ {"a"}, o.return_time)
     if kind == "get":
         return Operation(o.client_id, o.input, o.call_time, 7 if o.output is None else None, o.return_time)
@@ -504,7 +515,7 @@ def flipped(o: AnyOp) -> AnyOp | None:
 @given(st.data())
 def test_any_flipped_output_of_a_sequential_history_is_not_linearizable(data: st.DataObject) -> None:
     # Without overlap or timeouts there is one order, and in it each output is the only legal one.
-    for inputs, model in ((table_inputs(), TABLES), (register_inputs(), REGISTERS)):
+    for inputs, model in both_models():
         seq = data.draw(st.lists(inputs, min_size=1, max_size=30))
         outputs = sequential_outputs(model, seq)
         history = [
@@ -637,7 +648,9 @@ def cluster_like_history(
         ret = call + rng.uniform(0.001, 0.010)
         roll = rng.random()
         name = rng.choice(pool)
-        inp = ("create", name) if roll < 0.4 else ("delete", name) if roll < 0.7 else ("list",)
+        inp: tuple[str, ...] = (
+            ("create", name) if roll < 0.4 else ("delete", name) if roll < 0.7 else ("list",)
+        )
         timed_out = rng.random() < timeout_rate
         if timed_out:
             point = call + rng.uniform(0, 0.05) if rng.random() < 0.5 else math.inf  # inf: never applied
@@ -682,6 +695,7 @@ def test_a_late_violation_in_two_thousand_operations_is_found() -> None:
     lists = [i for i, o in enumerate(history) if o.input == ("list",) and not o.unknown]
     i = lists[-10]
     o = history[i]
+    assert o.output is not UNKNOWN
     history[i] = Operation(o.client_id, o.input, o.call_time, o.output | {"ghost"}, o.return_time)
     result, elapsed = timed_check(history)
     assert result.ok is False

@@ -8,12 +8,13 @@ import sys
 from collections.abc import Iterator
 
 import pytest
+from pyspark.sql import SparkSession
 
 from cluster.conftest import pytest_runtest_makereport, start_cluster  # noqa: F401 (fixture and hook)
 
 
 @pytest.fixture(scope="session")
-def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     from hotstate.spark.pipeline import build_session
 
     root = tmp_path_factory.mktemp("spark")

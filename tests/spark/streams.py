@@ -58,7 +58,9 @@ def table(running: Any, name: str) -> dict[str, tuple[int, int, int]]:
     return {row["user"]: (row["clicks"], row["total"], row["largest"]) for row in result.dicts()}
 
 
-def wait_equal(running: Any, name: str, expected: dict[str, tuple[int, int, int]], timeout_s: float = 15.0):
+def wait_equal(
+    running: Any, name: str, expected: dict[str, tuple[int, int, int]], timeout_s: float = 15.0
+) -> dict[str, tuple[int, int, int]] | None:
     """The table as read back, once it equals `expected` (replicas apply up to the HW a moment after
     the ack), or whatever it holds at the timeout."""
     end = time.monotonic() + timeout_s

@@ -9,27 +9,33 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
 
 import hotstate
 import hotstate.spark as hs
+from cluster.conftest import RunningCluster, StartCluster
 from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.replica.keys import encode_key, partition_for
 from hotstate.replica.rows import encode_row
 from hotstate.spark import sink
 from hotstate.spark.api import writer_rack
-from hotstate.spark.sink import config_for_schema, write_arrow, write_rows
+from hotstate.spark.sink import AfterWrite, config_for_schema, write_arrow, write_rows
 from hotstate.spark.table import TableDefinition, TableDefinitionError, ensure_table, key_columns_for
 from spark.streams import SCHEMA, clicks, drop_file, recompute, table, wait_equal
 
 pytestmark = pytest.mark.xdist_group("spark")
 
 
-def _materialize(running, df, name: str, checkpoint: Path, **kwargs):
+def _materialize(
+    running: RunningCluster, df: DataFrame, name: str, checkpoint: Path, **kwargs: Any
+) -> StreamingQuery:
     cluster = running.cluster
-    options: dict = {"partitions": 4, "standby_replicas": 1}
+    options: dict[str, Any] = {"partitions": 4, "standby_replicas": 1}
     options.update(kwargs)
     return hs.materialize(
         df,
@@ -52,7 +58,9 @@ def _round(source: Path, round_: int, size: int = 300) -> None:
     drop_file(source, events)
 
 
-def test_materialized_table_equals_a_batch_recomputation(spark, start_cluster, tmp_path: Path) -> None:
+def test_materialized_table_equals_a_batch_recomputation(
+    spark: SparkSession, start_cluster: StartCluster, tmp_path: Path
+) -> None:
     running = start_cluster(3)
     source = tmp_path / "in"
     _round(source, 0)
@@ -70,7 +78,9 @@ def test_materialized_table_equals_a_batch_recomputation(spark, start_cluster, t
         query.stop()
 
 
-def test_the_same_definition_is_a_no_op_and_another_is_an_error(spark, start_cluster, tmp_path: Path) -> None:
+def test_the_same_definition_is_a_no_op_and_another_is_an_error(
+    spark: SparkSession, start_cluster: StartCluster, tmp_path: Path
+) -> None:
     running = start_cluster(1)
     cluster = running.cluster
     schema = spark.readStream.schema(SCHEMA + ", tags ARRAY<STRING>").json(str(tmp_path)).schema
@@ -125,7 +135,9 @@ def test_the_same_definition_is_a_no_op_and_another_is_an_error(spark, start_clu
     ]
 
 
-def test_the_sinks_rack_reaches_the_tables_writer_racks(spark, start_cluster, tmp_path: Path) -> None:
+def test_the_sinks_rack_reaches_the_tables_writer_racks(
+    spark: SparkSession, start_cluster: StartCluster, tmp_path: Path
+) -> None:
     running = start_cluster(1)
     cluster = running.cluster
     (tmp_path / "in").mkdir()
@@ -156,7 +168,7 @@ def test_the_sinks_rack_reaches_the_tables_writer_racks(spark, start_cluster, tm
 
 
 def test_a_bad_row_fails_the_batch_naming_table_column_and_value(
-    spark, start_cluster, tmp_path: Path
+    spark: SparkSession, start_cluster: StartCluster, tmp_path: Path
 ) -> None:
     running = start_cluster(1)
     cluster = running.cluster
@@ -207,12 +219,14 @@ def test_a_bad_row_fails_the_batch_naming_table_column_and_value(
         sink._worker.loop.run_until_complete(writer.upsert_encoded(wrong))
 
 
-def table_rows(running, name: str) -> list[dict]:
+def table_rows(running: RunningCluster, name: str) -> list[dict[str, Any]]:
     with hotstate.Client(f"127.0.0.1:{running.cluster.servers[0].http_port}") as client:
         return client.query(f"SELECT * FROM {name}").dicts()
 
 
-def test_a_query_killed_mid_batch_resumes_from_its_checkpoint(spark, start_cluster, tmp_path: Path) -> None:
+def test_a_query_killed_mid_batch_resumes_from_its_checkpoint(
+    spark: SparkSession, start_cluster: StartCluster, tmp_path: Path
+) -> None:
     """Batch 1 fails in one Spark task after the other's rows were acked (the cluster holds part of it);
     batch 2 is stopped by query.stop() from another thread while one task hangs after its write. Each
     time the query restarted from its checkpoint re-runs the interrupted batch, and the table ends equal
@@ -235,7 +249,7 @@ def test_a_query_killed_mid_batch_resumes_from_its_checkpoint(spark, start_clust
             raise RuntimeError("injected failure in the middle of batch 1")
         time.sleep(120)  # until query.stop() kills the task
 
-    def start(hook=None):
+    def start(hook: AfterWrite | None = None) -> StreamingQuery:
         return _materialize(
             running, clicks(spark, source), "resume", tmp_path / "chk", standby_replicas=0, _after_write=hook
         )
@@ -279,7 +293,7 @@ def test_a_query_killed_mid_batch_resumes_from_its_checkpoint(spark, start_clust
 
 
 def test_kill_9_of_a_server_loses_no_committed_update_and_the_stream_goes_on(
-    spark, start_cluster, tmp_path: Path
+    spark: SparkSession, start_cluster: StartCluster, tmp_path: Path
 ) -> None:
     running = start_cluster(3)
     source = tmp_path / "in"
@@ -304,14 +318,17 @@ def test_kill_9_of_a_server_loses_no_committed_update_and_the_stream_goes_on(
         placement = hotstate.Client(f"127.0.0.1:{running.cluster.servers[0].http_port}").tables()
         actives = Counter(p["active"] for t in placement if t["name"] == "ha" for p in t["placement"])
         victim = actives.most_common(1)[0][0]
-        batch_at_kill = query.lastProgress["batchId"]
+        progress = query.lastProgress
+        assert progress is not None
+        batch_at_kill = progress["batchId"]
         running.kill(victim)
         time.sleep(5.0)
         stop.set()
         feeder.join()
         query.processAllAvailable()
         assert query.isActive and query.exception() is None
-        assert query.lastProgress["batchId"] > batch_at_kill + 3, query.lastProgress
+        progress = query.lastProgress
+        assert progress is not None and progress["batchId"] > batch_at_kill + 3, progress
         expected = recompute(spark, source)
         assert len(expected) == rounds[0] * 20 + 60
         assert wait_equal(running, "ha", expected) == expected
@@ -321,7 +338,7 @@ def test_kill_9_of_a_server_loses_no_committed_update_and_the_stream_goes_on(
 
 
 def test_min_batch_after_process_all_available_sees_the_batch_from_every_server(
-    spark, start_cluster, tmp_path: Path
+    spark: SparkSession, start_cluster: StartCluster, tmp_path: Path
 ) -> None:
     """A notebook runs a batch and queries its results with a guarantee, not a sleep: each server, asked
     with `min_batch` = the batch Spark just completed, answers with that batch's rows, never an older
@@ -357,7 +374,7 @@ def test_min_batch_after_process_all_available_sees_the_batch_from_every_server(
 
 
 def test_with_http_auth_on_the_table_check_still_reads_the_standby_count(
-    start_cluster, tmp_path: Path
+    start_cluster: StartCluster, tmp_path: Path
 ) -> None:
     """The sink reads GET /v1/tables with the cluster's own token (docs/security.md), so a table made with
     another standby count is still told apart."""

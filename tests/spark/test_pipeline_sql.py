@@ -11,9 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
+from pyspark.sql import SparkSession
+from typer.testing import CliRunner, Result
 
 import hotstate
+from cluster.conftest import StartCluster
 from hotstate.cli.main import app
 from hotstate.spark.pipeline import register_source, session_conf, spark_message
 from hotstate.spark.sqlfront import parse_script
@@ -73,6 +75,7 @@ def _wait_equal(running: Any, expected: dict[str, tuple[int, int]], timeout_s: f
     """The table once it equals `expected` (replicas apply up to the HW a moment after the ack)."""
     end = time.monotonic() + timeout_s
     while True:
+        got: dict[str, tuple[int, int]] | Exception | None
         try:
             got = _table(running)
         except Exception as error:
@@ -82,11 +85,11 @@ def _wait_equal(running: Any, expected: dict[str, tuple[int, int]], timeout_s: f
         time.sleep(0.2)
 
 
-def _sql(*args: str) -> Any:
+def _sql(*args: str) -> Result:
     return CliRunner().invoke(app, ["sql", *args])
 
 
-def _one_red_line(result: Any) -> str:
+def _one_red_line(result: Result) -> str:
     assert result.exit_code == 1, (result.exit_code, result.stdout, result.stderr)
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
@@ -96,7 +99,7 @@ def _one_red_line(result: Any) -> str:
 
 
 def test_a_pipeline_file_materializes_a_table_equal_to_a_batch_recomputation(
-    spark, start_cluster, tmp_path: Path
+    spark: SparkSession, start_cluster: StartCluster, tmp_path: Path
 ) -> None:
     running = start_cluster(3)
     root = running.cluster.root
@@ -206,7 +209,7 @@ BAD = [
 
 @pytest.mark.parametrize(("table", "message", "location"), BAD)
 def test_a_bad_table_is_one_line_with_its_line_number(
-    spark, tmp_path: Path, table: str, message: str, location: str
+    spark: SparkSession, tmp_path: Path, table: str, message: str, location: str
 ) -> None:
     (tmp_path / "clicks").mkdir()
     script = PIPELINE.format(path=tmp_path / "clicks").split("CREATE TABLE")[0] + table
@@ -225,7 +228,7 @@ def test_a_bad_table_is_one_line_with_its_line_number(
     ],
 )
 def test_a_bad_source_is_one_line_with_its_line_number(
-    spark, tmp_path: Path, options: str, message: str
+    spark: SparkSession, tmp_path: Path, options: str, message: str
 ) -> None:
     path = tmp_path / "clicks"
     path.mkdir()
@@ -253,7 +256,7 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
         assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
-def test_rate_and_csv_sources_become_streaming_views(spark, tmp_path: Path) -> None:
+def test_rate_and_csv_sources_become_streaming_views(spark: SparkSession, tmp_path: Path) -> None:
     (tmp_path / "csv").mkdir()
     pipeline = parse_script(
         "CREATE SOURCE ticks WITH (format='rate', rowsPerSecond=10);\n"

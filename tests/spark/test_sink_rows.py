@@ -22,7 +22,7 @@ from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.replica.keys import encode_key
 from hotstate.replica.rows import decode_row, encode_row
 from hotstate.spark.api import parse_cluster
-from hotstate.spark.sink import as_dict, config_for_schema
+from hotstate.spark.sink import SinkConfig, as_dict, config_for_schema
 from hotstate.spark.table import TableDefinitionError, key_columns_for
 
 SCHEMA = StructType(
@@ -40,7 +40,7 @@ SCHEMA = StructType(
 )
 
 
-def config(schema: StructType = SCHEMA):
+def config(schema: StructType = SCHEMA) -> SinkConfig:
     return config_for_schema(
         schema, servers=(("h", 1),), table="t", cluster_id="c", secret="s3cret", rack=None, deadline_s=1.0
     )
@@ -61,12 +61,14 @@ def test_rows_become_dicts_that_the_row_codec_takes() -> None:
         amount=None,
     )
     out = as_dict(cfg, row)
-    assert out["at"] == naive_local.astimezone(dt.UTC) and out["at"].tzinfo is not None
-    assert out["at"].timestamp() == naive_local.timestamp()  # the same instant
+    at = out["at"]
+    assert isinstance(at, dt.datetime)
+    assert at == naive_local.astimezone(dt.UTC) and at.tzinfo is not None
+    assert at.timestamp() == naive_local.timestamp()  # the same instant
     assert out["wall"] == dt.datetime(2026, 1, 2, 3, 4, 5)  # TIMESTAMP_NTZ stays wall-clock
     assert out["window"] == {"start": naive_local, "n": 3}  # structs as dicts (rows.py refuses Row)
     assert decode_row(encode_row(out))["tags"] == ["a", "b"]
-    assert encode_key((out["at"],)) == encode_key((naive_local.astimezone(dt.UTC),))
+    assert encode_key((at,)) == encode_key((naive_local.astimezone(dt.UTC),))
 
 
 def test_flat_rows_take_the_fast_path() -> None:

@@ -11,9 +11,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from pyspark.sql import Column, DataFrameReader, Row, SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
 
 import hotstate
 import hotstate.spark as hs
+from cluster.conftest import RunningCluster, StartCluster
 from hotstate.spark.sink import config_for_schema, write_rows
 from hotstate.spark.table import TableDefinition, ensure_table, key_columns_for, value_columns_for
 from spark.streams import SCHEMA, clicks, drop_file, recompute, wait_equal
@@ -22,7 +25,7 @@ pytestmark = pytest.mark.xdist_group("spark")
 
 
 @pytest.fixture(autouse=True)
-def _registered(spark) -> None:
+def _registered(spark: SparkSession) -> None:
     hs.register(spark)  # what `import hotstate.spark` does when a session is active already
 
 
@@ -30,13 +33,24 @@ WRITTEN_SCHEMA = "user STRING, n BIGINT, x DOUBLE, ok BOOLEAN, ts TIMESTAMP, tag
 START = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
 
 
-def _written(i: int) -> tuple[object, ...]:
+Written = tuple[str, int, float, bool, dt.datetime, list[str]]
+# What DataFrameReader.option and DataStreamWriter.options take.
+OptionValue = bool | float | int | str | None
+
+
+def _written(i: int) -> Written:
     return (f"u{i:05d}", i, i / 4, i % 3 == 0, START + dt.timedelta(seconds=i), [f"t{i % 5}"] * (i % 3))
 
 
 def _write_table(
-    spark, running, name: str, count: int, partitions: int = 6, *, declare: bool = False
-) -> list[tuple[object, ...]]:
+    spark: SparkSession,
+    running: RunningCluster,
+    name: str,
+    count: int,
+    partitions: int = 6,
+    *,
+    declare: bool = False,
+) -> list[Written]:
     """`count` rows written into a new table with the sink's own code (its Row path: the array column);
     `declare`: its value columns declared as the sink declares them (else none are)."""
     cluster = running.cluster
@@ -58,25 +72,25 @@ def _write_table(
     return rows
 
 
-def _servers(running, first: int | None = None) -> str:
+def _servers(running: RunningCluster, first: int | None = None) -> str:
     servers = sorted(running.cluster.servers, key=lambda s: s.node_id != first)
     return ",".join(f"127.0.0.1:{s.http_port}" for s in servers)
 
 
-def _read(spark, running, name: str, **options: object):
+def _read(spark: SparkSession, running: RunningCluster, name: str, **options: OptionValue) -> DataFrameReader:
     reader = spark.read.format("hotstate").option("table", name).option("servers", _servers(running))
     for key, value in options.items():
         reader = reader.option(key, value)
     return reader
 
 
-def _as_written(row) -> tuple[object, ...]:
+def _as_written(row: Row) -> tuple[object, ...]:
     ts = row["ts"]
     return (row["user"], row["n"], row["x"], row["ok"], ts, list(row["tags"]))
 
 
 def test_a_read_equals_what_was_written_one_spark_partition_per_partition(
-    spark, start_cluster, tmp_path: Path
+    spark: SparkSession, start_cluster: StartCluster, tmp_path: Path
 ) -> None:
     from pyspark.sql import functions as F
 
@@ -131,7 +145,9 @@ def test_a_read_equals_what_was_written_one_spark_partition_per_partition(
     assert joined == [("ana", 3), ("bob", 4)]
 
 
-def test_key_filters_pushed_to_the_cluster_read_the_same_rows(spark, start_cluster, tmp_path: Path) -> None:
+def test_key_filters_pushed_to_the_cluster_read_the_same_rows(
+    spark: SparkSession, start_cluster: StartCluster, tmp_path: Path
+) -> None:
     from pyspark.sql import functions as F
 
     running = start_cluster(1)
@@ -139,7 +155,7 @@ def test_key_filters_pushed_to_the_cluster_read_the_same_rows(spark, start_clust
     everyone = [r[0] for r in rows]
     hs.register(spark, push_filters=True)
 
-    def users(where) -> list[str]:
+    def users(where: Column) -> list[str]:
         # A new DataFrame per filtered read: Spark 4.3 keeps a pushed-down read on its DataFrame.
         return sorted(
             r["user"] for r in _read(spark, running, "kf", pageSize=50).load().filter(where).collect()
@@ -153,7 +169,9 @@ def test_key_filters_pushed_to_the_cluster_read_the_same_rows(spark, start_clust
     assert users(F.col("n") > 590) == everyone[591:]  # not a key: Spark filters
 
 
-def test_a_read_spanning_a_kill_9_of_a_server_returns_every_row(spark, start_cluster, tmp_path: Path) -> None:
+def test_a_read_spanning_a_kill_9_of_a_server_returns_every_row(
+    spark: SparkSession, start_cluster: StartCluster, tmp_path: Path
+) -> None:
     """The read's tasks run one after the other (toLocalIterator): the first partition is read, then the
     server holding most actives, first in the reader's server list, is killed with SIGKILL, then every
     other partition is read. Every row comes back."""
@@ -179,7 +197,7 @@ def _free_port() -> int:
 
 
 def test_unknown_tables_unreachable_clusters_and_unknown_options_are_clear_errors(
-    spark, start_cluster, tmp_path: Path
+    spark: SparkSession, start_cluster: StartCluster, tmp_path: Path
 ) -> None:
     running = start_cluster(1)
     _write_table(spark, running, "present", 3, partitions=2)
@@ -202,7 +220,7 @@ def test_unknown_tables_unreachable_clusters_and_unknown_options_are_clear_error
     # One small file, no shuffle: one Spark task holds every row, the null key last.
     drop_file(source, [{"user": f"u{i}", "n": i} for i in range(5)] + [{"n": 99}])
 
-    def write(**options: object):
+    def write(**options: OptionValue) -> None:
         writer = (
             spark.readStream.schema(SCHEMA)
             .json(str(source))
@@ -231,7 +249,7 @@ def test_unknown_tables_unreachable_clusters_and_unknown_options_are_clear_error
 
 
 def test_the_write_format_is_exactly_once_across_a_restart_from_its_checkpoint(
-    spark, start_cluster, tmp_path: Path
+    spark: SparkSession, start_cluster: StartCluster, tmp_path: Path
 ) -> None:
     """Batch 1 fails in one Spark task after the other's rows were acked (the cluster holds part of it);
     the query restarted from its checkpoint re-runs batch 1, and the table ends equal to the batch
@@ -251,6 +269,7 @@ def test_the_write_format_is_exactly_once_across_a_restart_from_its_checkpoint(
         from pyspark import TaskContext
 
         context = TaskContext.get()
+        assert context is not None  # on an executor, in a task
         batch = context.getLocalProperty("streaming.sql.batchId")
         if batch == "1" and context.partitionId() == 1 and not os.path.exists(marker):
             time.sleep(1.0)  # the other task writes meanwhile
@@ -258,9 +277,9 @@ def test_the_write_format_is_exactly_once_across_a_restart_from_its_checkpoint(
             raise RuntimeError("injected failure in the middle of batch 1")
         return total
 
-    def start():
+    def start() -> StreamingQuery:
         counts = clicks(spark, source).withColumn("total", crash_once("total"))
-        return (
+        query: StreamingQuery = (  # (DataStreamWriter.start is not annotated)
             counts.writeStream.format("hotstate")
             .outputMode("complete")
             .option("table", "once")
@@ -273,6 +292,7 @@ def test_the_write_format_is_exactly_once_across_a_restart_from_its_checkpoint(
             .option("checkpointLocation", str(tmp_path / "chk"))
             .start()
         )
+        return query
 
     def round_(n: int) -> None:
         events = [{"user": f"u{n}-{i % 20}", "n": i} for i in range(100)]

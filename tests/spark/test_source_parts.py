@@ -11,6 +11,7 @@ from pyspark.sql.datasource import EqualTo, GreaterThan, In, IsNotNull, LessThan
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
+    DataType,
     DateType,
     DecimalType,
     DoubleType,
@@ -122,13 +123,14 @@ def _table() -> TableInfo:
 
 
 def test_json_values_come_back_as_the_schema_says() -> None:
-    def convert(kind, value):
+    def convert(kind: DataType, value: object) -> object:
         return converter(kind, "c", "t")(value)
 
     assert convert(TimestampType(), "2026-01-02T03:04:05+00:00") == dt.datetime(
         2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC
     )
-    assert convert(TimestampType(), "2026-01-02T03:04:05").tzinfo == dt.UTC  # naive means UTC
+    naive = convert(TimestampType(), "2026-01-02T03:04:05")
+    assert isinstance(naive, dt.datetime) and naive.tzinfo == dt.UTC  # naive means UTC
     assert convert(TimestampNTZType(), "2026-01-02T04:04:05+01:00") == dt.datetime(2026, 1, 2, 3, 4, 5)
     assert convert(DateType(), "2026-01-02") == dt.date(2026, 1, 2)
     assert convert(BinaryType(), "AAH/") == b"\x00\x01\xff"
@@ -156,7 +158,8 @@ def test_value_columns_are_inferred_from_a_sample() -> None:
     assert merged([None, 1, 2]) == LongType()
     assert merged([1, 2.5]) == DoubleType()
     assert merged([1.5, "NaN"]) == StringType()
-    assert merged([True, None]).simpleString() == "boolean"
+    boolean = merged([True, None])
+    assert boolean is not None and boolean.simpleString() == "boolean"
     assert merged([["a"], [], None]) == ArrayType(StringType(), True)
     assert merged([{"a": 1}, {"b": 2.0}]) == MapType(StringType(), DoubleType(), True)
     assert merged([None, None]) is None

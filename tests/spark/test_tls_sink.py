@@ -8,16 +8,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 
 import hotstate
 import hotstate.spark as hs
+from cluster.conftest import StartCluster
 from spark.streams import SCHEMA, drop_file, recompute
 
 pytestmark = pytest.mark.xdist_group("spark")
 
 
 def test_materialize_writes_over_tls_with_the_ca_from_the_driver(
-    spark, start_cluster, tmp_path: Path
+    spark: SparkSession, start_cluster: StartCluster, tmp_path: Path
 ) -> None:
     running = start_cluster(1, tls=True, client_auth=True)
     cluster = running.cluster

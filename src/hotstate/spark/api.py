@@ -23,7 +23,7 @@ ENV_CA = "HOTSTATE_CLUSTER_CA"
 ENV_CERT = "HOTSTATE_CLUSTER_CERT"
 ENV_KEY = "HOTSTATE_CLUSTER_KEY"
 
-Cluster = str | Sequence[str] | Sequence[tuple[str, int]]
+Cluster = str | Sequence[str | tuple[str, int]]  # "h:p,h:p", or a list of "h:p" and (h, p) items
 Trigger = str | Mapping[str, Any]
 
 
