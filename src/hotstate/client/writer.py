@@ -76,6 +76,8 @@ from hotstate.replica.messages import (
     ProducePartitionsResponse,
     ProduceRequest,
     ProduceResponse,
+    ReadPartitionRequest,
+    ReadPartitionResponse,
     ReplicaError,
     TableMetadataRequest,
     TableMetadataResponse,
@@ -108,6 +110,8 @@ RETRY_BACKOFF_MAX_S = 0.25
 # A server whose watch failed (unreachable, not ready, behind) is not asked again for this long if
 # another can be.
 WATCH_AVOID_S = 1.0
+# Rows one ReadPartitionRequest of `partition_keys` asks for.
+KEY_PAGE = 10_000
 # Produces of one partition unanswered at once, by default (TableWriter's max_in_flight).
 DEFAULT_MAX_IN_FLIGHT = 5
 
@@ -853,6 +857,51 @@ class TableWriter:
         results = await asyncio.gather(*(self._write_partition(p, pending) for p, pending in queued))
         written = sum(len(rows) for rows in by_partition.values())
         return self._result(written, meta, [p for p, rows in sorted(by_partition.items()) if rows], results)
+
+    async def partition_keys(
+        self, partition: int, *, at_least: int = 0, deadline_s: float = 60.0
+    ) -> list[bytes]:
+        """Every encoded key the partition holds, in key order, read from its active's store once that
+        store is at `at_least` or past it (a position from a `WriteResult` token: everything written up to
+        there is in it), in pages of `KEY_PAGE` rows. For a sink that must delete what a complete result no
+        longer holds (`spark.sink.delete_absent`): a full read of the partition. Retries as writes do
+        (another active, a store still behind) until `deadline_s`."""
+        end = time.monotonic() + deadline_s
+        meta = await self.metadata(deadline_s=deadline_s)
+        if not 0 <= partition < len(meta.partitions):
+            raise WriteError(ReplicaError.INVALID_REQUEST, f"{self.table} has no partition {partition}")
+        keys: list[bytes] = []
+        after: bytes | None = None
+        problem = ""
+        backoff = RETRY_BACKOFF_MIN_S
+        while True:
+            part = self._partition(partition)
+            reply = None
+            if part.active is None:
+                problem = "no active (every in-sync replica is down)"
+            else:
+                request = ReadPartitionRequest(self.table, partition, after, KEY_PAGE)
+                try:
+                    reply = await self._pool.request(part.active, request, self._request_timeout_s)
+                except RpcError as error:
+                    problem = f"server {part.active}: {error}"
+            if isinstance(reply, ReadPartitionResponse):
+                if reply.error is ReplicaError.NONE and reply.position >= at_least:
+                    keys.extend(key for key, _ in reply.items)
+                    if len(reply.items) < KEY_PAGE:
+                        return keys
+                    after = reply.items[-1][0]
+                    backoff = RETRY_BACKOFF_MIN_S
+                    continue
+                problem = reply.message or f"its store is at {reply.position}, not yet at {at_least}"
+            if time.monotonic() >= end:
+                raise WriteError(
+                    ReplicaError.TIMEOUT, f"{self.table}/{partition} not read in time: {problem}"
+                )
+            await asyncio.sleep(_jittered(backoff))
+            backoff = min(backoff * 2, RETRY_BACKOFF_MAX_S)
+            with contextlib.suppress(WriteError):
+                await self.metadata(refresh=True, deadline_s=max(0.1, end - time.monotonic()))
 
     def _result(
         self,
