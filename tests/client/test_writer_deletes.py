@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
+from hotstate.client import writer as writer_module
 from hotstate.client.writer import Delete, TableWriter, WriteError
 from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.protocol.wire import MESSAGES
@@ -24,6 +25,8 @@ from hotstate.replica.messages import (
     ProducePartitionsResponse,
     ProduceRequest,
     ProduceResponse,
+    ReadPartitionRequest,
+    ReadPartitionResponse,
     ReplicaError,
     ServerAddress,
     TableMetadataRequest,
@@ -48,6 +51,8 @@ class Server:
         self.store: dict[tuple[object, ...], dict[str, object]] = {}
         self.parts: list[list[tuple[tuple[object, ...], dict[str, object] | None]]] = []
         self.ends = [0] * PARTITIONS
+        self.reads: list[ReadPartitionRequest] = []
+        self.behind = 0
         self.rpc = RpcServer("127.0.0.1", 0, CLUSTER, SECRET, 1, self.handle, MESSAGES)
 
     async def handle(self, peer: PeerInfo, message: object) -> object:
@@ -65,6 +70,19 @@ class Server:
                 10,
                 0,
             )
+        if isinstance(message, ReadPartitionRequest):
+            self.reads.append(message)
+            held = sorted(
+                encode_key(k)
+                for k in self.store
+                if partition_for(encode_key(k), PARTITIONS) == message.partition
+            )
+            page = tuple(
+                (key, b"row") for key in held if message.after_key is None or key > message.after_key
+            )
+            # The first answers come from a store still behind the last write.
+            position = self.ends[message.partition] - (1 if len(self.reads) <= self.behind else 0)
+            return ReadPartitionResponse(ReplicaError.NONE, "", position, page[: message.limit])
         if isinstance(message, ProduceRequest):
             parts: Sequence[PartitionRows] = (PartitionRows(message.partition, 3, message.rows),)
         else:
@@ -217,3 +235,22 @@ def test_a_retried_delete_leaves_out_keys_a_later_committed_row_wrote() -> None:
     asyncio.run(_with_writer(server, body))
     assert server.parts[-1] == [((b, 0), None)]
     assert server.store == {(a, 0): _row(a, 0, 1)}
+
+
+def test_partition_keys_reads_every_page_once_the_store_holds_the_position(monkeypatch) -> None:
+    server = Server()
+    server.behind = 2
+    monkeypatch.setattr(writer_module, "KEY_PAGE", 4)
+
+    async def body(writer: TableWriter) -> object:
+        result = await writer.upsert([_row(f"p{i:02d}", i, i) for i in range(30)])
+        at = decode(result.consistency_token, cluster_tag(CLUSTER))
+        return [await writer.partition_keys(p, at_least=at[(7, p)]) for p in range(PARTITIONS)]
+
+    held = asyncio.run(_with_writer(server, body))
+    for partition, keys in enumerate(held):  # type: ignore[arg-type]
+        mine = [encode_key((f"p{i:02d}", i)) for i in range(30)]
+        assert keys == sorted(k for k in mine if partition_for(k, PARTITIONS) == partition)
+    # Two answers from a store behind the write were asked again; then pages of 4 after the last key.
+    assert [r.after_key is None for r in server.reads[:3]] == [True, True, True]
+    assert len(server.reads) == 2 + sum(len(keys) // 4 + 1 for keys in held)  # type: ignore[union-attr]
