@@ -115,7 +115,7 @@ def test_a_delete_column_of_the_wrong_type_fails_before_anything_is_created(
 
 def test_complete_mode_deletes_the_keys_that_left_the_result(spark, start_cluster, tmp_path: Path) -> None:
     """Users with fewer than 3 clicks: a user's group leaves the result as its third click arrives, and
-    the table must lose it too. CDC deletes (deleteColumn op = "d") ride along in the same job."""
+    the table must lose it too."""
     from pyspark.sql import functions as F
 
     running = start_cluster(1)
