@@ -6,8 +6,8 @@ A writer pipelines a partition's Produces: up to `max_in_flight` of them unanswe
 order the writes were made (their *sequence number*). While none fails, the active appends them in that
 order: the writer keeps one connection per server, and the server starts a connection's requests in the
 order they arrive and appends a Produce's rows before its first wait (docs/replication.md, "Pipelined
-writes"), so the log, and every store, apply them in sequence order. Rows are upserts, the last write of a
-key wins, so that order is what a reader sees.
+writes"), so the log, and every store, apply them in sequence order. Rows are upserts and deletes are
+tombstones, the last write of a key wins, so that order is what a reader sees.
 
 A failed Produce is the danger: resent as it is, it would land after a later Produce that succeeded and
 bring back older values of the keys they share (a lost update). So:
@@ -25,11 +25,14 @@ bring back older values of the keys they share (a lost update). So:
 
 A Produce whose outcome is unknown (a timeout, a lost connection) may still have been written, where it
 was sent: before everything sent after it. So a failure that turns out to have been written changes
-nothing above: the retry writes the same rows again (upserts), still before the later ones that did not
-commit yet, and never over those that did. tests/client/test_sequencer.py checks this against a model
-where any failed send may or may not have been kept.
+nothing above: the retry writes the same rows again (upserts, or tombstones: deleting a key twice leaves
+it deleted), still before the later ones that did not commit yet, and never over those that did.
+tests/client/test_sequencer.py checks this against a model where any failed send may or may not have been
+kept.
 
-`keys_of(rows)` gives each row's key (any hashable bytes), or None for rows it cannot read (such a retry
+`keys_of(rows)` gives each row's key (any hashable bytes; a tombstone's is the key it deletes, so a
+committed delete filters an earlier row of its key and a committed row an earlier delete), or None for rows
+it cannot read (such a retry
 goes out whole: the active refuses the bad row and writes nothing). It is called only on the failure path.
 """
 

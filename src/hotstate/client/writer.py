@@ -1,14 +1,14 @@
-"""Writing upserts to a table: what the Spark sink does on each executor, usable on its own.
+"""Writing upserts and deletes to a table: what the Spark sink does on each executor, usable on its own.
 
 Rows are encoded once (replica.rows), keyed and partitioned with the one shared function (replica.keys),
 grouped by partition and sent as Produce requests to each partition's active; the partitions of one
 server travel in one message (a ProducePartitionsRequest, each part answered on its own), and each
 partition's retries are its own.
 
-Writes are pipelined: concurrent `upsert` / `upsert_encoded` calls on one writer send a partition's
-Produces without waiting for each other's answers, up to `max_in_flight` unanswered per partition, and the
-partition applies them in the order the calls were made, failures included. Each partition has a
-`PartitionSequencer` (client/sequencer.py, pure: the rule and why it holds are there and in
+Writes are pipelined: concurrent `upsert` / `write` / `delete` / `upsert_encoded` calls on one writer send
+a partition's Produces without waiting for each other's answers, up to `max_in_flight` unanswered per
+partition, and the partition applies them in the order the calls were made, failures included. Each
+partition has a `PartitionSequencer` (client/sequencer.py, pure: the rule and why it holds are there and in
 docs/replication.md "Pipelined writes"); this shell sends what it grants, in its order, from one
 synchronous place (`_release`), and tells it every outcome. A retriable failure closes the partition's
 gate; once nothing of it is in flight, the failed Produces are resent one at a time, in order, without the
@@ -31,9 +31,14 @@ WATCH_FANOUT servers at once so that one paused or cut-off server cannot hide a 
   connection to a live server) are retried after a short jittered backoff (RETRY_BACKOFF_*_S).
 
 Every retriable answer (RETRIABLE, including NOT_READY from a server still catching up with the
-metadata after a restart) is retried until the call's deadline: rows are full upserts, so sending one
-twice is harmless, as long as it does not land after a later write of the same key (the sequencer's
-part).
+metadata after a restart) is retried until the call's deadline: rows are full upserts and deletes are
+tombstones, so sending one twice is harmless, as long as it does not land after a later write of the same
+key (the sequencer's part).
+
+Deletes (`delete`, or `Delete` entries among the rows of `write`) travel in the same Produces as rows, in
+their place in the call's order: a tombstone entry (`replica.rows.encode_tombstone`, the msgpack bin of the
+encoded key, where a row is a msgpack map), which the active checks and logs as the record [key, nil]
+(docs/replication.md, "Tombstones").
 """
 
 from __future__ import annotations
@@ -45,14 +50,24 @@ import random
 import time
 from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 from hotstate.client.sequencer import Grant, PartitionSequencer
+from hotstate.controller.records import KeyColumn
 from hotstate.protocol.wire import MESSAGES
 from hotstate.query.tokens import cluster_tag
 from hotstate.query.tokens import encode as encode_token
 from hotstate.replica.ingest import row_keys
-from hotstate.replica.keys import encode_key, encode_keys, key_from_row, partition_for, partitions_of
+from hotstate.replica.keys import (
+    InvalidKeyError,
+    KeyValue,
+    coerce_key,
+    encode_key,
+    encode_keys,
+    key_from_row,
+    partition_for,
+    partitions_of,
+)
 from hotstate.replica.messages import (
     RETRIABLE,
     PartitionMetadata,
@@ -61,11 +76,13 @@ from hotstate.replica.messages import (
     ProducePartitionsResponse,
     ProduceRequest,
     ProduceResponse,
+    ReadPartitionRequest,
+    ReadPartitionResponse,
     ReplicaError,
     TableMetadataRequest,
     TableMetadataResponse,
 )
-from hotstate.replica.rows import encode_row
+from hotstate.replica.rows import encode_row, encode_tombstone
 from hotstate.rpc import DEFAULT_MAX_FRAME_BYTES, PeerPool, RemoteError, RpcError, bootstrap_peers
 from hotstate.rpc.channel import ERROR_BAD_MESSAGE
 from hotstate.tls import TlsOption, to_client_context
@@ -93,6 +110,8 @@ RETRY_BACKOFF_MAX_S = 0.25
 # A server whose watch failed (unreachable, not ready, behind) is not asked again for this long if
 # another can be.
 WATCH_AVOID_S = 1.0
+# Rows one ReadPartitionRequest of `partition_keys` asks for.
+KEY_PAGE = 10_000
 # Produces of one partition unanswered at once, by default (TableWriter's max_in_flight).
 DEFAULT_MAX_IN_FLIGHT = 5
 
@@ -410,17 +429,57 @@ class TableWriter:
         results = await asyncio.gather(*(self._write_partition(p, pending) for p, pending in queued))
         return self._result(len(rows), meta, by_partition, results)
 
+    async def delete(self, keys: Iterable[Key], *, deadline_s: float = 60.0) -> WriteResult:
+        """Delete the rows of `keys`; returns once every partition has committed the deletes (acks=all), as
+        `upsert` does: ordered with the writer's other calls (a key deleted here and written by a later
+        call ends with that row), and the token returned reads the keys gone. A key absent from the table
+        is no error (a delete is a tombstone for the key, whatever the table holds).
+
+        A key is a tuple (or list) of the key columns' values in key order, a mapping holding the key
+        columns (other entries are ignored, so a row deletes itself), or, for a table with one key column,
+        the value alone. Raises WriteError INVALID_ROW naming the first bad key before anything is sent."""
+        return await self.write([Delete(key) for key in keys], deadline_s=deadline_s)
+
+    async def write(
+        self, changes: Sequence[Mapping[str, object] | Delete], *, deadline_s: float = 60.0
+    ) -> WriteResult:
+        """Upserts and deletes in one call, applied in the order given: each change is a row (a mapping, as
+        for `upsert`) or a `Delete(key)` (a key as for `delete`), so a key written then deleted in one call
+        ends deleted, and deleted then written ends with the row. `WriteResult.rows` counts both. Otherwise
+        exactly `upsert`: acks=all, ordered and pipelined with the writer's other calls, a bad row or key
+        fails the whole call before anything is sent."""
+        if not any(isinstance(change, Delete) for change in changes):
+            return await self.upsert(cast(Sequence[Mapping[str, object]], changes), deadline_s=deadline_s)
+        end = time.monotonic() + deadline_s
+        meta = await self.metadata(deadline_s=deadline_s)
+        max_row = self._max_row_bytes(meta)
+        by_partition = self._encode_one_by_one(changes, meta, max_row)
+        self._start_watching()
+        queued = self._enqueue(by_partition, meta.table_id, end, min(MAX_REQUEST_BYTES, max_row))
+        results = await asyncio.gather(*(self._write_partition(p, pending) for p, pending in queued))
+        return self._result(len(changes), meta, by_partition, results)
+
     def _encode_one_by_one(
-        self, rows: Sequence[Mapping[str, object]], meta: TableMetadataResponse, max_row: int
+        self,
+        rows: Sequence[Mapping[str, object] | Delete],
+        meta: TableMetadataResponse,
+        max_row: int,
     ) -> dict[int, list[bytes]]:
-        """The rows encoded and grouped by partition; WriteError naming the first row that cannot be sent."""
+        """The rows (and deletes) encoded and grouped by partition, in order; WriteError naming the first
+        row or key that cannot be sent."""
         by_partition: dict[int, list[bytes]] = {}
         for index, row in enumerate(rows):
             try:
-                key = encode_key(key_from_row(row, meta.key_columns))
-                encoded = encode_row(row)
+                if isinstance(row, Delete):
+                    key = encode_key(delete_key(row.key, meta.key_columns))
+                    encoded = encode_tombstone(key)
+                else:
+                    key = encode_key(key_from_row(row, meta.key_columns))
+                    encoded = encode_row(row)
             except ValueError as error:
-                raise WriteError(ReplicaError.INVALID_ROW, f"row {index} of {self.table}: {error}") from error
+                what = "delete" if isinstance(row, Delete) else "row"
+                message = f"{what} {index} of {self.table}: {error}"
+                raise WriteError(ReplicaError.INVALID_ROW, message) from error
             if len(encoded) > max_row:
                 raise WriteError(
                     ReplicaError.TOO_LARGE,
@@ -465,7 +524,9 @@ class TableWriter:
         return queued
 
     def _keys_of(self, rows: Sequence[bytes]) -> list[bytes] | None:
-        """Each row's encoded key (a retry's filter, on the failure path only); None if a row is bad."""
+        """Each entry's encoded key, a row's or the one a tombstone deletes (a retry's filter, on the failure
+        path only: a later committed delete supersedes an earlier row of its key as a later row does, and
+        the other way round); None if an entry is bad."""
         assert self._metadata is not None
         try:
             return row_keys(rows, self._metadata.key_columns)
@@ -773,10 +834,11 @@ class TableWriter:
     ) -> WriteResult:
         """Write rows encoded already (`replica.rows` maps) and grouped by partition (`keys.partition_for`
         of each row's encoded key over the partition count of `metadata()`): what `upsert` does once it has
-        encoded, for callers that encode in bulk (the Spark sink, from Arrow batches). The actives check
-        every row's key and partition as for `upsert`: a row in the wrong partition fails with INVALID_ROW.
-        A partition outside the table or a row over the size limit fails before anything is sent. Ordered
-        and pipelined with the writer's other calls as `upsert` is."""
+        encoded, for callers that encode in bulk (the Spark sink, from Arrow batches). An entry may be a
+        tombstone instead (`replica.rows.encode_tombstone` of an encoded key): a delete, in its place. The
+        actives check every entry's key and partition as for `upsert`: one in the wrong partition fails with
+        INVALID_ROW. A partition outside the table or a row over the size limit fails before anything is
+        sent. Ordered and pipelined with the writer's other calls as `upsert` is."""
         end = time.monotonic() + deadline_s
         meta = await self.metadata(deadline_s=deadline_s)
         max_row = self._max_row_bytes(meta)
@@ -796,6 +858,51 @@ class TableWriter:
         written = sum(len(rows) for rows in by_partition.values())
         return self._result(written, meta, [p for p, rows in sorted(by_partition.items()) if rows], results)
 
+    async def partition_keys(
+        self, partition: int, *, at_least: int = 0, deadline_s: float = 60.0
+    ) -> list[bytes]:
+        """Every encoded key the partition holds, in key order, read from its active's store once that
+        store is at `at_least` or past it (a position from a `WriteResult` token: everything written up to
+        there is in it), in pages of `KEY_PAGE` rows. For a sink that must delete what a complete result no
+        longer holds (`spark.sink.delete_absent`): a full read of the partition. Retries as writes do
+        (another active, a store still behind) until `deadline_s`."""
+        end = time.monotonic() + deadline_s
+        meta = await self.metadata(deadline_s=deadline_s)
+        if not 0 <= partition < len(meta.partitions):
+            raise WriteError(ReplicaError.INVALID_REQUEST, f"{self.table} has no partition {partition}")
+        keys: list[bytes] = []
+        after: bytes | None = None
+        problem = ""
+        backoff = RETRY_BACKOFF_MIN_S
+        while True:
+            part = self._partition(partition)
+            reply = None
+            if part.active is None:
+                problem = "no active (every in-sync replica is down)"
+            else:
+                request = ReadPartitionRequest(self.table, partition, after, KEY_PAGE)
+                try:
+                    reply = await self._pool.request(part.active, request, self._request_timeout_s)
+                except RpcError as error:
+                    problem = f"server {part.active}: {error}"
+            if isinstance(reply, ReadPartitionResponse):
+                if reply.error is ReplicaError.NONE and reply.position >= at_least:
+                    keys.extend(key for key, _ in reply.items)
+                    if len(reply.items) < KEY_PAGE:
+                        return keys
+                    after = reply.items[-1][0]
+                    backoff = RETRY_BACKOFF_MIN_S
+                    continue
+                problem = reply.message or f"its store is at {reply.position}, not yet at {at_least}"
+            if time.monotonic() >= end:
+                raise WriteError(
+                    ReplicaError.TIMEOUT, f"{self.table}/{partition} not read in time: {problem}"
+                )
+            await asyncio.sleep(_jittered(backoff))
+            backoff = min(backoff * 2, RETRY_BACKOFF_MAX_S)
+            with contextlib.suppress(WriteError):
+                await self.metadata(refresh=True, deadline_s=max(0.1, end - time.monotonic()))
+
     def _result(
         self,
         rows: int,
@@ -810,6 +917,31 @@ class TableWriter:
             sum(r[1] for r in results),
             encode_token(positions, self._tag),
         )
+
+
+# What names a row to delete (see `Delete`).
+Key = Mapping[str, object] | tuple[object, ...] | list[object] | KeyValue
+
+
+@dataclass(frozen=True, slots=True)
+class Delete:
+    """A delete among the rows of `TableWriter.write`: the row of `key` goes. `key`: a tuple (or list) of
+    the key columns' values in key order, a mapping holding the key columns (others ignored), or the value
+    alone for a table with one key column."""
+
+    key: Key
+
+
+def delete_key(key: Key, key_columns: Sequence[KeyColumn]) -> tuple[KeyValue, ...]:
+    """The checked key tuple of a `Delete`'s key (InvalidKeyError naming the column when it does not fit)."""
+    if isinstance(key, Mapping):
+        return key_from_row(key, key_columns)
+    if isinstance(key, tuple | list):
+        return coerce_key(key, key_columns)
+    if len(key_columns) != 1:
+        names = ", ".join(column.name for column in key_columns)
+        raise InvalidKeyError("", key, f"of a table keyed by ({names}) must be a tuple or a mapping")
+    return coerce_key((key,), key_columns)
 
 
 class _Resend(RpcError):

@@ -1,77 +1,115 @@
-"""What an active does with the rows of a Produce before it appends them: every row's key and partition
+"""What an active does with the entries of a Produce before it appends them: every entry's key and partition
 checked, and the log records built, for the whole request at once.
 
-The checks are the writer's, redone: each row must be a msgpack map of columns (`replica.rows`) holding
-the table's key columns with the right types, and its key (`replica.keys`) must hash to the partition the
-request names. Any problem refuses the whole request, naming the first bad row and why.
+An entry is a row or a tombstone (`replica.rows`: a msgpack map, or the msgpack bin of the encoded key to
+delete; the first byte tells which). The checks are the writer's, redone: each row must be a msgpack map of
+columns holding the table's key columns with the right types, each tombstone's key must be a key of the
+table's key types exactly as `replica.keys` encodes it, and every key must hash to the partition the
+request names. Any problem refuses the whole request, naming the first bad entry and why. A row becomes the
+record [key, row]; a tombstone [key, nil], which every replica's store applies as a delete.
 
-The common case (every row good) runs as a few passes over the request with no per-row function of ours
-in between: decoding, key extraction, a key encoder chosen once for the key's type, hashing, and one
-msgpack Packer for the records. Only when something fails are the rows walked one by one with the
-general functions, which find the first bad row and say what is wrong with it; so both ways give the
-same records and the same errors (tests/replica/test_ingest.py holds them to each other).
+The common case (every entry a good row) runs as a few passes over the request with no per-row function of
+ours in between: decoding, key extraction, a key encoder chosen once for the key's type, hashing, and one
+msgpack Packer for the records. A request holding tombstones takes one more pass (each tombstone's key
+decoded and checked). Only when something fails are the entries walked one by one with the general
+functions, which find the first bad entry and say what is wrong with it; so both ways give the same records
+and the same errors (tests/replica/test_ingest.py holds them to each other).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 from hotstate.controller.records import KeyColumn
-from hotstate.replica.keys import encode_key, encode_keys, key_from_row, partition_for, partitions_of
-from hotstate.replica.rows import decode_row, decode_rows, encode_record, encode_records
+from hotstate.replica.keys import (
+    checked_key,
+    encode_key,
+    encode_keys,
+    key_from_row,
+    partition_for,
+    partitions_of,
+)
+from hotstate.replica.rows import decode_entries, decode_entry, encode_record, encode_records
 
-__all__ = ["records_for_rows", "row_keys"]
+__all__ = ["entry_keys", "records_for_rows", "row_keys"]
+
+_BAD_ENTRY = (ValueError, TypeError, OverflowError, KeyError, UnicodeError)
 
 
 def records_for_rows(
     rows: Sequence[bytes], key_columns: Sequence[KeyColumn], partitions: int, partition: int, table: str
 ) -> tuple[list[bytes], str | None]:
-    """The log records ([key, row]) of `rows` for `partition`, or no records and the first problem."""
+    """The log records ([key, row or nil]) of a Produce's entries (rows and tombstones) for `partition`, or
+    no records and the first problem."""
     records = _fast(rows, key_columns, partitions, partition)
     if records is not None:
         return records, None
     return _one_by_one(rows, key_columns, partitions, partition, table)
 
 
+def entry_keys(
+    rows: Sequence[bytes], key_columns: Sequence[KeyColumn]
+) -> tuple[list[bytes], Sequence[bytes | None]]:
+    """The encoded key of every entry and what its record holds (the row, or None for a tombstone), in a few
+    passes; ValueError, TypeError, OverflowError, KeyError or UnicodeError when an entry is bad
+    (`_one_by_one` says which and why)."""
+    decoded, tombstones = decode_entries(rows)
+    if not tombstones:
+        only_rows = cast(list[dict[str, object]], decoded)
+        keys = encode_keys(only_rows, key_columns)
+        if keys is None:
+            keys = [encode_key(key_from_row(row, key_columns)) for row in only_rows]
+        return keys, rows
+    keys = [
+        checked_key(entry, key_columns)
+        if isinstance(entry, bytes)
+        else encode_key(key_from_row(entry, key_columns))
+        for entry in decoded
+    ]
+    return keys, [None if type(entry) is bytes else row for entry, row in zip(decoded, rows, strict=True)]
+
+
 def row_keys(rows: Sequence[bytes], key_columns: Sequence[KeyColumn]) -> list[bytes]:
-    """The encoded key of every row, in a few passes; ValueError, TypeError, OverflowError, KeyError or
-    UnicodeError when a row is bad (`_one_by_one` says which and why)."""
-    decoded = decode_rows(rows)
-    keys = encode_keys(decoded, key_columns)
-    if keys is None:
-        keys = [encode_key(key_from_row(row, key_columns)) for row in decoded]
-    return keys
+    """The encoded key of every entry (a row's, or the key a tombstone deletes); the errors of
+    `entry_keys`."""
+    return entry_keys(rows, key_columns)[0]
 
 
 def _fast(
     rows: Sequence[bytes], key_columns: Sequence[KeyColumn], partitions: int, partition: int
 ) -> list[bytes] | None:
-    """The records when every row is good; None when any is not (or anything unusual turns up)."""
+    """The records when every entry is good; None when any is not (or anything unusual turns up)."""
     try:
-        keys = row_keys(rows, key_columns)
+        keys, values = entry_keys(rows, key_columns)
         found = partitions_of(keys, partitions)
-    except (ValueError, TypeError, OverflowError, KeyError, UnicodeError):
+    except _BAD_ENTRY:
         return None
     if found.count(partition) != len(found):
         return None
-    return encode_records(keys, list(rows))
+    return encode_records(keys, values)
 
 
 def _one_by_one(
     rows: Sequence[bytes], key_columns: Sequence[KeyColumn], partitions: int, partition: int, table: str
 ) -> tuple[list[bytes], str | None]:
     records = []
-    for index, row_bytes in enumerate(rows):
+    for index, entry_bytes in enumerate(rows):
+        what = "row"
         try:
-            row = decode_row(row_bytes)
-            key = encode_key(key_from_row(row, key_columns))
-        except ValueError as error:  # InvalidKeyError, RowDecodeError, KeyEncodeError: each names the problem
-            return [], f"row {index} of {table}: {error}"
+            entry = decode_entry(entry_bytes)
+            if isinstance(entry, bytes):
+                what = "delete"
+                key = checked_key(entry, key_columns)
+            else:
+                key = encode_key(key_from_row(entry, key_columns))
+        except ValueError as error:  # InvalidKeyError, RowDecodeError, Key*Error: each names the problem
+            return [], f"{what} {index} of {table}: {error}"
         found = partition_for(key, partitions)
         if found != partition:
             return [], (
-                f"row {index} of {table}: its key belongs to partition {found}, "
+                f"{what} {index} of {table}: its key belongs to partition {found}, "
                 f"not {partition} (partition = murmur3(key) mod {partitions})"
             )
-        records.append(encode_record(key, row_bytes))
+        records.append(encode_record(key, None if what == "delete" else entry_bytes))
     return records, None

@@ -41,6 +41,7 @@ __all__ = [
     "KeyDecodeError",
     "KeyEncodeError",
     "KeyValue",
+    "checked_key",
     "coerce_key",
     "decode_key",
     "encode_component",
@@ -408,6 +409,18 @@ def str_components(values: Sequence[object]) -> set[bytes] | None:
     """`_string_components` as a set (an IN list's distinct keys)."""
     components = _string_components(values)
     return None if components is None else set(components)
+
+
+def checked_key(data: bytes, key_columns: Sequence[KeyColumn]) -> bytes:
+    """`data` if it is the encoding of a key of `key_columns` (what a tombstone carries), exactly as
+    `encode_key` writes it; else KeyDecodeError or InvalidKeyError saying why. Decoded, checked against the
+    columns' types and encoded again: an INT component in a FLOAT column, a null, a missing or an extra
+    component, or a -0.0 float (stored as 0.0) would name no row a writer can have written."""
+    values = coerce_key(decode_key(data), key_columns)
+    if encode_key(values) != data:
+        names = ", ".join(f"{column.name} {column.type.name}" for column in key_columns)
+        raise InvalidKeyError("", values, f"bytes are not the encoding of a key of ({names})")
+    return data
 
 
 def key_from_row(row: Mapping[str, object], key_columns: Sequence[KeyColumn]) -> tuple[KeyValue, ...]:

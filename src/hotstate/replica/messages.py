@@ -104,9 +104,11 @@ ReplicaMessage = FetchRequest | FetchResponse
 
 @dataclass(frozen=True, slots=True)
 class ProduceRequest:
-    """Upserts for one partition (what the Spark sink sends). Each row is a msgpack map (replica.rows) that
-    holds the table's key columns; the active derives the keys, so a row sent to the wrong partition is
-    refused. Answered once committed (acks=all) or with an error."""
+    """Upserts and deletes for one partition (what the Spark sink sends), applied in order. Each entry of
+    `rows` is a row, a msgpack map (replica.rows) that holds the table's key columns, or a tombstone, the
+    msgpack bin of the encoded key to delete (`rows.encode_tombstone`); the active derives or checks the
+    keys, so an entry sent to the wrong partition, or a tombstone whose bytes are not a key of the table's
+    key types, is refused. Answered once committed (acks=all) or with an error."""
 
     table: str
     partition: int
@@ -136,10 +138,11 @@ class PartitionRows:
 
 @dataclass(frozen=True, slots=True)
 class ProducePartitionsRequest:
-    """Upserts for several partitions of one table, sent to the server the writer knows as their active:
-    one round trip per server rather than per partition. Each part is checked, written and answered on
-    its own, exactly as the `ProduceRequest` of its partition would be (its own errors, hints and
-    produce.max.bytes); one part's error writes nothing of that part and does not touch the others."""
+    """Upserts and deletes (entries as in `ProduceRequest`) for several partitions of one table, sent to the
+    server the writer knows as their active: one round trip per server rather than per partition. Each part
+    is checked, written and answered on its own, exactly as the `ProduceRequest` of its partition would be
+    (its own errors, hints and produce.max.bytes); one part's error writes nothing of that part and does
+    not touch the others."""
 
     table: str
     parts: tuple[PartitionRows, ...]

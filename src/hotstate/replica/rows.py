@@ -21,7 +21,9 @@ mean the same thing to every server and every version:
 Rows are written with msgpack-python (a packer per thread) and read with msgspec, which reads the same
 bytes about five times faster (a 4-column row with a timestamp: 0.15 against 0.84 us).
 
-A log record is a msgpack array [key bytes, row bytes or nil]: nil deletes the key.
+A log record is a msgpack array [key bytes, row bytes or nil]: nil deletes the key. In a Produce, an entry is
+either a row (a msgpack map) or a tombstone (`encode_tombstone`: the msgpack bin of the encoded key to
+delete), told apart by their first byte.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ __all__ = [
     "RowDecodeError",
     "RowEncodeError",
     "check_nesting",
+    "decode_entries",
+    "decode_entry",
     "decode_record",
     "decode_records",
     "decode_row",
@@ -51,6 +55,8 @@ __all__ = [
     "encode_record",
     "encode_records",
     "encode_row",
+    "encode_tombstone",
+    "is_tombstone",
     "may_hold_non_finite",
 ]
 
@@ -284,6 +290,55 @@ def decode_rows(rows: Sequence[bytes]) -> list[dict[str, object]]:
     if len(out) == len(rows) and (not out or set(map(type, out)) == _ONLY_DICT):
         return out
     return [decode_row(data) for data in rows]  # raises on the first bad one, saying what is wrong
+
+
+# What a Produce entry decodes to: a row (a map of columns) or a tombstone (the encoded key it deletes).
+_ROW_OR_TOMBSTONE = frozenset({dict, bytes})
+_TOMBSTONE_HEADS = frozenset({0xC4, 0xC5, 0xC6})
+
+
+def encode_tombstone(key: bytes) -> bytes:
+    """A delete of `key` (an encoded key, `replica.keys`) as a Produce entry: the msgpack bin of the key.
+    A row is a msgpack map (first byte 0x80-0x8f, 0xde or 0xdf), a tombstone a bin (0xc4-0xc6), so one
+    byte tells them apart and a Produce of rows only is read exactly as before."""
+    if type(key) is not bytes:
+        raise TypeError(f"a deleted key is its encoded bytes, got {type(key).__name__}")
+    return _bin_header(len(key)) + key
+
+
+def is_tombstone(entry: bytes) -> bool:
+    """Whether a Produce entry deletes a key (`encode_tombstone`) rather than writes a row."""
+    return bool(entry) and entry[0] in _TOMBSTONE_HEADS
+
+
+def decode_entry(data: bytes) -> dict[str, object] | bytes:
+    """A Produce entry: a row's dict, or the encoded key a tombstone deletes."""
+    if is_tombstone(data):
+        try:
+            key = _DECODE(data)
+        except (ValueError, TypeError, OverflowError) as error:
+            raise RowDecodeError(f"tombstone bytes are not valid msgpack: {error}") from None
+        if type(key) is not bytes:  # a bin header decodes only to bytes; kept for the type checker
+            raise RowDecodeError(f"tombstone bytes hold a {type(key).__name__}, not the deleted key's bytes")
+        return key
+    return decode_row(data)
+
+
+def decode_entries(entries: Sequence[bytes]) -> tuple[list[dict[str, object] | bytes], bool]:
+    """`decode_entry` of every entry in one pass, and whether any is a tombstone; the same errors. Rows only
+    cost what `decode_rows` does."""
+    try:
+        out = list(map(_DECODE, entries))
+    except (ValueError, TypeError, OverflowError, RecursionError):
+        out = []
+    if len(out) == len(entries):
+        kinds = set(map(type, out))
+        if kinds <= _ONLY_DICT:
+            return out, False
+        if kinds <= _ROW_OR_TOMBSTONE:
+            return out, True
+    decoded = [decode_entry(data) for data in entries]  # raises on the first bad one, saying what is wrong
+    return decoded, any(type(value) is bytes for value in decoded)
 
 
 _BIN8 = struct.Struct(">BB")

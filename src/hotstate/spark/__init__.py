@@ -18,12 +18,13 @@ from __future__ import annotations
 from hotstate.client.writer import WriteError
 from hotstate.spark.api import last_batch, materialize, parse_cluster
 from hotstate.spark.reading import HotstateReadError
-from hotstate.spark.sink import BatchWriteError
+from hotstate.spark.sink import BatchWriteError, DeleteColumnError
 from hotstate.spark.source import OptionError, register
 from hotstate.spark.table import TableDefinitionError
 
 __all__ = [
     "BatchWriteError",
+    "DeleteColumnError",
     "HotstateReadError",
     "OptionError",
     "TableDefinitionError",

@@ -9,7 +9,14 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
-from hotstate.spark.sink import ENV_RACK, AfterWrite, batch_function, config_for_schema
+from hotstate.spark.sink import (
+    ENV_RACK,
+    AfterWrite,
+    batch_function,
+    config_for_schema,
+    delete_marker,
+    without_column,
+)
 from hotstate.spark.table import TableDefinition, ensure_table, key_columns_for, value_columns_for
 from hotstate.tls import PemTexts, TlsFilesError
 
@@ -45,6 +52,8 @@ def materialize(
     tls_key: str | os.PathLike[str] | None = None,
     write_deadline_s: float = 60.0,
     query_name: str | None = None,
+    delete_column: str | None = None,
+    delete_when: tuple[str, bool | int | str] | None = None,
     _after_write: AfterWrite | None = None,
 ) -> StreamingQuery:
     """Start a streaming query that keeps `df`'s result table in the hotstate table `table`.
@@ -67,6 +76,13 @@ def materialize(
     DataStreamWriter.trigger such as {"availableNow": True}. `write_deadline_s`: how long one task keeps
     retrying before its batch fails. The writers' rack comes from the Spark conf spark.hotstate.rack, else
     env HOTSTATE_RACK.
+
+    Deletes: `delete_column` names a boolean column; a row where it is true deletes its key (a null or
+    false upserts the row), and the column itself is never stored. `delete_when=(column, value)` does the
+    same for rows whose column equals `value` (a CDC feed's `op` column: `("op", "d")`; a str value needs a
+    string column, an int an integer one, a bool a boolean one). A column that is missing, a key column or
+    of another type is a DeleteColumnError naming it and its type, raised here, before the table is
+    created or anything written.
     """
     if not df.isStreaming:
         raise ValueError("materialize needs a streaming DataFrame (spark.readStream...)")
@@ -82,8 +98,10 @@ def materialize(
         )
     material = tls_texts(tls_ca, tls_cert, tls_key)
     tls = material.context()
+    marker = delete_marker(df.schema, key, delete_column, delete_when)
+    stored = without_column(df.schema, marker)
     definition = TableDefinition(
-        table, partitions, standby_replicas, key_columns_for(df.schema, key), acceptable_lag
+        table, partitions, standby_replicas, key_columns_for(stored, key), acceptable_lag
     )
     rack = writer_rack(df.sparkSession)
     ensure_table(
@@ -92,7 +110,7 @@ def materialize(
         secret,
         definition,
         rack=rack,
-        values=value_columns_for(df.schema, key),
+        values=value_columns_for(stored, key),
         tls=tls,
     )
     config = config_for_schema(
@@ -104,6 +122,7 @@ def materialize(
         rack=rack,
         deadline_s=write_deadline_s,
         tls=material,
+        deletes=marker,
     )
     writer = (
         df.writeStream.outputMode("update")

@@ -295,9 +295,18 @@ def _key_pieces(column: pa.Array, key: KeyColumn) -> pa.Array:
 
 
 def encode_arrow_batch(
-    batch: pa.RecordBatch, key_columns: Sequence[KeyColumn], partitions: int
+    batch: pa.RecordBatch,
+    key_columns: Sequence[KeyColumn],
+    partitions: int,
+    *,
+    deletes: pa.Array | None = None,
+    keys_out: list[bytes] | None = None,
 ) -> dict[int, list[bytes]]:
-    """The batch's encoded rows grouped by partition, each partition's rows in batch order."""
+    """The batch's encoded rows grouped by partition, each partition's rows in batch order.
+
+    `deletes`: a boolean array, one per row (no nulls): where true the row's entry is a tombstone of its key
+    (`replica.rows.encode_tombstone`: the msgpack bin of the encoded key) instead of the row, in its place.
+    `keys_out`: extended with every row's encoded key, in batch order."""
     if batch.num_rows == 0:
         return {}
     names = batch.schema.names
@@ -313,11 +322,17 @@ def encode_arrow_batch(
     try:
         rows = _join(pieces)
         parts = [_key_pieces(batch.column(key.name), key) for key in key_columns]
-        keys: list[bytes] = (parts[0] if len(parts) == 1 else _join(parts)).to_pylist()
+        joined = parts[0] if len(parts) == 1 else _join(parts)
+        if deletes is not None and deletes.true_count:
+            tombstones = _join([_length_header(_lengths(joined), None, (0xC4, 0xC5, 0xC6)), joined])
+            rows = pc.if_else(deletes, tombstones, rows)
+        keys: list[bytes] = joined.to_pylist()
     except KeyError as error:
         raise NotEncodable(f"no key column {error}") from None
     except pa.ArrowException as error:  # e.g. a uint64 above the int64 range
         raise NotEncodable(str(error)) from None
+    if keys_out is not None:
+        keys_out.extend(keys)
     hash32 = mmh3.hash
     found = np.array([hash32(key, 0, signed=False) for key in keys], dtype=np.uint64) % np.uint64(partitions)
     # Rows leave Arrow already in partition order, so each partition's list is one slice.

@@ -16,6 +16,13 @@ Two ways in, chosen on the driver from the batch's schema:
   written with `TableWriter.upsert`. An Arrow batch that cannot take the bulk encoding (a null or NaN key)
   is written this way too, so its error names the row and the column just as the Row path's does.
 
+Deletes: with a delete marker (`materialize(delete_column=...)` / `delete_when`, the write format's
+`deleteColumn` / `deleteValue`; `DeleteMarker`, checked on the driver by `delete_marker`), a marked row
+deletes its key: on the Arrow path its entry becomes a tombstone of the key computed a column at a time
+(`arrow_rows.encode_arrow_batch(deletes=...)`), on the Row path a `Delete` in `TableWriter.write`; the
+marker column is never stored. In complete mode (`SinkConfig.complete`, the write format only) the commit
+deletes the table's keys the batch did not write (`delete_absent`).
+
 Racks: on a cluster each executor may run on another rack. A task writes with its executor's rack (env
 HOTSTATE_RACK where the executor runs, which a Spark standalone worker passes to the executors it
 launches; else the driver's rack) and returns it with its token; the driver registers each rack it has
@@ -43,6 +50,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, Row
 from pyspark.sql.types import (
     ArrayType,
@@ -65,9 +73,11 @@ from pyspark.sql.types import (
 )
 
 from hotstate.client.admin import AdminClient
-from hotstate.client.writer import TableWriter, WriteError, WriteResult
+from hotstate.client.writer import Delete, TableWriter, WriteError, WriteResult
 from hotstate.controller.requests import ControllerError
 from hotstate.query.tokens import cluster_tag, decode, merge
+from hotstate.replica.keys import encode_key, key_from_row
+from hotstate.replica.rows import encode_tombstone
 from hotstate.spark.arrow_rows import NotEncodable, encode_arrow_batch
 from hotstate.tls import PemTexts
 
@@ -75,13 +85,19 @@ __all__ = [
     "ENV_RACK",
     "AfterWrite",
     "BatchWriteError",
+    "DeleteColumnError",
+    "DeleteMarker",
     "SinkConfig",
     "batch_function",
     "commit_batch",
     "config_for_schema",
+    "delete_absent",
+    "delete_marker",
     "executor_rack",
+    "split_marker",
     "upsert_arrow",
     "upsert_rows",
+    "without_column",
     "write_arrow",
     "write_rows",
 ]
@@ -109,6 +125,79 @@ class BatchWriteError(Exception):
 
 
 @dataclass(frozen=True, slots=True)
+class DeleteMarker:
+    """Which rows of a batch are deletes: those whose `column` equals `value` (True for a boolean delete
+    column such as `_deleted`; "d" for a CDC `op` column). A null is no delete."""
+
+    column: str
+    value: bool | int | str = True
+
+
+class DeleteColumnError(ValueError):
+    """A delete column the sink cannot use (missing, a key column, or of a type its value cannot be)."""
+
+
+# Spark types a delete marker's value may be compared with, by the value's Python type.
+_MARKER_TYPES: dict[type, tuple[type[DataType], ...]] = {
+    bool: (BooleanType,),
+    int: (ByteType, ShortType, IntegerType, LongType),
+    str: (StringType,),
+}
+
+
+def delete_marker(
+    schema: StructType,
+    key: str | Sequence[str],
+    delete_column: str | None = None,
+    delete_when: tuple[str, object] | None = None,
+) -> DeleteMarker | None:
+    """The sink's delete marker for `delete_column` (a boolean column: true deletes) or `delete_when`
+    ((column, value): rows whose column equals value delete), checked against the DataFrame's schema on
+    the driver, before the table is created or anything written: DeleteColumnError naming the column and
+    its type."""
+    if delete_column is not None and delete_when is not None:
+        raise DeleteColumnError("give delete_column or delete_when, not both")
+    if delete_column is None and delete_when is None:
+        return None
+    column: object = delete_column
+    value: object = True
+    if delete_when is not None:
+        if not (isinstance(delete_when, tuple | list) and len(delete_when) == 2):
+            raise DeleteColumnError(f"delete_when: a (column, value) pair, got {delete_when!r}")
+        column, value = delete_when[0], delete_when[1]
+    if not isinstance(column, str) or not column:
+        raise DeleteColumnError(f"the delete column must be a column name, got {column!r}")
+    if not isinstance(value, bool | int | str) or type(value) not in _MARKER_TYPES:
+        raise DeleteColumnError(
+            f"delete_when: the value marking a delete must be a bool, int or str, got {value!r}"
+        )
+    fields = {f.name: f for f in schema.fields}
+    found = fields.get(column)
+    if found is None:
+        raise DeleteColumnError(
+            f"delete column {column!r} is not a column of the DataFrame (columns: {', '.join(fields)})"
+        )
+    keys = {key} if isinstance(key, str) else set(key)
+    if column in keys:
+        raise DeleteColumnError(f"delete column {column!r} is a key column: name another column")
+    wanted = _MARKER_TYPES[type(value)]
+    if not isinstance(found.dataType, wanted):
+        kinds = " or ".join(t.typeName() for t in wanted)
+        raise DeleteColumnError(
+            f"delete column {column!r} has type {found.dataType.simpleString()}: it must be {kinds} "
+            f"(rows whose {column!r} is {value!r} are deleted)"
+        )
+    return DeleteMarker(column, value)
+
+
+def without_column(schema: StructType, marker: DeleteMarker | None) -> StructType:
+    """The schema of what the sink stores: the delete column left out."""
+    if marker is None:
+        return schema
+    return StructType([f for f in schema.fields if f.name != marker.column])
+
+
+@dataclass(frozen=True, slots=True)
 class SinkConfig:
     servers: tuple[tuple[str, int], ...]
     table: str
@@ -127,6 +216,11 @@ class SinkConfig:
     # The CA certificate, and a client certificate and key where the servers require one, as PEM text
     # (executors need not have the driver's files) when the servers' RPC port uses TLS.
     tls: PemTexts = field(default_factory=PemTexts, repr=False)
+    # Rows whose `deletes.column` equals `deletes.value` delete their key; the column is never stored.
+    deletes: DeleteMarker | None = None
+    # Spark's complete output mode: the batch is the whole result table, so every key of the table absent
+    # from it is deleted at the batch's commit (`delete_absent`). Tasks then return the keys they wrote.
+    complete: bool = False
 
 
 # Spark types whose Arrow columns arrow_rows encodes (the same bytes as the Row path's dicts).
@@ -162,9 +256,13 @@ def config_for_schema(
     rack: str | None,
     deadline_s: float,
     tls: PemTexts | None = None,
+    deletes: DeleteMarker | None = None,
+    complete: bool = False,
 ) -> SinkConfig:
     complex_types = (StructType, ArrayType, MapType)
     return SinkConfig(
+        deletes=deletes,
+        complete=complete,
         tls=tls or PemTexts(),
         servers=servers,
         table=table,
@@ -246,6 +344,64 @@ def commit_batch(config: SinkConfig, batch_id: int, tokens: Sequence[str], racks
     asyncio.run(commit())
 
 
+def delete_absent(config: SinkConfig, batch_id: int, present: Iterable[bytes], tokens: Sequence[str]) -> str:
+    """Complete mode, on the driver, once every task of the batch was acked: delete every key the table holds
+    that the batch (the whole result table) did not write; the consistency token of the deletes ("" when
+    there were none).
+
+    `present`: the encoded keys the tasks wrote (or deleted); `tokens`: theirs. Each partition is read
+    from its active's store once that store holds this batch's writes (`TableWriter.partition_keys`), so
+    a key is kept exactly when the batch wrote it. Cost: a read of every key of the table per batch, and
+    the batch's keys held on the driver: the size of what complete mode writes each batch anyway. Run
+    again with the batch when Spark re-runs it (deletes are idempotent)."""
+    written = set(present)
+    tag = cluster_tag(config.cluster_id)
+    positions = merge(*(decode(token, tag) for token in tokens if token))
+
+    async def run() -> str:
+        async with TableWriter(
+            list(config.servers),
+            config.table,
+            cluster_id=config.cluster_id,
+            secret=config.secret,
+            tls=rpc_tls(config),
+        ) as writer:
+            meta = await writer.metadata(deadline_s=config.deadline_s)
+            held = await asyncio.gather(
+                *(
+                    writer.partition_keys(
+                        partition,
+                        at_least=positions.get((meta.table_id, partition), 0),
+                        deadline_s=config.deadline_s,
+                    )
+                    for partition in range(len(meta.partitions))
+                )
+            )
+            absent = {
+                partition: [encode_tombstone(key) for key in keys if key not in written]
+                for partition, keys in enumerate(held)
+            }
+            absent = {partition: tombstones for partition, tombstones in absent.items() if tombstones}
+            if not absent:
+                return ""
+            result = await writer.upsert_encoded(absent, deadline_s=config.deadline_s)
+            log.info(
+                "table %r, batch %d (complete mode): deleted %d keys absent from the result",
+                config.table,
+                batch_id,
+                result.rows,
+            )
+            return result.consistency_token
+
+    try:
+        return asyncio.run(run())
+    except WriteError as error:
+        raise BatchWriteError(
+            f"hotstate sink, table {config.table}, batch {batch_id}: the keys absent from the complete "
+            f"result were not deleted: {error}"
+        ) from None
+
+
 async def _register_rack(admin: AdminClient, config: SinkConfig, rack: str) -> None:
     """The rack only steers placement: a batch whose executors' rack cannot be registered still commits
     (and the next batch tries again)."""
@@ -304,9 +460,16 @@ def write_arrow(config: SinkConfig, batches: list[pa.RecordBatch], *, batch_id: 
     return upsert_arrow(config, batches, batch_id=batch_id).rows
 
 
-def upsert_arrow(config: SinkConfig, batches: list[pa.RecordBatch], *, batch_id: int) -> WriteResult:
-    """One task's rows as Arrow batches upserted: what it wrote (both entry points, foreachBatch and the
-    data source's stream writer, call this on the executor)."""
+def upsert_arrow(
+    config: SinkConfig,
+    batches: list[pa.RecordBatch],
+    *,
+    batch_id: int,
+    keys_out: list[bytes] | None = None,
+) -> WriteResult:
+    """One task's rows as Arrow batches upserted (and, with a delete marker, the marked ones deleted, in
+    their place): what it wrote (both entry points, foreachBatch and the data source's stream writer, call
+    this on the executor). `keys_out`: extended with the encoded key of every row written or deleted."""
     if not any(batch.num_rows for batch in batches):
         return NOTHING
     try:
@@ -314,18 +477,32 @@ def upsert_arrow(config: SinkConfig, batches: list[pa.RecordBatch], *, batch_id:
     except WriteError as error:
         raise _in_batch(config, batch_id, error) from None
     by_partition: dict[int, list[bytes]] = {}
+    keys: list[bytes] = []
     try:
         for batch in batches:
+            stored, deletes = split_marker(config, batch)
             for partition, encoded in encode_arrow_batch(
-                batch, meta.key_columns, len(meta.partitions)
+                stored, meta.key_columns, len(meta.partitions), deletes=deletes, keys_out=keys
             ).items():
                 by_partition.setdefault(partition, []).extend(encoded)
     except NotEncodable:
-        return upsert_rows(config, _arrow_rows(batches), batch_id=batch_id)
+        return upsert_rows(config, _arrow_rows(batches), batch_id=batch_id, keys_out=keys_out)
+    if keys_out is not None:
+        keys_out.extend(keys)
     try:
         return _run(config, lambda writer: writer.upsert_encoded(by_partition, deadline_s=config.deadline_s))
     except WriteError as error:
         raise _in_batch(config, batch_id, error) from None
+
+
+def split_marker(config: SinkConfig, batch: pa.RecordBatch) -> tuple[pa.RecordBatch, pa.Array | None]:
+    """The batch without its delete column, and which of its rows are deletes (None: no delete marker)."""
+    marker = config.deletes
+    if marker is None:
+        return batch, None
+    column = batch.column(marker.column)
+    deletes = pc.fill_null(pc.equal(column, pa.scalar(marker.value, column.type)), False)
+    return batch.drop_columns([marker.column]), deletes
 
 
 def _arrow_rows(batches: list[pa.RecordBatch]) -> Iterator[tuple[object, ...]]:
@@ -346,14 +523,32 @@ def write_rows(config: SinkConfig, rows: Iterable[Row | tuple[object, ...]], *, 
 
 
 def upsert_rows(
-    config: SinkConfig, rows: Iterable[Row | tuple[object, ...]], *, batch_id: int
+    config: SinkConfig,
+    rows: Iterable[Row | tuple[object, ...]],
+    *,
+    batch_id: int,
+    keys_out: list[bytes] | None = None,
 ) -> WriteResult:
-    """One task's rows upserted one by one (nested types): what it wrote."""
+    """One task's rows upserted one by one (nested types), and with a delete marker the marked ones
+    deleted in their place: what it wrote. `keys_out`: extended with the encoded key of every row."""
     dicts = [as_dict(config, row) for row in rows]
     if not dicts:
         return NOTHING
+    changes: list[dict[str, object] | Delete] = dicts  # type: ignore[assignment]
+    marker = config.deletes
+    if marker is not None:
+        changes = []
+        for row in dicts:
+            flag = row.pop(marker.column, None)
+            # The value's exact type too: a boolean column's True must not match an int column's 1.
+            deleted = flag is not None and type(flag) is type(marker.value) and flag == marker.value
+            changes.append(Delete(row) if deleted else row)
     try:
-        return _upsert(config, dicts)
+        result = _run(config, lambda writer: writer.write(changes, deadline_s=config.deadline_s))
+        if keys_out is not None:
+            key_columns = _run(config, lambda writer: writer.metadata()).key_columns
+            keys_out.extend(encode_key(key_from_row(row, key_columns)) for row in dicts)
+        return result
     except WriteError as error:
         raise _in_batch(config, batch_id, error) from None
 
@@ -385,10 +580,6 @@ class _Worker:
 
 
 _worker: _Worker | None = None
-
-
-def _upsert(config: SinkConfig, rows: list[dict[str, object]]) -> WriteResult:
-    return _run(config, lambda writer: writer.upsert(rows, deadline_s=config.deadline_s))
 
 
 def _run(config: SinkConfig, call: Callable[[TableWriter], Awaitable[_T]]) -> _T:

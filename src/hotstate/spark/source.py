@@ -13,7 +13,12 @@ of what it wrote; `commit(messages, batchId)` on the driver records the batch in
 from the checkpoint upserts the same rows again: exactly-once, as with `materialize()`.
 
 Spark 4's Python streaming sinks take the append and complete output modes, not update (complete rewrites
-every row of the result each batch; `materialize()` writes only the changed ones).
+every row of the result each batch; `materialize()` writes only the changed ones). In complete mode the
+batch is the whole result table, so the keys it did not write have left it: each task returns the keys it
+wrote, and the commit deletes every other key of the table (`sink.delete_absent`: a read of every key of
+the table per batch, the order of what complete mode writes anyway) before it records the batch.
+`deleteColumn` (and `deleteValue`) mark rows that delete their key, as `materialize()`'s `delete_column`
+(and `delete_when`).
 
 Options arrive with their names lower-cased (Spark's options are case-insensitive); an unknown one is an
 error naming the known ones.
@@ -41,12 +46,16 @@ from hotstate.spark.api import ENV_CLUSTER, ENV_CLUSTER_ID, ENV_SECRET, parse_cl
 from hotstate.spark.reading import PushingTableReader, ReadSettings, TableReader, infer_schema, table_shape
 from hotstate.spark.sink import (
     ENV_RACK,
+    DeleteColumnError,
     SinkConfig,
     commit_batch,
     config_for_schema,
+    delete_absent,
+    delete_marker,
     executor_rack,
     upsert_arrow,
     upsert_rows,
+    without_column,
 )
 from hotstate.spark.table import TableDefinition, ensure_table, key_columns_for, value_columns_for
 from hotstate.tls import PemTexts
@@ -83,6 +92,8 @@ WRITE_OPTIONS = (
     "tlsCa",
     "tlsCert",
     "tlsKey",
+    "deleteColumn",
+    "deleteValue",
 )
 DEFAULT_PAGE_SIZE = 10_000
 MAX_PAGE_SIZE = 100_000  # what one query returns at most (query.execute.MAX_ROWS)
@@ -174,6 +185,9 @@ class WriteSettings:
     deadline_s: float
     # TLS of the servers' RPC port: the CA (and a client certificate) read on the driver, as text.
     tls: PemTexts = field(default_factory=PemTexts)
+    # deleteColumn (a boolean column: true deletes), or with deleteValue the string marking a delete.
+    delete_column: str | None = None
+    delete_value: str | None = None
 
 
 def write_settings(options: Mapping[str, str]) -> WriteSettings:
@@ -195,6 +209,8 @@ def write_settings(options: Mapping[str, str]) -> WriteSettings:
         servers = parse_cluster(given.get("cluster") or os.environ.get(ENV_CLUSTER))
     except ValueError as error:
         raise OptionError(f"option {error}") from None
+    if given.get("deleteValue") is not None and not (given.get("deleteColumn") or "").strip():
+        raise OptionError("option 'deleteValue': name the column it is compared with in 'deleteColumn'")
     rack = (given.get("rack") or os.environ.get(ENV_RACK) or "").strip() or None
     standby = _integer(given, "standbyReplicas", 0)
     try:
@@ -213,6 +229,8 @@ def write_settings(options: Mapping[str, str]) -> WriteSettings:
         rack=rack,
         deadline_s=(_integer(given, "writeTimeoutMs", 1) or 60_000) / 1000,
         tls=tls,
+        delete_column=(given.get("deleteColumn") or "").strip() or None,
+        delete_value=given.get("deleteValue"),
     )
 
 
@@ -221,12 +239,21 @@ def write_settings(options: Mapping[str, str]) -> WriteSettings:
 _ensured: set[tuple[WriteSettings, TableDefinition]] = set()
 
 
-def _sink_config(settings: WriteSettings, schema: StructType) -> SinkConfig:
+def _sink_config(settings: WriteSettings, schema: StructType, *, complete: bool = False) -> SinkConfig:
+    column, value = settings.delete_column, settings.delete_value
+    try:
+        if column is not None and value is not None:
+            marker = delete_marker(schema, settings.key, delete_when=(column, value))
+        else:
+            marker = delete_marker(schema, settings.key, column)
+    except DeleteColumnError as error:
+        raise OptionError(f"option 'deleteColumn': {error}") from None
+    stored = without_column(schema, marker)
     definition = TableDefinition(
         settings.table,
         settings.partitions,
         settings.standby_replicas,
-        key_columns_for(schema, settings.key),
+        key_columns_for(stored, settings.key),
         settings.acceptable_lag,
     )
     if (settings, definition) not in _ensured:
@@ -236,7 +263,7 @@ def _sink_config(settings: WriteSettings, schema: StructType) -> SinkConfig:
             settings.secret,
             definition,
             rack=settings.rack,
-            values=value_columns_for(schema, settings.key),
+            values=value_columns_for(stored, settings.key),
             tls=settings.tls.context(),
         )
         _ensured.add((settings, definition))
@@ -249,6 +276,8 @@ def _sink_config(settings: WriteSettings, schema: StructType) -> SinkConfig:
         rack=settings.rack,
         deadline_s=settings.deadline_s,
         tls=settings.tls,
+        deletes=marker,
+        complete=complete,
     )
 
 
@@ -259,10 +288,12 @@ class Written(WriterCommitMessage):
     """What one task wrote: the consistency token of its upserts (the batch's commit merges them), and the
     rack of the executor that wrote them (the commit registers it with the table's writer racks)."""
 
-    def __init__(self, token: str, rows: int, rack: str | None) -> None:
+    def __init__(self, token: str, rows: int, rack: str | None, keys: tuple[bytes, ...] = ()) -> None:
         self.token = token
         self.rows = rows
         self.rack = rack
+        # Complete mode: the encoded keys the task wrote (the commit deletes every other key of the table).
+        self.keys = keys
 
 
 def _batch_id() -> int:
@@ -273,8 +304,8 @@ def _batch_id() -> int:
     return int(batch) if batch is not None and batch.lstrip("-").isdigit() else -1
 
 
-def _written(config: SinkConfig, result: WriteResult) -> Written:
-    return Written(result.consistency_token, result.rows, executor_rack(config))
+def _written(config: SinkConfig, result: WriteResult, keys: list[bytes] | None) -> Written:
+    return Written(result.consistency_token, result.rows, executor_rack(config), tuple(keys or ()))
 
 
 class _Commit:
@@ -283,7 +314,13 @@ class _Commit:
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         written = [m for m in messages if isinstance(m, Written)]
         racks = [m.rack for m in written if m.rack]
-        commit_batch(self.config, batchId, [m.token for m in written], racks)
+        tokens = [m.token for m in written]
+        if self.config.complete:
+            # The batch is the whole result table: what it did not write is gone from it. Before the batch is
+            # recorded, so min_batch covers the deletes too.
+            present = (key for m in written for key in m.keys)
+            tokens.append(delete_absent(self.config, batchId, present, tokens))
+        commit_batch(self.config, batchId, tokens, racks)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         # The rows some tasks wrote stay: full upserts, which the batch's re-run writes again.
@@ -297,7 +334,9 @@ class ArrowStreamWriter(_Commit, DataSourceStreamArrowWriter):
         self.config = config
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        return _written(self.config, upsert_arrow(self.config, list(iterator), batch_id=_batch_id()))
+        keys: list[bytes] | None = [] if self.config.complete else None
+        result = upsert_arrow(self.config, list(iterator), batch_id=_batch_id(), keys_out=keys)
+        return _written(self.config, result, keys)
 
 
 class RowStreamWriter(_Commit, DataSourceStreamWriter):
@@ -307,7 +346,9 @@ class RowStreamWriter(_Commit, DataSourceStreamWriter):
         self.config = config
 
     def write(self, iterator: Iterator[Row]) -> WriterCommitMessage:
-        return _written(self.config, upsert_rows(self.config, iterator, batch_id=_batch_id()))
+        keys: list[bytes] | None = [] if self.config.complete else None
+        result = upsert_rows(self.config, iterator, batch_id=_batch_id(), keys_out=keys)
+        return _written(self.config, result, keys)
 
 
 # ------------------------------------------------------------------------------------------ the source
@@ -328,7 +369,9 @@ class HotstateDataSource(DataSource):
         return TableReader(read_settings(self.options), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        config = _sink_config(write_settings(self.options), schema)
+        # `overwrite`: Spark's complete output mode (it truncates the sink's table each batch), the only mode
+        # besides append that Spark 4 offers Python sinks.
+        config = _sink_config(write_settings(self.options), schema, complete=overwrite)
         return ArrowStreamWriter(config) if config.arrow else RowStreamWriter(config)
 
 
