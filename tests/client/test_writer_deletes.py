@@ -17,7 +17,7 @@ from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.protocol.wire import MESSAGES
 from hotstate.query.tokens import cluster_tag, decode
 from hotstate.replica.ingest import records_for_rows
-from hotstate.replica.keys import decode_key, encode_key, partition_for
+from hotstate.replica.keys import KeyValue, decode_key, encode_key, partition_for
 from hotstate.replica.messages import (
     PartitionMetadata,
     PartitionRows,
@@ -40,7 +40,7 @@ PARTITIONS = 2
 KEY = (KeyColumn("k", KeyType.STRING), KeyColumn("n", KeyType.INT))
 
 # A part's records as (key tuple, row or None) -> an error to answer it with, or None to apply it.
-Script = Callable[[list[tuple[tuple[object, ...], dict[str, object] | None]]], ReplicaError | None]
+Script = Callable[[list[tuple[tuple[KeyValue, ...], dict[str, object] | None]]], ReplicaError | None]
 
 
 class Server:
@@ -48,8 +48,8 @@ class Server:
 
     def __init__(self, script: Script = lambda records: None) -> None:
         self.script = script
-        self.store: dict[tuple[object, ...], dict[str, object]] = {}
-        self.parts: list[list[tuple[tuple[object, ...], dict[str, object] | None]]] = []
+        self.store: dict[tuple[KeyValue, ...], dict[str, object]] = {}
+        self.parts: list[list[tuple[tuple[KeyValue, ...], dict[str, object] | None]]] = []
         self.ends = [0] * PARTITIONS
         self.reads: list[ReadPartitionRequest] = []
         self.behind = 0
@@ -106,11 +106,11 @@ class Server:
         error = self.script(decoded)
         if error is not None:
             return ProduceResponse(error, f"{error.name} from the test", active=1, leader_epoch=3)
-        for key_values, row in decoded:
-            if row is None:
+        for key_values, value in decoded:
+            if value is None:
                 self.store.pop(key_values, None)
             else:
-                self.store[key_values] = row
+                self.store[key_values] = value
         self.ends[part.partition] += len(decoded)
         end = self.ends[part.partition]
         return ProduceResponse(ReplicaError.NONE, "", end - len(decoded), end, 1, 3)
@@ -184,7 +184,7 @@ def test_a_bad_key_fails_the_call_before_anything_is_sent() -> None:
 def _fails_first_send_of(value: object) -> Script:
     failed: list[bool] = []
 
-    def script(records: list[tuple[tuple[object, ...], dict[str, object] | None]]) -> ReplicaError | None:
+    def script(records: list[tuple[tuple[KeyValue, ...], dict[str, object] | None]]) -> ReplicaError | None:
         if not failed and any(
             (row or {}).get("v") == value or (row is None and value is None) for _, row in records
         ):
@@ -237,7 +237,9 @@ def test_a_retried_delete_leaves_out_keys_a_later_committed_row_wrote() -> None:
     assert server.store == {(a, 0): _row(a, 0, 1)}
 
 
-def test_partition_keys_reads_every_page_once_the_store_holds_the_position(monkeypatch) -> None:
+def test_partition_keys_reads_every_page_once_the_store_holds_the_position(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     server = Server()
     server.behind = 2
     monkeypatch.setattr(writer_module, "KEY_PAGE", 4)
@@ -248,9 +250,10 @@ def test_partition_keys_reads_every_page_once_the_store_holds_the_position(monke
         return [await writer.partition_keys(p, at_least=at[(7, p)]) for p in range(PARTITIONS)]
 
     held = asyncio.run(_with_writer(server, body))
-    for partition, keys in enumerate(held):  # type: ignore[arg-type]
+    assert isinstance(held, list)
+    for partition, keys in enumerate(held):
         mine = [encode_key((f"p{i:02d}", i)) for i in range(30)]
         assert keys == sorted(k for k in mine if partition_for(k, PARTITIONS) == partition)
     # Two answers from a store behind the write were asked again; then pages of 4 after the last key.
     assert [r.after_key is None for r in server.reads[:3]] == [True, True, True]
-    assert len(server.reads) == 2 + sum(len(keys) // 4 + 1 for keys in held)  # type: ignore[union-attr]
+    assert len(server.reads) == 2 + sum(len(keys) // 4 + 1 for keys in held)

@@ -67,7 +67,7 @@ def test_an_acknowledged_delete_is_gone_from_every_replica_and_from_token_reads(
             meta = await writer.metadata()
         return healthy.consistency_token or result.consistency_token, meta.table_id
 
-    token, table_id = running.run(write())  # type: ignore[misc]
+    token, table_id = running.run(write())
     positions = decode(token, cluster_tag(cluster.cluster_id))
     expected = {k: 6 if k == "k6" else 5 if k == "k5" else 1 for k in keys if k not in deleted}
 

@@ -7,31 +7,37 @@ after every batch."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
 
 import hotstate
 import hotstate.spark as hs
+from cluster.conftest import RunningCluster, StartCluster
 from spark.streams import drop_file
 
 pytestmark = pytest.mark.xdist_group("spark")
 
 
 @pytest.fixture(autouse=True)
-def _registered(spark) -> None:
+def _registered(spark: SparkSession) -> None:
     hs.register(spark)
 
 
-def _servers(running) -> list[str]:
+def _servers(running: RunningCluster) -> list[str]:
     return [f"127.0.0.1:{s.http_port}" for s in running.cluster.servers]
 
 
-def _rows(running, name: str) -> dict[str, dict[str, object]]:
+def _rows(running: RunningCluster, name: str) -> dict[str, dict[str, object]]:
     with hotstate.Client(_servers(running), timeout_s=10.0) as client:
         return {row["user"]: row for row in client.query(f"SELECT * FROM {name}", max_lag=0).dicts()}
 
 
-def _materialize(running, df, name: str, checkpoint: Path, **kwargs):
+def _materialize(
+    running: RunningCluster, df: DataFrame, name: str, checkpoint: Path, **kwargs: Any
+) -> StreamingQuery:
     cluster = running.cluster
     return hs.materialize(
         df,
@@ -49,7 +55,7 @@ def _materialize(running, df, name: str, checkpoint: Path, **kwargs):
 
 @pytest.mark.parametrize("nested", [False, True], ids=["arrow", "rows"])
 def test_rows_marked_by_the_delete_column_delete_their_keys(
-    spark, start_cluster, tmp_path: Path, nested: bool
+    spark: SparkSession, start_cluster: StartCluster, tmp_path: Path, nested: bool
 ) -> None:
     running = start_cluster(1)
     source = tmp_path / "in"
@@ -81,7 +87,7 @@ def test_rows_marked_by_the_delete_column_delete_their_keys(
 
 
 def test_a_delete_column_of_the_wrong_type_fails_before_anything_is_created(
-    spark, start_cluster, tmp_path: Path
+    spark: SparkSession, start_cluster: StartCluster, tmp_path: Path
 ) -> None:
     running = start_cluster(1)
     # A batch to write: Spark asks the data source for its writer only then.
@@ -113,7 +119,9 @@ def test_a_delete_column_of_the_wrong_type_fails_before_anything_is_created(
         assert [t for t in client.tables() if t["name"] == "typed"] == []  # nothing created
 
 
-def test_complete_mode_deletes_the_keys_that_left_the_result(spark, start_cluster, tmp_path: Path) -> None:
+def test_complete_mode_deletes_the_keys_that_left_the_result(
+    spark: SparkSession, start_cluster: StartCluster, tmp_path: Path
+) -> None:
     """Users with fewer than 3 clicks: a user's group leaves the result as its third click arrives, and
     the table must lose it too."""
     from pyspark.sql import functions as F
