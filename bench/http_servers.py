@@ -124,8 +124,8 @@ CANDIDATES = (
         "hotstate-h2",
         True,
         "today's stack: uvicorn with hotstate's LimitedHttpToolsProtocol, which hands a connection that "
-        "starts with HTTP/2's preface or asks to upgrade (h2c) to hotstate.server.http2 (the h2 library's "
-        "state machine, the same ASGI app on the same loop)",
+        "starts with HTTP/2's preface or asks to upgrade (h2c) to hotstate.server.http.http2 (the h2 "
+        "library's state machine, the same ASGI app on the same loop)",
     ),
     Candidate("uvicorn-h11", "uvicorn", "h11", False, "uvicorn.Server.serve() in our loop, h11 parser"),
     Candidate(
@@ -247,7 +247,7 @@ def make_app(db_path: str, lag: LagMonitor) -> ASGIApp:
 async def _serve_uvicorn(candidate: Candidate, app: ASGIApp, port: int, stop: asyncio.Event) -> None:
     import uvicorn
 
-    class QuietServer(uvicorn.Server):  # as hotstate.server.http: the process, not uvicorn, owns SIGTERM
+    class QuietServer(uvicorn.Server):  # as hotstate.server.http.api: the process, not uvicorn, owns SIGTERM
         @contextlib.contextmanager
         def capture_signals(self) -> Iterator[None]:
             yield
@@ -256,7 +256,8 @@ async def _serve_uvicorn(candidate: Candidate, app: ASGIApp, port: int, stop: as
     if candidate.http in ("hotstate-limited", "hotstate-h2"):
         from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-        from hotstate.server import direct_lane, http_limits
+        from hotstate.server.http import direct_lane
+        from hotstate.server.http import limits as http_limits
 
         direct_lane.LimitedHttpToolsProtocol.limits = http_limits.HttpLimits(
             max_head_bytes=LIMIT_HEADER_BYTES, read_timeout_s=LIMIT_TIMEOUT_S
@@ -810,7 +811,7 @@ def limit_settings() -> dict[str, Any]:
         "by_control": {
             "request_head_size": {
                 "uvicorn-httptools": None,
-                "uvicorn-httptools-limited": "hotstate.server.http_limits.HttpLimits.max_head_bytes (431)",
+                "uvicorn-httptools-limited": "hotstate.server.http.limits.HttpLimits.max_head_bytes (431)",
                 "uvicorn-httptools-h2": "HttpLimits.max_head_bytes (431; HTTP/2: the h2 decoder's "
                 "max_header_list_size, GOAWAY)",
                 "uvicorn-h11": "h11_max_incomplete_event_size",
@@ -820,7 +821,7 @@ def limit_settings() -> dict[str, Any]:
             },
             "head_or_body_read_timeout": {
                 "uvicorn-httptools": None,
-                "uvicorn-httptools-limited": "hotstate.server.http_limits.HttpLimits.read_timeout_s (408)",
+                "uvicorn-httptools-limited": "hotstate.server.http.limits.HttpLimits.read_timeout_s (408)",
                 "uvicorn-httptools-h2": "HttpLimits.read_timeout_s (408; HTTP/2: per stream)",
                 "uvicorn-h11": None,
                 "uvicorn-zttp": None,

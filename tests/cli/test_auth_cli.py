@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from hotstate.cli.local_cluster import LocalCluster
 from hotstate.cli.main import app
-from hotstate.server.credentials import parse_credentials
+from hotstate.server.http.credentials import parse_credentials
 
 
 def test_hash_password_prints_an_entry_that_checks_the_password() -> None:

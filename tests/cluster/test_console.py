@@ -307,7 +307,7 @@ def test_the_console_puts_api_strings_in_as_text_and_refuses_what_it_does_not_se
 def test_with_http_auth_on_the_console_works_once_the_browser_has_credentials(
     start_cluster: StartCluster, tmp_path: Path
 ) -> None:
-    from hotstate.server.credentials import hash_password
+    from hotstate.server.http.credentials import hash_password
 
     path = tmp_path / "credentials.toml"
     path.write_text(f'[users.ops]\nrole = "read"\npassword = "{hash_password("ops-password")}"\n')

@@ -20,7 +20,7 @@ import hotstate
 from hotstate.cli.main import app
 from hotstate.client.writer import TableWriter
 from hotstate.protocol.cluster_token import cluster_token
-from hotstate.server.credentials import hash_password, new_token
+from hotstate.server.http.credentials import hash_password, new_token
 
 from .conftest import RunningCluster, StartCluster
 

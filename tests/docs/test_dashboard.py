@@ -10,8 +10,8 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from hotstate.controller.image import MetadataImage
-from hotstate.server.control_metrics import ControlPlaneMetrics, ControlPlaneView, RaftView
-from hotstate.server.metrics import Metrics
+from hotstate.server.http.control_metrics import ControlPlaneMetrics, ControlPlaneView, RaftView
+from hotstate.server.http.metrics import Metrics
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "hotstate.json"
 FUNCTIONS = {"sum", "max", "min", "rate", "by", "histogram_quantile", "le", "avg", "count"}

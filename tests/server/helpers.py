@@ -12,7 +12,7 @@ import pytest
 import uvicorn
 
 from hotstate.server.config import ConfigError, ServerConfig, load_config
-from hotstate.server.direct_lane import LimitedHttpToolsProtocol
+from hotstate.server.http.direct_lane import LimitedHttpToolsProtocol
 
 # Node 1 of a 3-node combined cluster on one machine.
 BASE: Mapping[str, str] = {

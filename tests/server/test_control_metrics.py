@@ -1,4 +1,4 @@
-"""The control plane in /metrics (server/control_metrics.py): Kafka's names, the active controller's
+"""The control plane in /metrics (server/http/control_metrics.py): Kafka's names, the active controller's
 cluster-wide gauges (0 elsewhere), this broker's replica counts, and elections counted once each."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from hotstate.controller.image import MetadataImage, PartitionInfo, ServerInfo, TableInfo
 from hotstate.controller.records import Endpoint, KeyColumn, KeyType
-from hotstate.server.control_metrics import ControlPlaneMetrics, ControlPlaneView, RaftView, samples
+from hotstate.server.http.control_metrics import ControlPlaneMetrics, ControlPlaneView, RaftView, samples
 
 TABLE = TableInfo("clicks", 1, 3, 1, (KeyColumn("user", KeyType.STRING),), None)
 

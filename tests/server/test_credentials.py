@@ -1,4 +1,4 @@
-"""The credentials file (server/credentials.py): what parses, what is refused and how, and checking a
+"""The credentials file (server/http/credentials.py): what parses, what is refused and how, and checking a
 password or a token against it."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import hashlib
 
 import pytest
 
-from hotstate.server.credentials import (
+from hotstate.server.http.credentials import (
     CredentialsError,
     Principal,
     hash_password,

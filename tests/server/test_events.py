@@ -1,4 +1,4 @@
-"""Console events read off metadata images (server/events.py): what a change is told as, and the ring."""
+"""Console events read off metadata images (console/events.py): what a change is told as, and the ring."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from hotstate.controller.records import (
     RegisterServer,
     UnfenceServer,
 )
-from hotstate.server.events import (
+from hotstate.server.console.events import (
     EVENT_KINDS,
     EventDraft,
     EventLog,

@@ -22,10 +22,10 @@ import pytest
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from hotstate.server.direct_lane import LimitedHttpToolsProtocol
-from hotstate.server.http2 import Http2Protocol
-from hotstate.server.http_limits import HttpLimits
-from hotstate.server.query_http import (
+from hotstate.server.http.direct_lane import LimitedHttpToolsProtocol
+from hotstate.server.http.http2 import Http2Protocol
+from hotstate.server.http.limits import HttpLimits
+from hotstate.server.http.queries import (
     DELIMITED,
     JSON,
     KSQL_V1_JSON,

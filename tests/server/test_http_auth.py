@@ -1,4 +1,4 @@
-"""HttpAuth (server/http_auth.py) on its own: which paths need which role, the refusals' shapes and
+"""HttpAuth (server/http/auth.py) on its own: which paths need which role, the refusals' shapes and
 counts, the cache of verified headers, and reloading the credentials file."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Any
 import orjson
 import pytest
 
-from hotstate.server.credentials import CredentialsError, PasswordHash, hash_password, new_token
-from hotstate.server.http_auth import HttpAuth, needed_role, server_token
-from hotstate.server.metrics import Metrics
+from hotstate.server.http.auth import HttpAuth, needed_role, server_token
+from hotstate.server.http.credentials import CredentialsError, PasswordHash, hash_password, new_token
+from hotstate.server.http.metrics import Metrics
 
 SECRET = "cluster-secret-0123456789"
 FAST_N = 2**4
@@ -173,7 +173,7 @@ def test_the_file_is_reloaded_and_a_broken_one_keeps_the_old_credentials(
         path.write_text(f'[tokens.two]\nrole = "read"\nsha256 = "{second_hash}"\n[users\n')
         os.utime(path, ns=(0, path.stat().st_mtime_ns + 2_000_000_000))
         clock.now += 1.1
-        with caplog.at_level(logging.WARNING, logger="hotstate.server.http_auth"):
+        with caplog.at_level(logging.WARNING, logger="hotstate.server.http.auth"):
             assert await _ask(auth, "POST", "/v1/tables", two) == (None, None)  # still admin
             clock.now += 1.1
             assert await _ask(auth, "POST", "/v1/tables", two) == (None, None)

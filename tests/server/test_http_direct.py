@@ -14,13 +14,13 @@ from typing import Any, cast
 
 import uvicorn
 
-from hotstate.server import direct_lane
-from hotstate.server.asgi import Scope, Send
 from hotstate.server.coordinator import CURRENT_USER
-from hotstate.server.direct_lane import limited_protocol
-from hotstate.server.endpoints import QueryRoutes
-from hotstate.server.http_limits import HttpLimits
-from hotstate.server.query_http import (
+from hotstate.server.http import direct_lane
+from hotstate.server.http.asgi import Scope, Send
+from hotstate.server.http.direct_lane import limited_protocol
+from hotstate.server.http.endpoints import QueryRoutes
+from hotstate.server.http.limits import HttpLimits
+from hotstate.server.http.queries import (
     DELIMITED,
     KSQL_V1_JSON,
     Answer,

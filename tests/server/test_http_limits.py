@@ -1,4 +1,4 @@
-"""The request limits uvicorn lacks (http_limits.py), on a real uvicorn server in this process: a slow
+"""The request limits uvicorn lacks (http/limits.py), on a real uvicorn server in this process: a slow
 client is answered 408 and closed, an oversized head 431, and a normal request is untouched."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from hotstate.server import direct_lane
-from hotstate.server.direct_lane import LimitedHttpToolsProtocol, limited_protocol
-from hotstate.server.http_limits import HttpLimits
+from hotstate.server.http import direct_lane
+from hotstate.server.http.direct_lane import LimitedHttpToolsProtocol, limited_protocol
+from hotstate.server.http.limits import HttpLimits
 
 from .helpers import serving
 

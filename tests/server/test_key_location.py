@@ -1,4 +1,4 @@
-"""Where a key lives (server/key_location.py): the partition the writer and the router compute, its holders
+"""Where a key lives (http/key_location.py): the partition the writer and the router compute, its holders
 with their addresses, liveness and lags, and a clear error for anything that is not a key of the table."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from hotstate.controller.records import Endpoint, KeyColumn, KeyType
 from hotstate.replica.keys import encode_key, partition_for
 from hotstate.replica.messages import LagInfo
 from hotstate.routing.lags import LagTable
-from hotstate.server.key_location import KeyLocationError, encoded_key, locate
+from hotstate.server.http.key_location import KeyLocationError, encoded_key, locate
 
 CLICKS = TableInfo("clicks", 1, 4, 1, (KeyColumn("user", KeyType.STRING),), None)
 EVENTS = TableInfo(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from hotstate.server.query_http import ksql_type
+from hotstate.server.http.queries import ksql_type
 
 
 @pytest.mark.parametrize(

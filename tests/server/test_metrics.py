@@ -6,7 +6,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from hotstate.server.metrics import LATENCY_BUCKETS, LoopCounter, LoopHistogram, Metrics
+from hotstate.server.http.metrics import LATENCY_BUCKETS, LoopCounter, LoopHistogram, Metrics
 
 
 def _samples(registry: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

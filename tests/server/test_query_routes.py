@@ -1,4 +1,4 @@
-"""QueryRoutes (endpoints.py) on a real uvicorn server with hotstate's protocol: the query endpoints are
+"""QueryRoutes (http/endpoints.py) on a real uvicorn server with hotstate's protocol: the query endpoints are
 answered in front of the framework over HTTP/1.1 keep-alive and over HTTP/2 alike, in the format the Accept
 header picks, and the delimited format leaves one line per chunk. The endpoints here only record what they
 were asked (the query path itself runs between real servers in tests/cluster/test_query_stream.py)."""
@@ -12,8 +12,8 @@ from typing import Any, cast
 
 import httpx
 
-from hotstate.server.endpoints import QueryRoutes
-from hotstate.server.query_http import DELIMITED, KSQL_V1_JSON, Answer, QueryEndpoints
+from hotstate.server.http.endpoints import QueryRoutes
+from hotstate.server.http.queries import DELIMITED, KSQL_V1_JSON, Answer, QueryEndpoints
 
 from .helpers import serving
 

@@ -1,10 +1,10 @@
-"""Rates from sampled totals (server/rates.py)."""
+"""Rates from sampled totals (server/console/rates.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from hotstate.server.rates import RateWindow, WriteTotals
+from hotstate.server.console.rates import RateWindow, WriteTotals
 
 
 def test_a_rate_is_the_growth_over_the_window_and_tables_add_up() -> None:

@@ -378,7 +378,7 @@ def test_with_http_auth_on_the_table_check_still_reads_the_standby_count(
 ) -> None:
     """The sink reads GET /v1/tables with the cluster's own token (docs/security.md), so a table made with
     another standby count is still told apart."""
-    from hotstate.server.credentials import new_token
+    from hotstate.server.http.credentials import new_token
 
     _, digest = new_token()
     credentials = tmp_path / "credentials.toml"

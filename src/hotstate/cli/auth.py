@@ -27,7 +27,7 @@ def register(app: typer.Typer) -> None:
         ] = None,
     ) -> None:
         """Print a [users.USER] entry with the password's scrypt hash."""
-        from hotstate.server.credentials import ROLES, hash_password
+        from hotstate.server.http.credentials import ROLES, hash_password
 
         if role not in ROLES:
             typer.echo(f"--role {role!r}: must be one of {', '.join(ROLES)}", err=True)
@@ -45,7 +45,7 @@ def register(app: typer.Typer) -> None:
         role: Annotated[str, typer.Option("--role", help="read or admin")] = "read",
     ) -> None:
         """Make a bearer token: print it once (on stderr) and its [tokens.NAME] entry (on stdout)."""
-        from hotstate.server.credentials import ROLES, new_token
+        from hotstate.server.http.credentials import ROLES, new_token
 
         if role not in ROLES:
             typer.echo(f"--role {role!r}: must be one of {', '.join(ROLES)}", err=True)

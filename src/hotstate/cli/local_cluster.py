@@ -103,7 +103,7 @@ class LocalCluster:
     def enable_auth(self) -> Path:
         """Writes the credentials file of a new admin password and reader token; returns its path (the
         `http_auth_credentials_file` of the servers' configs)."""
-        from hotstate.server.credentials import hash_password, new_token
+        from hotstate.server.http.credentials import hash_password, new_token
 
         password = secrets.token_urlsafe(18)
         token, token_hash = new_token()

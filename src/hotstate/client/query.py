@@ -64,7 +64,7 @@ ANSWER_SLACK_S = 2.0
 # Status calls do no routing; a server that takes longer than this is treated as unreachable.
 STATUS_TIMEOUT_S = 5.0
 # A server that has just started and not caught up with the cluster's metadata answers 503 with this
-# error code (ksqlDB's ERROR_CODE_SERVER_NOT_READY); hotstate.server.query_http.SERVER_NOT_READY.
+# error code (ksqlDB's ERROR_CODE_SERVER_NOT_READY); hotstate.server.http.queries.SERVER_NOT_READY.
 SERVER_NOT_READY = 50302
 # When every server was unreachable or starting, the next round begins after about this long.
 NOT_READY_PAUSE_S = 0.2

@@ -1,5 +1,5 @@
 """What any server says about the cluster when asked (DescribeCluster): the messages, for clients and
-servers alike. Answered locally by every server, without the controller (server/status.py)."""
+servers alike. Answered locally by every server, without the controller (server/http/status.py)."""
 
 from __future__ import annotations
 

@@ -60,24 +60,24 @@ from hotstate.routing.hedging import HedgePolicy
 from hotstate.rpc import NOT_SENT, Connection, PeerInfo, PeerPool, RpcError, RpcServer
 from hotstate.server import runtime
 from hotstate.server.config import ServerConfig
-from hotstate.server.console_feed import ConsoleFeed
-from hotstate.server.console_http import ConsoleContext
-from hotstate.server.control_metrics import ControlPlaneMetrics, ControlPlaneView, RaftView
+from hotstate.server.console.feed import ConsoleFeed
+from hotstate.server.console.http import ConsoleContext
 from hotstate.server.controller_host import ControllerHost
 from hotstate.server.coordinator import ClusterView, Coordinator
-from hotstate.server.credentials import CredentialsError
 from hotstate.server.data_dir import DISK_FAILURE_EXIT_CODE, DataDirError, check_writable
-from hotstate.server.http import HttpContext, build_app, http_server
-from hotstate.server.http_auth import HttpAuth, server_token
-from hotstate.server.http_limits import HttpLimits
+from hotstate.server.http.api import HttpContext, build_app, http_server
+from hotstate.server.http.auth import HttpAuth, server_token
+from hotstate.server.http.control_metrics import ControlPlaneMetrics, ControlPlaneView, RaftView
+from hotstate.server.http.credentials import CredentialsError
+from hotstate.server.http.limits import HttpLimits
+from hotstate.server.http.metrics import Metrics
+from hotstate.server.http.status import describe
 from hotstate.server.lifecycle import ServerLifecycle
 from hotstate.server.liveness import Liveness
 from hotstate.server.metadata import MetadataPublisher
-from hotstate.server.metrics import Metrics
 from hotstate.server.raft_driver import RaftDriver, monotonic_ms
 from hotstate.server.replicas import ReplicaManager
 from hotstate.server.serving import LocalReads
-from hotstate.server.status import describe
 from hotstate.server.suspects import Suspects, probe_after_hint
 from hotstate.server.writer_metadata import (
     NOT_READY_REFUSES,
@@ -145,7 +145,7 @@ class ServerTls:
             rpc_server=_listener_context("rpc", rpc, client_auth=rpc.client_auth == "required"),
             rpc_client=_peer_context("rpc", rpc, present_certificate=True),
             # HTTP/2 over TLS is chosen by ALPN; the client then opens with HTTP/2's preface, which the
-            # HTTP/1.1 protocol hands over to http2.py as it does in clear (h2 prior knowledge).
+            # HTTP/1.1 protocol hands over to http/http2.py as it does in clear (h2 prior knowledge).
             http_server=_listener_context("http", http, client_auth=False, alpn=("h2", "http/1.1")),
             http_client=_peer_context("http", http, present_certificate=False),
         )

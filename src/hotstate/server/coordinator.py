@@ -67,7 +67,7 @@ from hotstate.server.serving import LocalReads
 
 MAX_KEPT_ROUTES = 65_536  # partitions x max_lag values a server keeps routes for, between lag reports
 
-# Who the HTTP request being answered is (set by the auth guard, server/http_auth.py, in the request's
+# Who the HTTP request being answered is (set by the auth guard, server/http/auth.py, in the request's
 # task; "" with auth off): forwarded partition queries carry it for the serving server's log.
 CURRENT_USER: contextvars.ContextVar[str] = contextvars.ContextVar("hotstate_user", default="")
 

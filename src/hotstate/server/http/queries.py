@@ -36,9 +36,9 @@ import orjson
 from hotstate.controller.image import TableInfo
 from hotstate.controller.records import KEY_SQL_TYPES, KeyColumn, ValueColumn
 from hotstate.query.execute import QueryError, QueryResult
-from hotstate.server.asgi import Receive, Send
 from hotstate.server.coordinator import Coordinator
-from hotstate.server.metrics import Metrics
+from hotstate.server.http.asgi import Receive, Send
+from hotstate.server.http.metrics import Metrics
 
 log = logging.getLogger(__name__)
 

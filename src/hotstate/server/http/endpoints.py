@@ -1,11 +1,11 @@
 """The query endpoints, once: the one table every door of the HTTP API reads.
 
-A pull query reaches a server through four doors: the direct HTTP/1.1 lane (direct_lane.py), the ASGI
-routes in front of FastAPI (query_http.QueryRoutes), HTTP/2 (http2.py, which runs those same ASGI routes)
-and the FastAPI routes, kept so that OpenAPI documents the endpoints (http.py). Each builds what it needs
+A pull query reaches a server through four doors: the direct HTTP/1.1 lane (http/direct_lane.py), the ASGI
+routes in front of FastAPI (query_http.QueryRoutes), HTTP/2 (http/http2.py, which runs those same ASGI routes)
+and the FastAPI routes, kept so that OpenAPI documents the endpoints (api.py). Each builds what it needs
 from `ENDPOINTS`, so a new endpoint is one entry here and one method of `QueryEndpoints`.
 
-The request models are for the OpenAPI schema only: query_http.py reads the bodies itself, for speed
+The request models are for the OpenAPI schema only: http/queries.py reads the bodies itself, for speed
 and for ksqlDB-shaped errors.
 """
 
@@ -19,8 +19,8 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from hotstate.query.execute import MAX_LAG_LIMIT, MAX_TIMEOUT_MS
-from hotstate.server.asgi import ASGIApp, Receive, Scope, Send
-from hotstate.server.query_http import (
+from hotstate.server.http.asgi import ASGIApp, Receive, Scope, Send
+from hotstate.server.http.queries import (
     MAX_ACCEPT_VALUES,
     QUERY_PRODUCES,
     STREAM_PRODUCES,
@@ -158,7 +158,7 @@ class Guard(Protocol):
 
 class QueryRoutes:
     """ASGI: the `ENDPOINTS` answered by `QueryEndpoints`, everything else by `app`; every request first
-    passes `guard` when there is one (http_auth.py). The direct lane asks `direct` which it may answer."""
+    passes `guard` when there is one (http/auth.py). The direct lane asks `direct` which it may answer."""
 
     def __init__(
         self,
@@ -209,7 +209,7 @@ class QueryRoutes:
 
     def direct(self, url: bytes, headers: list[tuple[bytes, bytes]]) -> tuple[Endpoint, str] | None:
         """For a POST to `url`: the endpoint and the user to run it as, when the HTTP/1.1 protocol may
-        answer it itself, without ASGI (direct_lane.py): a query endpoint whose answer is one JSON body,
+        answer it itself, without ASGI (http/direct_lane.py): a query endpoint whose answer is one JSON body,
         and a request the guard admits without a wait. None: the request goes the ASGI way, as any other.
         The answer is the same either way; the direct way skips uvicorn's per-request work (a task, the
         scope, the ASGI messages), a fifth of a local lookup's CPU."""

@@ -1,6 +1,6 @@
 """Query and write rates for the console (`GET /v1/rates`), from samples of totals the server keeps.
 
-Pure: the shell (server/console_feed.py) samples about once a second, off the query path: the queries
+Pure: the shell (server/console/feed.py) samples about once a second, off the query path: the queries
 counter of `/metrics`, and the log end of each partition this server is the active of. `WriteTotals`
 turns those log ends into a growing count of records written per table (a partition counts only between
 two samples that both saw it active here, so an active arriving or leaving is no burst of writes), and

@@ -6,7 +6,7 @@ address, whether this server judges it alive, its state and lag as last reported
 what a client needs to send a lookup straight to a holder instead of paying a forward hop. The answer is
 this server's view: the coordinator of a query sent elsewhere still routes it as usual.
 
-`locate` is pure (image, lag table and liveness in, a JSON-able answer out); the route is in table_http.py.
+`locate` is pure (image, lag table and liveness in, a JSON-able answer out); the route is in http/tables.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The server's Prometheus metrics: queries (by outcome and by table), their latency, forwards, failures by
 reason, replica lags, peers' heartbeat status, refused HTTP requests and connections; the control plane's
-are in control_metrics.py. One registry per server (not the
+are in http/control_metrics.py. One registry per server (not the
 process-global one), so nothing leaks between servers that share a process in tests."""
 
 from __future__ import annotations

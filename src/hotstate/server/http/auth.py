@@ -36,9 +36,9 @@ from typing import Final
 import orjson
 
 from hotstate.protocol.cluster_token import cluster_token
-from hotstate.server.asgi import Scope, Send
 from hotstate.server.coordinator import CURRENT_USER
-from hotstate.server.credentials import (
+from hotstate.server.http.asgi import Scope, Send
+from hotstate.server.http.credentials import (
     SCRYPT_N,
     SCRYPT_P,
     SCRYPT_R,
@@ -50,7 +50,7 @@ from hotstate.server.credentials import (
     Role,
     parse_credentials,
 )
-from hotstate.server.metrics import Metrics
+from hotstate.server.http.metrics import Metrics
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """HTTP/2 cleartext (h2c) on the HTTP port, beside uvicorn's HTTP/1.1: ksqlDB's clients speak HTTP/2 to
 `/query-stream`, either with prior knowledge (the connection starts with HTTP/2's preface) or by asking an
-HTTP/1.1 request to upgrade (`Upgrade: h2c`). `Http2Handoff` (h2c_handoff.py) notices both and
+HTTP/1.1 request to upgrade (`Upgrade: h2c`). `Http2Handoff` (http/h2c_handoff.py) notices both and
 hands the connection to `Http2Protocol`, which runs the same ASGI app (the query endpoints in front of
 FastAPI) for each stream. The HTTP/2 state machine (frames, HPACK, flow control, stream states) is the `h2`
 library's; this module only moves bytes between it and the socket, and requests and answers between it
@@ -10,7 +10,7 @@ Each ASGI `http.response.body` message leaves as its own DATA frame(s), as ksqlD
 line of a `/query-stream` answer, which some clients read frame by frame. What one loop iteration writes
 leaves in one `transport.write`.
 
-Limits, as on HTTP/1.1 (http_limits.py): a header list over `max_head_bytes` closes the connection (h2
+Limits, as on HTTP/1.1 (http/limits.py): a header list over `max_head_bytes` closes the connection (h2
 refuses it; a stream cannot be answered before its headers are read), a request not read in full within
 `read_timeout_s` of its headers is answered 408, at most MAX_CONCURRENT_STREAMS streams at once, and
 a connection without open streams for `idle_timeout_s` is closed with GOAWAY.
@@ -32,7 +32,7 @@ import h2.events
 import h2.exceptions
 import h2.settings
 
-from hotstate.server.asgi import ASGIApp, Message, Scope
+from hotstate.server.http.asgi import ASGIApp, Message, Scope
 
 log = logging.getLogger(__name__)
 

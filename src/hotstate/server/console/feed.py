@@ -1,8 +1,8 @@
 """What the console shows that no other part of the server keeps: recent events and rates (asyncio shell).
 
-Fed by the metadata publisher (every new image, diffed against the last one by server/events.py), by the
+Fed by the metadata publisher (every new image, diffed against the last one by console/events.py), by the
 Raft driver (leader changes), and by a once-a-second tick that reads peers' heartbeat status, the queries
-counter and the log ends of this server's actives (server/rates.py). Events are recorded only once this
+counter and the log ends of this server's actives (console/rates.py). Events are recorded only once this
 server's image has caught up since it started: replaying an old metadata log is no news, and its times
 would be wrong.
 """
@@ -15,11 +15,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from hotstate.controller.image import MetadataImage
-from hotstate.server.events import EventLog, image_events, leader_events, liveness_events
+from hotstate.server.console.events import EventLog, image_events, leader_events, liveness_events
+from hotstate.server.console.rates import RateWindow, WriteTotals
+from hotstate.server.http.metrics import Metrics
 from hotstate.server.liveness import Liveness
-from hotstate.server.metrics import Metrics
 from hotstate.server.raft_driver import monotonic_ms
-from hotstate.server.rates import RateWindow, WriteTotals
 
 EVENTS_KEPT = 500
 SAMPLE_INTERVAL_S = 1.0

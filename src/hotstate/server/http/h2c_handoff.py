@@ -1,6 +1,6 @@
 """HTTP/2 on the HTTP port, handed over from HTTP/1.1: a connection that starts with HTTP/2's preface (prior
 knowledge), or a request that asks to upgrade (`Upgrade: h2c`, answered 101 and then over HTTP/2 as
-stream 1), goes to http2.py's `Http2Protocol`. Only a connection's first bytes and each request's Upgrade
+stream 1), goes to http/http2.py's `Http2Protocol`. Only a connection's first bytes and each request's Upgrade
 header are looked at, so HTTP/1.1 keeps uvicorn's httptools path as it was.
 """
 
@@ -13,9 +13,9 @@ from typing import Any, cast
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from hotstate.server.http2 import PREFACE, Http2Protocol
-from hotstate.server.http_limits import RequestLimits
-from hotstate.server.query_http import MAX_BODY_BYTES  # a request that upgrades is read whole first
+from hotstate.server.http.http2 import PREFACE, Http2Protocol
+from hotstate.server.http.limits import RequestLimits
+from hotstate.server.http.queries import MAX_BODY_BYTES  # a request that upgrades is read whole first
 
 
 class Http2Handoff(RequestLimits):

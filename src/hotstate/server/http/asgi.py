@@ -1,5 +1,5 @@
-"""The ASGI callables' types, as the HTTP/1.1 fast path (query_http.py) and the HTTP/2 protocol
-(http2.py) both handle them."""
+"""The ASGI callables' types, as the HTTP/1.1 fast path (http/queries.py) and the HTTP/2 protocol
+(http/http2.py) both handle them."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The console: `GET /ui` (a page shipped in the package, server/console/) and the JSON it reads besides
 `/v1/tables` and `/v1/lag`: `/v1/cluster` (servers, racks, fencing, heartbeat status, controller leader),
-`/v1/events` (recent events, server/events.py), `/v1/rates` (this server's query and write rates) and
+`/v1/events` (recent events, server/console/events.py), `/v1/rates` (this server's query and write rates) and
 `/v1/cluster/rates` (every server's, gathered by this one). docs/console.md describes them.
 
 The page is plain HTML, CSS and JavaScript, no build step and nothing fetched from elsewhere; its
@@ -23,7 +23,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
 from hotstate.controller.image import MetadataImage, PartitionInfo, ServerInfo
-from hotstate.server.console_feed import ConsoleFeed, Rates, wall_ms
+from hotstate.server.console.feed import ConsoleFeed, Rates, wall_ms
 from hotstate.server.liveness import Liveness
 from hotstate.server.raft_driver import monotonic_ms
 from hotstate.tls import describe_tls_error
@@ -120,7 +120,7 @@ class ConsoleContext:
     # With http.tls.*: other servers' HTTP API is called over HTTPS, their certificates checked with this.
     peer_tls: ssl.SSLContext | None = None
     # Sent with every call to another server's /v1/rates: the cluster's own credentials when HTTP
-    # authentication is on (server/http_auth.py), never a user's.
+    # authentication is on (server/http/auth.py), never a user's.
     peer_headers: dict[str, str] = field(default_factory=dict)
 
 
@@ -329,4 +329,4 @@ def _bracketed(host: str) -> str:
 
 
 def _asset(name: str) -> bytes:
-    return (importlib.resources.files("hotstate.server") / "console" / name).read_bytes()
+    return (importlib.resources.files("hotstate.server.console") / name).read_bytes()

@@ -1,6 +1,6 @@
 """The HTTP API: ksqlDB-compatible (`POST /query`, `/info`, `/healthcheck`, `/clusterStatus`) and native
 (`POST /v1/query`, `/v1/tables`, `/v1/lag`, `/metrics`), FastAPI on uvicorn in the server's event loop,
-with the two query endpoints answered in front of FastAPI (query_http.py) for speed.
+with the two query endpoints answered in front of FastAPI (http/queries.py) for speed.
 
 The caller's mistakes get a 4xx with a ksqlDB-shaped error (`@type`, `error_code`, `message`); 503 only
 when no replica can serve, or while this server is starting (its metadata image has not caught up since
@@ -24,16 +24,15 @@ from fastapi.responses import JSONResponse, Response
 
 from hotstate import __version__
 from hotstate.controller.image import MetadataImage
-from hotstate.server.console_http import ConsoleContext, console_router
+from hotstate.server.console.http import ConsoleContext, console_router
 from hotstate.server.coordinator import Coordinator
-from hotstate.server.direct_lane import limited_protocol
-from hotstate.server.endpoints import ENDPOINTS, QueryRoutes
-from hotstate.server.http_auth import HttpAuth
-from hotstate.server.http_limits import HttpLimits
-from hotstate.server.liveness import Liveness
-from hotstate.server.metrics import Metrics
-from hotstate.server.openapi import documented_body
-from hotstate.server.query_http import (
+from hotstate.server.http.auth import HttpAuth
+from hotstate.server.http.direct_lane import limited_protocol
+from hotstate.server.http.endpoints import ENDPOINTS, QueryRoutes
+from hotstate.server.http.limits import HttpLimits
+from hotstate.server.http.metrics import Metrics
+from hotstate.server.http.openapi import documented_body
+from hotstate.server.http.queries import (
     DELIMITED,
     BadRequest,
     Endpoint,
@@ -41,9 +40,10 @@ from hotstate.server.query_http import (
     answer_request,
     internal_error,
 )
+from hotstate.server.http.tables import Controller, TableContext, add_table_routes
+from hotstate.server.liveness import Liveness
 from hotstate.server.raft_driver import monotonic_ms
 from hotstate.server.replicas import ReplicaManager
-from hotstate.server.table_http import Controller, TableContext, add_table_routes
 
 log = logging.getLogger(__name__)
 
@@ -60,10 +60,10 @@ class HttpContext:
     leader_id: Callable[[], int | None]
     # Why this server cannot answer yet (metadata not caught up since it started); None once it can.
     not_ready: Callable[[], str | None]
-    # Hands a table create or drop to the active controller (table_http.py).
+    # Hands a table create or drop to the active controller (http/tables.py).
     controller: Controller
-    console: ConsoleContext | None = None  # the console's page and JSON (server/console_http.py)
-    auth: HttpAuth | None = None  # who may ask what (server/http_auth.py); None: anyone
+    console: ConsoleContext | None = None  # the console's page and JSON (server/console/http.py)
+    auth: HttpAuth | None = None  # who may ask what (server/http/auth.py); None: anyone
 
 
 def build_app(ctx: HttpContext) -> QueryRoutes:
@@ -277,7 +277,7 @@ def http_server(
     metrics: Metrics | None = None,
 ) -> uvicorn.Server:
     """`tls` (tls.server_context): HTTPS only; a plain-HTTP request is dropped by the TLS layer. `limits`:
-    http_limits.py; `metrics` counts the connections refused over the cap."""
+    http/limits.py; `metrics` counts the connections refused over the cap."""
     config = uvicorn.Config(
         app,
         host=host,

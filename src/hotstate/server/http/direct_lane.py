@@ -1,6 +1,6 @@
 """The *direct lane*: pull queries answered by hotstate's HTTP/1.1 protocol itself, without ASGI.
 
-A POST that `direct` (QueryRoutes.direct, endpoints.py) takes, on a keep-alive HTTP/1.1 connection with
+A POST that `direct` (QueryRoutes.direct, http/endpoints.py) takes, on a keep-alive HTTP/1.1 connection with
 nothing else in flight, is read here and handed to its endpoint; the answer is written as uvicorn would
 write it (same status line, headers and body). An endpoint that needs to wait (a forward to a peer)
 finishes in a task, and uvicorn's own bookkeeping takes over as for any response (keep-alive timer,
@@ -9,7 +9,7 @@ pipelined requests queued behind it). Everything else, and these requests when a
 (the scope, a task, the ASGI messages, the header checks) was a fifth of a local lookup's CPU.
 
 `LimitedHttpToolsProtocol` is the protocol class the server runs: this lane, over the HTTP/2 hand-off
-(h2c_handoff.py), over the limits (http_limits.py).
+(http/h2c_handoff.py), over the limits (http/limits.py).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from prometheus_client import Counter
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 
 from hotstate.server.coordinator import CURRENT_USER
-from hotstate.server.h2c_handoff import Http2Handoff
-from hotstate.server.http_limits import HttpLimits
-from hotstate.server.query_http import (
+from hotstate.server.http.h2c_handoff import Http2Handoff
+from hotstate.server.http.limits import HttpLimits
+from hotstate.server.http.queries import (
     MAX_BODY_BYTES,
     Answer,
     Endpoint,

@@ -1,6 +1,6 @@
 """Who may use the HTTP API: the credentials file (users with scrypt password hashes, bearer tokens with
 SHA-256 hashes, each with a role) parsed and checked, and what each role may do. Pure: the text of the
-file in, a `Credentials` out; http_auth.py reads the file, reloads it and answers HTTP.
+file in, a `Credentials` out; http/auth.py reads the file, reloads it and answers HTTP.
 
 The file is TOML:
 

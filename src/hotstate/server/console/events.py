@@ -4,7 +4,7 @@ Pure: the events are read off the difference between two metadata images (server
 unfenced; tables created; actives moved; replicas reassigned; replicas leaving or rejoining the ISR), a
 controller leader change, and peers' heartbeat status turning down or up. `EventLog` keeps the newest
 ones in a bounded ring, each stamped with the wall time the caller passes. The asyncio shell that feeds it
-is server/console_feed.py.
+is server/console/feed.py.
 
 A change that touches many partitions at once (a server's death moves all its actives) is one event per
 table and kind of change, naming the partitions, not one event per partition: the list stays readable

@@ -1,5 +1,5 @@
 """Table administration over HTTP: `GET /v1/tables`, `POST /v1/tables`, `DELETE /v1/tables/{name}`, and
-where a key lives: `GET /v1/tables/{name}/keys/{key}` (key_location.py).
+where a key lives: `GET /v1/tables/{name}/keys/{key}` (http/key_location.py).
 
 The same requests the admin client sends over RPC (`hotstate table create | list | describe | drop`): this
 server hands them to the active controller (forwarding if it is not the one), so any server answers. A
@@ -34,9 +34,9 @@ from hotstate.controller.requests import (
     DeleteTableRequest,
 )
 from hotstate.routing.lags import LagTable
-from hotstate.server.key_location import KeyLocationError, encoded_key, locate
-from hotstate.server.openapi import documented_body
-from hotstate.server.query_http import (
+from hotstate.server.http.key_location import KeyLocationError, encoded_key, locate
+from hotstate.server.http.openapi import documented_body
+from hotstate.server.http.queries import (
     BAD_REQUEST,
     BAD_STATEMENT,
     MAX_BODY_BYTES,
@@ -91,7 +91,7 @@ class TableContext:
     # Why this server cannot answer yet (its metadata image has not caught up); None once it can.
     not_ready: Callable[[], str | None]
     controller: Controller
-    # The lags and liveness this server knows, for where a key lives (key_location.py).
+    # The lags and liveness this server knows, for where a key lives (http/key_location.py).
     lags: LagTable = field(default_factory=LagTable)
     alive: Callable[[int], bool] = lambda node: True
 
