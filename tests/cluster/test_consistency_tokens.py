@@ -9,7 +9,7 @@ import hotstate
 from hotstate.client.writer import TableWriter
 from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.controller.requests import ControllerError
-from hotstate.replica.keys import encode_key, partition_for
+from hotstate.protocol.keys import encode_key, partition_for
 
 
 def test_a_writers_token_reads_its_write_back_from_every_server_and_after_a_kill(start_cluster) -> None:

@@ -17,9 +17,9 @@ from hotstate.client.query import SERVER_NOT_READY, Unavailable
 from hotstate.client.writer import TableWriter, WriteError
 from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.controller.requests import ControllerError
+from hotstate.protocol.rows import MAX_NESTING
 from hotstate.protocol.wire import MESSAGES
 from hotstate.replica.messages import ReplicaError, TableMetadataRequest, TableMetadataResponse
-from hotstate.replica.rows import MAX_NESTING
 from hotstate.rpc import PeerPool
 
 KEY = (KeyColumn("user", KeyType.STRING),)

@@ -405,7 +405,7 @@ def run(root: Path) -> bool:
 
 
 def _partition(user: str) -> int:
-    from hotstate.replica.keys import encode_key, partition_for
+    from hotstate.protocol.keys import encode_key, partition_for
 
     return partition_for(encode_key((user,)), 8)
 

@@ -1,6 +1,6 @@
 """Writing upserts to a table: what the Spark sink does on each executor, usable on its own.
 
-Rows are encoded once (replica.rows), keyed and partitioned with the one shared function (replica.keys),
+Rows are encoded once (protocol.rows), keyed and partitioned with the one shared function (protocol.keys),
 grouped by partition and sent as Produce requests to each partition's active; the partitions of one
 server travel in one message (a ProducePartitionsRequest, each part answered on its own), and each
 partition's retries are its own.
@@ -48,11 +48,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hotstate.client.sequencer import Grant, PartitionSequencer
+from hotstate.protocol.keys import encode_key, encode_keys, key_from_row, partition_for, partitions_of
+from hotstate.protocol.rows import encode_row
 from hotstate.protocol.wire import MESSAGES
 from hotstate.query.tokens import cluster_tag
 from hotstate.query.tokens import encode as encode_token
 from hotstate.replica.ingest import row_keys
-from hotstate.replica.keys import encode_key, encode_keys, key_from_row, partition_for, partitions_of
 from hotstate.replica.messages import (
     RETRIABLE,
     PartitionMetadata,
@@ -65,7 +66,6 @@ from hotstate.replica.messages import (
     TableMetadataRequest,
     TableMetadataResponse,
 )
-from hotstate.replica.rows import encode_row
 from hotstate.rpc import DEFAULT_MAX_FRAME_BYTES, PeerPool, RemoteError, RpcError, bootstrap_peers
 from hotstate.rpc.channel import ERROR_BAD_MESSAGE
 from hotstate.tls import TlsOption, to_client_context
@@ -771,7 +771,7 @@ class TableWriter:
     async def upsert_encoded(
         self, by_partition: Mapping[int, Sequence[bytes]], *, deadline_s: float = 60.0
     ) -> WriteResult:
-        """Write rows encoded already (`replica.rows` maps) and grouped by partition (`keys.partition_for`
+        """Write rows encoded already (`protocol.rows` maps) and grouped by partition (`keys.partition_for`
         of each row's encoded key over the partition count of `metadata()`): what `upsert` does once it has
         encoded, for callers that encode in bulk (the Spark sink, from Arrow batches). The actives check
         every row's key and partition as for `upsert`: a row in the wrong partition fails with INVALID_ROW.

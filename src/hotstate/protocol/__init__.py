@@ -2,6 +2,9 @@
 
 - `wire.MESSAGES`: the one registry (type id <-> message class) of the RPC codec, for servers and clients.
 - `cluster`: the DescribeCluster messages.
+- `keys`, `rows`: the key encoding and partitioner, and the row and record codec, which writers, servers
+  and the Spark sink all use (replica/keys.py and replica/rows.py re-export them for server/queries.py
+  until it is split).
 
 The message classes themselves live beside the cores that speak them (raft/messages.py,
 replica/messages.py, controller/requests.py); this package only gathers them under their wire ids.

@@ -30,9 +30,9 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
+from hotstate.protocol.keys import KeyValue
 from hotstate.query.dialect import PullDialect
 from hotstate.query.pull_query import MAX_ANDS, Condition, Op, Predicate, PullQuery, limit_count
-from hotstate.replica.keys import KeyValue
 
 __all__ = ["recognize"]
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final, TypeAlias
 
-from hotstate.replica.keys import KeyValue
+from hotstate.protocol.keys import KeyValue
 
 __all__ = [
     "MAX_ANDS",

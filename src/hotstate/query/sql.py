@@ -39,6 +39,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
+from hotstate.protocol.keys import KeyValue
 from hotstate.query.dialect import PullDialect
 from hotstate.query.fast import recognize
 from hotstate.query.pull_query import (
@@ -55,7 +56,6 @@ from hotstate.query.pull_query import (
     limit_count,
     shortened,
 )
-from hotstate.replica.keys import KeyValue
 
 __all__ = [
     "MAX_ANDS",

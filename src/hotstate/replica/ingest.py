@@ -1,8 +1,8 @@
 """What an active does with the rows of a Produce before it appends them: every row's key and partition
 checked, and the log records built, for the whole request at once.
 
-The checks are the writer's, redone: each row must be a msgpack map of columns (`replica.rows`) holding
-the table's key columns with the right types, and its key (`replica.keys`) must hash to the partition the
+The checks are the writer's, redone: each row must be a msgpack map of columns (`protocol.rows`) holding
+the table's key columns with the right types, and its key (`protocol.keys`) must hash to the partition the
 request names. Any problem refuses the whole request, naming the first bad row and why.
 
 The common case (every row good) runs as a few passes over the request with no per-row function of ours
@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hotstate.controller.records import KeyColumn
-from hotstate.replica.keys import encode_key, encode_keys, key_from_row, partition_for, partitions_of
-from hotstate.replica.rows import decode_row, decode_rows, encode_record, encode_records
+from hotstate.protocol.keys import encode_key, encode_keys, key_from_row, partition_for, partitions_of
+from hotstate.protocol.rows import decode_row, decode_rows, encode_record, encode_records
 
 __all__ = ["records_for_rows", "row_keys"]
 

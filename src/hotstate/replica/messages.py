@@ -104,7 +104,7 @@ ReplicaMessage = FetchRequest | FetchResponse
 
 @dataclass(frozen=True, slots=True)
 class ProduceRequest:
-    """Upserts for one partition (what the Spark sink sends). Each row is a msgpack map (replica.rows) that
+    """Upserts for one partition (what the Spark sink sends). Each row is a msgpack map (protocol.rows) that
     holds the table's key columns; the active derives the keys, so a row sent to the wrong partition is
     refused. Answered once committed (acks=all) or with an error."""
 
@@ -207,7 +207,7 @@ class LagInfoResponse:
 @dataclass(frozen=True, slots=True)
 class MetadataForKeyRequest:
     table: str
-    key_row: bytes  # the key columns as a row (replica.rows.encode_row)
+    key_row: bytes  # the key columns as a row (protocol.rows.encode_row)
 
 
 @dataclass(frozen=True, slots=True)

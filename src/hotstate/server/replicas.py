@@ -39,6 +39,8 @@ from hotstate.controller.requests import (
 from hotstate.log.batch import RecordBatch
 from hotstate.log.errors import CorruptLogError
 from hotstate.log.log import FsyncPolicy, Log
+from hotstate.protocol.keys import encode_key, key_from_row, partition_for
+from hotstate.protocol.rows import decode_records, decode_row
 from hotstate.replica.batchlog import BatchLog
 from hotstate.replica.core import (
     AdvanceStart,
@@ -55,7 +57,6 @@ from hotstate.replica.core import (
     TruncateTo,
 )
 from hotstate.replica.ingest import records_for_rows
-from hotstate.replica.keys import encode_key, key_from_row, partition_for
 from hotstate.replica.messages import (
     MAX_METADATA_WATCH_MS,
     FetchRequest,
@@ -81,7 +82,6 @@ from hotstate.replica.messages import (
     TableMetadataRequest,
     TableMetadataResponse,
 )
-from hotstate.replica.rows import decode_records, decode_row
 from hotstate.replica.store import Store, StoreCorruptError, StoreError, StoreSnapshot
 from hotstate.routing.freshness import EndWitness, lag_report
 from hotstate.routing.freshness import replica_state as state_of
