@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Final, Generic, TypeAlias, TypeVar
 
 import httpx
 
+from hotstate.protocol.http_api import DEFAULT_QUERY_TIMEOUT_MS, SERVER_NOT_READY
 from hotstate.tls import TlsOption, describe_tls_error, to_client_context
 
 if TYPE_CHECKING:
@@ -55,17 +56,11 @@ __all__ = [
     "parse_address",
 ]
 
-# The server's own default query timeout (hotstate.server.queries.DEFAULT_TIMEOUT_MS), not imported so
-# that the client does not pull in the server.
-SERVER_DEFAULT_TIMEOUT_MS = 10_000
 # A server answers a query within its timeout_ms; the slack covers the HTTP exchange around it, so a
 # slow-but-working server is not abandoned just before it answers.
 ANSWER_SLACK_S = 2.0
 # Status calls do no routing; a server that takes longer than this is treated as unreachable.
 STATUS_TIMEOUT_S = 5.0
-# A server that has just started and not caught up with the cluster's metadata answers 503 with this
-# error code (ksqlDB's ERROR_CODE_SERVER_NOT_READY); hotstate.server.query_http.SERVER_NOT_READY.
-SERVER_NOT_READY = 50302
 # When every server was unreachable or starting, the next round begins after about this long.
 NOT_READY_PAUSE_S = 0.2
 
@@ -361,7 +356,7 @@ def _query_body(
 
 
 def _query_attempt_s(timeout_ms: int | None) -> float:
-    return (timeout_ms if timeout_ms is not None else SERVER_DEFAULT_TIMEOUT_MS) / 1000 + ANSWER_SLACK_S
+    return (timeout_ms if timeout_ms is not None else DEFAULT_QUERY_TIMEOUT_MS) / 1000 + ANSWER_SLACK_S
 
 
 def _expect_dict(body: Any, what: str) -> dict[str, Any]:

@@ -49,11 +49,10 @@ from typing import Any
 
 from hotstate.client.sequencer import Grant, PartitionSequencer
 from hotstate.protocol.keys import encode_key, encode_keys, key_from_row, partition_for, partitions_of
-from hotstate.protocol.rows import encode_row
+from hotstate.protocol.rows import encode_row, row_keys
 from hotstate.protocol.wire import MESSAGES
 from hotstate.query.tokens import cluster_tag
 from hotstate.query.tokens import encode as encode_token
-from hotstate.replica.ingest import row_keys
 from hotstate.replica.messages import (
     RETRIABLE,
     PartitionMetadata,
@@ -66,8 +65,14 @@ from hotstate.replica.messages import (
     TableMetadataRequest,
     TableMetadataResponse,
 )
-from hotstate.rpc import DEFAULT_MAX_FRAME_BYTES, PeerPool, RemoteError, RpcError, bootstrap_peers
-from hotstate.rpc.channel import ERROR_BAD_MESSAGE
+from hotstate.rpc import (
+    DEFAULT_MAX_FRAME_BYTES,
+    ERROR_BAD_MESSAGE,
+    PeerPool,
+    RemoteError,
+    RpcError,
+    bootstrap_peers,
+)
 from hotstate.tls import TlsOption, to_client_context
 
 log = logging.getLogger(__name__)

@@ -37,7 +37,8 @@ from typing import Any, cast
 import msgpack
 import msgspec
 
-from hotstate.protocol.keys import datetime_micros, short_repr
+from hotstate.controller.records import KeyColumn
+from hotstate.protocol.keys import datetime_micros, encode_key, encode_keys, key_from_row, short_repr
 
 __all__ = [
     "MAX_NESTING",
@@ -52,6 +53,7 @@ __all__ = [
     "encode_records",
     "encode_row",
     "may_hold_non_finite",
+    "row_keys",
 ]
 
 EXT_NAIVE_DATETIME = 1
@@ -365,3 +367,14 @@ def decode_records(records: Sequence[bytes]) -> list[tuple[bytes, bytes | None]]
         else:
             return cast(list[tuple[bytes, bytes | None]], out)
     return [decode_record(record) for record in records]  # raises on the first bad one, naming it
+
+
+def row_keys(rows: Sequence[bytes], key_columns: Sequence[KeyColumn]) -> list[bytes]:
+    """The encoded key of every row, in a few passes; ValueError, TypeError, OverflowError, KeyError or
+    UnicodeError when a row is bad (the active's ingest.py then walks the rows one by one to say
+    which and why)."""
+    decoded = decode_rows(rows)
+    keys = encode_keys(decoded, key_columns)
+    if keys is None:
+        keys = [encode_key(key_from_row(row, key_columns)) for row in decoded]
+    return keys

@@ -17,10 +17,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hotstate.controller.records import KeyColumn
-from hotstate.protocol.keys import encode_key, encode_keys, key_from_row, partition_for, partitions_of
-from hotstate.protocol.rows import decode_row, decode_rows, encode_record, encode_records
+from hotstate.protocol.keys import encode_key, key_from_row, partition_for, partitions_of
+from hotstate.protocol.rows import decode_row, encode_record, encode_records, row_keys
 
-__all__ = ["records_for_rows", "row_keys"]
+__all__ = ["records_for_rows"]
 
 
 def records_for_rows(
@@ -31,16 +31,6 @@ def records_for_rows(
     if records is not None:
         return records, None
     return _one_by_one(rows, key_columns, partitions, partition, table)
-
-
-def row_keys(rows: Sequence[bytes], key_columns: Sequence[KeyColumn]) -> list[bytes]:
-    """The encoded key of every row, in a few passes; ValueError, TypeError, OverflowError, KeyError or
-    UnicodeError when a row is bad (`_one_by_one` says which and why)."""
-    decoded = decode_rows(rows)
-    keys = encode_keys(decoded, key_columns)
-    if keys is None:
-        keys = [encode_key(key_from_row(row, key_columns)) for row in decoded]
-    return keys
 
 
 def _fast(

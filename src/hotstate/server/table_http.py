@@ -32,13 +32,13 @@ from hotstate.controller.requests import (
     CreateTableRequest,
     DeleteTableRequest,
 )
+from hotstate.protocol.http_api import SERVER_NOT_READY
 from hotstate.server.openapi import documented_body
 from hotstate.server.query_http import (
     BAD_REQUEST,
     BAD_STATEMENT,
     MAX_BODY_BYTES,
     NOT_FOUND,
-    SERVER_NOT_READY,
     TOO_LARGE,
     UNAVAILABLE,
     BadRequest,
