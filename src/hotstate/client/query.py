@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Final, Generic, TypeAlias, TypeVar
 import httpx
 
 from hotstate.protocol.http_api import DEFAULT_QUERY_TIMEOUT_MS, SERVER_NOT_READY
+from hotstate.protocol.replica_state import ReplicaState, as_replica_state
 from hotstate.tls import TlsOption, describe_tls_error, to_client_context
 
 if TYPE_CHECKING:
@@ -101,7 +102,7 @@ class PartitionServed:
 
     partition: int
     served_by: int
-    state: str  # active | standby | restoring | warmup
+    state: ReplicaState
     offset_lag: int
     position: int
 
@@ -160,7 +161,7 @@ class QueryResult:
                 PartitionServed(
                     int(p["partition"]),
                     int(p["served_by"]),
-                    str(p["state"]),
+                    as_replica_state(str(p["state"])),
                     int(p["offset_lag"]),
                     int(p["position"]),
                 )

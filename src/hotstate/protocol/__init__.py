@@ -3,6 +3,7 @@
 - `wire.MESSAGES`: the one registry (type id <-> message class) of the RPC codec, for servers and clients.
 - `cluster`: the DescribeCluster messages.
 - `http_api`: what HTTP query clients and servers agree on (the default query timeout, error codes).
+- `replica_state`: `ReplicaState`, a replica's state in lag reports and query answers.
 - `keys`, `rows`: the key encoding and partitioner, and the row and record codec, which writers, servers
   and the Spark sink all use (replica/keys.py and replica/rows.py re-export them for server/queries.py
   until it is split).
