@@ -40,7 +40,7 @@ from hotstate.cli.local_cluster import LocalCluster, LocalServer
 from hotstate.client.writer import TableWriter
 from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.controller.requests import ControllerError
-from hotstate.replica.keys import encode_key, partition_for
+from hotstate.protocol.keys import encode_key, partition_for
 
 RESULTS = Path(__file__).parent / "results" / "gray_failure.json"
 TABLE = "gray"

@@ -81,8 +81,8 @@ from hotstate.cli.local_cluster import LocalCluster, LocalServer, free_ports
 from hotstate.client.writer import TableWriter
 from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.controller.requests import ControllerError
-from hotstate.replica.keys import encode_key, partition_for
-from hotstate.replica.rows import decode_row, encode_row
+from hotstate.protocol.keys import encode_key, partition_for
+from hotstate.protocol.rows import decode_row, encode_row
 
 BENCH_DIR = Path(__file__).parent
 RESULTS = BENCH_DIR / "results" / "pull_queries.json"

@@ -33,10 +33,10 @@ from hotstate.cli.local_cluster import LocalCluster
 from hotstate.client.writer import TableWriter
 from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.controller.requests import ControllerError
+from hotstate.protocol.keys import encode_key
+from hotstate.protocol.rows import encode_row
 from hotstate.protocol.wire import MESSAGES
-from hotstate.replica.keys import encode_key
 from hotstate.replica.messages import LagInfoRequest, LagInfoResponse
-from hotstate.replica.rows import encode_row
 from hotstate.replica.store import Store
 from hotstate.rpc import PeerPool
 

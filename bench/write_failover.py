@@ -48,7 +48,7 @@ from hotstate.cli.local_cluster import LocalCluster, LocalServer
 from hotstate.client.writer import TableWriter, WriteError
 from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.controller.requests import ControllerError
-from hotstate.replica.keys import encode_key, partition_for
+from hotstate.protocol.keys import encode_key, partition_for
 
 RESULTS = Path(__file__).parent / "results" / "write_failover.json"
 TABLE = "failover"

@@ -14,10 +14,11 @@ import pytest
 from hotstate.client import writer as writer_module
 from hotstate.client.writer import Delete, TableWriter, WriteError
 from hotstate.controller.records import KeyColumn, KeyType
+from hotstate.protocol.keys import KeyValue, decode_key, encode_key, partition_for
+from hotstate.protocol.rows import decode_record, decode_row
 from hotstate.protocol.wire import MESSAGES
 from hotstate.query.tokens import cluster_tag, decode
 from hotstate.replica.ingest import records_for_rows
-from hotstate.replica.keys import KeyValue, decode_key, encode_key, partition_for
 from hotstate.replica.messages import (
     PartitionMetadata,
     PartitionRows,
@@ -32,7 +33,6 @@ from hotstate.replica.messages import (
     TableMetadataRequest,
     TableMetadataResponse,
 )
-from hotstate.replica.rows import decode_record, decode_row
 from hotstate.rpc import PeerInfo, RpcServer
 
 CLUSTER, SECRET = "writer-test", "a-secret-of-16-chars-or-more"

@@ -13,6 +13,7 @@ import pytest
 
 from hotstate.client.writer import TableWriter, WriteError, WriteResult
 from hotstate.controller.records import KeyColumn, KeyType
+from hotstate.protocol.rows import decode_row
 from hotstate.protocol.wire import MESSAGES
 from hotstate.query.tokens import cluster_tag, decode
 from hotstate.replica.messages import (
@@ -27,7 +28,6 @@ from hotstate.replica.messages import (
     TableMetadataRequest,
     TableMetadataResponse,
 )
-from hotstate.replica.rows import decode_row
 from hotstate.rpc import PeerInfo, RpcServer
 
 CLUSTER, SECRET = "writer-test", "a-secret-of-16-chars-or-more"

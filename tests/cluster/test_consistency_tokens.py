@@ -9,7 +9,7 @@ import hotstate
 from hotstate.client.writer import TableWriter
 from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.controller.requests import ControllerError
-from hotstate.replica.keys import encode_key, partition_for
+from hotstate.protocol.keys import encode_key, partition_for
 
 from .conftest import StartCluster
 

@@ -17,16 +17,16 @@ from hotstate.client.admin import CLIENT_NODE_ID
 from hotstate.client.writer import Delete, TableWriter, WriteError
 from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.controller.requests import ControllerError
+from hotstate.protocol.keys import decode_key, encode_key, partition_for
+from hotstate.protocol.rows import encode_tombstone
 from hotstate.protocol.wire import MESSAGES
 from hotstate.query.tokens import cluster_tag, decode
-from hotstate.replica.keys import decode_key, encode_key, partition_for
 from hotstate.replica.messages import (
     PartitionQueryRequest,
     QueryPartitionsRequest,
     QueryPartitionsResponse,
     ReplicaError,
 )
-from hotstate.replica.rows import encode_tombstone
 from hotstate.rpc import NOT_SENT, PeerPool, RpcError
 
 KEY = (KeyColumn("k", KeyType.STRING),)

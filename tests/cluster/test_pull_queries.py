@@ -18,8 +18,8 @@ from hotstate.cli.local_cluster import LocalCluster
 from hotstate.client.writer import TableWriter
 from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.controller.requests import ControllerError
+from hotstate.protocol.keys import encode_key, partition_for
 from hotstate.replica.core import ReplicaConfig
-from hotstate.replica.keys import encode_key, partition_for
 from hotstate.routing.heartbeat import HeartbeatConfig, LivenessConfig
 from hotstate.server.config import render_toml
 

@@ -12,6 +12,7 @@ from collections import Counter
 from hotstate.client.writer import TableWriter, WriteError
 from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.controller.requests import ControllerError
+from hotstate.protocol.rows import decode_row
 from hotstate.protocol.wire import MESSAGES
 from hotstate.replica.core import ReplicaConfig
 from hotstate.replica.messages import (
@@ -23,7 +24,6 @@ from hotstate.replica.messages import (
     TableMetadataRequest,
     TableMetadataResponse,
 )
-from hotstate.replica.rows import decode_row
 from hotstate.rpc import PeerPool
 
 from .conftest import RunningCluster, StartCluster, present
@@ -280,14 +280,14 @@ def test_a_follower_behind_the_log_start_is_rebuilt_from_a_snapshot(start_cluste
 
 
 def test_produce_answers_each_mistake_with_its_typed_error(start_cluster: StartCluster) -> None:
-    from hotstate.replica.keys import encode_key, partition_for
+    from hotstate.protocol.keys import encode_key, partition_for
+    from hotstate.protocol.rows import encode_row
     from hotstate.replica.messages import (
         MetadataForKeyRequest,
         MetadataForKeyResponse,
         ProduceRequest,
         ProduceResponse,
     )
-    from hotstate.replica.rows import encode_row
 
     running = start_cluster(3, replica=ReplicaConfig(min_insync_replicas=2), produce_max_bytes=64 * 1024)
 
@@ -416,13 +416,13 @@ def test_a_produce_per_server_carries_its_partitions_and_answers_each_on_its_own
 ) -> None:
     """The writer sends one message per server for all the partitions it leads (ProducePartitionsRequest),
     and each part of one is checked, written and answered as its own ProduceRequest would be."""
-    from hotstate.replica.keys import encode_key, partition_for
+    from hotstate.protocol.keys import encode_key, partition_for
+    from hotstate.protocol.rows import encode_row
     from hotstate.replica.messages import (
         PartitionRows,
         ProducePartitionsRequest,
         ProducePartitionsResponse,
     )
-    from hotstate.replica.rows import encode_row
 
     running = start_cluster(3, produce_max_bytes=64 * 1024)
 

@@ -19,15 +19,15 @@ from hotstate.client.admin import CLIENT_NODE_ID
 from hotstate.client.writer import TableWriter
 from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.controller.requests import ControllerError
+from hotstate.protocol.keys import encode_key
+from hotstate.protocol.rows import decode_row
 from hotstate.protocol.wire import MESSAGES
-from hotstate.replica.keys import encode_key
 from hotstate.replica.messages import (
     PartitionQueryRequest,
     QueryPartitionsRequest,
     QueryPartitionsResponse,
     ReplicaError,
 )
-from hotstate.replica.rows import decode_row
 from hotstate.routing.freshness import UNKNOWN_LAG_REASON
 from hotstate.rpc import NOT_SENT, PeerPool, RpcError
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from hotstate.client.writer import TableWriter, WriteError
 from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.controller.requests import ControllerError
+from hotstate.protocol.rows import decode_row
 from hotstate.protocol.wire import MESSAGES
 from hotstate.query.tokens import cluster_tag, decode, merge
 from hotstate.replica.core import ReplicaConfig
@@ -29,7 +30,6 @@ from hotstate.replica.messages import (
     ReplicaError,
     TableMetadataResponse,
 )
-from hotstate.replica.rows import decode_row
 from hotstate.rpc import PeerPool
 
 from .conftest import RunningCluster, StartCluster

@@ -13,13 +13,14 @@ import httpx
 import pytest
 
 import hotstate
-from hotstate.client.query import SERVER_NOT_READY, Unavailable
+from hotstate.client.query import Unavailable
 from hotstate.client.writer import TableWriter, WriteError, WriterStats
 from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.controller.requests import ControllerError
+from hotstate.protocol.http_api import SERVER_NOT_READY
+from hotstate.protocol.rows import MAX_NESTING
 from hotstate.protocol.wire import MESSAGES
 from hotstate.replica.messages import ReplicaError, TableMetadataRequest, TableMetadataResponse
-from hotstate.replica.rows import MAX_NESTING
 from hotstate.rpc import PeerPool
 
 from .conftest import RunningCluster, StartCluster, present

@@ -7,6 +7,7 @@ import pytest
 
 from hotstate.log import Log, LogError, OffsetOutOfRangeError, RecordBatch
 from hotstate.log.batch import encode_batch
+from hotstate.log.divergence import DivergingEpoch
 
 from .helpers import BIG, fill, flat, flat_batches, segment_files
 
@@ -22,7 +23,8 @@ def test_empty_log(tmp_path: Path) -> None:
         assert (log.start_offset, log.end_offset, log.latest_epoch) == (0, 0, -1)
         assert log.read(0, 100) == []
         assert log.epoch_entries() == []
-        assert log.end_offset_for_epoch(0) == (-1, -1)
+        assert log.end_offset_for_epoch(0) == DivergingEpoch(0, 0)  # the empty prefix every log shares
+        assert log.end_offset_for_epoch(-1) is None
         with pytest.raises(OffsetOutOfRangeError):
             log.read(1, 100)
 
@@ -207,7 +209,16 @@ def test_epoch_entries_and_end_offset_for_epoch(tmp_path: Path) -> None:
     with kraft_log(tmp_path) as log:
         assert log.epoch_entries() == [(1, 0), (3, 5), (5, 10)]
         assert log.latest_epoch == 5
-        expected = {0: (-1, -1), 1: (1, 5), 2: (1, 5), 3: (3, 10), 4: (3, 10), 5: (5, 15), 6: (5, 15)}
+        expected = {
+            -1: None,
+            0: DivergingEpoch(0, 0),  # below every record, at offset 0: the empty prefix
+            1: DivergingEpoch(1, 5),
+            2: DivergingEpoch(1, 5),
+            3: DivergingEpoch(3, 10),
+            4: DivergingEpoch(3, 10),
+            5: DivergingEpoch(5, 15),
+            6: DivergingEpoch(5, 15),
+        }
         assert {e: log.end_offset_for_epoch(e) for e in expected} == expected
 
 
@@ -217,10 +228,10 @@ def test_kraft_divergence_example(tmp_path: Path) -> None:
         for batch in leader.read(0, BIG)[:4]:  # epochs 1 and 3, offsets 0..9
             follower.append_batch(batch)
         follower.append(4, [b"x", b"y", b"z"])  # offsets 10..12, unknown to the leader
-        epoch, end = leader.end_offset_for_epoch(follower.latest_epoch)
-        assert (epoch, end) == (3, 10)
-        follower.truncate_to(min(end, follower.end_offset))
-        assert follower.end_offset_for_epoch(epoch) == (3, 10)
+        diverging = leader.end_offset_for_epoch(follower.latest_epoch)
+        assert diverging == DivergingEpoch(3, 10)
+        follower.truncate_to(min(diverging.end_offset, follower.end_offset))
+        assert follower.end_offset_for_epoch(diverging.epoch) == DivergingEpoch(3, 10)
         for batch in leader.read(follower.end_offset, BIG):
             follower.append_batch(batch)
         assert follower.read(0, BIG) == leader.read(0, BIG)
@@ -230,19 +241,20 @@ def test_kraft_divergence_example(tmp_path: Path) -> None:
 def test_epochs_after_truncation_and_reopen(tmp_path: Path) -> None:
     with kraft_log(tmp_path) as log:
         log.truncate_to(12)
-        assert log.end_offset_for_epoch(5) == (5, 12)
+        assert log.end_offset_for_epoch(5) == DivergingEpoch(5, 12)
         log.truncate_to(10)
         assert log.epoch_entries() == [(1, 0), (3, 5)]
-        assert log.end_offset_for_epoch(5) == (3, 10)
+        assert log.end_offset_for_epoch(5) == DivergingEpoch(3, 10)
         log.truncate_to(7)  # inside epoch 3's first batch
         assert log.epoch_entries() == [(1, 0), (3, 5)]
         log.append(6, [b"n"])
     with open_log(tmp_path) as log:
         assert log.epoch_entries() == [(1, 0), (3, 5), (6, 7)]
-        assert log.end_offset_for_epoch(5) == (3, 7)
+        assert log.end_offset_for_epoch(5) == DivergingEpoch(3, 7)
         log.advance_start_offset(6)
         assert log.epoch_entries() == [(3, 6), (6, 7)]
-        assert log.end_offset_for_epoch(1) == (-1, -1)
+        # Below every record above offset 0: the checkpoint does not keep the epoch below the start.
+        assert log.end_offset_for_epoch(1) is None
     with open_log(tmp_path) as log:
         assert log.epoch_entries() == [(3, 6), (6, 7)]
 

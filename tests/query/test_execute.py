@@ -6,12 +6,12 @@ import pytest
 
 from hotstate.controller.image import TableInfo
 from hotstate.controller.records import KeyColumn, KeyType
+from hotstate.protocol.keys import encode_key, partition_for
+from hotstate.protocol.rows import encode_row
 from hotstate.query import execute
 from hotstate.query.execute import PartitionAnswer, PartitionServed, QueryError, QueryResult
 from hotstate.query.plan import plan
 from hotstate.query.sql import parse
-from hotstate.replica.keys import encode_key, partition_for
-from hotstate.replica.rows import encode_row
 
 TABLE = TableInfo("clicks", 1, 4, 1, (KeyColumn("user", KeyType.STRING),), acceptable_lag=50)
 

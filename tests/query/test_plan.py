@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from hotstate.controller.image import TableInfo
 from hotstate.controller.records import KeyColumn, KeyType
+from hotstate.protocol.keys import KeyValue, encode_key, partition_for, prefix_end
 from hotstate.query.plan import (
     Access,
     FullScan,
@@ -33,7 +34,6 @@ from hotstate.query.sql import (
     UnsupportedQueryError,
     parse,
 )
-from hotstate.replica.keys import KeyValue, encode_key, partition_for, prefix_end
 
 
 def table(*columns: tuple[str, KeyType], partitions: int = 4, name: str = "t") -> TableInfo:

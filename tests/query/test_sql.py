@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from hotstate.controller.image import TableInfo
 from hotstate.controller.records import KeyColumn, KeyType
+from hotstate.protocol.keys import KeyValue
 from hotstate.query import fast
 from hotstate.query.plan import plan
 from hotstate.query.sql import (
@@ -30,7 +31,6 @@ from hotstate.query.sql import (
     parse_timestamp,
 )
 from hotstate.query.sql import _parse_cached as parse_cached
-from hotstate.replica.keys import KeyValue
 
 
 def where(sql_where: str) -> tuple[Condition | TupleIn, ...]:

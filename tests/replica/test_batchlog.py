@@ -249,7 +249,9 @@ def test_end_offset_for_epoch_answers() -> None:
     )  # unknown epoch: the largest one below, and its end
     assert log.end_offset_for_epoch(4) == DivergingEpoch(4, 10)
     assert log.end_offset_for_epoch(99) == DivergingEpoch(4, 10)
-    assert log.end_offset_for_epoch(0) is None  # older than anything the log knows
+    # Older than any record: the empty prefix below offset 0, which counts as epoch 0, ends at 0.
+    assert log.end_offset_for_epoch(0) == DivergingEpoch(0, 0)
+    assert log.end_offset_for_epoch(-1) is None
 
 
 def test_end_offset_for_epoch_of_an_empty_log_at_zero() -> None:
@@ -280,11 +282,9 @@ class Model:
         return self.records[-1][0] if self.records else self.start_epoch
 
     def end_for_epoch(self, epoch: int) -> DivergingEpoch | None:
-        known = [(e, self.start + i) for i, (e, _) in enumerate(self.records)]
-        if self.start > 0:
-            known.insert(0, (self.start_epoch, self.start))
-        if not known:
-            return DivergingEpoch(0, 0) if self.start == 0 and epoch >= 0 else None
+        # The record just below the start is of the start epoch (epoch 0 for the empty prefix below 0).
+        known = [(self.start_epoch if self.start > 0 else 0, self.start)]
+        known += [(e, self.start + i) for i, (e, _) in enumerate(self.records)]
         below = [e for e, _ in known if e <= epoch]
         if not below:
             return None

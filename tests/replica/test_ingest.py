@@ -12,10 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hotstate.controller.records import KeyColumn, KeyType
-from hotstate.replica import ingest
-from hotstate.replica.ingest import records_for_rows
-from hotstate.replica.keys import encode_key, partition_for
-from hotstate.replica.rows import (
+from hotstate.protocol.keys import encode_key, partition_for
+from hotstate.protocol.rows import (
     RowDecodeError,
     decode_record,
     decode_records,
@@ -25,6 +23,8 @@ from hotstate.replica.rows import (
     encode_records,
     encode_row,
 )
+from hotstate.replica import ingest
+from hotstate.replica.ingest import records_for_rows
 
 STRING_KEY = (KeyColumn("user", KeyType.STRING),)
 COMPOSITE_KEY = (KeyColumn("user", KeyType.STRING), KeyColumn("n", KeyType.INT))

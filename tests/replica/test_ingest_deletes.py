@@ -14,10 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hotstate.controller.records import KeyColumn, KeyType
-from hotstate.replica import ingest
-from hotstate.replica.ingest import entry_keys, records_for_rows, row_keys
-from hotstate.replica.keys import InvalidKeyError, KeyDecodeError, checked_key, encode_key, partition_for
-from hotstate.replica.rows import (
+from hotstate.protocol.keys import InvalidKeyError, KeyDecodeError, checked_key, encode_key, partition_for
+from hotstate.protocol.rows import (
     RowDecodeError,
     decode_entries,
     decode_entry,
@@ -27,6 +25,8 @@ from hotstate.replica.rows import (
     encode_tombstone,
     is_tombstone,
 )
+from hotstate.replica import ingest
+from hotstate.replica.ingest import entry_keys, records_for_rows, row_keys
 
 STRING_KEY = (KeyColumn("user", KeyType.STRING),)
 COMPOSITE_KEY = (KeyColumn("user", KeyType.STRING), KeyColumn("n", KeyType.INT))

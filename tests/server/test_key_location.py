@@ -9,7 +9,7 @@ import pytest
 
 from hotstate.controller.image import MetadataImage, PartitionInfo, ServerInfo, TableInfo
 from hotstate.controller.records import Endpoint, KeyColumn, KeyType
-from hotstate.replica.keys import encode_key, partition_for
+from hotstate.protocol.keys import encode_key, partition_for
 from hotstate.replica.messages import LagInfo
 from hotstate.routing.lags import LagTable
 from hotstate.server.http.key_location import KeyLocationError, encoded_key, locate

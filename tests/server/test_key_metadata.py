@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from hotstate.controller.image import ImageBuilder, MetadataImage
 from hotstate.controller.records import CreateTable, KeyColumn, KeyType, PartitionAssignment
-from hotstate.replica.keys import encode_key, partition_for
+from hotstate.protocol.keys import encode_key, partition_for
+from hotstate.protocol.rows import encode_row
 from hotstate.replica.messages import ReplicaError
-from hotstate.replica.rows import encode_row
 from hotstate.server.writer_metadata import metadata_for_key
 
 

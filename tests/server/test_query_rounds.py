@@ -12,16 +12,16 @@ import pytest
 
 from hotstate.controller.image import MetadataImage, PartitionInfo, TableInfo
 from hotstate.controller.records import KeyColumn, KeyType
+from hotstate.protocol.keys import encode_key, partition_for
+from hotstate.protocol.rows import encode_row
 from hotstate.query.execute import QueryError
 from hotstate.query.tokens import cluster_tag, decode, encode
-from hotstate.replica.keys import encode_key, partition_for
 from hotstate.replica.messages import (
     PartitionQueryResponse,
     QueryPartitionsRequest,
     QueryPartitionsResponse,
     ReplicaError,
 )
-from hotstate.replica.rows import encode_row
 from hotstate.routing.attempts import UNCONNECTED_ATTEMPT_S
 from hotstate.routing.hedging import HedgeConfig, HedgePolicy
 from hotstate.routing.lags import LagTable

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hotstate.controller.records import KeyColumn, KeyType
-from hotstate.replica.keys import encode_key, key_from_row, partition_for
-from hotstate.replica.rows import decode_row, encode_row
+from hotstate.protocol.keys import encode_key, key_from_row, partition_for
+from hotstate.protocol.rows import decode_row, encode_row
 from hotstate.spark.arrow_rows import NotEncodable, arrow_encodable, encode_arrow_batch
 
 # Years 2 to 9998: a day off the ends of Python datetime, so every time zone can show the instant.

@@ -20,8 +20,8 @@ import hotstate
 import hotstate.spark as hs
 from cluster.conftest import RunningCluster, StartCluster
 from hotstate.controller.records import KeyColumn, KeyType
-from hotstate.replica.keys import encode_key, partition_for
-from hotstate.replica.rows import encode_row
+from hotstate.protocol.keys import encode_key, partition_for
+from hotstate.protocol.rows import encode_row
 from hotstate.spark import sink
 from hotstate.spark.api import writer_rack
 from hotstate.spark.sink import AfterWrite, config_for_schema, write_arrow, write_rows

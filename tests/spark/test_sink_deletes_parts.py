@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from pyspark.sql.types import BooleanType, IntegerType, LongType, StringType, StructField, StructType
 
 from hotstate.controller.records import KeyColumn, KeyType
-from hotstate.replica.keys import encode_key, key_from_row, partition_for
-from hotstate.replica.rows import encode_row, encode_tombstone
+from hotstate.protocol.keys import encode_key, key_from_row, partition_for
+from hotstate.protocol.rows import encode_row, encode_tombstone
 from hotstate.spark.arrow_rows import encode_arrow_batch
 from hotstate.spark.sink import (
     DeleteColumnError,

@@ -19,8 +19,8 @@ from pyspark.sql.types import (
 )
 
 from hotstate.controller.records import KeyColumn, KeyType
-from hotstate.replica.keys import encode_key
-from hotstate.replica.rows import decode_row, encode_row
+from hotstate.protocol.keys import encode_key
+from hotstate.protocol.rows import decode_row, encode_row
 from hotstate.spark.api import parse_cluster
 from hotstate.spark.sink import SinkConfig, as_dict, config_for_schema
 from hotstate.spark.table import TableDefinitionError, key_columns_for

@@ -37,6 +37,7 @@ from rich.table import Table
 
 import hotstate
 from hotstate.cli.local_cluster import LocalCluster, LocalServer
+from hotstate.protocol.replica_state import ReplicaState
 
 console = Console(width=min(130, shutil.get_terminal_size((130, 24)).columns))
 TABLE = "clicks_per_user"
@@ -58,7 +59,7 @@ class Stats:
     freshness_at: list[tuple[float, float]] = field(default_factory=list)
     query_ms: list[float] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
-    served: Counter[str] = field(default_factory=Counter)
+    served: Counter[ReplicaState] = field(default_factory=Counter)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -405,7 +406,7 @@ def run(root: Path) -> bool:
 
 
 def _partition(user: str) -> int:
-    from hotstate.replica.keys import encode_key, partition_for
+    from hotstate.protocol.keys import encode_key, partition_for
 
     return partition_for(encode_key((user,)), 8)
 

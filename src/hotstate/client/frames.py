@@ -77,7 +77,7 @@ def _conversions(pa: Any) -> dict[str, tuple[Any, Callable[[Any], Any]]]:
         "boolean": (pa.bool_(), bool),
         "bytes": (pa.binary(), _bytes),
         "binary": (pa.binary(), _bytes),
-        # Keys are stored as UTC microseconds and come back naive, in UTC (replica/keys.py); Spark's
+        # Keys are stored as UTC microseconds and come back naive, in UTC (protocol/keys.py); Spark's
         # timestamp is an instant too (its values are written as they are, with or without an offset).
         "timestamp": (pa.timestamp("us", tz="UTC"), _timestamp),
         "timestamp_ntz": (pa.timestamp("us"), _wall_time),

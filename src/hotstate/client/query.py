@@ -31,13 +31,15 @@ import base64
 import json
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeAlias, TypeVar
 
 import httpx
 
+from hotstate.protocol.http_api import DEFAULT_QUERY_TIMEOUT_MS, SERVER_NOT_READY
+from hotstate.protocol.replica_state import ReplicaState, as_replica_state
 from hotstate.tls import TlsOption, describe_tls_error, to_client_context
 
 if TYPE_CHECKING:
@@ -55,21 +57,16 @@ __all__ = [
     "parse_address",
 ]
 
-# The server's own default query timeout (hotstate.query.execute.DEFAULT_TIMEOUT_MS), not imported so
-# that the client does not pull in the server.
-SERVER_DEFAULT_TIMEOUT_MS = 10_000
 # A server answers a query within its timeout_ms; the slack covers the HTTP exchange around it, so a
 # slow-but-working server is not abandoned just before it answers.
 ANSWER_SLACK_S = 2.0
 # Status calls do no routing; a server that takes longer than this is treated as unreachable.
 STATUS_TIMEOUT_S = 5.0
-# A server that has just started and not caught up with the cluster's metadata answers 503 with this
-# error code (ksqlDB's ERROR_CODE_SERVER_NOT_READY); hotstate.server.http.queries.SERVER_NOT_READY.
-SERVER_NOT_READY = 50302
 # When every server was unreachable or starting, the next round begins after about this long.
 NOT_READY_PAUSE_S = 0.2
 
 Servers: TypeAlias = str | Sequence[str]
+T = TypeVar("T")
 
 
 class QueryFailed(Exception):
@@ -105,7 +102,7 @@ class PartitionServed:
 
     partition: int
     served_by: int
-    state: str  # active | standby | restoring | warmup
+    state: ReplicaState
     offset_lag: int
     position: int
 
@@ -164,7 +161,7 @@ class QueryResult:
                 PartitionServed(
                     int(p["partition"]),
                     int(p["served_by"]),
-                    str(p["state"]),
+                    as_replica_state(str(p["state"])),
                     int(p["offset_lag"]),
                     int(p["position"]),
                 )
@@ -209,16 +206,49 @@ def _addresses(servers: Servers) -> list[str]:
     return items
 
 
-class _Call:
-    """One call's walk over the servers (sans-IO, shared by both clients): which server to try next with
-    how long an attempt may take, and what each outcome means."""
+@dataclass(frozen=True, slots=True)
+class _Request(Generic[T]):
+    """One call, without IO: what to send, how long one attempt may take, and what the answer becomes."""
 
-    def __init__(self, servers: list[str], start: int, deadline: float, attempt_s: float) -> None:
+    method: str
+    path: str
+    attempt_s: float
+    body: object | None
+    result: Callable[[Any, str], T]
+    """(decoded body, address of the server that answered) -> the call's result; raises if malformed."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Attempt:
+    """Send the request to `url` after sleeping `pause` seconds, waiting at most `timeout`."""
+
+    index: int
+    url: str
+    timeout: httpx.Timeout
+    pause: float
+
+
+class _Call(Generic[T]):
+    """One call's walk over the servers (sans-IO, shared by both clients): which server to try next with
+    how long an attempt may take, and what each outcome means. The clients only send and sleep."""
+
+    def __init__(
+        self,
+        request: _Request[T],
+        servers: list[str],
+        urls: list[str],
+        start: int,
+        deadline: float,
+        connect_timeout_s: float,
+    ) -> None:
+        self.request = request
         self.servers = servers
+        self.urls = urls
         self.start = start
         self.order = self._round()
         self.deadline = deadline
-        self.attempt_s = attempt_s
+        self.attempt_s = request.attempt_s
+        self.connect_timeout_s = connect_timeout_s
         self.last_error: BaseException | None = None
         self.last_failure: QueryFailed | None = None
         # This round: some server said it is starting, and none gave any other 5xx.
@@ -228,8 +258,8 @@ class _Call:
     def _round(self) -> list[int]:
         return [(self.start + i) % len(self.servers) for i in range(len(self.servers))]
 
-    def next(self) -> tuple[int, float, float] | None:
-        """(server index, attempt timeout, pause before the attempt), or None: give up."""
+    def next(self) -> _Attempt | None:
+        """The next attempt, or None: give up (then raise `give_up()`)."""
         pause = 0.0
         if not self.order and self.starting and not self.other_failure:
             # Servers were starting and none could answer: another round once they may have caught up.
@@ -239,20 +269,28 @@ class _Call:
         remaining = self.deadline - time.monotonic() - pause
         if not self.order or remaining <= 0:
             return None
-        return self.order.pop(0), min(self.attempt_s, remaining), pause
+        index = self.order.pop(0)
+        timeout = min(self.attempt_s, remaining)
+        return _Attempt(
+            index,
+            self.urls[index] + self.request.path,
+            httpx.Timeout(timeout, connect=min(self.connect_timeout_s, timeout)),
+            pause,
+        )
 
-    def unreachable(self, error: BaseException) -> None:
-        self.last_error = error
+    def unreachable(self, attempt: _Attempt, error: httpx.TransportError) -> None:
+        self.last_error = _unreachable(error, self.urls[attempt.index])
 
-    def answered(self, index: int, response: httpx.Response) -> Any | None:
-        """The decoded body on success; None to move on to the next server; raises a 4xx."""
-        server = self.servers[index]
+    def answered(self, attempt: _Attempt, response: httpx.Response) -> T | None:
+        """The call's result on success; None to move on to the next server; raises a 4xx."""
+        server = self.servers[attempt.index]
         if response.status_code < 300:
             try:
-                return response.json()
+                decoded = response.json()
             except ValueError as error:  # not a hotstate server, or a proxy's page
                 self.last_error = error
                 return None
+            return self.request.result(decoded, server)
         failure = _failure(response, server)
         if response.status_code < 500:
             raise failure
@@ -319,13 +357,53 @@ def _query_body(
 
 
 def _query_attempt_s(timeout_ms: int | None) -> float:
-    return (timeout_ms if timeout_ms is not None else SERVER_DEFAULT_TIMEOUT_MS) / 1000 + ANSWER_SLACK_S
+    return (timeout_ms if timeout_ms is not None else DEFAULT_QUERY_TIMEOUT_MS) / 1000 + ANSWER_SLACK_S
 
 
 def _expect_dict(body: Any, what: str) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise QueryFailed(200, 20000, f"unexpected {what} answer: {json.dumps(body)[:200]}")
     return body
+
+
+def _query_request(
+    sql: str,
+    max_lag: int | None,
+    timeout_ms: int | None,
+    standby_reads: bool,
+    hedging: bool,
+    consistency_token: str | None,
+    min_batch: int | None,
+    partitions: Sequence[int] | None,
+    after: str | None,
+) -> _Request[QueryResult]:
+    body = _query_body(
+        sql, max_lag, timeout_ms, standby_reads, hedging, consistency_token, min_batch, partitions, after
+    )
+    return _Request(
+        "POST",
+        "/v1/query",
+        _query_attempt_s(timeout_ms),
+        body,
+        lambda decoded, server: QueryResult.from_json(_expect_dict(decoded, "query"), server),
+    )
+
+
+def _tables(decoded: Any, server: str) -> list[dict[str, Any]]:
+    return list(_expect_dict(decoded, "tables")["tables"])
+
+
+def _cluster_status(decoded: Any, server: str) -> dict[str, Any]:
+    return dict(_expect_dict(decoded, "clusterStatus")["clusterStatus"])
+
+
+def _lags(decoded: Any, server: str) -> dict[str, Any]:
+    return _expect_dict(decoded, "lag")
+
+
+_TABLES: Final = _Request("GET", "/v1/tables", STATUS_TIMEOUT_S, None, _tables)
+_CLUSTER_STATUS: Final = _Request("GET", "/clusterStatus", STATUS_TIMEOUT_S, None, _cluster_status)
+_LAGS: Final = _Request("GET", "/v1/lag", STATUS_TIMEOUT_S, None, _lags)
 
 
 def _unreachable(error: httpx.TransportError, url: str) -> httpx.TransportError:
@@ -375,13 +453,10 @@ class _Base:
         """The address of the server the next call tries first (the last one that answered)."""
         return self.servers[self._preferred]
 
-    def _call(self, attempt_s: float) -> _Call:
+    def _call(self, request: _Request[T]) -> _Call[T]:
         # One full attempt always fits, even when a query's own timeout is longer than timeout_s.
-        deadline = time.monotonic() + max(self.timeout_s, min(attempt_s, 3600.0))
-        return _Call(self.servers, self._preferred, deadline, attempt_s)
-
-    def _timeout(self, attempt_s: float) -> httpx.Timeout:
-        return httpx.Timeout(attempt_s, connect=min(self.connect_timeout_s, attempt_s))
+        deadline = time.monotonic() + max(self.timeout_s, min(request.attempt_s, 3600.0))
+        return _Call(request, self.servers, self._urls, self._preferred, deadline, self.connect_timeout_s)
 
 
 class Client(_Base):
@@ -436,12 +511,8 @@ class Client(_Base):
         only these partitions of the table; `after`: only keys after the `cursor` of an earlier answer
         whose LIMIT cut it short (a table read in pages: same SQL, next `after`, until `cursor` is None).
         Raises QueryFailed (4xx), Unavailable (503 from every server), ClusterUnreachable."""
-        attempt_s = _query_attempt_s(timeout_ms)
-        body, server = self._request(
-            "POST",
-            "/v1/query",
-            attempt_s,
-            _query_body(
+        return self._run(
+            _query_request(
                 sql,
                 max_lag,
                 timeout_ms,
@@ -451,46 +522,38 @@ class Client(_Base):
                 min_batch,
                 partitions,
                 after,
-            ),
+            )
         )
-        return QueryResult.from_json(_expect_dict(body, "query"), server)
 
     def tables(self) -> list[dict[str, Any]]:
         """Every table with its key columns and placement (GET /v1/tables)."""
-        body, _ = self._request("GET", "/v1/tables", STATUS_TIMEOUT_S)
-        return list(_expect_dict(body, "tables")["tables"])
+        return self._run(_TABLES)
 
     def cluster_status(self) -> dict[str, Any]:
         """Per server address: liveness as the answering server sees it, its partitions and their lags
         (GET /clusterStatus, ksqlDB's shape)."""
-        body, _ = self._request("GET", "/clusterStatus", STATUS_TIMEOUT_S)
-        return dict(_expect_dict(body, "clusterStatus")["clusterStatus"])
+        return self._run(_CLUSTER_STATUS)
 
     def lags(self) -> dict[str, Any]:
         """The lags the answering server knows, per server, table and partition (GET /v1/lag):
         {"server": node id, "lags": {node: {table: {partition: {...}}}}}."""
-        body, _ = self._request("GET", "/v1/lag", STATUS_TIMEOUT_S)
-        return _expect_dict(body, "lag")
+        return self._run(_LAGS)
 
-    def _request(
-        self, method: str, path: str, attempt_s: float, body: object | None = None
-    ) -> tuple[Any, str]:
-        call = self._call(attempt_s)
-        while (step := call.next()) is not None:
-            index, timeout, pause = step
-            if pause:
-                time.sleep(pause)
+    def _run(self, request: _Request[T]) -> T:
+        call = self._call(request)
+        while (attempt := call.next()) is not None:
+            if attempt.pause:
+                time.sleep(attempt.pause)
             try:
                 response = self._http.request(
-                    method, self._urls[index] + path, json=body, timeout=self._timeout(timeout)
+                    request.method, attempt.url, json=request.body, timeout=attempt.timeout
                 )
             except httpx.TransportError as error:
-                call.unreachable(_unreachable(error, self._urls[index]))
+                call.unreachable(attempt, error)
                 continue
-            decoded = call.answered(index, response)
-            if decoded is not None:
-                self._preferred = index
-                return decoded, self.servers[index]
+            if (result := call.answered(attempt, response)) is not None:
+                self._preferred = attempt.index
+                return result
         raise call.give_up()
 
     def close(self) -> None:
@@ -540,12 +603,8 @@ class AsyncClient(_Base):
         after: str | None = None,
     ) -> QueryResult:
         """See `Client.query`."""
-        attempt_s = _query_attempt_s(timeout_ms)
-        body, server = await self._request(
-            "POST",
-            "/v1/query",
-            attempt_s,
-            _query_body(
+        return await self._run(
+            _query_request(
                 sql,
                 max_lag,
                 timeout_ms,
@@ -555,41 +614,34 @@ class AsyncClient(_Base):
                 min_batch,
                 partitions,
                 after,
-            ),
+            )
         )
-        return QueryResult.from_json(_expect_dict(body, "query"), server)
 
     async def tables(self) -> list[dict[str, Any]]:
-        body, _ = await self._request("GET", "/v1/tables", STATUS_TIMEOUT_S)
-        return list(_expect_dict(body, "tables")["tables"])
+        return await self._run(_TABLES)
 
     async def cluster_status(self) -> dict[str, Any]:
-        body, _ = await self._request("GET", "/clusterStatus", STATUS_TIMEOUT_S)
-        return dict(_expect_dict(body, "clusterStatus")["clusterStatus"])
+        return await self._run(_CLUSTER_STATUS)
 
     async def lags(self) -> dict[str, Any]:
-        body, _ = await self._request("GET", "/v1/lag", STATUS_TIMEOUT_S)
-        return _expect_dict(body, "lag")
+        return await self._run(_LAGS)
 
-    async def _request(
-        self, method: str, path: str, attempt_s: float, body: object | None = None
-    ) -> tuple[Any, str]:
-        call = self._call(attempt_s)
-        while (step := call.next()) is not None:
-            index, timeout, pause = step
-            if pause:
-                await asyncio.sleep(pause)
+    async def _run(self, request: _Request[T]) -> T:
+        """`Client._run`, awaiting the same steps."""
+        call = self._call(request)
+        while (attempt := call.next()) is not None:
+            if attempt.pause:
+                await asyncio.sleep(attempt.pause)
             try:
                 response = await self._http.request(
-                    method, self._urls[index] + path, json=body, timeout=self._timeout(timeout)
+                    request.method, attempt.url, json=request.body, timeout=attempt.timeout
                 )
             except httpx.TransportError as error:
-                call.unreachable(_unreachable(error, self._urls[index]))
+                call.unreachable(attempt, error)
                 continue
-            decoded = call.answered(index, response)
-            if decoded is not None:
-                self._preferred = index
-                return decoded, self.servers[index]
+            if (result := call.answered(attempt, response)) is not None:
+                self._preferred = attempt.index
+                return result
         raise call.give_up()
 
     async def close(self) -> None:

@@ -1,6 +1,6 @@
 """Writing upserts and deletes to a table: what the Spark sink does on each executor, usable on its own.
 
-Rows are encoded once (replica.rows), keyed and partitioned with the one shared function (replica.keys),
+Rows are encoded once (protocol.rows), keyed and partitioned with the one shared function (protocol.keys),
 grouped by partition and sent as Produce requests to each partition's active; the partitions of one
 server travel in one message (a ProducePartitionsRequest, each part answered on its own), and each
 partition's retries are its own.
@@ -36,7 +36,7 @@ tombstones, so sending one twice is harmless, as long as it does not land after 
 key (the sequencer's part).
 
 Deletes (`delete`, or `Delete` entries among the rows of `write`) travel in the same Produces as rows, in
-their place in the call's order: a tombstone entry (`replica.rows.encode_tombstone`, the msgpack bin of the
+their place in the call's order: a tombstone entry (`protocol.rows.encode_tombstone`, the msgpack bin of the
 encoded key, where a row is a msgpack map), which the active checks and logs as the record [key, nil]
 (docs/replication.md, "Tombstones").
 """
@@ -54,11 +54,7 @@ from typing import Any, cast
 
 from hotstate.client.sequencer import Grant, PartitionSequencer
 from hotstate.controller.records import KeyColumn
-from hotstate.protocol.wire import MESSAGES
-from hotstate.query.tokens import cluster_tag
-from hotstate.query.tokens import encode as encode_token
-from hotstate.replica.ingest import row_keys
-from hotstate.replica.keys import (
+from hotstate.protocol.keys import (
     InvalidKeyError,
     KeyValue,
     coerce_key,
@@ -68,6 +64,11 @@ from hotstate.replica.keys import (
     partition_for,
     partitions_of,
 )
+from hotstate.protocol.rows import encode_row, encode_tombstone
+from hotstate.protocol.wire import MESSAGES
+from hotstate.query.tokens import cluster_tag
+from hotstate.query.tokens import encode as encode_token
+from hotstate.replica.ingest import row_keys
 from hotstate.replica.messages import (
     RETRIABLE,
     PartitionMetadata,
@@ -82,9 +83,14 @@ from hotstate.replica.messages import (
     TableMetadataRequest,
     TableMetadataResponse,
 )
-from hotstate.replica.rows import encode_row, encode_tombstone
-from hotstate.rpc import DEFAULT_MAX_FRAME_BYTES, PeerPool, RemoteError, RpcError, bootstrap_peers
-from hotstate.rpc.channel import ERROR_BAD_MESSAGE
+from hotstate.rpc import (
+    DEFAULT_MAX_FRAME_BYTES,
+    ERROR_BAD_MESSAGE,
+    PeerPool,
+    RemoteError,
+    RpcError,
+    bootstrap_peers,
+)
 from hotstate.tls import TlsOption, to_client_context
 
 log = logging.getLogger(__name__)
@@ -832,10 +838,10 @@ class TableWriter:
     async def upsert_encoded(
         self, by_partition: Mapping[int, Sequence[bytes]], *, deadline_s: float = 60.0
     ) -> WriteResult:
-        """Write rows encoded already (`replica.rows` maps) and grouped by partition (`keys.partition_for`
+        """Write rows encoded already (`protocol.rows` maps) and grouped by partition (`keys.partition_for`
         of each row's encoded key over the partition count of `metadata()`): what `upsert` does once it has
         encoded, for callers that encode in bulk (the Spark sink, from Arrow batches). An entry may be a
-        tombstone instead (`replica.rows.encode_tombstone` of an encoded key): a delete, in its place. The
+        tombstone instead (`protocol.rows.encode_tombstone` of an encoded key): a delete, in its place. The
         actives check every entry's key and partition as for `upsert`: one in the wrong partition fails with
         INVALID_ROW. A partition outside the table or a row over the size limit fails before anything is
         sent. Ordered and pipelined with the writer's other calls as `upsert` is."""

@@ -46,7 +46,8 @@ from hotstate.log.batch import (
     decode_batch,
     encode_batch,
 )
-from hotstate.log.epochs import EPOCH_FILE, LeaderEpochCache, write_checkpoint
+from hotstate.log.divergence import DivergingEpoch
+from hotstate.log.epochs import EPOCH_FILE, NO_EPOCH, EpochIndex, write_checkpoint
 from hotstate.log.errors import CorruptLogError, LogError, OffsetOutOfRangeError
 from hotstate.log.files import (
     CLEAN_SHUTDOWN_FILE,
@@ -82,7 +83,7 @@ class Log:
         self._bases: list[int] = []  # base offsets of _segments, for bisect
         self._start = 0
         self._end = 0
-        self._epochs = LeaderEpochCache()
+        self._epochs = EpochIndex()
         # Metadata files or directory entries written without fsync (fsync="never") since the last flush.
         self._metadata_unsynced = False
         self._closed = False
@@ -175,13 +176,15 @@ class Log:
         """(epoch, start offset) for every epoch with a record in [start_offset, end_offset), ascending."""
         return self._epochs.entries()
 
-    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
-        """(largest known epoch <= `epoch`, where it ends: next epoch's start or end_offset); else (-1, -1).
+    def end_offset_for_epoch(self, epoch: int) -> DivergingEpoch | None:
+        """The largest known epoch <= `epoch` and where it ends (next epoch's start or end_offset); None if
+        none is known. See EpochIndex.end_offset_for_epoch for the edges.
 
-        See LeaderEpochCache.end_offset_for for how this differs from Kafka's at the edges.
+        The checkpoint file does not keep the epoch below the start, so above offset 0 an epoch below every
+        record's answers None (the fetcher needs a snapshot), as after a reopen.
         """
         self._check_open()
-        return self._epochs.end_offset_for(epoch, self._end)
+        return self._epochs.end_offset_for_epoch(epoch, self._end)
 
     # -- writes -------------------------------------------------------------------------------------
 
@@ -228,7 +231,7 @@ class Log:
                 segment.replace_tail(position, encode_batch(prefix), fsync=self._always)
         self._sync_dir_if(removed)
         self._end = offset
-        if self._epochs.truncate_from_end(offset):
+        if self._epochs.truncate_to(offset):
             self._write_epochs()
 
     def advance_start_offset(self, offset: int) -> None:
@@ -246,7 +249,7 @@ class Log:
         write_start_offset(self._dir, StartOffsetState(offset, False), fsync=self._always)
         self._note_metadata_write()
         self._start = offset
-        if self._epochs.truncate_from_start(offset) | self._epochs.truncate_from_end(self._end):
+        if self._epochs.advance_start(offset, self._end, NO_EPOCH):
             self._write_epochs()
         changed = False
         if offset == self._end and self._segments[-1].size > 0:
@@ -266,7 +269,7 @@ class Log:
         # Marked pending first: open() finishes an interrupted reset instead of mixing old and new.
         write_start_offset(self._dir, StartOffsetState(start_offset, True), fsync=self._always)
         self._delete_segments_after(-1)
-        self._epochs = LeaderEpochCache()
+        self._epochs.reset(start_offset, NO_EPOCH)
         self._write_epochs()
         self._segments = [Segment.create(self._dir, start_offset)]
         self._bases = [start_offset]
@@ -391,7 +394,7 @@ class Log:
             active.sync_data()
         self._end = batch.next_offset
         # After the records: a crash in between leaves an entry to re-derive, never one without records.
-        if self._epochs.assign(batch.leader_epoch, batch.base_offset):
+        if self._epochs.append(batch.leader_epoch, batch.base_offset):
             self._write_epochs()
 
     def _roll(self, base_offset: int) -> Segment:

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from hotstate.log.epochs import EPOCH_FILE, LeaderEpochCache, read_checkpoint, write_checkpoint
+from hotstate.log.epochs import EPOCH_FILE, NO_EPOCH, EpochIndex, read_checkpoint, write_checkpoint
 from hotstate.log.errors import CorruptLogError
 from hotstate.log.files import (
     CLEAN_SHUTDOWN_FILE,
@@ -52,7 +52,7 @@ class RecoveredLog(NamedTuple):
     segments: list[Segment]
     start_offset: int
     end_offset: int
-    epochs: LeaderEpochCache
+    epochs: EpochIndex
 
 
 def recover(
@@ -146,7 +146,7 @@ class _Recovery:
         write_start_offset(self.directory, StartOffsetState(start, False), fsync=self.always)
         if self.always:
             fsync_dir(self.directory)
-        return RecoveredLog(self.segments, start, start, LeaderEpochCache())
+        return RecoveredLog(self.segments, start, start, EpochIndex(start_offset=start, start_epoch=NO_EPOCH))
 
     def scan_last(self) -> list[tuple[Segment, ScanResult]]:
         for segment, following in zip(self.segments, self.segments[1:], strict=False):
@@ -210,9 +210,7 @@ class _Recovery:
         while len(self.segments) > first:
             self.segments.pop().delete()
 
-    def recover_epochs(
-        self, scanned: list[tuple[Segment, ScanResult]], start: int, end: int
-    ) -> LeaderEpochCache:
+    def recover_epochs(self, scanned: list[tuple[Segment, ScanResult]], start: int, end: int) -> EpochIndex:
         entries = read_checkpoint(self.directory)
         scanned_changes = [change for _, result in scanned for change in result.epoch_changes]
         if entries is None:
@@ -220,15 +218,16 @@ class _Recovery:
             first_scanned = scanned[0][0].base_offset
             unscanned = [s for s in self.segments if s.base_offset < first_scanned]
             changes = [change for s in unscanned for change in s.scan_epochs()] + scanned_changes
-            cache = LeaderEpochCache(epochs_from(changes, start))
+            cache = EpochIndex(epochs_from(changes, start))
         else:
-            cache = LeaderEpochCache(entries)
+            cache = EpochIndex(entries)
             # Before adding: an entry past the end would hide a lower epoch the records start later.
-            cache.truncate_from_end(end)
+            cache.truncate_to(end)
             for epoch, offset in epochs_from(scanned_changes, start):
-                cache.assign(epoch, offset)
-        cache.truncate_from_start(start)
-        cache.truncate_from_end(end)
+                cache.append(epoch, offset)
+        # The checkpoint does not keep the epoch below the start: not vouched for.
+        cache.advance_start(start, end, NO_EPOCH)
+        cache.truncate_to(end)  # advance_start does it only when the start moves
         if cache.entries() != entries:
             write_checkpoint(self.directory, cache.entries(), fsync=self.always)
         return cache

@@ -2,6 +2,11 @@
 
 - `wire.MESSAGES`: the one registry (type id <-> message class) of the RPC codec, for servers and clients.
 - `cluster`: the DescribeCluster messages.
+- `http_api`: what HTTP query clients and servers agree on (the default query timeout, error codes).
+- `replica_state`: `ReplicaState`, a replica's state in lag reports and query answers.
+- `keys`, `rows`: the key encoding and partitioner, and the row and record codec, which writers, servers
+  and the Spark sink all use (protocol/keys.py and protocol/rows.py re-export them for server/queries.py
+  until it is split).
 
 The message classes themselves live beside the cores that speak them (raft/messages.py,
 replica/messages.py, controller/requests.py); this package only gathers them under their wire ids.

@@ -16,10 +16,11 @@ from collections.abc import Iterable, KeysView, Mapping
 from dataclasses import dataclass, field
 
 from hotstate.controller.image import TableInfo
+from hotstate.protocol.http_api import DEFAULT_QUERY_TIMEOUT_MS
+from hotstate.protocol.rows import decode_rows, may_hold_non_finite
 from hotstate.query.plan import FullScan, KeyLookup, KeyRange, QueryPlan
 from hotstate.query.tokens import Positions, TokenError, decode, encode, merge
 from hotstate.replica.messages import PartitionQueryRequest, PartitionQueryResponse
-from hotstate.replica.rows import decode_rows, may_hold_non_finite
 
 # ksqlDB's name, and `acceptable.offset.lag` as users of the anchors' docs bring it.
 MAX_LAG_PROPERTIES = ("max_lag", "ksql.query.pull.max.allowed.offset.lag", "acceptable.offset.lag")
@@ -46,7 +47,7 @@ KNOWN_PROPERTIES = frozenset(
 )
 # Push-query settings that ksqlDB's clients send with every statement; they mean nothing to a pull query.
 IGNORED_PROPERTIES = frozenset(("auto.offset.reset", "ksql.streams.auto.offset.reset"))
-DEFAULT_TIMEOUT_MS = 10_000
+DEFAULT_TIMEOUT_MS = DEFAULT_QUERY_TIMEOUT_MS  # clients size their own timeouts from it
 MAX_TIMEOUT_MS = 300_000
 MAX_LAG_LIMIT = 2**63 - 1  # what every API and the wire can carry; larger means unbounded: pass null
 MAX_ROWS = 100_000  # the most rows one query returns; more needs a LIMIT and key ranges

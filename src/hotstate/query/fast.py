@@ -30,8 +30,9 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
-from hotstate.query.sql import MAX_ANDS, Condition, Op, Predicate, PullQuery, _PullDialect, limit_count
-from hotstate.replica.keys import KeyValue
+from hotstate.protocol.keys import KeyValue
+from hotstate.query.dialect import PullDialect
+from hotstate.query.pull_query import MAX_ANDS, Condition, Op, Predicate, PullQuery, limit_count
 
 __all__ = ["recognize"]
 
@@ -57,7 +58,7 @@ _TOKENS: Final = re.compile(
 # in these shapes a name is never next to a word other than SELECT, FROM, WHERE, AND, IN, BETWEEN, LIMIT.
 _RESERVED: Final = frozenset(
     word
-    for word in (*_PullDialect.tokenizer_class.KEYWORDS, *_PullDialect.parser_class.NO_PAREN_FUNCTION_PARSERS)
+    for word in (*PullDialect.tokenizer_class.KEYWORDS, *PullDialect.parser_class.NO_PAREN_FUNCTION_PARSERS)
     if re.fullmatch(r"[A-Z_][A-Z0-9_]*", word)
 )
 _NAME_START: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")

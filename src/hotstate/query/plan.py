@@ -1,7 +1,7 @@
 """Planning a pull query against a table's key: which encoded keys, or which one key range, to read.
 
 A table's rows sit in the partition picked by the hash of their encoded key, and each partition keeps
-them in encoded-key order (replica/keys.py). So a WHERE that pins every key column is a set of point
+them in encoded-key order (protocol/keys.py). So a WHERE that pins every key column is a set of point
 lookups, each on one partition; a WHERE that pins the leading key columns to one value each, and maybe
 bounds the next one, is one byte range, read on every partition and merged; no WHERE reads everything.
 Any other WHERE would need a filter over scanned rows, which pull queries do not do (nor does ksqlDB),
@@ -21,6 +21,15 @@ from typing import TypeAlias
 
 from hotstate.controller.image import TableInfo
 from hotstate.controller.records import KeyColumn, KeyType
+from hotstate.protocol.keys import (
+    InvalidKeyError,
+    KeyEncodeError,
+    KeyValue,
+    encode_component,
+    partitions_of,
+    short_repr,
+    str_components,
+)
 from hotstate.query.sql import (
     Condition,
     Op,
@@ -30,15 +39,6 @@ from hotstate.query.sql import (
     TupleIn,
     UnsupportedQueryError,
     parse_timestamp,
-)
-from hotstate.replica.keys import (
-    InvalidKeyError,
-    KeyEncodeError,
-    KeyValue,
-    encode_component,
-    partitions_of,
-    short_repr,
-    str_components,
 )
 
 __all__ = [

@@ -33,17 +33,29 @@ import functools
 import itertools
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
-from enum import StrEnum
-from typing import Any, ClassVar, Final, TypeAlias
+from typing import Any, Final
 
 import sqlglot
 from sqlglot import exp
-from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError, TokenError
-from sqlglot.tokens import Tokenizer as _BaseTokenizer
 
-from hotstate.replica.keys import KeyValue
+from hotstate.protocol.keys import KeyValue
+from hotstate.query.dialect import PullDialect
+from hotstate.query.fast import recognize
+from hotstate.query.pull_query import (
+    MAX_ANDS,
+    MAX_LIMIT,
+    Condition,
+    InvalidSqlError,
+    Op,
+    Predicate,
+    PullQuery,
+    QueryError,
+    TupleIn,
+    UnsupportedQueryError,
+    limit_count,
+    shortened,
+)
 
 __all__ = [
     "MAX_ANDS",
@@ -77,77 +89,12 @@ SLOW_PARSE_CHARS: Final = 4096
 # recursion limit (fewer on a deeper call stack); refusing beyond 32 makes the outcome not depend on
 # where parse() is called from.
 MAX_NESTING: Final = 32
-# sqlglot takes ~40 us per condition (1.2 s for 20,000 ANDs); no pull query needs this many (many keys
-# go in one IN list).
-MAX_ANDS: Final = 1000
-# LIMIT is a signed 64-bit integer wherever it goes next (msgpack between nodes, ksqlDB clients).
-MAX_LIMIT: Final = 2**63 - 1
 # Statements the full parser answered, by their exact text; only short ones, so that the cache holds at
 # most a few MB (a client sending distinct long statements must not pin 1,024 x 512 KiB).
 _CACHE_ENTRIES = 1024
 _CACHED_CHARS = SLOW_PARSE_CHARS
 
 
-class QueryError(ValueError):
-    """A query that cannot be answered; the message is written for the person who sent it."""
-
-
-class InvalidSqlError(QueryError):
-    """Text that is not SQL, or a literal that is malformed (an odd-length hex string, a bad timestamp)."""
-
-
-class UnsupportedQueryError(QueryError):
-    """Valid SQL that is not a pull query this server can answer."""
-
-
-class Op(StrEnum):
-    EQ = "="
-    IN = "IN"
-    LT = "<"
-    LE = "<="
-    GT = ">"
-    GE = ">="
-    BETWEEN = "BETWEEN"
-
-
-@dataclass(frozen=True, slots=True)
-class Condition:
-    """`column op values`: one value for = < <= > >=, the list for IN, (low, high) for BETWEEN."""
-
-    column: str
-    op: Op
-    values: tuple[KeyValue, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class TupleIn:
-    """`(c1, c2, ...) IN ((a1, a2, ...), ...)`; `(c1, c2) = (a1, a2)` is its one-row case."""
-
-    columns: tuple[str, ...]
-    rows: tuple[tuple[KeyValue, ...], ...]
-
-
-Predicate: TypeAlias = Condition | TupleIn
-
-
-@dataclass(frozen=True, slots=True)
-class PullQuery:
-    table: str
-    columns: tuple[str, ...] | None  # None: SELECT *
-    conditions: tuple[Predicate, ...]  # all must hold; empty without WHERE
-    limit: int | None
-
-
-# sqlglot's default dialect with ksqlDB's lexical rules: backtick identifiers, single-quoted strings only,
-# and X'..' hex literals for BYTES keys.
-class _PullDialect(Dialect):
-    class Tokenizer(_BaseTokenizer):
-        QUOTES: ClassVar[list[str | tuple[str, str]]] = ["'"]  # so that "x" is an identifier, not a string
-        IDENTIFIERS: ClassVar[list[str | tuple[str, str]]] = ["`", '"']
-        HEX_STRINGS: ClassVar[list[str | tuple[str, str]]] = [("X'", "'"), ("x'", "'")]
-
-
-_MAX_SHOWN = 120
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _CLASS_REPR = re.compile(r"<class '(?:[\w.]+\.)?(\w+)'>")
 _TOKEN_REPR = re.compile(r"<Token token_type: TokenType\.(\w+), text: (.*?), line: [^>]*>")
@@ -225,15 +172,7 @@ def parse_fast(sql: str) -> PullQuery | None:
         )
     if not sql.isascii():
         _check_surrogates(sql)
-    return _fast.recognize(sql)
-
-
-def limit_count(digits: str) -> int:
-    """LIMIT's count from its digits; shared with fast.py so that both paths refuse the same counts."""
-    significant = digits.lstrip("0") or "0"
-    if len(significant) > len(str(MAX_LIMIT)) or int(significant) > MAX_LIMIT:
-        raise UnsupportedQueryError(f"LIMIT must be at most {MAX_LIMIT}, got {_short(digits)}")
-    return int(significant)
+    return recognize(sql)
 
 
 def _check_surrogates(sql: str) -> None:
@@ -294,7 +233,7 @@ def parse_timestamp(text: str) -> dt.datetime:
 
 def _sqlglot_parse(sql: str) -> Sequence[object]:
     try:
-        return sqlglot.parse(sql, read=_PullDialect)
+        return sqlglot.parse(sql, read=PullDialect)
     except ParseError as e:
         if _is_push_query(sql):
             raise UnsupportedQueryError(_PUSH_QUERY) from None
@@ -309,7 +248,7 @@ def _sqlglot_parse(sql: str) -> Sequence[object]:
 
 def _is_push_query(sql: str) -> bool:
     try:
-        words = [token.text.upper() for token in _PullDialect().tokenize(sql)]
+        words = [token.text.upper() for token in PullDialect().tokenize(sql)]
     except Exception:  # only refines the message of a query that already failed to parse
         return False
     return any(a == "EMIT" and b in ("CHANGES", "FINAL") for a, b in itertools.pairwise(words))
@@ -330,23 +269,19 @@ def _parse_error_message(error: ParseError) -> str:
 
 def _one_line(text: str) -> str:
     text = _TOKEN_REPR.sub(_token_text, _CLASS_REPR.sub(r"\1", _ANSI.sub("", text)))
-    return _short(" ".join(text.split()))
+    return shortened(" ".join(text.split()))
 
 
 def _token_text(match: re.Match[str]) -> str:
     return "the end of the query" if match[1] == "SENTINEL" else repr(match[2])
 
 
-def _short(text: str) -> str:
-    return text if len(text) <= _MAX_SHOWN else text[: _MAX_SHOWN - 3] + "..."
-
-
 def _show(node: object) -> str:
     """SQL text for a message."""
     if not isinstance(node, exp.Expression):
-        return _short(str(node))
+        return shortened(str(node))
     try:
-        return _one_line(node.sql(dialect=_PullDialect))
+        return _one_line(node.sql(dialect=PullDialect))
     except Exception:  # rendering is only for the message; never let it replace the real error
         return node.key.upper()
 
@@ -635,7 +570,7 @@ def _number(text: str) -> int | float:
     try:
         return int(text) if _DIGITS.fullmatch(text) else float(text)
     except ValueError:  # float() of a malformed token, or an int of more digits than int() will read
-        raise InvalidSqlError(f"invalid number {_short(text)}") from None
+        raise InvalidSqlError(f"invalid number {shortened(text)}") from None
 
 
 def _hex(digits: str) -> bytes:
@@ -643,7 +578,7 @@ def _hex(digits: str) -> bytes:
         return bytes.fromhex(digits)
     except ValueError:
         raise InvalidSqlError(
-            f"invalid hex literal X'{_short(digits)}': it needs pairs of hex digits"
+            f"invalid hex literal X'{shortened(digits)}': it needs pairs of hex digits"
         ) from None
 
 
@@ -658,10 +593,6 @@ def _typed_literal(node: exp.Cast) -> KeyValue:
         return parse_timestamp(str(text.this))
     except ValueError:
         raise InvalidSqlError(
-            f"invalid TIMESTAMP literal {_short(str(text.this))!r}: expected ISO-8601 such as "
+            f"invalid TIMESTAMP literal {shortened(str(text.this))!r}: expected ISO-8601 such as "
             "'2026-01-02 03:04:05'"
         ) from None
-
-
-# Last, as fast.py builds this module's types (and imports them from here).
-from hotstate.query import fast as _fast  # noqa: E402

@@ -6,10 +6,10 @@ change to disk from the operations a `Ready` lists.
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Iterable
 
 from hotstate.log.divergence import DivergingEpoch
+from hotstate.log.epochs import EpochIndex
 from hotstate.raft.records import Entry, SnapshotId
 
 
@@ -20,9 +20,9 @@ class RaftLogError(Exception):
 class RaftLog:
     def __init__(self, snapshot_id: SnapshotId | None = None, entries: Iterable[Entry] = ()) -> None:
         self._entries: list[Entry] = []
-        # (epoch, first offset of that epoch), ascending in both. The snapshot's epoch, if any, is pinned at
-        # the log start so that divergence checks can reason about the offsets the snapshot replaced.
-        self._epoch_starts: list[tuple[int, int]] = []
+        # The snapshot's epoch is the start epoch, so that divergence checks can reason about the offsets
+        # the snapshot replaced.
+        self._epochs = EpochIndex()
         self._reset(snapshot_id)
         for entry in entries:
             if entry.offset < self._start:
@@ -31,11 +31,8 @@ class RaftLog:
 
     def _reset(self, snapshot_id: SnapshotId | None) -> None:
         self._entries = []
-        self._epoch_starts = []
         self._start = 0 if snapshot_id is None else snapshot_id.end_offset
-        self._start_epoch = 0 if snapshot_id is None else snapshot_id.epoch
-        if snapshot_id is not None and snapshot_id.end_offset > 0:
-            self._epoch_starts.append((snapshot_id.epoch, snapshot_id.end_offset))
+        self._epochs.reset(self._start, 0 if snapshot_id is None else snapshot_id.epoch)
 
     @property
     def start_offset(self) -> int:
@@ -44,7 +41,7 @@ class RaftLog:
     @property
     def start_epoch(self) -> int:
         """Epoch of the entry just below the log start (the snapshot's), 0 when nothing is below it."""
-        return self._start_epoch
+        return self._epochs.start_epoch
 
     @property
     def end_offset(self) -> int:
@@ -52,7 +49,7 @@ class RaftLog:
 
     @property
     def last_epoch(self) -> int:
-        return self._entries[-1].epoch if self._entries else self._start_epoch
+        return self._entries[-1].epoch if self._entries else self._epochs.start_epoch
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -65,7 +62,7 @@ class RaftLog:
     def epoch_at(self, offset: int) -> int:
         """Epoch of the entry at `offset`; the snapshot's epoch for the offset just below the start."""
         if offset == self._start - 1:
-            return self._start_epoch
+            return self._epochs.start_epoch
         if offset == -1:
             return 0
         return self.entry(offset).epoch
@@ -93,8 +90,7 @@ class RaftLog:
                 raise RaftLogError(f"append at {entry.offset} but the log ends at {self.end_offset}")
             if entry.epoch < self.last_epoch:
                 raise RaftLogError(f"append of epoch {entry.epoch} after epoch {self.last_epoch}")
-            if not self._epoch_starts or self._epoch_starts[-1][0] < entry.epoch:
-                self._epoch_starts.append((entry.epoch, entry.offset))
+            self._epochs.append(entry.epoch, entry.offset)
             self._entries.append(entry)
 
     def truncate_to(self, offset: int) -> None:
@@ -104,9 +100,7 @@ class RaftLog:
         if offset >= self.end_offset:
             return
         del self._entries[offset - self._start :]
-        pinned = 1 if self._start > 0 else 0  # the snapshot's epoch entry is never truncated
-        while len(self._epoch_starts) > pinned and self._epoch_starts[-1][1] >= offset:
-            self._epoch_starts.pop()
+        self._epochs.truncate_to(offset)
 
     def advance_start(self, snapshot_id: SnapshotId) -> None:
         """Forget the entries a snapshot now covers; a snapshot beyond the log end empties the log."""
@@ -115,9 +109,9 @@ class RaftLog:
         if snapshot_id.end_offset >= self.end_offset:
             self._reset(snapshot_id)
             return
-        kept = self._entries[snapshot_id.end_offset - self._start :]
-        self._reset(snapshot_id)
-        self.append(kept)
+        del self._entries[: snapshot_id.end_offset - self._start]
+        self._start = snapshot_id.end_offset
+        self._epochs.advance_start(self._start, self.end_offset, snapshot_id.epoch)
 
     def reset(self, snapshot_id: SnapshotId) -> None:
         """Start over, empty, right after a snapshot received from the leader."""
@@ -128,13 +122,4 @@ class RaftLog:
 
         None when every epoch this log knows is newer (the answer lies inside the snapshot or nowhere).
         """
-        if not self._epoch_starts:
-            # An empty log that never had a snapshot agrees with everybody on the empty prefix.
-            return DivergingEpoch(0, 0) if self._start == 0 and epoch >= 0 else None
-        index = bisect.bisect_right(self._epoch_starts, epoch, key=lambda start: start[0]) - 1
-        if index < 0:
-            return None
-        found_epoch = self._epoch_starts[index][0]
-        if index + 1 < len(self._epoch_starts):
-            return DivergingEpoch(found_epoch, self._epoch_starts[index + 1][1])
-        return DivergingEpoch(found_epoch, self.end_offset)
+        return self._epochs.end_offset_for_epoch(epoch, self.end_offset)

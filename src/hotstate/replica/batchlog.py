@@ -12,6 +12,7 @@ from collections.abc import Iterable
 
 from hotstate.log.batch import RecordBatch
 from hotstate.log.divergence import DivergingEpoch
+from hotstate.log.epochs import EpochIndex
 
 
 class BatchLogError(Exception):
@@ -29,11 +30,10 @@ class BatchLog:
         self._batches: list[RecordBatch] = []
         self._bases: list[int] = []
         self._start = start_offset
-        # Epoch of the record just below the start (a snapshot's, or the trimmed prefix's): pinned so that a
-        # fetcher positioned exactly at the start can still be checked for divergence.
-        self._start_epoch = start_epoch
+        # Its start epoch is the record's just below the start (a snapshot's, or the trimmed prefix's), so
+        # that a fetcher positioned exactly at the start can still be checked for divergence.
+        self._epochs = EpochIndex(start_offset=start_offset, start_epoch=start_epoch)
         self._end = start_offset
-        self._epoch_starts: list[tuple[int, int]] = [(start_epoch, start_offset)] if start_offset else []
         for batch in batches:
             self.append(batch)
 
@@ -43,7 +43,7 @@ class BatchLog:
 
     @property
     def start_epoch(self) -> int:
-        return self._start_epoch
+        return self._epochs.start_epoch
 
     @property
     def end_offset(self) -> int:
@@ -51,7 +51,7 @@ class BatchLog:
 
     @property
     def last_epoch(self) -> int:
-        return self._batches[-1].leader_epoch if self._batches else self._start_epoch
+        return self._batches[-1].leader_epoch if self._batches else self._epochs.start_epoch
 
     @property
     def batch_count(self) -> int:
@@ -59,11 +59,9 @@ class BatchLog:
 
     def epoch_at(self, offset: int) -> int:
         """Epoch of the record at `offset`; the pinned start epoch just below the start."""
-        if offset == self._start - 1:
-            return self._start_epoch
-        if not self._start <= offset < self._end:
+        if offset != self._start - 1 and not self._start <= offset < self._end:
             raise BatchLogError(f"offset {offset} outside the log [{self._start}, {self._end})")
-        return self._batches[bisect.bisect_right(self._bases, offset) - 1].leader_epoch
+        return self._epochs.epoch_at(offset)
 
     def append(self, batch: RecordBatch) -> None:
         if batch.base_offset != self._end:
@@ -72,8 +70,7 @@ class BatchLog:
             raise BatchLogError("an empty batch")
         if batch.leader_epoch < self.last_epoch:
             raise BatchLogError(f"batch of epoch {batch.leader_epoch} after epoch {self.last_epoch}")
-        if not self._epoch_starts or self._epoch_starts[-1][0] < batch.leader_epoch:
-            self._epoch_starts.append((batch.leader_epoch, batch.base_offset))
+        self._epochs.append(batch.leader_epoch, batch.base_offset)
         self._batches.append(batch)
         self._bases.append(batch.base_offset)
         self._end = batch.next_offset
@@ -125,9 +122,7 @@ class BatchLog:
         del self._batches[max(index, 0) :]
         del self._bases[max(index, 0) :]
         self._end = offset
-        pinned = 1 if self._start > 0 else 0
-        while len(self._epoch_starts) > pinned and self._epoch_starts[-1][1] >= offset:
-            self._epoch_starts.pop()
+        self._epochs.truncate_to(offset)
 
     def advance_start(self, offset: int) -> int:
         """Forget the batches wholly below `offset` (never past the end); returns the new start."""
@@ -138,12 +133,10 @@ class BatchLog:
         if index <= 0:
             return self._start
         new_start = self._bases[index] if index < len(self._bases) else self._end
-        self._start_epoch = self._batches[index - 1].leader_epoch
+        self._epochs.advance_start(new_start, self._end, self._batches[index - 1].leader_epoch)
         del self._batches[:index]
         del self._bases[:index]
         self._start = new_start
-        kept = [(epoch, start) for epoch, start in self._epoch_starts if start >= new_start]
-        self._epoch_starts = [(self._start_epoch, new_start), *kept]
         return new_start
 
     def reset(self, start_offset: int, start_epoch: int) -> None:
@@ -151,17 +144,8 @@ class BatchLog:
         self._batches = []
         self._bases = []
         self._start = self._end = start_offset
-        self._start_epoch = start_epoch
-        self._epoch_starts = [(start_epoch, start_offset)] if start_offset else []
+        self._epochs.reset(start_offset, start_epoch)
 
     def end_offset_for_epoch(self, epoch: int) -> DivergingEpoch | None:
         """The largest epoch <= `epoch` this log knows, and where it ends; None when none is."""
-        if not self._epoch_starts:
-            return DivergingEpoch(0, 0) if self._start == 0 and epoch >= 0 else None
-        index = bisect.bisect_right(self._epoch_starts, epoch, key=lambda start: start[0]) - 1
-        if index < 0:
-            return None
-        found = self._epoch_starts[index][0]
-        if index + 1 < len(self._epoch_starts):
-            return DivergingEpoch(found, self._epoch_starts[index + 1][1])
-        return DivergingEpoch(found, self._end)
+        return self._epochs.end_offset_for_epoch(epoch, self._end)

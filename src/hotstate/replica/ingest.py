@@ -1,10 +1,10 @@
 """What an active does with the entries of a Produce before it appends them: every entry's key and partition
 checked, and the log records built, for the whole request at once.
 
-An entry is a row or a tombstone (`replica.rows`: a msgpack map, or the msgpack bin of the encoded key to
+An entry is a row or a tombstone (`protocol.rows`: a msgpack map, or the msgpack bin of the encoded key to
 delete; the first byte tells which). The checks are the writer's, redone: each row must be a msgpack map of
 columns holding the table's key columns with the right types, each tombstone's key must be a key of the
-table's key types exactly as `replica.keys` encodes it, and every key must hash to the partition the
+table's key types exactly as `protocol.keys` encodes it, and every key must hash to the partition the
 request names. Any problem refuses the whole request, naming the first bad entry and why. A row becomes the
 record [key, row]; a tombstone [key, nil], which every replica's store applies as a delete.
 
@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import cast
 
 from hotstate.controller.records import KeyColumn
-from hotstate.replica.keys import (
+from hotstate.protocol.keys import (
     checked_key,
     encode_key,
     encode_keys,
@@ -30,7 +30,7 @@ from hotstate.replica.keys import (
     partition_for,
     partitions_of,
 )
-from hotstate.replica.rows import decode_entries, decode_entry, encode_record, encode_records
+from hotstate.protocol.rows import decode_entries, decode_entry, encode_record, encode_records
 
 __all__ = ["entry_keys", "records_for_rows", "row_keys"]
 

@@ -105,7 +105,7 @@ ReplicaMessage = FetchRequest | FetchResponse
 @dataclass(frozen=True, slots=True)
 class ProduceRequest:
     """Upserts and deletes for one partition (what the Spark sink sends), applied in order. Each entry of
-    `rows` is a row, a msgpack map (replica.rows) that holds the table's key columns, or a tombstone, the
+    `rows` is a row, a msgpack map (protocol.rows) that holds the table's key columns, or a tombstone, the
     msgpack bin of the encoded key to delete (`rows.encode_tombstone`); the active derives or checks the
     keys, so an entry sent to the wrong partition, or a tombstone whose bytes are not a key of the table's
     key types, is refused. Answered once committed (acks=all) or with an error."""
@@ -210,7 +210,7 @@ class LagInfoResponse:
 @dataclass(frozen=True, slots=True)
 class MetadataForKeyRequest:
     table: str
-    key_row: bytes  # the key columns as a row (replica.rows.encode_row)
+    key_row: bytes  # the key columns as a row (protocol.rows.encode_row)
 
 
 @dataclass(frozen=True, slots=True)

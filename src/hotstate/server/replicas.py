@@ -39,6 +39,8 @@ from hotstate.controller.requests import (
 from hotstate.log.batch import RecordBatch
 from hotstate.log.errors import CorruptLogError
 from hotstate.log.log import FsyncPolicy, Log
+from hotstate.protocol.replica_state import ReplicaState, as_replica_state
+from hotstate.protocol.rows import decode_records
 from hotstate.replica.batchlog import BatchLog
 from hotstate.replica.core import (
     AdvanceStart,
@@ -70,7 +72,6 @@ from hotstate.replica.messages import (
     ReplicaError,
     ReplicaMessage,
 )
-from hotstate.replica.rows import decode_records
 from hotstate.replica.store import Store, StoreCorruptError, StoreError, StoreSnapshot
 from hotstate.routing.freshness import EndWitness, lag_report
 from hotstate.routing.freshness import replica_state as state_of
@@ -769,8 +770,9 @@ def open_replica_files(
     return store, plog, batches
 
 
-def replica_state(replica: LocalReplica) -> str:
-    return state_of(replica.core, replica.info.warmups)
+def replica_state(replica: LocalReplica) -> ReplicaState:
+    # routing.freshness still answers a str: routing/ is being reworked by another change.
+    return as_replica_state(state_of(replica.core, replica.info.warmups))
 
 
 def _view(part: PartitionInfo) -> PartitionView:

@@ -8,7 +8,8 @@ Pure functions of the image, but `answer_table_metadata`, which waits on the met
 from __future__ import annotations
 
 from hotstate.controller.image import MetadataImage
-from hotstate.replica.keys import encode_key, key_from_row, partition_for
+from hotstate.protocol.keys import encode_key, key_from_row, partition_for
+from hotstate.protocol.rows import decode_row
 from hotstate.replica.messages import (
     MAX_METADATA_WATCH_MS,
     MetadataForKeyRequest,
@@ -26,7 +27,6 @@ from hotstate.replica.messages import (
     TableMetadataRequest,
     TableMetadataResponse,
 )
-from hotstate.replica.rows import decode_row
 from hotstate.server.metadata import MetadataPublisher
 
 

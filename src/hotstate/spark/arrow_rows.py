@@ -1,5 +1,5 @@
-"""Rows and keys of an Arrow record batch, encoded a column at a time: the bytes `replica.rows.encode_row`
-and `replica.keys.encode_key` give for the dicts the Row path of the sink builds, without a Python object
+"""Rows and keys of an Arrow record batch, encoded a column at a time: the bytes `protocol.rows.encode_row`
+and `protocol.keys.encode_key` give for the dicts the Row path of the sink builds, without a Python object
 per value.
 
 Spark hands a `mapInArrow` task its rows as Arrow record batches (columns of C arrays). Each column here
@@ -17,7 +17,7 @@ error naming the row and the column.
 msgpack layouts written here (msgpack-python writes the same for the same Python values):
   nil c0; false/true c2/c3; float 64 cb + 8 bytes; ints in the shortest form (fixint, cc-cf unsigned for
   non-negatives, d0-d3 signed for negatives); str a0|n, d9, da, db + UTF-8; bin c4, c5, c6 + bytes;
-  maps 80|n or de + u16 entries; ext types of replica.rows: d7 01 (naive datetime, int64 micros), d6 03
+  maps 80|n or de + u16 entries; ext types of protocol.rows: d7 01 (naive datetime, int64 micros), d6 03
   (date, int32 ordinal); an instant is msgpack's timestamp (ext -1) in the form msgpack-python picks for a
   Timestamp: d6 ff + u32 seconds (whole seconds below 2**32), d7 ff + u64 nanoseconds << 34 | seconds
   (seconds below 2**34), else c7 0c ff + u32 nanoseconds + int64 seconds.
@@ -305,7 +305,7 @@ def encode_arrow_batch(
     """The batch's encoded rows grouped by partition, each partition's rows in batch order.
 
     `deletes`: a boolean array, one per row (no nulls): where true the row's entry is a tombstone of its key
-    (`replica.rows.encode_tombstone`: the msgpack bin of the encoded key) instead of the row, in its place.
+    (`protocol.rows.encode_tombstone`: the msgpack bin of the encoded key) instead of the row, in its place.
     `keys_out`: extended with every row's encoded key, in batch order."""
     if batch.num_rows == 0:
         return {}

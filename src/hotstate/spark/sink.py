@@ -75,9 +75,9 @@ from pyspark.sql.types import (
 from hotstate.client.admin import AdminClient
 from hotstate.client.writer import Delete, TableWriter, WriteError, WriteResult
 from hotstate.controller.requests import ControllerError
+from hotstate.protocol.keys import encode_key, key_from_row
+from hotstate.protocol.rows import encode_tombstone
 from hotstate.query.tokens import cluster_tag, decode, merge
-from hotstate.replica.keys import encode_key, key_from_row
-from hotstate.replica.rows import encode_tombstone
 from hotstate.spark.arrow_rows import NotEncodable, encode_arrow_batch
 from hotstate.tls import PemTexts
 

@@ -40,7 +40,7 @@ __all__ = ["TableDefinition", "TableDefinitionError", "ensure_table", "key_colum
 
 log = logging.getLogger(__name__)
 
-# Spark type of a key column -> the table's key type (what replica.keys encodes).
+# Spark type of a key column -> the table's key type (what protocol.keys encodes).
 _KEY_TYPES: tuple[tuple[type[DataType], KeyType], ...] = (
     (StringType, KeyType.STRING),
     (LongType, KeyType.INT),

@@ -45,9 +45,9 @@ from hotstate.server.http.credentials import (
     SERVER_PRINCIPAL,
     Credentials,
     CredentialsError,
+    HttpRole,
     PasswordHash,
     Principal,
-    Role,
     parse_credentials,
 )
 from hotstate.server.http.metrics import Metrics
@@ -77,7 +77,7 @@ def _authorization(headers: Iterable[tuple[bytes, bytes]]) -> bytes | None:
     return next((value for name, value in headers if name == b"authorization"), None)
 
 
-def needed_role(method: str, path: str) -> Role | None:
+def needed_role(method: str, path: str) -> HttpRole | None:
     """What a request needs: None for the open paths."""
     if path in OPEN_PATHS or path.startswith("/ui/"):
         return None

@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, Literal
 
-Role = Literal["read", "admin"]
+HttpRole = Literal["read", "admin"]
 ROLES: Final = ("read", "admin")
 # scrypt's cost: N=2^14, r=8, p=1 is the usual interactive-login choice (16 MiB, ~50 ms on one core).
 SCRYPT_N: Final = 2**14
@@ -54,9 +54,9 @@ class Principal:
     """Who a request is: a user's or a token's name (or the cluster's servers), and its role."""
 
     name: str
-    role: Role
+    role: HttpRole
 
-    def may(self, needed: Role) -> bool:
+    def may(self, needed: HttpRole) -> bool:
         return needed == "read" or self.role == "admin"
 
 
@@ -88,7 +88,7 @@ class PasswordHash:
 class User:
     name: str
     password: PasswordHash
-    role: Role
+    role: HttpRole
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +148,7 @@ def _entries(data: Mapping[str, object], table: str) -> list[tuple[str, Mapping[
     return out
 
 
-def _role(where: str, entry: Mapping[str, object]) -> Role:
+def _role(where: str, entry: Mapping[str, object]) -> HttpRole:
     role = entry.get("role")
     if role == "read" or role == "admin":
         return role
@@ -186,7 +186,7 @@ def _user(name: str, entry: Mapping[str, object]) -> User:
     return User(name, PasswordHash(n, r, p, salt, digest), role)
 
 
-def _token(name: str, entry: Mapping[str, object]) -> tuple[bytes, Role]:
+def _token(name: str, entry: Mapping[str, object]) -> tuple[bytes, HttpRole]:
     where = f"tokens.{name}"
     _known(where, entry, ("sha256", "role"))
     role = _role(where, entry)

@@ -17,8 +17,8 @@ from typing import Any
 
 from hotstate.controller.image import MetadataImage, TableInfo
 from hotstate.controller.records import KEY_SQL_TYPES, KeyColumn, KeyType
+from hotstate.protocol.keys import KeyValue, partition_for
 from hotstate.query.plan import InvalidKeyValueError, key_component
-from hotstate.replica.keys import KeyValue, partition_for
 from hotstate.routing.lags import LagTable
 
 

@@ -35,6 +35,7 @@ import orjson
 
 from hotstate.controller.image import TableInfo
 from hotstate.controller.records import KEY_SQL_TYPES, KeyColumn, ValueColumn
+from hotstate.protocol.http_api import SERVER_NOT_READY
 from hotstate.query.execute import QueryError, QueryResult
 from hotstate.server.coordinator import Coordinator
 from hotstate.server.http.asgi import Receive, Send
@@ -49,7 +50,6 @@ NOT_FOUND = 40400
 TOO_LARGE = 41300
 SERVER_ERROR = 50000
 UNAVAILABLE = 50300
-SERVER_NOT_READY = 50302  # ksqlDB's ERROR_CODE_SERVER_NOT_READY: retriable, ask another server
 
 # A request body larger than this is refused unread: the biggest statement the parser takes
 # (hotstate.query.sql.MAX_STATEMENT_CHARS) fits, with room for JSON escapes.

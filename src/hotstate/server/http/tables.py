@@ -33,6 +33,7 @@ from hotstate.controller.requests import (
     CreateTableRequest,
     DeleteTableRequest,
 )
+from hotstate.protocol.http_api import SERVER_NOT_READY
 from hotstate.routing.lags import LagTable
 from hotstate.server.http.key_location import KeyLocationError, encoded_key, locate
 from hotstate.server.http.openapi import documented_body
@@ -41,7 +42,6 @@ from hotstate.server.http.queries import (
     BAD_STATEMENT,
     MAX_BODY_BYTES,
     NOT_FOUND,
-    SERVER_NOT_READY,
     TOO_LARGE,
     UNAVAILABLE,
     BadRequest,

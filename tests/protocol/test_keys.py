@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hotstate.controller.records import KeyColumn, KeyType
-from hotstate.replica.keys import (
+from hotstate.protocol.keys import (
     InvalidKeyError,
     KeyDecodeError,
     KeyEncodeError,

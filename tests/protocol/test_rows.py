@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hotstate.replica.rows import (
+from hotstate.protocol.rows import (
     RowDecodeError,
     RowEncodeError,
     decode_record,
@@ -256,7 +256,7 @@ def nested(depth: int, leaf: object = 1) -> object:
 
 
 def test_nesting_up_to_the_limit_round_trips_and_one_more_level_is_refused_naming_the_column() -> None:
-    from hotstate.replica.rows import MAX_NESTING
+    from hotstate.protocol.rows import MAX_NESTING
 
     row = {"deep": nested(MAX_NESTING), "map": {"a": nested(MAX_NESTING - 1)}}
     assert same(decode_row(encode_row(row)), row)
@@ -277,7 +277,7 @@ def test_a_value_nested_5000_deep_or_containing_itself_is_a_clear_error_not_a_re
 
 
 def test_check_nesting_refuses_decoded_rows_deeper_than_the_limit_and_decode_refuses_absurd_depth() -> None:
-    from hotstate.replica.rows import MAX_NESTING, check_nesting
+    from hotstate.protocol.rows import MAX_NESTING, check_nesting
 
     # Bytes another writer could send: {"a": [[...[nil]...]]}.
     def row_bytes(depth: int) -> bytes:

@@ -39,7 +39,7 @@ from typing import Any, cast
 import msgpack
 import msgspec
 
-from hotstate.replica.keys import datetime_micros, short_repr
+from hotstate.protocol.keys import datetime_micros, short_repr
 
 __all__ = [
     "MAX_NESTING",
@@ -298,7 +298,7 @@ _TOMBSTONE_HEADS = frozenset({0xC4, 0xC5, 0xC6})
 
 
 def encode_tombstone(key: bytes) -> bytes:
-    """A delete of `key` (an encoded key, `replica.keys`) as a Produce entry: the msgpack bin of the key.
+    """A delete of `key` (an encoded key, `protocol.keys`) as a Produce entry: the msgpack bin of the key.
     A row is a msgpack map (first byte 0x80-0x8f, 0xde or 0xdf), a tombstone a bin (0xc4-0xc6), so one
     byte tells them apart and a Produce of rows only is read exactly as before."""
     if type(key) is not bytes:
