@@ -23,10 +23,12 @@ from hotstate.protocol.rows import (
     encode_record,
     encode_row,
     encode_tombstone,
+    entry_keys,
     is_tombstone,
+    row_keys,
 )
 from hotstate.replica import ingest
-from hotstate.replica.ingest import entry_keys, records_for_rows, row_keys
+from hotstate.replica.ingest import records_for_rows
 
 STRING_KEY = (KeyColumn("user", KeyType.STRING),)
 COMPOSITE_KEY = (KeyColumn("user", KeyType.STRING), KeyColumn("n", KeyType.INT))

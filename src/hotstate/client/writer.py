@@ -64,11 +64,10 @@ from hotstate.protocol.keys import (
     partition_for,
     partitions_of,
 )
-from hotstate.protocol.rows import encode_row, encode_tombstone
+from hotstate.protocol.rows import encode_row, encode_tombstone, row_keys
 from hotstate.protocol.wire import MESSAGES
 from hotstate.query.tokens import cluster_tag
 from hotstate.query.tokens import encode as encode_token
-from hotstate.replica.ingest import row_keys
 from hotstate.replica.messages import (
     RETRIABLE,
     PartitionMetadata,

@@ -39,7 +39,15 @@ from typing import Any, cast
 import msgpack
 import msgspec
 
-from hotstate.protocol.keys import datetime_micros, short_repr
+from hotstate.controller.records import KeyColumn
+from hotstate.protocol.keys import (
+    checked_key,
+    datetime_micros,
+    encode_key,
+    encode_keys,
+    key_from_row,
+    short_repr,
+)
 
 __all__ = [
     "MAX_NESTING",
@@ -56,8 +64,10 @@ __all__ = [
     "encode_records",
     "encode_row",
     "encode_tombstone",
+    "entry_keys",
     "is_tombstone",
     "may_hold_non_finite",
+    "row_keys",
 ]
 
 EXT_NAIVE_DATETIME = 1
@@ -420,3 +430,31 @@ def decode_records(records: Sequence[bytes]) -> list[tuple[bytes, bytes | None]]
         else:
             return cast(list[tuple[bytes, bytes | None]], out)
     return [decode_record(record) for record in records]  # raises on the first bad one, naming it
+
+
+def entry_keys(
+    rows: Sequence[bytes], key_columns: Sequence[KeyColumn]
+) -> tuple[list[bytes], Sequence[bytes | None]]:
+    """The encoded key of every entry and what its record holds (the row, or None for a tombstone), in a few
+    passes; ValueError, TypeError, OverflowError, KeyError or UnicodeError when an entry is bad
+    (`_one_by_one` says which and why)."""
+    decoded, tombstones = decode_entries(rows)
+    if not tombstones:
+        only_rows = cast(list[dict[str, object]], decoded)
+        keys = encode_keys(only_rows, key_columns)
+        if keys is None:
+            keys = [encode_key(key_from_row(row, key_columns)) for row in only_rows]
+        return keys, rows
+    keys = [
+        checked_key(entry, key_columns)
+        if isinstance(entry, bytes)
+        else encode_key(key_from_row(entry, key_columns))
+        for entry in decoded
+    ]
+    return keys, [None if type(entry) is bytes else row for entry, row in zip(decoded, rows, strict=True)]
+
+
+def row_keys(rows: Sequence[bytes], key_columns: Sequence[KeyColumn]) -> list[bytes]:
+    """The encoded key of every entry (a row's, or the key a tombstone deletes); the errors of
+    `entry_keys`."""
+    return entry_keys(rows, key_columns)[0]

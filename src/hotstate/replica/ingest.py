@@ -19,20 +19,18 @@ and the same errors (tests/replica/test_ingest.py holds them to each other).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import cast
 
 from hotstate.controller.records import KeyColumn
 from hotstate.protocol.keys import (
     checked_key,
     encode_key,
-    encode_keys,
     key_from_row,
     partition_for,
     partitions_of,
 )
-from hotstate.protocol.rows import decode_entries, decode_entry, encode_record, encode_records
+from hotstate.protocol.rows import decode_entry, encode_record, encode_records, entry_keys
 
-__all__ = ["entry_keys", "records_for_rows", "row_keys"]
+__all__ = ["records_for_rows"]
 
 _BAD_ENTRY = (ValueError, TypeError, OverflowError, KeyError, UnicodeError)
 
@@ -46,34 +44,6 @@ def records_for_rows(
     if records is not None:
         return records, None
     return _one_by_one(rows, key_columns, partitions, partition, table)
-
-
-def entry_keys(
-    rows: Sequence[bytes], key_columns: Sequence[KeyColumn]
-) -> tuple[list[bytes], Sequence[bytes | None]]:
-    """The encoded key of every entry and what its record holds (the row, or None for a tombstone), in a few
-    passes; ValueError, TypeError, OverflowError, KeyError or UnicodeError when an entry is bad
-    (`_one_by_one` says which and why)."""
-    decoded, tombstones = decode_entries(rows)
-    if not tombstones:
-        only_rows = cast(list[dict[str, object]], decoded)
-        keys = encode_keys(only_rows, key_columns)
-        if keys is None:
-            keys = [encode_key(key_from_row(row, key_columns)) for row in only_rows]
-        return keys, rows
-    keys = [
-        checked_key(entry, key_columns)
-        if isinstance(entry, bytes)
-        else encode_key(key_from_row(entry, key_columns))
-        for entry in decoded
-    ]
-    return keys, [None if type(entry) is bytes else row for entry, row in zip(decoded, rows, strict=True)]
-
-
-def row_keys(rows: Sequence[bytes], key_columns: Sequence[KeyColumn]) -> list[bytes]:
-    """The encoded key of every entry (a row's, or the key a tombstone deletes); the errors of
-    `entry_keys`."""
-    return entry_keys(rows, key_columns)[0]
 
 
 def _fast(
