@@ -1,0 +1,71 @@
+"""The deterministic simulator for partition replication: replica cores, the controller's rules, routing.
+
+One partition, N replicas on a pool of N + 1 or N + 2 nodes, on the simulator kernel (`sim/kernel.py`).
+Everything is drawn from the seed: message delays, drops, duplicates, network partitions (between nodes,
+and between a node and the controller, which then fences a replica that is still running: a zombie
+active), crashes that lose the write in flight (a restarted node registers again and is fenced first),
+stale metadata (each node learns the controller's decisions after its own delay), store snapshots for
+replicas that fall behind the log start, clients writing upserts with acks=all, and reassignments: the
+controller draws a placement now and then and walks the partition towards it with the real controller's
+`partition_step` (add the new replicas, let them join the ISR, move the active, drop the old copies). The
+controller decides everything else with the real rules too: a new active when a server is fenced, an
+offline partition's return and ISR changes (`controller/partition_rules.py`), fencing on a probe
+(`controller/evidence.py`). A node holds a replica only while the metadata it last learned lists it, as the
+real server does: it opens an empty one when it is added and deletes the replica's log and store when it
+is removed. Every server heartbeats the others and reports its replica's lag, and clients send pull
+queries to any server, which routes them with the real heartbeat status, lag table, router and lag rules
+(`routing/`); those draw from their own random stream, so the replicas run as they would without them.
+
+Invariants, checked after every event:
+- one active per leader epoch, and only the one the controller chose;
+- the committed ISR is a subset of the replicas and holds the active (checked at every commit);
+- every replica of the controller's committed ISR holds every committed record (durably, unchanged):
+  this is what makes an acknowledged write survive while any in-sync replica does;
+- stores at equal positions are equal (each applied record is the one every other store applied there);
+- no store holds a record above the highest HW an active ever reached;
+- an acknowledged write's records are the committed records at its offsets;
+- every query is answered by a replica within its bound, never from a store ahead of the HW: the store is
+  at most at the highest HW and holds the committed value at its position, and a bounded read is served
+  only by a replica that heard the partition's end since it opened (an active knows its own HW) and is
+  within the bound of the highest committed end it heard.
+After the faults stop (a reassignment under way is finished, none is started), every replica of the final
+replica set must converge to the same store holding every acknowledged write, and no other node may hold
+anything.
+
+The package: `profile.py` (a run's parameters, drawn from the seed), `world.py` (the nodes, their cores,
+disks and stores, the network), `controller.py` (the controller's decisions), `clients.py` (writers,
+heartbeats, lag reports and queries), `invariants.py` (the checks and their memory).
+
+`python -m hotstate.sim.replication --seed N` replays one seed with its event log.
+"""
+
+from hotstate.sim.replication.controller import ControllerModel
+from hotstate.sim.replication.invariants import Checker, ReplicationInvariantViolation
+from hotstate.sim.replication.profile import ReplicationProfile
+from hotstate.sim.replication.world import (
+    CoreFactory,
+    ElectRule,
+    FenceRule,
+    LagRule,
+    Node,
+    ReplicationSimFailure,
+    ReplicationWorld,
+    Stats,
+    run_seed,
+)
+
+__all__ = [
+    "Checker",
+    "ControllerModel",
+    "CoreFactory",
+    "ElectRule",
+    "FenceRule",
+    "LagRule",
+    "Node",
+    "ReplicationInvariantViolation",
+    "ReplicationProfile",
+    "ReplicationSimFailure",
+    "ReplicationWorld",
+    "Stats",
+    "run_seed",
+]
