@@ -14,7 +14,13 @@ from hotstate.replica.core import ReplicaCore, ReplicaRole
 from hotstate.routing.freshness import EndWitness, local_lag, served_lag
 from hotstate.routing.lags import LagTable
 from hotstate.sim.broken_replica import BROKEN_REPLICA_RULES
-from hotstate.sim.replication import ReplicationProfile, ReplicationSimFailure, ReplicationWorld, run_seed
+from hotstate.sim.replication import (
+    ReplicationProfile,
+    ReplicationSimFailure,
+    ReplicationWorld,
+    clients,
+    run_seed,
+)
 
 SEEDS = 400
 CHUNK = 50
@@ -48,6 +54,10 @@ def test_every_invariant_holds_for_every_seed(start: int) -> None:
     assert sum(s.answered_bounded for s in stats) > 100 * CHUNK
     assert sum(s.answered_by_standby for s in stats) > 50 * CHUNK
     assert sum(1 for s in stats if s.lag_unknown) >= CHUNK // 2
+    # Queries with a consistency token are answered at or past it, some after waiting for a replica to
+    # reach it (routing/attempts.py's WaitForToken).
+    assert sum(s.answered_with_token for s in stats) > 50 * CHUNK
+    assert sum(s.token_waits for s in stats) > 0
 
 
 @pytest.mark.parametrize("hw_delay_ms", [5, 15])
@@ -112,6 +122,19 @@ def test_each_broken_rule_is_caught(rule: str) -> None:
             assert f"--seed {seed} --broken {rule}" in str(failure)
             return
     pytest.fail(f"no seed in 0..99 caught the broken rule {rule!r}")
+
+
+def test_a_replica_that_serves_behind_the_token_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Queries carry the end of the last acknowledged write as their token: a serving side that ignores
+    it answers from a store that has not applied that write yet."""
+    monkeypatch.setattr(clients, "token_refusal", lambda core, wanted: None)
+    for seed in range(20):
+        try:
+            run_seed(seed)
+        except ReplicationSimFailure as failure:
+            assert "a query whose token names the committed position" in failure.reason
+            return
+    pytest.fail("no seed in 0..19 caught a replica serving behind the query's token")
 
 
 def test_a_seed_replays_exactly() -> None:

@@ -14,7 +14,10 @@ offline partition's return and ISR changes (`controller/partition_rules.py`), fe
 real server does: it opens an empty one when it is added and deletes the replica's log and store when it
 is removed. Every server heartbeats the others and reports its replica's lag, and clients send pull
 queries to any server, which routes them with the real heartbeat status, lag table, router and lag rules
-(`routing/`); those draw from their own random stream, so the replicas run as they would without them.
+and goes through the candidates with the coordinator's own state machine (`routing/attempts.py`: attempt
+timeouts, waits for a consistency token); some queries carry the end of the last acknowledged write as
+their token. Those draw from their own random stream, so the replicas do what they would without them
+(they only shift when the controller, which acts after every event, takes its session decisions).
 
 Invariants, checked after every event:
 - one active per leader epoch, and only the one the controller chose;
@@ -27,7 +30,8 @@ Invariants, checked after every event:
 - every query is answered by a replica within its bound, never from a store ahead of the HW: the store is
   at most at the highest HW and holds the committed value at its position, and a bounded read is served
   only by a replica that heard the partition's end since it opened (an active knows its own HW) and is
-  within the bound of the highest committed end it heard.
+  within the bound of the highest committed end it heard; a query whose token names a committed position
+  is answered by a store at or past it.
 After the faults stop (a reassignment under way is finished, none is started), every replica of the final
 replica set must converge to the same store holding every acknowledged write, and no other node may hold
 anything.

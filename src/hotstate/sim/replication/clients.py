@@ -2,8 +2,10 @@
 
 Writers send upserts with acks=all to the active (or, now and then, to whoever a stale view names).
 Every server heartbeats the others and reports its replica's lag; clients send pull queries to any server,
-which routes them with the real heartbeat status, lag table, router and lag rules (`routing/`). All of this
-draws from the world's query stream, so the replicas run as they would without it.
+which routes them with the real heartbeat status, lag table, router and lag rules (`routing/`), and drives
+each query's `Attempts` (routing/attempts.py) as the coordinator's shell (server/coordinator.py) does for
+one partition: read here, forward with the attempt's timeout, wait for the query's token, or give up. All
+of this draws from the world's query stream, so it changes none of the replicas' random choices.
 """
 
 from __future__ import annotations
@@ -12,22 +14,43 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from hotstate.log.batch import RecordBatch
-from hotstate.replica.messages import FetchResponse, LagInfo, ReplicaError, ReplicaMessage
+from hotstate.query.execute import DEFAULT_TIMEOUT_MS
+from hotstate.replica.messages import (
+    FetchResponse,
+    LagInfo,
+    PartitionQueryRequest,
+    PartitionQueryResponse,
+    ReplicaError,
+    ReplicaMessage,
+)
+from hotstate.routing.attempts import (
+    BEHIND_RETRY_S,
+    Attempts,
+    Forward,
+    ServeHere,
+    WaitForToken,
+    attempt_timeout,
+)
 from hotstate.routing.freshness import (
     UNKNOWN_LAG_REASON,
     bound_refusal,
     lag_report,
     replica_state,
+    token_refusal,
 )
-from hotstate.routing.router import Candidate, route
+from hotstate.routing.router import Route, route
 from hotstate.sim.replication.invariants import ReplicationInvariantViolation
 from hotstate.sim.replication.profile import (
     LAG_ARRIVE,
-    QUERY_ATTEMPT_MS,
+    PARTITION_ID,
     QUERY_BOUNDS,
-    QUERY_NEXT,
+    QUERY_REPLY,
+    QUERY_RETRY,
     SERVE,
     TABLE,
+    TOKEN_QUERIES,
+    query_clock,
+    sim_ms,
 )
 
 if TYPE_CHECKING:
@@ -83,14 +106,15 @@ class Writers:
 
 @dataclass
 class _Query:
-    """One pull query of a key, on its way through the candidates its coordinator routed it to."""
+    """One pull query of a key, its partition's attempts driven by the real state machine."""
 
     coordinator: int
     boot: int
     key: bytes
-    max_lag: int | None
-    candidates: tuple[Candidate, ...]
-    index: int = -1
+    attempts: Attempts
+    deadline: float  # on the query clock
+    attempt: int = 0  # the forward under way: a reply or timeout of an earlier one is void
+    done: bool = False
 
 
 class Queries:
@@ -165,7 +189,8 @@ class Queries:
             node.heard_hw = max(node.heard_hw or 0, message.high_watermark)
 
     def query(self) -> None:
-        """A client asks a running server for one key, with a staleness bound or none."""
+        """A client asks a running server for one key, with a staleness bound or none, and now and then
+        with a consistency token naming the end of the last acknowledged write (read your writes)."""
         world = self.world
         up = [n for n in world.nodes.values() if n.up and n.info is not None and n.status is not None]
         if not up:
@@ -174,6 +199,23 @@ class Queries:
         assert coordinator.info is not None and coordinator.status is not None
         key = f"k{self.rng.randrange(12)}".encode()
         max_lag = self.rng.choice(QUERY_BOUNDS)
+        acked = world.checker.acked
+        min_position = 0
+        if acked and self.rng.random() < TOKEN_QUERIES:
+            base, records = acked[-1]
+            min_position = base + len(records)
+            world.stats.token_queries += 1
+        spec = PartitionQueryRequest(
+            TABLE, PARTITION_ID, (key,), False, None, None, None, max_lag, min_position
+        )
+        decision = self._route(coordinator, max_lag)
+        world.stats.queries += 1
+        attempts = Attempts(PARTITION_ID, spec, decision, coordinator.id)
+        deadline = query_clock(world.now) + DEFAULT_TIMEOUT_MS / 1000
+        self._step(_Query(coordinator.id, coordinator.boot, key, attempts, deadline))
+
+    def _route(self, coordinator: Node, max_lag: int | None) -> Route:
+        assert coordinator.info is not None and coordinator.status is not None
         decision = route(
             coordinator.info,
             table=TABLE,
@@ -182,59 +224,114 @@ class Queries:
             local_node=coordinator.id,
             max_lag=max_lag,
         )
-        world.stats.queries += 1
-        world.stats.lag_unknown += sum(1 for skip in decision.skipped if skip.reason == UNKNOWN_LAG_REASON)
-        self._next_candidate(_Query(coordinator.id, coordinator.boot, key, max_lag, decision.candidates))
+        self.world.stats.lag_unknown += sum(1 for s in decision.skipped if s.reason == UNKNOWN_LAG_REASON)
+        return decision
 
-    def next_candidate(self, query: _Query) -> None:
-        coordinator = self.world.nodes[query.coordinator]
-        if coordinator.up and coordinator.boot == query.boot:
-            self._next_candidate(query)
-
-    def _next_candidate(self, query: _Query) -> None:
-        """Tries the query's next candidate: at once when it is the coordinator, else over the network."""
+    def _step(self, query: _Query) -> None:
+        """The coordinator does what the query's attempts say next (server/coordinator.py's shell, one
+        partition): read here, forward, wait for the token, or give up."""
         world = self.world
-        query.index += 1
-        if query.index >= len(query.candidates):
-            world.stats.unserved += 1
-            return
-        target = world.nodes[query.candidates[query.index].node_id]
-        if target.id == query.coordinator:
-            self.serve(target, query)
-        elif world.kernel.cut(query.coordinator, target.id) or self.rng.random() < world.profile.drop:
-            world.kernel.schedule(world.now + QUERY_ATTEMPT_MS, QUERY_NEXT, query.coordinator, query)
-        else:
-            later = world.now + self.rng.randint(0, world.profile.delay_max_ms)
-            world.kernel.schedule(later, SERVE, target.id, (query,))
-
-    def serve(self, node: Node, query: _Query) -> None:
-        """The serving side (server/serving.py): answer from the local replica, or refuse."""
-        world = self.world
-        core, witness = node.core, node.witness
-        if not node.up:
-            world.kernel.schedule(world.now + QUERY_ATTEMPT_MS, QUERY_NEXT, query.coordinator, query)
-            return
-        refusal = "no replica here"
-        if core is not None and witness is not None:
-            lag = world.lag_rule(core, witness, node.lags, node.id)
-            refusal = bound_refusal(query.max_lag, lag) or ""
-            if not refusal:
-                self._answered(node, query, node.store.data.get(query.key))
+        attempts = query.attempts
+        coordinator = world.nodes[query.coordinator]
+        while True:
+            action = attempts.next(query_clock(world.now), query.deadline)
+            if isinstance(action, ServeHere):
+                answer = self._read(coordinator, query)
+                if answer is None:
+                    return
+                attempts.refused(answer)
+            elif isinstance(action, Forward):
+                self._forward(query, action.node_id)
                 return
+            elif isinstance(action, WaitForToken):
+                world.stats.token_waits += 1
+                later = world.now + sim_ms(BEHIND_RETRY_S)
+                world.kernel.schedule(later, QUERY_RETRY, query.coordinator, query)
+                return
+            else:
+                world.stats.unserved += 1
+                if action.token_ahead is not None:
+                    world.stats.token_ahead += 1
+                return
+
+    def _forward(self, query: _Query, node_id: int) -> None:
+        """Sends the partition to `node_id`, and gives it up when no answer came within the attempt's
+        timeout (routing/attempts.attempt_timeout, as the coordinator's)."""
+        world = self.world
+        query.attempt += 1
+        connected = not world.kernel.cut(query.coordinator, node_id)
+        remaining = query.deadline - query_clock(world.now)
+        timeout = attempt_timeout([query.attempts], remaining, connected)
+        world.kernel.schedule(
+            world.now + sim_ms(timeout), QUERY_REPLY, query.coordinator, (query, query.attempt, "timed out")
+        )
+        if connected and self.rng.random() >= world.profile.drop:
+            later = world.now + self.rng.randint(0, world.profile.delay_max_ms)
+            world.kernel.schedule(later, SERVE, node_id, (query, query.attempt))
+
+    def serve(self, node: Node, query: _Query, attempt: int) -> None:
+        """The serving side of a forward: answer from the local replica, or send the refusal back (a
+        server that is down refuses the connection)."""
+        world = self.world
+        if query.done or attempt != query.attempt:
+            return  # the coordinator gave up on this forward: what the server reads is dropped
+        if not node.up:
+            reply: PartitionQueryResponse | str = "unreachable (connection refused)"
+        else:
+            answer = self._read(node, query)
+            if answer is None:
+                return
+            reply = answer
+        later = world.now + self.rng.randint(0, world.profile.delay_max_ms)
+        world.kernel.schedule(later, QUERY_REPLY, query.coordinator, (query, attempt, reply))
+
+    def replied(self, query: _Query, attempt: int, reply: PartitionQueryResponse | str) -> None:
+        """A refusal, a failure or the attempt's timeout reached the coordinator."""
+        coordinator = self.world.nodes[query.coordinator]
+        if query.done or attempt != query.attempt or not coordinator.up or coordinator.boot != query.boot:
+            return
+        query.attempt += 1  # whatever else comes of this attempt is void
+        if isinstance(reply, str):
+            query.attempts.failed(reply)
+        else:
+            query.attempts.refused(reply)
+        self._step(query)
+
+    def retry(self, query: _Query) -> None:
+        """The query's next round after a wait for its token, freshly routed by its coordinator."""
+        coordinator = self.world.nodes[query.coordinator]
+        if not coordinator.up or coordinator.boot != query.boot:
+            return
+        query.attempts = query.attempts.again(self._route(coordinator, query.attempts.spec.max_lag))
+        self._step(query)
+
+    def _read(self, node: Node, query: _Query) -> PartitionQueryResponse | None:
+        """server/serving.py's local read: the refusal, or None once the node answered (checked)."""
+        world = self.world
+        spec = query.attempts.spec
+        core, witness = node.core, node.witness
+        if core is None or witness is None:
+            return PartitionQueryResponse(
+                ReplicaError.UNKNOWN_PARTITION, f"server {node.id} holds no replica"
+            )
+        lag = world.lag_rule(core, witness, node.lags, node.id)
+        refusal = bound_refusal(spec.max_lag, lag)
+        if refusal is not None:
             if lag is None:
                 world.stats.lag_unknown += 1
-        if node.id == query.coordinator:
-            self._next_candidate(query)
-        else:
-            later = world.now + self.rng.randint(0, world.profile.delay_max_ms)
-            world.kernel.schedule(later, QUERY_NEXT, query.coordinator, query)
-
-    def _answered(self, node: Node, query: _Query, value: bytes | None) -> None:
-        world = self.world
+            return PartitionQueryResponse(ReplicaError.LAG_OVER_BOUND, refusal)
+        behind = token_refusal(core, spec.min_position)
+        if behind is not None:
+            return PartitionQueryResponse(*behind)
+        query.done = True
+        value = node.store.data.get(query.key)
         stats = world.stats
         stats.answered += 1
-        world.checker.answer(node, query.key, query.max_lag, value)
+        world.checker.answer(node, query.key, spec.max_lag, value, spec.min_position)
         if node.id != world.controller.active:
             stats.answered_by_standby += 1
-        if query.max_lag is not None:
+        if spec.max_lag is not None:
             stats.answered_bounded += 1
+        if spec.min_position:
+            stats.answered_with_token += 1
+        return None

@@ -138,13 +138,16 @@ class Checker:
                         f"ISR replica {member} holds {record!r} at committed offset {offset}"
                     )
 
-    def answer(self, node: Node, key: bytes, max_lag: int | None, value: bytes | None) -> None:
+    def answer(
+        self, node: Node, key: bytes, max_lag: int | None, value: bytes | None, min_position: int = 0
+    ) -> None:
         """Every query is answered by a replica within its bound, never from a store ahead of the HW.
 
         The bound is checked against what the replica heard since it opened, independently of the lag
         rules under test: the committed ends (HWs) in the fetch answers its core took and in the newest lag
         report of each other server; an active also knows its own HW. A follower that heard nothing cannot
-        know its lag, so it must not answer a bounded read at all."""
+        know its lag, so it must not answer a bounded read at all. A query whose token names a committed
+        position is answered by a store at or past it."""
         position = node.store.position
         core = node.core
         assert core is not None
@@ -159,6 +162,11 @@ class Checker:
             raise ReplicationInvariantViolation(
                 f"replica {node.id} at {position} answered {key!r}={value!r}, the committed records "
                 f"up to there say {expected!r}"
+            )
+        if position < min_position:
+            raise ReplicationInvariantViolation(
+                f"replica {node.id} answered from its store at {position} a query whose token names the "
+                f"committed position {min_position}"
             )
         if max_lag is None:
             return

@@ -25,17 +25,32 @@ from hotstate.sim.kernel import EVENT_KINDS_USED
     LAG_ARRIVE,
     QUERY,
     SERVE,
-    QUERY_NEXT,
-) = range(EVENT_KINDS_USED, EVENT_KINDS_USED + 14)
+    QUERY_REPLY,
+    QUERY_RETRY,
+) = range(EVENT_KINDS_USED, EVENT_KINDS_USED + 15)
 SESSION_TIMEOUT_MS = 300
 TABLE_ID, PARTITION_ID = 1, 0  # the one partition simulated
 TABLE = "t"
 # The servers' failure detection, scaled down with the rest of the simulated timeouts.
 HEARTBEATS = HeartbeatConfig(send_interval_ms=20, check_interval_ms=40, window_ms=400)
-# A forward to a server that does not answer is given up after this long.
-QUERY_ATTEMPT_MS = 30
 # Query bounds: unbounded (None) reads may use a replica of unknown lag, bounded ones never.
 QUERY_BOUNDS = (None, None, 0, 0, 0, 3, 30)
+# The share of queries that carry a consistency token (the end of the last acknowledged write).
+TOKEN_QUERIES = 0.3
+# The query path's clock (routing/attempts.py: attempt timeouts, token waits, the query's deadline, in
+# seconds) runs this many times faster than the simulated one, whose timeouts are scaled down about as much:
+# a forward to a server that is not connected is given up after 30 simulated ms, a query after 1 s.
+QUERY_CLOCK = 10
+
+
+def query_clock(now_ms: int) -> float:
+    """The query path's clock (seconds) at simulated time `now_ms`."""
+    return now_ms * QUERY_CLOCK / 1000
+
+
+def sim_ms(seconds: float) -> int:
+    """A span of the query path's clock, in simulated ms (at least 1)."""
+    return max(1, round(seconds * 1000 / QUERY_CLOCK))
 
 
 @dataclass(frozen=True, slots=True)

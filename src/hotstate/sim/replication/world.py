@@ -60,7 +60,8 @@ from hotstate.sim.replication.profile import (
     PROBED,
     PRODUCE,
     QUERY,
-    QUERY_NEXT,
+    QUERY_REPLY,
+    QUERY_RETRY,
     REASSIGN,
     SERVE,
     SNAP,
@@ -130,6 +131,10 @@ class Stats:
     answered_by_standby: int = 0
     lag_unknown: int = 0  # candidates skipped or refused because their lag could not be known
     unserved: int = 0  # queries no candidate could answer
+    token_queries: int = 0  # queries with a consistency token (the end of the last acknowledged write)
+    answered_with_token: int = 0
+    token_waits: int = 0  # rounds that waited for a replica to reach the query's token
+    token_ahead: int = 0  # queries failed as asking beyond the partition's end (a deposed active said so)
     log: list[str] = field(default_factory=list)
 
 
@@ -292,8 +297,10 @@ class ReplicationWorld:
         elif kind == SERVE:
             assert node is not None
             self.queries.serve(node, *payload)
-        elif kind == QUERY_NEXT:
-            self.queries.next_candidate(payload)
+        elif kind == QUERY_REPLY:
+            self.queries.replied(*payload)
+        elif kind == QUERY_RETRY:
+            self.queries.retry(payload)
         elif kind == CALM:
             self.calm = True
             self._heal()
