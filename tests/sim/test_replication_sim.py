@@ -13,7 +13,7 @@ from hotstate.controller.records import PartitionChange
 from hotstate.replica.core import ReplicaCore, ReplicaRole
 from hotstate.routing.freshness import EndWitness, local_lag, served_lag
 from hotstate.routing.lags import LagTable
-from hotstate.sim.broken_replica import BROKEN_REPLICA_RULES
+from hotstate.sim.broken_replica import BROKEN_REPLICA_RULES, BROKEN_SHELLS
 from hotstate.sim.replication import (
     ReplicationProfile,
     ReplicationSimFailure,
@@ -58,6 +58,19 @@ def test_every_invariant_holds_for_every_seed(start: int) -> None:
     # reach it (routing/attempts.py's WaitForToken).
     assert sum(s.answered_with_token for s in stats) > 50 * CHUNK
     assert sum(s.token_waits for s in stats) > 0
+
+
+@pytest.mark.parametrize("rule", sorted(BROKEN_SHELLS))
+def test_each_broken_pump_is_caught(rule: str) -> None:
+    """The simulator runs the servers' own replica pump (replica/shell.py): a mutation of it fails seeds."""
+    factory = BROKEN_SHELLS[rule]
+    for seed in range(20):
+        try:
+            run_seed(seed, shell_factory=factory)
+        except ReplicationSimFailure as failure:
+            assert f"--seed {seed} --broken-shell {rule}" in str(failure)
+            return
+    pytest.fail(f"no seed in 0..19 caught the broken pump {rule!r}")
 
 
 @pytest.mark.parametrize("hw_delay_ms", [5, 15])

@@ -1,6 +1,8 @@
 """The deterministic simulator for partition replication: replica cores, the controller's rules, routing.
 
 One partition, N replicas on a pool of N + 1 or N + 2 nodes, on the simulator kernel (`sim/kernel.py`).
+Each replica's core is driven by the servers' own pump (`replica/shell.py`) over the node's simulated disk
+and store, deferred store writes included.
 Everything is drawn from the seed: message delays, drops, duplicates, network partitions (between nodes,
 and between a node and the controller, which then fences a replica that is still running: a zombie
 active), crashes that lose the write in flight (a restarted node registers again and is fenced first),

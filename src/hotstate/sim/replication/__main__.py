@@ -8,12 +8,13 @@ import time
 
 import hotstate.sim.replication as replication
 from hotstate.replica.core import ReplicaCore
+from hotstate.replica.shell import ReplicaShell
 from hotstate.sim.replication.profile import ReplicationProfile
 from hotstate.sim.replication.world import ReplicationSimFailure, ReplicationWorld, run_seed
 
 
 def main(argv: list[str] | None = None) -> int:
-    from hotstate.sim.broken_replica import BROKEN_REPLICA_RULES
+    from hotstate.sim.broken_replica import BROKEN_REPLICA_RULES, BROKEN_SHELLS
 
     parser = argparse.ArgumentParser(
         prog="python -m hotstate.sim.replication", description=replication.__doc__
@@ -23,11 +24,17 @@ def main(argv: list[str] | None = None) -> int:
     group.add_argument("--seeds", type=int)
     parser.add_argument("--start", type=int, default=0)
     parser.add_argument("--broken", choices=sorted(BROKEN_REPLICA_RULES))
+    parser.add_argument("--broken-shell", choices=sorted(BROKEN_SHELLS))
     args = parser.parse_args(argv)
     factory = BROKEN_REPLICA_RULES[args.broken] if args.broken else ReplicaCore
+    shell = BROKEN_SHELLS[args.broken_shell] if args.broken_shell else ReplicaShell
     if args.seed is not None:
         world = ReplicationWorld(
-            args.seed, ReplicationProfile.from_seed(args.seed), core_factory=factory, trace=True
+            args.seed,
+            ReplicationProfile.from_seed(args.seed),
+            core_factory=factory,
+            shell_factory=shell,
+            trace=True,
         )
         try:
             stats = world.run()
@@ -51,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     failures = 0
     for seed in range(args.start, args.start + args.seeds):
         try:
-            run_seed(seed, core_factory=factory)
+            run_seed(seed, core_factory=factory, shell_factory=shell)
         except ReplicationSimFailure as failure:
             failures += 1
             print(failure, file=sys.stderr)

@@ -27,7 +27,8 @@ from hotstate.sim.kernel import EVENT_KINDS_USED
     SERVE,
     QUERY_REPLY,
     QUERY_RETRY,
-) = range(EVENT_KINDS_USED, EVENT_KINDS_USED + 15)
+    APPLY,
+) = range(EVENT_KINDS_USED, EVENT_KINDS_USED + 16)
 SESSION_TIMEOUT_MS = 300
 TABLE_ID, PARTITION_ID = 1, 0  # the one partition simulated
 TABLE = "t"

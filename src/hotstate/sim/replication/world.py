@@ -1,15 +1,16 @@
 """The replication world: the pool of nodes, their replica cores, disks and stores, and the network.
 
 It runs on the simulator kernel (`sim/kernel.py`) and hands each event to its owner: the nodes' cores
-(messages, ticks, disk writes, snapshots, metadata), the controller (`controller.py`), the writers and the
-query path (`clients.py`). After every event the controller takes its session decisions and the invariants
-(`invariants.py`) are checked.
+(messages, ticks, disk writes, snapshots, metadata), each driven by the servers' own pump
+(`replica/shell.py`) over the node's simulated disk (whose writes take time) and store; the controller
+(`controller.py`); the writers and the query path (`clients.py`). After every event the controller takes
+its session decisions and the invariants (`invariants.py`) are checked.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,16 +18,20 @@ from hotstate.controller.evidence import fences_on_probe
 from hotstate.controller.image import PartitionInfo
 from hotstate.controller.partition_rules import elect_after_fence
 from hotstate.controller.records import PartitionChange
+from hotstate.log.batch import RecordBatch
 from hotstate.replica.batchlog import BatchLogError
 from hotstate.replica.core import (
+    LogOp,
     PartitionView,
     Ready,
     ReplicaCore,
     ReplicaRole,
     ReplicaSafetyError,
+    SnapshotNeeded,
     TruncateTo,
 )
 from hotstate.replica.messages import ReplicaMessage
+from hotstate.replica.shell import Effects, LogPort, ReplicaShell, StorePort
 from hotstate.routing.freshness import EndWitness, served_lag
 from hotstate.routing.heartbeat import HeartbeatStatus
 from hotstate.routing.lags import LagTable
@@ -48,6 +53,7 @@ from hotstate.sim.replication.clients import Queries, Writers
 from hotstate.sim.replication.controller import ControllerModel
 from hotstate.sim.replication.invariants import Checker, ReplicationInvariantViolation
 from hotstate.sim.replication.profile import (
+    APPLY,
     BEAT,
     BEAT_CHECK,
     HEARTBEATS,
@@ -70,6 +76,8 @@ from hotstate.sim.replication.profile import (
 )
 
 CoreFactory = Callable[..., ReplicaCore]
+# The replica pump (replica/shell.py's ReplicaShell, or a broken one in tests).
+ShellFactory = Callable[[ReplicaCore, LogPort, StorePort, Effects], ReplicaShell]
 # The controller's rule for a probe's result (controller.evidence.fences_on_probe, or a broken one in tests).
 FenceRule = Callable[..., bool]
 # The controller's choice of a new active when a server is fenced (partition_rules.elect_after_fence).
@@ -93,7 +101,8 @@ class Node:
     boot: int = 0  # the server process: metadata sent to an earlier one is lost with it
     incarnation: int = 0  # the replica core: disk writes, snapshots and produces of an earlier one are void
     meta_epoch: int = 0  # newest partition epoch this process learned: only newer metadata adds or removes
-    writing: Ready | None = None
+    shell: ReplicaShell | None = None  # the core's pump, while it is open
+    pending_ops: Sequence[LogOp] | None = None  # the log write in flight
     tick_at: int | None = None
     cut_from_controller: bool = False
     # The server's routing state, lost with its process: the newest metadata it learned, its heartbeat
@@ -145,6 +154,7 @@ class ReplicationWorld:
         profile: ReplicationProfile,
         *,
         core_factory: CoreFactory = ReplicaCore,
+        shell_factory: ShellFactory = ReplicaShell,
         fence_rule: FenceRule = fences_on_probe,
         elect_rule: ElectRule = elect_after_fence,
         lag_rule: LagRule = served_lag,
@@ -153,13 +163,17 @@ class ReplicationWorld:
         self.seed = seed
         self.profile = profile
         self.core_factory = core_factory
+        self.shell_factory = shell_factory
         self.fence_rule = fence_rule
         self.elect_rule = elect_rule
         self.lag_rule = lag_rule
         self.trace = trace
         broken = getattr(core_factory, "rule", None)
-        replay = f"python -m hotstate.sim.replication --seed {seed}" + (
-            f" --broken {broken}" if broken else ""
+        broken_shell = getattr(shell_factory, "rule", None)
+        replay = (
+            f"python -m hotstate.sim.replication --seed {seed}"
+            + (f" --broken {broken}" if broken else "")
+            + (f" --broken-shell {broken_shell}" if broken_shell else "")
         )
         self.kernel = Kernel(seed, "replication-world", replay)
         self.rng = self.kernel.rng
@@ -234,7 +248,11 @@ class ReplicationWorld:
         elif kind == DISK_DONE:
             assert node is not None
             if node.core is not None and node.incarnation == payload:
-                self._finish_write(node)
+                self._written(node)
+        elif kind == APPLY:
+            assert node is not None
+            if node.core is not None and node.incarnation == payload:
+                self.pump(node)
         elif kind == META:
             assert node is not None
             boot, info = payload
@@ -348,7 +366,7 @@ class ReplicationWorld:
 
     def _open(self, node: Node) -> None:
         node.incarnation += 1
-        node.core = self.core_factory(
+        node.core = core = self.core_factory(
             node.id,
             TABLE_ID,
             PARTITION_ID,
@@ -358,7 +376,8 @@ class ReplicationWorld:
             store_epoch=node.store.epoch,
             now=self.now,
         )
-        node.writing = None
+        node.shell = self._shell(node, core)
+        node.pending_ops = None
         node.tick_at = None
         node.witness = EndWitness(self.now)
         node.opened_at = self.now
@@ -374,7 +393,8 @@ class ReplicationWorld:
         node.core = None
         node.witness = None
         node.incarnation += 1  # what the closed core had in flight never lands
-        node.writing = None
+        node.shell = None
+        node.pending_ops = None
         node.tick_at = None
         node.disk = SimDiskLog()
         node.store = SimStore()
@@ -384,7 +404,8 @@ class ReplicationWorld:
         node.up = False
         node.core = None
         node.witness = None
-        node.writing = None
+        node.shell = None
+        node.pending_ops = None
         node.tick_at = None
         self.kernel.schedule(self.now + down_ms, RESTART, node.id, None)
         self.controller.hint(node.id)  # its connections close: the controller hears of it at once
@@ -401,59 +422,48 @@ class ReplicationWorld:
         self._crash(victim, self.rng.randint(1, self.profile.down_max_ms))
 
     # ------------------------------------------------------------------ the replica pump
-    def pump(self, node: Node) -> None:
-        core = node.core
-        if core is None or node.writing is not None:
-            self._arm_tick(node)
-            return
-        ready = core.ready()
-        if ready.is_empty():
-            self._arm_tick(node)
-            return
-        node.writing = ready
-        if ready.log_ops and self.profile.disk_max_ms:
-            self.kernel.schedule(
-                self.now + self.rng.randint(0, self.profile.disk_max_ms),
-                DISK_DONE,
-                node.id,
-                node.incarnation,
-            )
-        else:
-            self._finish_write(node)
+    def _shell(self, node: Node, core: ReplicaCore) -> ReplicaShell:
+        """The real pump (replica/shell.py) over the node's simulated disk and store."""
+        incarnation = node.incarnation
 
-    def _finish_write(self, node: Node) -> None:
-        ready = node.writing
-        core = node.core
-        checker = self.checker
-        assert ready is not None and core is not None
-        if core.role is ReplicaRole.LEADER:
-            checker.max_hw = max(checker.max_hw, ready.high_watermark)
-        for op in ready.log_ops:
-            if isinstance(op, TruncateTo):
-                checker.truncation(node, op.offset)
-            node.disk.apply(op)
-        for message in ready.messages:
-            self._send(node.id, message)
-        for result in ready.produce_results:
-            self.writers.on_result(node, result)
-        for batch in ready.committed:
-            if batch.next_offset <= node.store.position:
-                continue
-            checker.applying(node, batch)
-            node.store.apply(batch)
-            checker.applied(node, batch)
-        if ready.isr_change is not None:
-            self.controller.send_isr_change(node.id, ready.isr_change)
-        if ready.snapshot_needed is not None:
-            self.kernel.schedule(
-                self.now + self.rng.randint(1, 20),
-                SNAP,
-                node.id,
-                (node.incarnation, ready.snapshot_needed),
-            )
-        node.writing = None
-        core.advance(ready)
-        self.pump(node)
+        def observe(ready: Ready) -> None:
+            if core.role is ReplicaRole.LEADER:
+                self.checker.max_hw = max(self.checker.max_hw, ready.high_watermark)
+
+        def snapshot_needed(needed: SnapshotNeeded) -> None:
+            later = self.now + self.rng.randint(1, 20)
+            self.kernel.schedule(later, SNAP, node.id, (incarnation, needed))
+
+        effects = Effects(
+            send=lambda message: self._send(node.id, message),
+            answer=lambda result: self.writers.on_result(node, result),
+            isr_change=lambda change: self.controller.send_isr_change(node.id, change),
+            snapshot_needed=snapshot_needed,
+            # The store is written in an event of its own, after the answers just handed out.
+            defer=lambda: self.kernel.schedule(self.now, APPLY, node.id, incarnation),
+            observe=observe,
+        )
+        return self.shell_factory(core, _NodeLog(self, node), _NodeStore(self.checker, node), effects)
+
+    def pump(self, node: Node) -> None:
+        shell = node.shell
+        if shell is None:
+            return
+        busy = shell.writing is not None
+        shell.pump()
+        # A tick is armed once the pump stops without a write under way (or met one started earlier).
+        if busy or shell.writing is None:
+            self._arm_tick(node)
+
+    def _written(self, node: Node) -> None:
+        """The node's log write in flight reached its disk."""
+        shell = node.shell
+        assert shell is not None and node.pending_ops is not None
+        ops, node.pending_ops = node.pending_ops, None
+        _write_ops(self.checker, node, ops)
+        shell.written()
+        if shell.writing is None:
+            self._arm_tick(node)
 
     def _arm_tick(self, node: Node) -> None:
         core = node.core
@@ -519,10 +529,55 @@ class ReplicationWorld:
                 self.controller.publish_to(n.id)  # it catches up on the metadata log it missed
 
 
+class _NodeLog:
+    """The shell's log port: the node's simulated disk, whose writes take up to disk_max_ms."""
+
+    def __init__(self, world: ReplicationWorld, node: Node) -> None:
+        self.world = world
+        self.node = node
+
+    def write(self, ops: Sequence[LogOp]) -> bool:
+        world, node = self.world, self.node
+        if ops and world.profile.disk_max_ms:
+            node.pending_ops = ops
+            later = world.now + world.rng.randint(0, world.profile.disk_max_ms)
+            world.kernel.schedule(later, DISK_DONE, node.id, node.incarnation)
+            return False
+        _write_ops(world.checker, node, ops)
+        return True
+
+
+def _write_ops(checker: Checker, node: Node, ops: Sequence[LogOp]) -> None:
+    for op in ops:
+        if isinstance(op, TruncateTo):
+            checker.truncation(node, op.offset)
+        node.disk.apply(op)
+
+
+class _NodeStore:
+    """The shell's store port: the node's simulated store (its current one: a snapshot replaces it), each
+    batch checked as it is applied."""
+
+    def __init__(self, checker: Checker, node: Node) -> None:
+        self.checker = checker
+        self.node = node
+
+    @property
+    def position(self) -> int:
+        return self.node.store.position
+
+    def apply(self, batch: RecordBatch) -> None:
+        node = self.node
+        self.checker.applying(node, batch)
+        node.store.apply(batch)
+        self.checker.applied(node, batch)
+
+
 def run_seed(
     seed: int,
     *,
     core_factory: CoreFactory = ReplicaCore,
+    shell_factory: ShellFactory = ReplicaShell,
     fence_rule: FenceRule = fences_on_probe,
     elect_rule: ElectRule = elect_after_fence,
     lag_rule: LagRule = served_lag,
@@ -538,6 +593,7 @@ def run_seed(
         seed,
         profile,
         core_factory=core_factory,
+        shell_factory=shell_factory,
         fence_rule=fence_rule,
         elect_rule=elect_rule,
         lag_rule=lag_rule,
