@@ -12,17 +12,19 @@ from hotstate.sim.replication import ReplicationProfile, ReplicationWorld
 
 # Changed by queries through routing/attempts.py (new query events: the controller's session checks run
 # after every event, so its decisions land at other times), then by the replicas' pump becoming the
-# servers' own (replica/shell.py): its deferred store write is an event of its own. With the deferral
-# turned off, the shell gave exactly the fingerprints the simulator's own pump gave.
+# servers' own (replica/shell.py): its deferred store write is an event of its own (with the deferral
+# turned off, the shell gave exactly the fingerprints the simulator's own pump gave), then by the real
+# QuorumController replacing the simulator's model of it (a registered server stays fenced until its image
+# passes its registration, as in the real cluster; the trace notes each record).
 FINGERPRINTS = {
-    0: "d0805c8da106de3c",
-    1: "970a953d945f649a",
-    2: "84da504a195706ea",
-    3: "2c64bb04a6314a64",
-    5: "45059c785c8b7021",
-    7: "a9af590a9950dd35",
-    9: "f9ef74a224a088b4",
-    13: "5f128113b9c359fd",
+    0: "2d1e6be6d25a4e31",
+    1: "08240079fa88b475",
+    2: "a43499bd7643502e",
+    3: "266e56ef81fb68a6",
+    5: "215db0f22630e361",
+    7: "46c465f4d41c6484",
+    9: "010ae57edaf93cfd",
+    13: "7be8ea4ffc323248",
 }
 
 

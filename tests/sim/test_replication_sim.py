@@ -91,16 +91,23 @@ def test_a_dropped_replica_added_back_never_fetches_its_way_into_the_isr(seed: i
 
 
 def test_a_reassignment_moves_the_active_to_a_new_replica_and_drops_the_old_one() -> None:
-    seed = next(s for s in range(100) if run_seed(s).full_moves)
-    stats = ReplicationWorld(seed, ReplicationProfile.from_seed(seed), trace=True).run()
-    # In its timeline: a node X is added, joins the ISR (the active asked for it), is made the active, and
-    # an old copy is dropped and deleted on its node.
+    for seed in range(100):
+        stats = run_seed(seed, trace=True)
+        if stats.full_moves and _walks_the_whole_move(stats.log):
+            return
+    pytest.fail("no seed in 0..99 added a replica, brought it in sync, made it active, then dropped old ones")
+
+
+def _walks_the_whole_move(log: list[str]) -> bool:
+    """In the timeline: a node X is added, joins the ISR (the active asked for it), is made the active, and
+    an old copy is dropped and deleted on its node. (A move counted as full may also drop the old copies
+    before the active moves: an old copy out of sync is no help and goes at once.)"""
     reassigns = re.compile(r"controller reassigns: replicas \(([\d, ]+)\), active (\d+)")
     replicas: set[int] = set()
     added: set[int] = set()
     in_sync: set[int] = set()
     moved_to: int | None = None
-    for line in stats.log:
+    for line in log:
         if match := reassigns.search(line):
             new = {int(r) for r in re.findall(r"\d+", match[1])}
             added |= new - replicas
@@ -110,8 +117,8 @@ def test_a_reassignment_moves_the_active_to_a_new_replica_and_drops_the_old_one(
         elif match := re.search(r"ISR of epoch \d+ becomes \(([\d, ]+)\)", line):
             in_sync |= {int(r) for r in re.findall(r"\d+", match[1])} & added
         elif moved_to is not None and "removed: its log and store are deleted" in line:
-            return
-    pytest.fail(f"seed {seed}: no replica added, brought in sync, made active, then an old one dropped")
+            return True
+    return False
 
 
 def test_seeds_without_reassignment_keep_their_replica_set() -> None:
@@ -265,8 +272,10 @@ def test_a_replica_that_claims_a_lag_it_cannot_know_is_caught() -> None:
 
 
 # A seed where a deposed active that did not know it yet answered max_lag=0 reads from its own HW, while
-# its lag reports said a newer active had committed more (found by the query invariant).
-DEPOSED_ACTIVE_READS = (200,)
+# its lag reports said a newer active had committed more (found by the query invariant, first in seed 200;
+# the schedules moved when the simulator began running the real QuorumController, and seed 67 is the first
+# that shows it since).
+DEPOSED_ACTIVE_READS = (67,)
 
 
 @pytest.mark.parametrize("seed", DEPOSED_ACTIVE_READS)

@@ -16,7 +16,7 @@ from hotstate.log.batch import RecordBatch
 from hotstate.replica.core import ReplicaRole
 
 if TYPE_CHECKING:
-    from hotstate.sim.replication.controller import ControllerModel
+    from hotstate.sim.replication.controller import SimController
     from hotstate.sim.replication.world import Node
 
 
@@ -25,7 +25,7 @@ class ReplicationInvariantViolation(Exception):
 
 
 class Checker:
-    def __init__(self, nodes: dict[int, Node], controller: ControllerModel) -> None:
+    def __init__(self, nodes: dict[int, Node], controller: SimController) -> None:
         self.nodes = nodes
         self.controller = controller
         self.committed: list[bytes] = []  # committed[o] = the record every store applies at offset o

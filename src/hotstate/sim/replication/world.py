@@ -50,7 +50,7 @@ from hotstate.sim.kernel import (
     SimFailure,
 )
 from hotstate.sim.replication.clients import Queries, Writers
-from hotstate.sim.replication.controller import ControllerModel
+from hotstate.sim.replication.controller import SimController
 from hotstate.sim.replication.invariants import Checker, ReplicationInvariantViolation
 from hotstate.sim.replication.profile import (
     APPLY,
@@ -101,6 +101,7 @@ class Node:
     boot: int = 0  # the server process: metadata sent to an earlier one is lost with it
     incarnation: int = 0  # the replica core: disk writes, snapshots and produces of an earlier one are void
     meta_epoch: int = 0  # newest partition epoch this process learned: only newer metadata adds or removes
+    meta_offset: int = 0  # how far this process's metadata image is (its heartbeats say so)
     shell: ReplicaShell | None = None  # the core's pump, while it is open
     pending_ops: Sequence[LogOp] | None = None  # the log write in flight
     tick_at: int | None = None
@@ -183,7 +184,7 @@ class ReplicationWorld:
         self.query_rng = self.kernel.stream("replication-queries")
         ids = tuple(range(1, profile.replicas + 1))
         self.nodes = {i: Node(i) for i in range(1, profile.replicas + profile.spares + 1)}
-        self.controller = ControllerModel(self, ids, ids[0], ids)
+        self.controller = SimController(self, ids, ids[0], ids)
         self.checker = Checker(self.nodes, self.controller)
         self.writers = Writers(self)
         self.queries = Queries(self)
@@ -255,8 +256,9 @@ class ReplicationWorld:
                 self.pump(node)
         elif kind == META:
             assert node is not None
-            boot, info = payload
+            boot, info, offset = payload
             if node.up and node.boot == boot:
+                node.meta_offset = max(node.meta_offset, offset)
                 self._on_metadata(node, info)
         elif kind == ISR:
             self.controller.on_isr_change(target, payload)
@@ -338,15 +340,13 @@ class ReplicationWorld:
         node.status.set_peers((n for n in self.nodes if n != node.id), self.now)
         node.lags = LagTable()
         node.report_hws = {}
-        controller = self.controller
-        controller.last_heartbeat[node.id] = self.now
+        node.meta_offset = 0
         self.note(f"node {node.id} starts: store at {node.store.position}, log end {node.disk.end}")
-        if node.boot > 1 and not node.cut_from_controller and node.id not in controller.fenced:
-            # It registers again, and the controller fences a restarted server before anything else (as
-            # QuorumController._register): it must not lead again in the epoch of its previous process,
-            # whose requests (an ISR change the new process knows nothing of) may still be on their way.
-            controller.fence(node.id)
-        controller.publish_to(node.id)
+        if not node.cut_from_controller:
+            # It registers, and the controller fences a restarted server before anything else: it must not
+            # lead again in the epoch of its previous process, whose requests (an ISR change the new
+            # process knows nothing of) may still be on their way. Cut off, it registers once it can.
+            self.controller.register(node)  # published to every server, this one too
 
     def _on_metadata(self, node: Node, info: PartitionInfo) -> None:
         view = PartitionView(info.active, info.leader_epoch, info.isr, info.replicas, info.partition_epoch)
