@@ -16,6 +16,7 @@ from hotstate.routing.freshness import (
     lag_report,
     replica_state,
     served_lag,
+    token_refusal,
 )
 from hotstate.routing.lags import LagTable
 
@@ -129,3 +130,18 @@ def test_an_active_is_restoring_until_its_store_applied_what_it_held_when_it_bec
     ready = core.ready()  # committed (the ISR is itself alone), being applied
     assert (core.high_watermark, core.position) == (250, 200)
     assert replica_state(core, ()) == "active"
+
+
+def test_a_token_ahead_of_the_store_is_refused_and_the_active_tells_one_no_write_reached() -> None:
+    log = BatchLog(0, 0, [batch(0, 1, 200)])
+    active = ReplicaCore(1, T, P, CONFIG, log=log, store_position=150, store_epoch=1, now=0)
+    active.set_metadata(PartitionView(1, 1, (1,), (1, 2), 3), 0)
+    assert token_refusal(active, 150) is None
+    behind = (ReplicaError.BEHIND_TOKEN, "at position 150, the token asks for 180")
+    assert token_refusal(active, 180) == behind
+    error, message = token_refusal(active, 201) or (None, "")
+    assert error is ReplicaError.TOKEN_AHEAD and "beyond the partition's log end 200" in message
+    # A standby cannot tell: behind, whatever the position asked for.
+    standby = restarted_standby(100)
+    behind = (ReplicaError.BEHIND_TOKEN, "at position 100, the token asks for 500")
+    assert token_refusal(standby, 500) == behind

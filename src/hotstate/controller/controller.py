@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hotstate.assignor import Assignment, AssignorConfig, AssignorInternalError
@@ -31,6 +32,7 @@ from hotstate.controller.records import (
     MetadataBatch,
     MetadataRecord,
     NoOp,
+    PartitionChange,
     RegisterServer,
     TableBatch,
     TableValueColumns,
@@ -96,9 +98,26 @@ class Decision:
     wait: bool = True
 
 
+# A probe's verdict (evidence.fences_on_probe) and the new active on a fence (elect_after_fence): parameters
+# so that the replication simulator's tests can break them on purpose.
+FenceRule = Callable[..., bool]
+ElectRule = Callable[..., PartitionChange | None]
+
+
 class QuorumController:
-    def __init__(self, image: MetadataImage, config: ControllerConfig, *, now: int, next_offset: int) -> None:
+    def __init__(
+        self,
+        image: MetadataImage,
+        config: ControllerConfig,
+        *,
+        now: int,
+        next_offset: int,
+        fence_rule: FenceRule = fences_on_probe,
+        elect_rule: ElectRule = elect_after_fence,
+    ) -> None:
         self.config = config
+        self._fence_rule = fence_rule
+        self._elect_rule = elect_rule
         self._view = image
         self._builder = ImageBuilder(image)
         # A new active controller gives every server a fresh session before fencing anyone.
@@ -183,7 +202,7 @@ class QuorumController:
         unfenced as after any fence: the cost of a wrong probe is a move, never a loss."""
         self._next_offset = next_offset
         server = self._view.servers.get(node_id)
-        if not fences_on_probe(
+        if not self._fence_rule(
             result,
             probed_incarnation=incarnation_id,
             registered_incarnation=None if server is None else server.incarnation_id,
@@ -338,7 +357,7 @@ class QuorumController:
         for parts in self._view.partitions.values():
             for part in parts:
                 if node_id in part.replicas or node_id in part.isr:
-                    change = elect_after_fence(part, node_id, fenced, self._replica_ends)
+                    change = self._elect_rule(part, node_id, fenced, self._replica_ends)
                     if change is not None:
                         records.append(change)
         return tuple(records)

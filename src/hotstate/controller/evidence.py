@@ -8,7 +8,7 @@ never enough (a client's or peer's lost connection is hearsay: its own network m
 *silence* (the connect times out: a paused process, a network partition, a dead host) proves nothing, so
 it waits for `broker.session.timeout.ms` as before.
 
-The rule is pure so that the simulator drives it unchanged (`sim/replication.py`).
+The rule is pure so that the simulator drives it unchanged (`sim/replication/`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The controller's rules for one partition's state, as pure functions of that state.
 
-`QuorumController` decides with these, and the replication simulator (`sim/replication.py`) drives the
+`QuorumController` decides with these, and the replication simulator (`sim/replication/`) drives the
 same functions, so a bug in a rule is a bug the simulator can find: who becomes the active when a server
 is fenced (`elect_after_fence`), when an offline partition comes back (`elect_on_unfence`), and whether an
 active's ISR change applies (`alter_isr`). The reassignment steps are `reassign.partition_step`, which both

@@ -37,6 +37,7 @@ __all__ = [
     "local_lag",
     "replica_state",
     "served_lag",
+    "token_refusal",
 ]
 
 # A LagInfo's end_offset_position and offset_lag when the replica cannot know its partition's end.
@@ -120,6 +121,21 @@ def bound_refusal(max_lag: int | None, lag: int | None) -> str | None:
     if lag is None:
         return UNKNOWN_LAG_REASON
     return f"lag {lag} > bound {max_lag}" if lag > max_lag else None
+
+
+def token_refusal(core: ReplicaCore, wanted: int) -> tuple[ReplicaError, str] | None:
+    """Why a replica refuses a read whose consistency token asks for store position `wanted`; None: its
+    store is there. The active tells a token no write reached (beyond its log end, which holds every
+    committed record) from one its store has not applied yet."""
+    position = core.position
+    if wanted <= position:
+        return None
+    if core.role is ReplicaRole.LEADER and wanted > core.log_end_offset:
+        return (
+            ReplicaError.TOKEN_AHEAD,
+            f"the token asks for position {wanted}, beyond the partition's log end {core.log_end_offset}",
+        )
+    return ReplicaError.BEHIND_TOKEN, f"at position {position}, the token asks for {wanted}"
 
 
 def replica_state(core: ReplicaCore, warmups: tuple[int, ...]) -> str:

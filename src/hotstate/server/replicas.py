@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import itertools
 import logging
 import shutil
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,9 +45,9 @@ from hotstate.replica.core import (
     AdvanceStart,
     AppendBatches,
     IsrChange,
+    LogOp,
     PartitionView,
     ProduceResult,
-    Ready,
     ReplicaConfig,
     ReplicaCore,
     ReplicaRole,
@@ -72,6 +71,7 @@ from hotstate.replica.messages import (
     ReplicaError,
     ReplicaMessage,
 )
+from hotstate.replica.shell import Effects, ReplicaShell
 from hotstate.replica.store import Store, StoreCorruptError, StoreError, StoreSnapshot
 from hotstate.routing.freshness import EndWitness, lag_report
 from hotstate.routing.freshness import replica_state as state_of
@@ -112,10 +112,67 @@ class LocalReplica:
     witness: EndWitness  # what the core heard of the partition's end since it opened: its lag is known
     waiters: dict[int, asyncio.Future[ProduceResult]] = field(default_factory=dict)
     installing: bool = False
+    shell: ReplicaShell = field(init=False, repr=False)  # set by ReplicaManager._open
 
     @property
     def pid(self) -> PartitionId:
         return (self.table.table_id, self.partition)
+
+
+class _ReplicaLog:
+    """The shell's log port: the partition's segmented log (hotstate.log), written synchronously."""
+
+    def __init__(self, replica: LocalReplica) -> None:
+        self._replica = replica
+
+    def write(self, ops: Sequence[LogOp]) -> bool:
+        replica = self._replica
+        plog = replica.log
+        try:
+            for op in ops:
+                match op:
+                    case AppendBatches(batches):
+                        for batch in batches:
+                            plog.append_batch(batch)
+                    case TruncateTo(offset):
+                        log.info(
+                            "replica %s/%d: log diverged from the active's; truncated to %d (dropped %d "
+                            "records that were never committed)",
+                            replica.table.name,
+                            replica.partition,
+                            offset,
+                            plog.end_offset - offset,
+                        )
+                        plog.truncate_to(offset)
+                    case AdvanceStart(offset):
+                        plog.advance_start_offset(min(offset, plog.end_offset))
+                    case ResetLog(offset, _):
+                        plog.reset(offset)
+        except (OSError, StoreError, CorruptLogError) as error:
+            raise _FilesFailed(error) from error
+        # With fsync "always" the log syncs each write itself; "never" leaves it to the page cache, and
+        # acknowledged writes are protected by replication to the ISR.
+        return True
+
+
+class _ReplicaStore:
+    """The shell's store port: the replica's RocksDB store (the replica's current one: a snapshot install
+    swaps it), the position written with the records."""
+
+    def __init__(self, replica: LocalReplica) -> None:
+        self._replica = replica
+
+    @property
+    def position(self) -> int:
+        return self._replica.store.position
+
+    def apply(self, batch: RecordBatch) -> None:
+        store = self._replica.store
+        records = batch.records[max(0, store.position - batch.base_offset) :]
+        try:
+            store.apply(decode_records(records), batch.next_offset, batch.leader_epoch)
+        except (OSError, StoreError) as error:
+            raise _FilesFailed(error) from error
 
 
 @dataclass
@@ -309,7 +366,9 @@ class ReplicaManager:
             plog.start_offset,
             plog.end_offset,
         )
-        return LocalReplica(table, part.partition, directory, plog, store, core, part, EndWitness(now))
+        replica = LocalReplica(table, part.partition, directory, plog, store, core, part, EndWitness(now))
+        replica.shell = self._shell(replica)
+        return replica
 
     # ------------------------------------------------------------------ the pump
     def _pump(self, replica: LocalReplica) -> None:
@@ -326,66 +385,29 @@ class ReplicaManager:
                 self._disk_failed(f"writing replica {replica.table.name}/{replica.partition} failed: {error}")
 
     def _pump_ready(self, replica: LocalReplica) -> None:
-        core = replica.core
-        while True:
-            ready = core.ready()
-            if ready.is_empty():
-                return
-            # Answer the writers and the peers before writing the store: the answers go out in the tasks the
-            # results wake and the connections' end-of-turn flushes, which run before a callback scheduled
-            # after them. Handing the core its Ready without the committed batches leaves them committed
-            # and not applied, so that later pump applies them.
-            defer_apply = bool(ready.committed and (ready.produce_results or ready.messages))
-            if defer_apply:
-                ready = dataclasses.replace(ready, committed=())
-            try:
-                self._do_log_ops(replica, ready)
-            except (OSError, StoreError, CorruptLogError) as error:
-                raise _FilesFailed(error) from error
-            for message in ready.messages:
-                self._send(message.dst, message)
-            for result in ready.produce_results:
-                waiter = replica.waiters.pop(result.token, None)
-                if waiter is not None and not waiter.done():
-                    waiter.set_result(result)
-            if ready.committed:
-                try:
-                    self._apply(replica, ready)
-                except (OSError, StoreError) as error:
-                    raise _FilesFailed(error) from error
-            if ready.isr_change is not None:
-                self._spawn(self._alter_isr(replica, ready.isr_change), f"isr-{replica.pid}")
-            if ready.snapshot_needed is not None and not replica.installing:
-                replica.installing = True
-                self._spawn(self._fetch_snapshot(replica, ready.snapshot_needed), f"snapshot-{replica.pid}")
-            core.advance(ready)
-            if defer_apply:
-                asyncio.get_running_loop().call_soon(self._pump, replica)
-                return
+        # The pump itself (and its deferred apply: writers and peers are answered before the store is
+        # written) is replica/shell.py's, which the replication simulator runs too.
+        replica.shell.pump()
 
-    def _do_log_ops(self, replica: LocalReplica, ready: Ready) -> None:
-        plog = replica.log
-        for op in ready.log_ops:
-            match op:
-                case AppendBatches(batches):
-                    for batch in batches:
-                        plog.append_batch(batch)
-                case TruncateTo(offset):
-                    log.info(
-                        "replica %s/%d: log diverged from the active's; truncated to %d (dropped %d records "
-                        "that were never committed)",
-                        replica.table.name,
-                        replica.partition,
-                        offset,
-                        plog.end_offset - offset,
-                    )
-                    plog.truncate_to(offset)
-                case AdvanceStart(offset):
-                    plog.advance_start_offset(min(offset, plog.end_offset))
-                case ResetLog(offset, _):
-                    plog.reset(offset)
-        # With fsync "always" the log syncs each write itself; "never" leaves it to the page cache, and
-        # acknowledged writes are protected by replication to the ISR.
+    def _shell(self, replica: LocalReplica) -> ReplicaShell:
+        def answer(result: ProduceResult) -> None:
+            waiter = replica.waiters.pop(result.token, None)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(result)
+
+        def snapshot_needed(needed: SnapshotNeeded) -> None:
+            if not replica.installing:
+                replica.installing = True
+                self._spawn(self._fetch_snapshot(replica, needed), f"snapshot-{replica.pid}")
+
+        effects = Effects(
+            send=lambda message: self._send(message.dst, message),
+            answer=answer,
+            isr_change=lambda change: self._spawn(self._alter_isr(replica, change), f"isr-{replica.pid}"),
+            snapshot_needed=snapshot_needed,
+            defer=lambda: asyncio.get_running_loop().call_soon(self._pump, replica),
+        )
+        return ReplicaShell(replica.core, _ReplicaLog(replica), _ReplicaStore(replica), effects)
 
     def _take_offline(self, replica: LocalReplica) -> None:
         """Stop serving and writing `replica`; its files are left as a crash would leave them."""
@@ -445,14 +467,6 @@ class ReplicaManager:
             reason,
         )
         self._on_disk_failure(reason)
-
-    def _apply(self, replica: LocalReplica, ready: Ready) -> None:
-        store = replica.store
-        for batch in ready.committed:
-            if batch.next_offset <= store.position:
-                continue
-            records = batch.records[max(0, store.position - batch.base_offset) :]
-            store.apply(decode_records(records), batch.next_offset, batch.leader_epoch)
 
     def _spawn(self, coro: Awaitable[None], name: str) -> None:
         task = asyncio.ensure_future(coro)

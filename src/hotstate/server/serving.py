@@ -16,7 +16,6 @@ from collections.abc import Callable, Mapping
 
 from hotstate.controller.image import MetadataImage
 from hotstate.query.execute import MAX_ROWS
-from hotstate.replica.core import ReplicaRole
 from hotstate.replica.messages import (
     PartitionQueryRequest,
     PartitionQueryResponse,
@@ -25,7 +24,7 @@ from hotstate.replica.messages import (
     ReplicaError,
 )
 from hotstate.replica.store import StoreError
-from hotstate.routing.freshness import END_UNKNOWN, bound_refusal, served_lag
+from hotstate.routing.freshness import END_UNKNOWN, bound_refusal, served_lag, token_refusal
 from hotstate.routing.lags import LagTable
 from hotstate.server.replicas import LocalReplica, replica_state
 
@@ -85,8 +84,9 @@ class LocalReads:
         refusal = bound_refusal(request.max_lag, lag)
         if refusal is not None:
             return PartitionQueryResponse(ReplicaError.LAG_OVER_BOUND, refusal, state, position, offset_lag)
-        if request.min_position > position:
-            return _behind_token(replica, request.min_position, state, position)
+        behind = token_refusal(replica.core, request.min_position)
+        if behind is not None:
+            return PartitionQueryResponse(*behind, state, position)
         store = replica.store
         items: tuple[tuple[bytes, bytes], ...]
         try:
@@ -110,19 +110,3 @@ class LocalReads:
                 ReplicaError.UNKNOWN_PARTITION, f"server {self.node_id}'s replica of it failed: {error}"
             )
         return state, position, offset_lag, items
-
-
-def _behind_token(replica: LocalReplica, wanted: int, state: str, position: int) -> PartitionQueryResponse:
-    """The refusal of a store behind the token's position. The active tells a token no write reached
-    (beyond its log end, which holds every committed record) from one its store has not applied yet."""
-    core = replica.core
-    if core.role is ReplicaRole.LEADER and wanted > core.log_end_offset:
-        return PartitionQueryResponse(
-            ReplicaError.TOKEN_AHEAD,
-            f"the token asks for position {wanted}, beyond the partition's log end {core.log_end_offset}",
-            state,
-            position,
-        )
-    return PartitionQueryResponse(
-        ReplicaError.BEHIND_TOKEN, f"at position {position}, the token asks for {wanted}", state, position
-    )

@@ -5,7 +5,7 @@ Events are ordered by (time, sequence number), so two events at the same millise
 they were scheduled; every random choice comes from a stream named after the seed, so a run is a pure
 function of its seed and replays exactly. No wall clock, thread or socket is involved.
 
-The Raft simulator (`sim/world.py`) and the replication simulator (`sim/replication.py`) each add their
+The Raft simulator (`sim/world.py`) and the replication simulator (`sim/replication/`) each add their
 own event kinds after the shared ones (`EVENT_KINDS_USED`), their own faults and their own invariants;
 the disks they model are in `sim/disk.py`.
 """

@@ -1,0 +1,100 @@
+"""The replica pump (replica/shell.py) that the server and the replication simulator both run: what it
+does with each Ready, in what order, and when it stops."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from hotstate.log.batch import RecordBatch
+from hotstate.replica.core import AppendBatches, LogOp, ProduceResult, Ready
+from hotstate.replica.messages import ReplicaError, ReplicaMessage
+from hotstate.replica.shell import Effects, ReplicaShell
+
+BATCH = RecordBatch(0, 1, (b"k=1", b"k=2"))
+EMPTY = Ready((), (), (), (), None, None, 0, 0)
+MESSAGE: ReplicaMessage = object()  # type: ignore[assignment]  # passed through, never looked at
+RESULT = ProduceResult(7, ReplicaError.NONE, 0, 2)
+
+
+class ScriptedCore:
+    """Gives its Readies in turn; a Ready handed back without its committed batches gives them again."""
+
+    def __init__(self, *readies: Ready) -> None:
+        self.readies = list(readies)
+        self.advanced: list[Ready] = []
+
+    def ready(self) -> Ready:
+        return self.readies[0] if self.readies else EMPTY
+
+    def advance(self, ready: Ready) -> None:
+        self.advanced.append(ready)
+        given = self.readies.pop(0)
+        if given.committed and not ready.committed:
+            self.readies.insert(0, Ready((), (), (), given.committed, None, None, 2, 2))
+
+
+class Recorder:
+    def __init__(self, *, synchronous: bool = True) -> None:
+        self.events: list[str] = []
+        self.synchronous = synchronous
+        self.position = 0
+        self.deferred = 0
+
+    def write(self, ops: Sequence[LogOp]) -> bool:
+        self.events.append(f"write {len(ops)}")
+        return self.synchronous
+
+    def apply(self, batch: RecordBatch) -> None:
+        self.events.append(f"apply {batch.base_offset}-{batch.next_offset}")
+        self.position = batch.next_offset
+
+    def effects(self) -> Effects:
+        def defer() -> None:
+            self.events.append("defer")
+            self.deferred += 1
+
+        return Effects(
+            send=lambda message: self.events.append("send"),
+            answer=lambda result: self.events.append(f"answer {result.token}"),
+            isr_change=lambda change: self.events.append("isr"),
+            snapshot_needed=lambda needed: self.events.append("snapshot"),
+            defer=defer,
+        )
+
+
+def shell(core: ScriptedCore, world: Recorder) -> ReplicaShell:
+    return ReplicaShell(core, world, world, world.effects())  # type: ignore[arg-type]
+
+
+def test_writers_and_peers_are_answered_before_the_store_is_written() -> None:
+    """A Ready that commits and answers: the log first, then the answers; the store only in a later pump
+    (the server's call_soon), once the answers have left."""
+    ready = Ready((AppendBatches((BATCH,)),), (MESSAGE,), (RESULT,), (BATCH,), None, None, 2, 2)
+    core, world = ScriptedCore(ready), Recorder()
+    pump = shell(core, world)
+    pump.pump()
+    assert world.events == ["write 1", "send", "answer 7", "defer"]
+    assert core.advanced[0].committed == ()  # the core still counts the batch as not applied
+    pump.pump()  # the deferred turn
+    assert world.events[4:] == ["write 0", "apply 0-2"]
+    assert world.position == 2 and world.deferred == 1
+
+
+def test_a_ready_that_answers_nobody_applies_at_once() -> None:
+    ready = Ready((), (), (), (BATCH,), None, None, 2, 2)
+    core, world = ScriptedCore(ready), Recorder()
+    shell(core, world).pump()
+    assert world.events == ["write 0", "apply 0-2"]
+    assert world.deferred == 0
+
+
+def test_nothing_is_sent_answered_or_applied_before_the_log_write_is_durable() -> None:
+    ready = Ready((AppendBatches((BATCH,)),), (MESSAGE,), (), (), None, None, 2, 0)
+    core, world = ScriptedCore(ready), Recorder(synchronous=False)
+    pump = shell(core, world)
+    pump.pump()
+    assert world.events == ["write 1"] and pump.writing is ready and not core.advanced
+    pump.pump()  # an input meanwhile: the write under way is not overtaken
+    assert world.events == ["write 1"]
+    pump.written()
+    assert world.events == ["write 1", "send"] and core.advanced == [ready] and pump.writing is None
