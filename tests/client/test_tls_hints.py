@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from hotstate.client.query import _unreachable
+from hotstate.client.query import unreachable_hint
 
 HINT = "use https:// addresses and give the CA"
 
@@ -19,11 +19,11 @@ HINT = "use https:// addresses and give the CA"
     ],
 )
 def test_a_dropped_plain_http_request_says_to_use_https(error: httpx.TransportError) -> None:
-    said = _unreachable(error, "http://127.0.0.1:9001/v1/query")
+    said = unreachable_hint(error, "http://127.0.0.1:9001/v1/query")
     assert HINT in str(said) and str(error) in str(said) and type(said) is type(error)
-    assert _unreachable(error, "https://127.0.0.1:9001/v1/query") is error  # TLS already: no such hint
+    assert unreachable_hint(error, "https://127.0.0.1:9001/v1/query") is error  # TLS already: no such hint
 
 
 def test_other_failures_are_left_as_they_are() -> None:
     refused = httpx.ConnectError("[Errno 111] Connection refused")
-    assert _unreachable(refused, "http://127.0.0.1:9001/v1/query") is refused
+    assert unreachable_hint(refused, "http://127.0.0.1:9001/v1/query") is refused

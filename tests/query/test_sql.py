@@ -27,10 +27,10 @@ from hotstate.query.sql import (
     TupleIn,
     UnsupportedQueryError,
     parse,
+    parse_cached,
     parse_fast,
     parse_timestamp,
 )
-from hotstate.query.sql import _parse_cached as parse_cached
 
 
 def where(sql_where: str) -> tuple[Condition | TupleIn, ...]:

@@ -151,3 +151,16 @@ def test_the_version_moves_with_every_change_and_only_then() -> None:
     assert lags.version == after_update
     lags.forget(1)
     assert lags.version != after_update
+
+
+def test_a_replica_reported_in_a_state_this_version_does_not_know_is_left_out() -> None:
+    from hotstate.replica.messages import LagInfo
+    from hotstate.routing.lags import LagTable
+
+    table = LagTable()
+    known = LagInfo("t", 1, 0, "standby", 5, 10, 5, 1, 10, True)
+    newer = LagInfo("t", 1, 1, "observer", 5, 10, 5, 1, 10, True)
+    table.update(2, [known, newer], now_ms=1)
+    lag = table.lag(2, 1, 0)
+    assert lag is not None and lag.state == "standby"
+    assert table.lag(2, 1, 1) is None

@@ -62,6 +62,7 @@ class Peers:
         self.timeout: set[int] = set()
         self.down: set[int] = set()
         self.slow: set[int] = set()  # alive but paused: answers only after the request's timeout
+        self.state: dict[int, str] = {}  # the replica state a node answers in (default "active")
         self.positions: dict[int, int] = {}  # each node's store position (default 10)
         self.log_end = 10**6  # what the actives hold
         self.users: list[str] = []  # each request's user, as the coordinator's auth admitted it
@@ -101,7 +102,8 @@ class Peers:
                     if _partition(u) == part.partition and encode_key((u,)) in part.keys
                 )
             )
-            answers.append(PartitionQueryResponse(ReplicaError.NONE, "", "active", position, 0, items))
+            state = self.state.get(node, "active")
+            answers.append(PartitionQueryResponse(ReplicaError.NONE, "", state, position, 0, items))
         return QueryPartitionsResponse(tuple(answers))
 
 
@@ -179,6 +181,16 @@ def test_partitions_a_server_refuses_go_to_their_next_candidate_in_one_more_requ
     assert peers.calls == [(2, (0, 2)), (3, (1, 3)), (3, (0, 2))]
     assert [p.served_by for p in result.partitions] == [3, 3, 3, 3]
     assert sorted(forwards) == ["ok"] * 4 + ["refused"] * 2
+
+
+def test_an_answer_in_a_replica_state_this_version_does_not_know_goes_to_the_next_candidate() -> None:
+    peers = Peers()
+    peers.state[2] = "leader-ish"  # a peer of another version
+    forwards: list[str] = []
+    result = asyncio.run(_service(peers, forwards).execute(_in_list(USERS)))
+    assert [row[0] for row in result.rows] == sorted(USERS)
+    assert [p.served_by for p in result.partitions] == [3, 3, 3, 3]
+    assert sorted(forwards) == ["error"] * 2 + ["ok"] * 4
 
 
 def test_a_server_that_times_out_costs_its_partitions_one_try_each() -> None:

@@ -279,7 +279,7 @@ class _Call(Generic[T]):
         )
 
     def unreachable(self, attempt: _Attempt, error: httpx.TransportError) -> None:
-        self.last_error = _unreachable(error, self.urls[attempt.index])
+        self.last_error = unreachable_hint(error, self.urls[attempt.index])
 
     def answered(self, attempt: _Attempt, response: httpx.Response) -> T | None:
         """The call's result on success; None to move on to the next server; raises a 4xx."""
@@ -406,7 +406,7 @@ _CLUSTER_STATUS: Final = _Request("GET", "/clusterStatus", STATUS_TIMEOUT_S, Non
 _LAGS: Final = _Request("GET", "/v1/lag", STATUS_TIMEOUT_S, None, _lags)
 
 
-def _unreachable(error: httpx.TransportError, url: str) -> httpx.TransportError:
+def unreachable_hint(error: httpx.TransportError, url: str) -> httpx.TransportError:
     """`error`, or one that says what went wrong with TLS, naming the server."""
     described = describe_tls_error(error, httpx.URL(url).netloc.decode())
     if described is not None:

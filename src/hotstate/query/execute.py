@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from hotstate.controller.image import TableInfo
 from hotstate.protocol.http_api import DEFAULT_QUERY_TIMEOUT_MS
+from hotstate.protocol.replica_state import ReplicaState, as_replica_state
 from hotstate.protocol.rows import decode_rows, may_hold_non_finite
 from hotstate.query.plan import FullScan, KeyLookup, KeyRange, QueryPlan
 from hotstate.query.tokens import Positions, TokenError, decode, encode, merge
@@ -66,7 +67,7 @@ class QueryError(Exception):
 class PartitionServed:
     partition: int
     served_by: int
-    state: str
+    state: ReplicaState
     offset_lag: int
     position: int
 
@@ -80,7 +81,8 @@ class PartitionAnswer:
 
     @classmethod
     def of(cls, partition: int, node_id: int, answer: PartitionQueryResponse) -> PartitionAnswer:
-        served = PartitionServed(partition, node_id, answer.state, answer.offset_lag, answer.position)
+        state = as_replica_state(answer.state)  # the wire carries it as text; callers checked it
+        served = PartitionServed(partition, node_id, state, answer.offset_lag, answer.position)
         return cls(served, answer.items)
 
 

@@ -159,7 +159,7 @@ def parse(sql: str) -> PullQuery:
     query = parse_fast(sql)
     if query is not None:
         return query
-    return _parse_cached(sql) if len(sql) <= _CACHED_CHARS else _parse_full(sql)
+    return parse_cached(sql) if len(sql) <= _CACHED_CHARS else _parse_full(sql)
 
 
 def parse_fast(sql: str) -> PullQuery | None:
@@ -190,7 +190,7 @@ def _check_surrogates(sql: str) -> None:
 
 
 @functools.lru_cache(maxsize=_CACHE_ENTRIES)
-def _parse_cached(sql: str) -> PullQuery:
+def parse_cached(sql: str) -> PullQuery:
     return _parse_full(sql)  # PullQuery is immutable, so callers can share one
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hotstate.protocol.replica_state import ReplicaState
 from hotstate.replica.core import ReplicaCore, ReplicaRole
 from hotstate.replica.messages import FetchResponse, LagInfo, ReplicaError, ReplicaMessage
 from hotstate.routing.lags import LagTable
@@ -138,7 +139,7 @@ def token_refusal(core: ReplicaCore, wanted: int) -> tuple[ReplicaError, str] | 
     return ReplicaError.BEHIND_TOKEN, f"at position {position}, the token asks for {wanted}"
 
 
-def replica_state(core: ReplicaCore, warmups: tuple[int, ...]) -> str:
+def replica_state(core: ReplicaCore, warmups: tuple[int, ...]) -> ReplicaState:
     """The replica's state in lag reports and answers: active, restoring (an active whose store has not yet
     applied what its log held when it became active, as far as that is committed), warmup or standby.
 
@@ -159,7 +160,7 @@ def lag_report(
     node_id: int,
     *,
     table: str,
-    state: str,
+    state: ReplicaState,
     in_sync: bool,
 ) -> LagInfo:
     """The replica's LagInfo for the lag reports: its end as far as it knows it, or END_UNKNOWN."""

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import cast
 
+from hotstate.protocol.replica_state import REPLICA_STATES, ReplicaState
 from hotstate.replica.messages import LagInfo
 
 _Key = tuple[int, int]  # (table_id, partition)
@@ -24,7 +26,7 @@ class ReplicaLag:
     position: int  # the replica store's position (LagInfo.current_offset_position)
     end: int  # the highest end offset any replica reported for the partition
     offset_lag: int  # max(0, end - position)
-    state: str  # active, restoring, standby, warmup: as the replica's server reported it
+    state: ReplicaState  # as the replica's server reported it
     reported_at_ms: int  # arrival of the report, on this server's clock
     end_known: bool = True  # False: the replica itself could not know its lag when it reported
 
@@ -49,11 +51,12 @@ class LagTable:
         """Replace everything `node_id` reported before; False (ignored) if older than what we hold.
 
         A replica the node no longer reports (moved away, deleted) is gone from the table. Within one
-        report a later entry for the same partition wins."""
+        report a later entry for the same partition wins. An entry naming a state this version does not know
+        (a newer peer's) is left out: the replica's own server still judges it when asked."""
         old = self._nodes.get(node_id)
         if old is not None and now_ms < old.reported_at_ms:
             return False
-        replicas = {(info.table_id, info.partition): info for info in reports}
+        replicas = {(info.table_id, info.partition): info for info in reports if info.state in REPLICA_STATES}
         self._drop_ends(node_id)
         for key, info in replicas.items():
             if info.end_offset_position >= 0:  # an unknown end says nothing of the partition's end
@@ -119,7 +122,8 @@ class LagTable:
         end = self.partition_end(info.table_id, info.partition)
         position = info.current_offset_position
         known = info.end_offset_position >= 0
-        return ReplicaLag(position, end, max(0, end - position), info.state, reported_at_ms, known)
+        state = cast(ReplicaState, info.state)  # `update` kept only known states
+        return ReplicaLag(position, end, max(0, end - position), state, reported_at_ms, known)
 
     def snapshot(self) -> dict[int, dict[str, dict[int, ReplicaLag]]]:
         """node -> table name -> partition -> lag, sorted: /clusterStatus's hostStoreLags."""

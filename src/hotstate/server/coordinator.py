@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hotstate.controller.image import MetadataImage, PartitionInfo, TableInfo
+from hotstate.protocol.replica_state import REPLICA_STATES
 from hotstate.query.execute import (
     TOKEN_PROPERTY,
     PartitionAnswer,
@@ -527,7 +528,11 @@ class Coordinator:
     ) -> dict[int, PartitionAnswer]:
         out: dict[int, PartitionAnswer] = {}
         for attempts, answer in zip(group, replies, strict=True):
-            if answer.error is ReplicaError.NONE:
+            if answer.error is ReplicaError.NONE and answer.state not in REPLICA_STATES:
+                # A peer of another version: its rows may mean something else, so ask the next replica.
+                self._on_forward("error")
+                attempts.failed(f"failed: answered in an unknown replica state {answer.state!r}")
+            elif answer.error is ReplicaError.NONE:
                 self._on_forward("ok")
                 out[attempts.partition] = PartitionAnswer.of(attempts.partition, node_id, answer)
             else:

@@ -38,7 +38,7 @@ from hotstate.controller.requests import (
 from hotstate.log.batch import RecordBatch
 from hotstate.log.errors import CorruptLogError
 from hotstate.log.log import FsyncPolicy, Log
-from hotstate.protocol.replica_state import ReplicaState, as_replica_state
+from hotstate.protocol.replica_state import ReplicaState
 from hotstate.protocol.rows import decode_records
 from hotstate.replica.batchlog import BatchLog
 from hotstate.replica.core import (
@@ -785,8 +785,7 @@ def open_replica_files(
 
 
 def replica_state(replica: LocalReplica) -> ReplicaState:
-    # routing.freshness still answers a str: routing/ is being reworked by another change.
-    return as_replica_state(state_of(replica.core, replica.info.warmups))
+    return state_of(replica.core, replica.info.warmups)
 
 
 def _view(part: PartitionInfo) -> PartitionView:

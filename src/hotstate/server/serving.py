@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable, Mapping
 
 from hotstate.controller.image import MetadataImage
+from hotstate.protocol.replica_state import ReplicaState
 from hotstate.query.execute import MAX_ROWS
 from hotstate.replica.messages import (
     PartitionQueryRequest,
@@ -31,7 +32,7 @@ from hotstate.server.replicas import LocalReplica, replica_state
 log = logging.getLogger(__name__)
 
 # What a local replica serves: (state, position, offset lag, items).
-LocalRead = tuple[str, int, int, tuple[tuple[bytes, bytes], ...]]
+LocalRead = tuple[ReplicaState, int, int, tuple[tuple[bytes, bytes], ...]]
 
 
 class LocalReads:
