@@ -5,9 +5,9 @@
 - `http_api`: what HTTP query clients and servers agree on (the default query timeout, error codes).
 - `replica_state`: `ReplicaState`, a replica's state in lag reports and query answers.
 - `keys`, `rows`: the key encoding and partitioner, and the row and record codec, which writers, servers
-  and the Spark sink all use (protocol/keys.py and protocol/rows.py re-export them for server/queries.py
-  until it is split).
+  and the Spark sink all use, and the key of a Produce entry (row or tombstone).
 
 The message classes themselves live beside the cores that speak them (raft/messages.py,
-replica/messages.py, controller/requests.py); this package only gathers them under their wire ids.
+replica/messages.py, controller/requests.py): they are those packages' public wire API, which a client
+imports as a server does; this package only gathers them under their wire ids.
 """

@@ -1,7 +1,7 @@
 """The query endpoints, once: the one table every door of the HTTP API reads.
 
 A pull query reaches a server through four doors: the direct HTTP/1.1 lane (http/direct_lane.py), the ASGI
-routes in front of FastAPI (query_http.QueryRoutes), HTTP/2 (http/http2.py, which runs those same ASGI routes)
+routes in front of FastAPI (`QueryRoutes`, below), HTTP/2 (http/http2.py, which runs those same ASGI routes)
 and the FastAPI routes, kept so that OpenAPI documents the endpoints (api.py). Each builds what it needs
 from `ENDPOINTS`, so a new endpoint is one entry here and one method of `QueryEndpoints`.
 
