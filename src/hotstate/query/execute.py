@@ -128,11 +128,6 @@ class QueryOptions:
     after: bytes | None = None
 
     @classmethod
-    def default(cls, table: TableInfo) -> QueryOptions:
-        """Every property at its default (most lookups)."""
-        return cls(table.acceptable_lag)
-
-    @classmethod
     def read(cls, properties: Mapping[str, object], table: TableInfo, tag: bytes) -> QueryOptions:
         """The options `properties` ask for; QueryError (bad_request) naming the first wrong one."""
         return cls(

@@ -28,6 +28,7 @@ from typing import Any
 from hotstate.controller.image import MetadataImage, PartitionInfo, TableInfo
 from hotstate.protocol.replica_state import REPLICA_STATES
 from hotstate.query.execute import (
+    DEFAULT_TIMEOUT_MS,
     TOKEN_PROPERTY,
     PartitionAnswer,
     PartitionServed,
@@ -195,19 +196,18 @@ class Coordinator:
             deadline = started + options.timeout_ms / 1000
             if options.min_batch is not None and committed is None:
                 return self._after_batch(query, properties, started, table, options.min_batch, deadline)
+            standby_reads, hedge = options.standby_reads, options.hedge
             given = given_positions(table, options)
             work = work_for(query_plan, table, options, given)
         else:  # every property at its default (most lookups): the same as above, without the look-ups
-            options = QueryOptions.default(table)
-            deadline = started + options.timeout_ms / 1000
-            given = options.token
+            deadline = started + DEFAULT_TIMEOUT_MS / 1000
+            standby_reads = hedge = True
+            given = {}
             work = plain_work(query_plan, table, table.acceptable_lag)
         parts = image.partitions.get(table.table_id, ())
         here = self._serve_actives_here(parts, work, deadline)
         if len(here) < len(work):
-            elsewhere = _Query(
-                query_plan, table, parts, deadline, options.standby_reads, options.hedge, given, started
-            )
+            elsewhere = _Query(query_plan, table, parts, deadline, standby_reads, hedge, given, started)
             return self._served_elsewhere(elsewhere, work, here)
         return self._result(
             query_plan, table, [here[partition] for partition in sorted(here)], given, started

@@ -14,7 +14,7 @@ elections (active changes) applied.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
@@ -187,9 +187,3 @@ def _counter(name: str, documentation: str, value: int) -> CounterMetricFamily:
     family = CounterMetricFamily(name, documentation)
     family.add_metric([], value)
     return family
-
-
-def metric_names(view: ControlPlaneView) -> Sequence[str]:
-    """Every name this module exposes (for the dashboard's test)."""
-    names = [s.name for s in samples(view)]
-    return [*names, "hotstate_metadata_quorum_elections_total", "hotstate_partition_leader_elections_total"]
