@@ -25,6 +25,9 @@ EVENTS = TableInfo(
 )
 
 
+FLAGS = TableInfo("flags", 3, 2, 1, (KeyColumn("on", KeyType.BOOL),), None)
+
+
 def _server(node: int) -> ServerInfo:
     return ServerInfo(
         node,
@@ -92,6 +95,8 @@ def test_a_compound_key_is_named_column_by_column_each_read_as_its_type() -> Non
         (EVENTS, None, {"id": "1", "at": "yesterday", "tag": "00"}, "at"),
         (EVENTS, None, {"id": "1", "at": "2026-01-02", "tag": "zz"}, "key column 'tag' is BYTES"),
         (CLICKS, None, {"user": "a", "day": "1"}, "not key columns of clicks: day (key: user)"),
+        (FLAGS, "maybe", {}, "'on'"),
+        (FLAGS, None, {"day": "1"}, "not key columns of flags: day (key: on)"),
     ],
 )
 def test_what_is_not_a_key_of_the_table_is_refused_naming_why(
