@@ -9,7 +9,8 @@ each one judges liveness for itself, and raised once every server was asked. A s
 (re)started answers 503 with error code 50302 (SERVER_NOT_READY: its metadata has not caught up, so it
 cannot yet tell whether a table exists) and the next server is asked; when no server could answer and
 some said they are starting (a whole cluster restarting), they are all asked again after a short pause,
-until the call's deadline.
+until the call's deadline. With `routing=True`, a lookup of one partition is first sent straight to a
+server holding it (client/routing.py), and takes this walk if that fails.
 
     import hotstate
 
@@ -45,6 +46,8 @@ from hotstate.tls import TlsOption, describe_tls_error, to_client_context
 if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
+
+    from hotstate.client.routing import KeyRouter, Lookup, Routing, Send
 
 __all__ = [
     "AsyncClient",
@@ -406,6 +409,11 @@ _CLUSTER_STATUS: Final = _Request("GET", "/clusterStatus", STATUS_TIMEOUT_S, Non
 _LAGS: Final = _Request("GET", "/v1/lag", STATUS_TIMEOUT_S, None, _lags)
 
 
+def _lookup(step: Lookup) -> _Request[Any]:
+    """A routing lookup, sent the usual way (any server answers it)."""
+    return _Request("GET", step.path, STATUS_TIMEOUT_S, None, lambda decoded, server: decoded)
+
+
 def unreachable_hint(error: httpx.TransportError, url: str) -> httpx.TransportError:
     """`error`, or one that says what went wrong with TLS, naming the server."""
     described = describe_tls_error(error, httpx.URL(url).netloc.decode())
@@ -435,10 +443,19 @@ def _headers(auth: tuple[str, str] | None, token: str | None) -> dict[str, str]:
 
 
 class _Base:
-    def __init__(self, servers: Servers, timeout_s: float, connect_timeout_s: float, tls: TlsOption) -> None:
+    def __init__(
+        self, servers: Servers, timeout_s: float, connect_timeout_s: float, tls: TlsOption, routing: bool
+    ) -> None:
         self.servers = _addresses(servers)
         self._tls = to_client_context(tls)
         scheme = "http" if self._tls is None else "https"
+        self._scheme = scheme
+        self._router: KeyRouter | None = None
+        if routing:
+            # Imported only when asked for: the planner brings sqlglot (about a second to import).
+            from hotstate.client.routing import KeyRouter
+
+            self._router = KeyRouter()
         self._urls = [parse_address(s, scheme) for s in self.servers]
         if self._tls is not None and any(url.startswith("http://") for url in self._urls):
             raise ValueError("tls is given, so the server addresses must be HOST:PORT or https:// URLs")
@@ -452,6 +469,35 @@ class _Base:
     def last_server(self) -> str:
         """The address of the server the next call tries first (the last one that answered)."""
         return self.servers[self._preferred]
+
+    def _routing(self, request: _Request[QueryResult]) -> Routing | None:
+        if self._router is None or not isinstance(request.body, dict):
+            return None
+        return self._router.start(request.body)
+
+    def _send(self, step: Send, request: _Request[QueryResult]) -> tuple[str, httpx.Timeout] | None:
+        """Where and how long to send a routed query; None if the holder's address is not one to use."""
+        try:
+            base = parse_address(step.http, self._scheme)
+        except ValueError:
+            return None
+        timeout = httpx.Timeout(request.attempt_s, connect=min(self.connect_timeout_s, request.attempt_s))
+        return base + request.path, timeout
+
+    @staticmethod
+    def _routed_answer(routing: Routing, step: Send, response: httpx.Response) -> QueryResult | None:
+        """A holder's answer as the query's result; None (any failure: the query then goes the usual
+        way, which words the error if there is one) forgets the holder's partition."""
+        if response.status_code >= 300:
+            routing.failed()
+            return None
+        try:
+            result = QueryResult.from_json(_expect_dict(response.json(), "query"), step.http)
+        except (ValueError, KeyError, TypeError, QueryFailed):
+            routing.failed()
+            return None
+        routing.served(result.coordinator, {p.partition: p.served_by for p in result.partitions})
+        return result
 
     def _call(self, request: _Request[T]) -> _Call[T]:
         # One full attempt always fits, even when a query's own timeout is longer than timeout_s.
@@ -469,6 +515,15 @@ class Client(_Base):
     ssl.SSLContext; `host:port` addresses are then reached over https, and host names are checked.
     With HTTP authentication on (docs/security.md), `auth=(user, password)` sends HTTP Basic, `token=` a
     bearer token; a refusal raises QueryFailed (401 or 403).
+    `routing=True`: a query that reads one partition (a key lookup, or an IN list within one partition) is
+    sent straight to a server holding that partition (the live active, else the freshest standby within
+    the bound), learned from GET /v1/tables and /v1/tables/{table}/keys and cached (client/routing.py),
+    so it is served without a forward hop; any other query, and any failure of the routed attempt, takes
+    the usual walk over `servers`, so a stale map costs at most one extra hop. Off by default: the client
+    then talks to servers it was not given, at the HTTP addresses they advertise, which a client behind NAT,
+    a load balancer or a network namespace may not reach (each such attempt costs up to
+    `connect_timeout_s` before its fallback), and a caller that names the server to ask (to test or
+    measure it) keeps that; it also imports the query planner (sqlglot, about a second, once).
     """
 
     def __init__(
@@ -481,8 +536,9 @@ class Client(_Base):
         tls: TlsOption = None,
         auth: tuple[str, str] | None = None,
         token: str | None = None,
+        routing: bool = False,
     ) -> None:
-        super().__init__(servers, timeout_s, connect_timeout_s, tls)
+        super().__init__(servers, timeout_s, connect_timeout_s, tls, routing)
         self._http = httpx.Client(
             transport=transport,
             headers=_headers(auth, token),
@@ -511,7 +567,7 @@ class Client(_Base):
         only these partitions of the table; `after`: only keys after the `cursor` of an earlier answer
         whose LIMIT cut it short (a table read in pages: same SQL, next `after`, until `cursor` is None).
         Raises QueryFailed (4xx), Unavailable (503 from every server), ClusterUnreachable."""
-        return self._run(
+        return self._query(
             _query_request(
                 sql,
                 max_lag,
@@ -538,6 +594,31 @@ class Client(_Base):
         """The lags the answering server knows, per server, table and partition (GET /v1/lag):
         {"server": node id, "lags": {node: {table: {partition: {...}}}}}."""
         return self._run(_LAGS)
+
+    def _query(self, request: _Request[QueryResult]) -> QueryResult:
+        """With routing on, a lookup of one partition goes to a holder first (client/routing.py)."""
+        routing = self._routing(request)
+        while routing is not None and (step := routing.next(time.monotonic())) is not None:
+            if step.kind != "send":
+                try:
+                    answer = self._run(_lookup(step))
+                except (QueryFailed, ClusterUnreachable):
+                    continue
+                routing.learned(step, answer, time.monotonic())
+                continue
+            send = self._send(step, request)
+            if send is None:
+                break
+            try:
+                response = self._http.request("POST", send[0], json=request.body, timeout=send[1])
+            except httpx.TransportError:
+                routing.unreachable(time.monotonic())
+                break
+            result = self._routed_answer(routing, step, response)
+            if result is not None:
+                return result
+            break
+        return self._run(request)
 
     def _run(self, request: _Request[T]) -> T:
         call = self._call(request)
@@ -569,7 +650,7 @@ class Client(_Base):
 
 
 class AsyncClient(_Base):
-    """The asyncio twin of `Client`, with the same arguments and methods (awaitable)."""
+    """The asyncio twin of `Client`, with the same arguments (`routing` too) and methods (awaitable)."""
 
     def __init__(
         self,
@@ -581,8 +662,9 @@ class AsyncClient(_Base):
         tls: TlsOption = None,
         auth: tuple[str, str] | None = None,
         token: str | None = None,
+        routing: bool = False,
     ) -> None:
-        super().__init__(servers, timeout_s, connect_timeout_s, tls)
+        super().__init__(servers, timeout_s, connect_timeout_s, tls, routing)
         self._http = httpx.AsyncClient(
             transport=transport,
             headers=_headers(auth, token),
@@ -603,7 +685,7 @@ class AsyncClient(_Base):
         after: str | None = None,
     ) -> QueryResult:
         """See `Client.query`."""
-        return await self._run(
+        return await self._query(
             _query_request(
                 sql,
                 max_lag,
@@ -625,6 +707,31 @@ class AsyncClient(_Base):
 
     async def lags(self) -> dict[str, Any]:
         return await self._run(_LAGS)
+
+    async def _query(self, request: _Request[QueryResult]) -> QueryResult:
+        """`Client._query`, awaiting the same steps."""
+        routing = self._routing(request)
+        while routing is not None and (step := routing.next(time.monotonic())) is not None:
+            if step.kind != "send":
+                try:
+                    answer = await self._run(_lookup(step))
+                except (QueryFailed, ClusterUnreachable):
+                    continue
+                routing.learned(step, answer, time.monotonic())
+                continue
+            send = self._send(step, request)
+            if send is None:
+                break
+            try:
+                response = await self._http.request("POST", send[0], json=request.body, timeout=send[1])
+            except httpx.TransportError:
+                routing.unreachable(time.monotonic())
+                break
+            result = self._routed_answer(routing, step, response)
+            if result is not None:
+                return result
+            break
+        return await self._run(request)
 
     async def _run(self, request: _Request[T]) -> T:
         """`Client._run`, awaiting the same steps."""
