@@ -32,8 +32,18 @@ Baselines, in the same run on the same machine:
 7. Redis (a redis-server started here) through redis-benchmark, the C client: GET of the same 20,000 rows
    as JSON strings (under redis-benchmark's key names key:000000000000.., random keys), c=1, 8, 32, and
    MGET of 100 random keys, c=8; redis-server's CPU per request. INFO's keyspace misses must stay 0.
+Through the Python client (`hotstate.Client`, one process per concurrent client, each looping over its
+keys for the measured window after a warm-up that also covers its start; c=1 and 4, `--quick`: c=2):
+9. `python_local`: the keys of cell 1, routing off, through the queried server (read there);
+10. `python_forwarded`: the keys of cell 2, routing off, through the queried server (forwarded);
+11. `python_forwarded_routed`: the keys of cell 2, `routing=True`, the client given only the queried
+    server: each lookup goes straight to its partition's active (client/routing.py);
+12. `python_local_routed`: the keys of cell 1 with `routing=True` (what routing costs the client).
+Per cell: requests/s, latency, how many answers were forwarded, each server's and the clients' CPU per
+request. The Python client, not the servers, limits these rates: compare them with each other, not with
+wrk's cells.
 Then `goals` compares the measurements with the project's targets, and `ratios` gives hotstate over the
-baselines.
+baselines, and the Python client's cells over `python_local`.
 
 8. Failover (correctness, Python client): 4 httpx clients query random keys for 5 s through a server
    that stays up; at 1.5 s the server holding the most actives is killed with SIGKILL. Success rate and
@@ -117,10 +127,11 @@ class Mode:
     measure_s: int  # wrk -d takes whole seconds
     warmup_s: int
     concurrency: tuple[int, ...]
+    python_concurrency: tuple[int, ...] = (1, 4)  # Python client processes
 
     @staticmethod
     def of(quick: bool) -> Mode:
-        return Mode(True, 1, 1, (8,)) if quick else Mode(False, 5, 1, (1, 8, 32))
+        return Mode(True, 1, 1, (8,), (2,)) if quick else Mode(False, 5, 1, (1, 8, 32), (1, 4))
 
 
 def user(i: int) -> str:
@@ -159,15 +170,17 @@ class Children:
     def __init__(self) -> None:
         self._procs: list[subprocess.Popen[bytes]] = []
 
-    def start(self, command: Sequence[str], log: Path | None = None) -> subprocess.Popen[bytes]:
-        """Output to `log`, or to pipes (read them with `run`)."""
+    def start(
+        self, command: Sequence[str], log: Path | None = None, *, stdin: bool = False
+    ) -> subprocess.Popen[bytes]:
+        """Output to `log`, or to pipes (read them with `run`); `stdin`: a pipe to write to."""
         with contextlib.ExitStack() as files:
             out = files.enter_context(open(log, "ab")) if log is not None else subprocess.PIPE
             proc = subprocess.Popen(
                 command,
                 stdout=out,
                 stderr=subprocess.STDOUT if log is not None else subprocess.PIPE,
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
                 start_new_session=True,  # Ctrl-C reaches only this script, which then stops it
             )
         self._procs.append(proc)
@@ -824,6 +837,21 @@ def lookups(root: Path, clusters: list[LocalCluster], children: Children, mode: 
         for concurrency in concurrencies:
             wrk_cell(load, concurrency)
 
+    # The Python client, with and without routing.
+    given = f"127.0.0.1:{server.http_port}"
+    for name, keys, routing in (
+        ("python_local", local_keys, False),
+        ("python_forwarded", remote_keys, False),
+        ("python_forwarded_routed", remote_keys, True),
+        ("python_local_routed", local_keys, True),
+    ):
+        keys_file = write_lines(files / f"{name}.keys", keys)
+        for concurrency in mode.python_concurrency:
+            measure = functools.partial(
+                measure_python, children, name, given, keys_file, routing, concurrency, mode, labels
+            )
+            record(name, concurrency, measure)
+
     # Baseline 1: raw ASGI + rocksdict + orjson, the same bodies as v1_local.
     baseline: dict[str, Any] = {}
     results["asgi_baseline"] = baseline
@@ -870,6 +898,161 @@ def lookups(root: Path, clusters: list[LocalCluster], children: Children, mode: 
     else:
         redis_info["error"] = "redis-server, redis-benchmark or redis-cli not installed"
     return results
+
+
+# ---------------------------------------------------------------------------------------------- python
+PYTHON_READY_S = 120.0  # the most a client process may take to start (imports, a first query)
+
+
+def client_worker(config_text: str) -> None:
+    """One Python client process: one query, READY on stdout, then the window's start and end (wall
+    clock) from stdin; point lookups of its keys in a loop, warm-up until start, measured until end;
+    prints one CLIENT_JSON line."""
+    import hotstate
+
+    config = json.loads(config_text)
+    keys = Path(config["keys"]).read_text().split()
+    random.Random(config["seed"]).shuffle(keys)
+    latencies: list[float] = []
+    failures: Counter[str] = Counter()
+    forwarded = wrong = warmup = 0
+    with hotstate.Client(config["server"], routing=config["routing"], timeout_s=CLIENT_TIMEOUT_S) as client:
+        client.query(point_sql(keys[0]), timeout_ms=QUERY_TIMEOUT_MS)  # imports and connects
+        print("READY", flush=True)
+        start, end = map(float, sys.stdin.readline().split())
+        i = 0
+        while (now := time.time()) < end:
+            key = keys[i % len(keys)]
+            i += 1
+            sent = time.perf_counter()
+            try:
+                result = client.query(point_sql(key), timeout_ms=QUERY_TIMEOUT_MS)
+            except Exception as error:  # a failure is counted, never fatal: the cell reports it
+                if now >= start:
+                    failures[type(error).__name__] += 1
+                continue
+            took = time.perf_counter() - sent
+            if now < start:
+                warmup += 1
+                continue
+            latencies.append(took)
+            forwarded += any(p.served_by != result.coordinator for p in result.partitions)
+            wrong += len(result.rows) != 1
+    print(
+        "CLIENT_JSON "
+        + json.dumps(
+            {
+                "requests": len(latencies),
+                "latencies_ms": [round(t * 1000, 3) for t in latencies],
+                "forwarded": forwarded,
+                "wrong_rows": wrong,
+                "failures": dict(failures),
+                "warmup_requests": warmup,
+            }
+        ),
+        flush=True,
+    )
+
+
+def measure_python(
+    children: Children,
+    name: str,
+    server: str,
+    keys: Path,
+    routing: bool,
+    concurrency: int,
+    mode: Mode,
+    labels: Mapping[str, int],
+) -> dict[str, Any]:
+    """`concurrency` client processes over one window, once all have started; the servers' and the
+    clients' CPU over it."""
+    procs = []
+    for n in range(concurrency):
+        config = {"server": server, "keys": str(keys), "routing": routing, "seed": n}
+        command = [sys.executable, str(Path(__file__).resolve()), "--client-worker", json.dumps(config)]
+        procs.append(children.start(command, stdin=True))
+    ready = time.monotonic() + PYTHON_READY_S
+    for proc in procs:
+        assert proc.stdout is not None and proc.stdin is not None
+        while (line := proc.stdout.readline()) != b"READY\n":
+            if not line or time.monotonic() > ready:
+                for started in procs:
+                    children.stop(started)
+                raise RuntimeError(f"a Python client did not start: {line.decode(errors='replace')[-300:]}")
+    start = time.time() + mode.warmup_s
+    end = start + mode.measure_s
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.write(f"{start} {end}\n".encode())
+        proc.stdin.flush()
+    time.sleep(max(0.0, start - time.time()))
+    pids = {**labels, **{f"client-{n}": p.pid for n, p in enumerate(procs)}}
+    before = {label: proc_cpu_s(pid) for label, pid in pids.items()}
+    busy_before, began = busy_ticks(), time.monotonic()
+    time.sleep(max(0.0, end - time.time()))
+    elapsed = time.monotonic() - began
+    used = {label: proc_cpu_s(pid) - before[label] for label, pid in pids.items()}
+    machine = (busy_ticks() - busy_before) / CLK_TCK / elapsed
+    others = machine - sum(v for v in used.values() if not math.isnan(v)) / elapsed
+    answers = []
+    problems = []
+    for proc in procs:
+        try:
+            out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            children.stop(proc)
+            problems.append("a client did not finish")
+            continue
+        children.stop(proc)
+        said = next((ln for ln in out.decode().splitlines() if ln.startswith("CLIENT_JSON ")), None)
+        if said is None:
+            problems.append(f"a client exited {proc.returncode}: {err.decode(errors='replace')[-300:]}")
+            continue
+        answers.append(json.loads(said.removeprefix("CLIENT_JSON ")))
+    requests = sum(a["requests"] for a in answers)
+    latencies = sorted(t for a in answers for t in a["latencies_ms"])
+    failures: Counter[str] = Counter()
+    for a in answers:
+        failures.update(a["failures"])
+    wrong = sum(a["wrong_rows"] for a in answers)
+    if failures:
+        problems.append(f"failed queries {dict(failures)}")
+    if wrong:
+        problems.append(f"{wrong} answers without exactly one row")
+    if requests == 0:
+        problems.append("no request completed")
+
+    def per_request(seconds: float) -> float | None:
+        return None if requests == 0 or math.isnan(seconds) else round(seconds * 1e6 / requests, 1)
+
+    servers_cpu = {label: per_request(used[label]) for label in labels}
+    return {
+        "concurrency": concurrency,
+        "routing": routing,
+        "duration_s": round(elapsed, 2),
+        "requests": requests,
+        "requests_per_s": round(requests / elapsed, 1),
+        "rows_per_s": round(requests / elapsed),
+        **(
+            {
+                "latency_ms": {f"p{q}": percentile(latencies, q / 100) for q in (50, 90, 99)}
+                | {"max": latencies[-1]}
+            }
+            if latencies
+            else {}
+        ),
+        "forwarded_answers": sum(a["forwarded"] for a in answers),
+        "server_cpu_us_per_request": servers_cpu,
+        "python_clients_cpu_us_per_request": per_request(
+            sum(v for k, v in used.items() if k.startswith("client-"))
+        ),
+        "machine_busy_cores": round(machine, 2),
+        "others_busy_cores": round(max(0.0, others), 2),
+        "contended": others > CONTENDED_CORES,
+        "warmup_requests": sum(a["warmup_requests"] for a in answers),
+        "failed": bool(problems),
+        **({"failure": "; ".join(problems)} if problems else {}),
+    }
 
 
 # ---------------------------------------------------------------------------------------------- goals
@@ -924,6 +1107,10 @@ def goals(cells: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         "in_100_rows_per_s_c8": goal(300_000, at("v1_in_100", 8, rows), True),
         "range_1000_rows_per_s_c8": goal(300_000, at("v1_range_1000", 8, rows), True),
         "ksql_query_over_v1_query_c8": goal(0.9, ratio(at("ksql_query_local", 8, rps), local8), True),
+        # Issue 29: forwarded-key lookups with client routing on reach 0.9x of local ones (Python client).
+        "python_routed_forwarded_over_local_c4": goal(
+            0.9, ratio(at("python_forwarded_routed", 4, rps), at("python_local", 4, rps)), True
+        ),
     }
     ratios: dict[str, Any] = {}
     for c in (1, 8, 32):
@@ -940,6 +1127,11 @@ def goals(cells: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         value = ratio(at("v1_local", c, queried_cpu), at("redis_get", c, queried_cpu_any))
         if value is not None:
             ratios[f"v1_local_over_redis_get_server_cpu_per_request_c{c}"] = value
+    for c in (1, 2, 4):
+        for name in ("python_forwarded", "python_forwarded_routed", "python_local_routed"):
+            value = ratio(at(name, c, rps), at("python_local", c, rps))
+            if value is not None:
+                ratios[f"{name}_over_python_local_requests_per_s_c{c}"] = value
     for name in ("v1_in_100", "v1_range_1000"):
         value = ratio(at(name, 8, rows), at("redis_mget_100", 8, rows))
         if value is not None:
@@ -1090,6 +1282,9 @@ def main(argv: Sequence[str]) -> int:
     if argv[:1] == ["--asgi-baseline"]:
         serve_asgi_baseline(argv[1], int(argv[2]))
         return 0
+    if argv[:1] == ["--client-worker"]:
+        client_worker(argv[1])
+        return 0
     run = parse_args(argv)
     mode = run.mode
     signal.signal(signal.SIGTERM, _terminate)
@@ -1177,6 +1372,10 @@ def main(argv: Sequence[str]) -> int:
             "failover_failure": f"non-200, or slower than timeout_ms={QUERY_TIMEOUT_MS}",
             "failover_cluster": "a fresh cluster per run; SIGKILL of the server holding the most actives; "
             "httpx client",
+            "python_client": "hotstate.Client, one process per concurrent client, each given only the "
+            "queried server; point lookups of its cell's keys in a shuffled loop; a "
+            "the warm-up (once every client has started and queried once) before the measured window",
+            "python_concurrency": list(mode.python_concurrency),
         },
         "goals": results.pop("goals", {}),
         "ratios": results.pop("ratios", {}),

@@ -451,6 +451,7 @@ class _Base:
         scheme = "http" if self._tls is None else "https"
         self._scheme = scheme
         self._router: KeyRouter | None = None
+        self._holder_urls: dict[str, str] = {}  # a holder's advertised host:port -> its base URL
         if routing:
             # Imported only when asked for: the planner brings sqlglot (about a second to import).
             from hotstate.client.routing import KeyRouter
@@ -477,10 +478,12 @@ class _Base:
 
     def _send(self, step: Send, request: _Request[QueryResult]) -> tuple[str, httpx.Timeout] | None:
         """Where and how long to send a routed query; None if the holder's address is not one to use."""
-        try:
-            base = parse_address(step.http, self._scheme)
-        except ValueError:
-            return None
+        base = self._holder_urls.get(step.http)
+        if base is None:
+            try:
+                base = self._holder_urls[step.http] = parse_address(step.http, self._scheme)
+            except ValueError:
+                return None
         timeout = httpx.Timeout(request.attempt_s, connect=min(self.connect_timeout_s, request.attempt_s))
         return base + request.path, timeout
 
