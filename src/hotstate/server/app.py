@@ -59,7 +59,7 @@ from hotstate.replica import messages as replica_messages
 from hotstate.routing.hedging import HedgePolicy
 from hotstate.rpc import NOT_SENT, Connection, PeerInfo, PeerPool, RpcError, RpcServer
 from hotstate.server import runtime
-from hotstate.server.config import ServerConfig
+from hotstate.server.config import ServerConfig, config_warnings
 from hotstate.server.console.feed import ConsoleFeed
 from hotstate.server.console.http import ConsoleContext
 from hotstate.server.controller_host import ControllerHost
@@ -285,6 +285,7 @@ class Server:
                 self.reads,
                 self.pool.request_soon,
                 hedging=HedgePolicy(config.hedging),
+                default_timeout_ms=config.query_timeout_ms,
                 cluster_id=config.cluster_id,
                 on_forward=lambda outcome: self.metrics.forwards.labels(outcome).inc(),
             )
@@ -582,6 +583,7 @@ class Server:
                 peer_headers=peer_headers,
             ),
             auth=auth,
+            default_standby_replicas=config.default_standby_replicas,
         )
         limits = HttpLimits(
             max_head_bytes=config.http_header_max_bytes,
@@ -645,6 +647,8 @@ def run_server(config: ServerConfig) -> None:
         level=config.log_level,
         format=f"%(asctime)s server-{config.node_id} %(levelname)s %(name)s: %(message)s",
     )
+    for warning in config_warnings(config):
+        log.warning("configuration: %s", warning)
 
     try:
         server = Server(config)

@@ -29,6 +29,7 @@ from hotstate.controller.image import MetadataImage, PartitionInfo, TableInfo
 from hotstate.protocol.replica_state import REPLICA_STATES
 from hotstate.query.execute import (
     DEFAULT_TIMEOUT_MS,
+    TIMEOUT_PROPERTY,
     TOKEN_PROPERTY,
     PartitionAnswer,
     PartitionServed,
@@ -120,8 +121,11 @@ class Coordinator:
         hedging: HedgePolicy | None = None,
         cluster_id: str = "",
         on_forward: Callable[[str], None] = lambda outcome: None,
+        default_timeout_ms: int = DEFAULT_TIMEOUT_MS,
     ) -> None:
         self.node_id = node_id
+        # A query's budget when it gives no timeout_ms (the server's query.timeout.ms).
+        self.default_timeout_ms = default_timeout_ms
         self.cluster = cluster
         self.reads = reads
         self._request_soon = request_soon
@@ -193,14 +197,15 @@ class Coordinator:
             raise QueryError("bad_request", str(error)) from error
         if properties:
             options = QueryOptions.read(properties, table, self._tag)
-            deadline = started + options.timeout_ms / 1000
+            timeout_ms = options.timeout_ms if TIMEOUT_PROPERTY in properties else self.default_timeout_ms
+            deadline = started + timeout_ms / 1000
             if options.min_batch is not None and committed is None:
                 return self._after_batch(query, properties, started, table, options.min_batch, deadline)
             standby_reads, hedge = options.standby_reads, options.hedge
             given = given_positions(table, options)
             work = work_for(query_plan, table, options, given)
         else:  # every property at its default (most lookups): the same as above, without the look-ups
-            deadline = started + DEFAULT_TIMEOUT_MS / 1000
+            deadline = started + self.default_timeout_ms / 1000
             standby_reads = hedge = True
             given = {}
             work = plain_work(query_plan, table, table.acceptable_lag)

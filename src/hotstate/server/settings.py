@@ -32,6 +32,8 @@ FRAME_HEADROOM_BYTES: Final = 64 * 1024
 # the rest is room for the framing of every row and batch, which grows with the row count, not the bytes.
 FRAME_DATA_SHARE: Final = 2
 LOG_LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR")
+# A query's time budget, given or by default (query/execute.py refuses a larger timeout_ms).
+MAX_QUERY_TIMEOUT_MS: Final = 300_000
 REPLICA_LOG_FSYNC_POLICIES: Final = ("never", "always")
 
 # The kind of a value: how its text is parsed, checked and written back (config/kinds.py has one of each).
@@ -500,6 +502,17 @@ _PLACEMENT: Final = (
         ),
     ),
     Setting(
+        "num.standby.replicas",
+        "default_standby_replicas",
+        minimum=0,
+        unit="replicas",
+        doc=(
+            "The standbys per partition of a table created over HTTP (`POST /v1/tables`) without "
+            "`standby_replicas` (Kafka Streams' name; there every application sets it, here every table "
+            "may set its own). `hotstate table create` and the admin client name their count."
+        ),
+    ),
+    Setting(
         "reassign.interval.ms",
         "reassign_interval_ms",
         minimum=0,
@@ -570,6 +583,17 @@ _SERVER: Final = (
     ),
 )
 _QUERIES: Final = (
+    Setting(
+        "query.timeout.ms",
+        "query_timeout_ms",
+        unit="ms",
+        doc=(
+            "The time budget of a query that gives no `timeout_ms` of its own: planning, routing, forwards "
+            "and retries on the next replica all happen within it, then the query fails with 504. At most "
+            f"{MAX_QUERY_TIMEOUT_MS:,}. The Python client waits for a query's own `timeout_ms`, or 10 s, "
+            "plus 2 s: with a longer default here, give the client's queries a `timeout_ms`."
+        ),
+    ),
     Setting(
         "query.hedge.delay.floor.ms",
         "hedging.delay_floor_ms",
@@ -729,6 +753,50 @@ SETTINGS: Final = tuple(setting for section in SECTIONS for setting in section.s
 assert len({setting.key for setting in SETTINGS}) == len(SETTINGS), "a key is described twice"
 
 
+@dataclass(frozen=True, slots=True)
+class Alias:
+    """A name the anchors (Kafka Streams, ksqlDB) give a setting, accepted wherever a key is (file,
+    environment, flags) and turned into hotstate's settings before anything else reads them
+    (config/aliases.py). `key` ending in `.` is a prefix: `client.tag.` stands for `client.tag.KEY`."""
+
+    key: str
+    shape: str
+    doc: str
+
+
+CLIENT_TAG_PREFIX: Final = "client.tag."
+ALIASES: Final = (
+    Alias(
+        CLIENT_TAG_PREFIX,
+        "string",
+        (
+            "`client.tag.KEY=VALUE` (KIP-708's client tags) is the tag `KEY=VALUE` of `tags`, and "
+            "`client.tag.rack` is `rack`. As environment variables `HOTSTATE_CLIENT_TAG_KEY` (KEY in lower "
+            "case). A tag given both here and in `tags`, or `rack` both ways with different values, is an "
+            "error."
+        ),
+    ),
+    Alias(
+        "rack.aware.assignment.enabled",
+        "`true` or `false`",
+        (
+            "`false`: placement ignores racks and tags altogether (`rack.aware.assignment.strategy=none` "
+            "and `rack.aware.assignment.tags` empty); `true`: as those two settings say (their defaults: "
+            "rack-aware). Setting either of them to the opposite as well is an error."
+        ),
+    ),
+    Alias(
+        "ksql.query.pull.forwarding.timeout.ms",
+        "integer >= 1",
+        (
+            "ksqlDB's name for `query.timeout.ms`. Given with it, the value from the higher-precedence "
+            "source wins (flags, then environment, then file); from the same source they must agree."
+        ),
+    ),
+)
+assert not {alias.key for alias in ALIASES} & {setting.key for setting in SETTINGS}, "an alias is a key"
+
+
 # ---------------------------------------------------------------------------------------------------------
 # docs/configuration.md
 
@@ -756,13 +824,32 @@ def doc_table(section: Section, defaults: Mapping[str, object]) -> str:
     return "\n".join(rows) + "\n"
 
 
+def alias_table() -> str:
+    """The markdown table of ALIASES."""
+    rows = ["| key | type | meaning |", "|---|---|---|"]
+    for alias in ALIASES:
+        key = f"{alias.key}KEY" if alias.key.endswith(".") else alias.key
+        rows.append(f"| `{key}` | {alias.shape} | {alias.doc} |")
+    return "\n".join(rows) + "\n"
+
+
+_ALIAS_TABLE: Final = "aliases"
+
+
 def update_doc(text: str, defaults: Mapping[str, object]) -> str:
-    """`text` (docs/configuration.md) with every section's table generated afresh between its markers."""
+    """`text` (docs/configuration.md) with every section's table, and the aliases' table, generated afresh
+    between their markers."""
     by_name = {section.name: section for section in SECTIONS}
     found = [match[2] for match in _TABLE_RE.finditer(text)]
-    if sorted(found) != sorted(by_name):
+    if sorted(found) != sorted([*by_name, _ALIAS_TABLE]):
         raise ValueError(
-            f"the document must have one table of settings per section ({', '.join(by_name)}), "
-            f"each between <!-- settings: NAME --> and <!-- end of settings -->; it has {found}"
+            f"the document must have one table of settings per section ({', '.join(by_name)}) and one "
+            f"of {_ALIAS_TABLE}, each between <!-- settings: NAME --> and <!-- end of settings -->; it has "
+            f"{found}"
         )
-    return _TABLE_RE.sub(lambda match: match[1] + doc_table(by_name[match[2]], defaults), text)
+
+    def table(match: re.Match[str]) -> str:
+        name = match[2]
+        return match[1] + (alias_table() if name == _ALIAS_TABLE else doc_table(by_name[name], defaults))
+
+    return _TABLE_RE.sub(table, text)

@@ -18,11 +18,14 @@ Its parts, each importing only those listed before it:
   rules.py      the rules that compare settings with each other
   model.py      ServerConfig, the typed configs it holds (its groups), its check, DEFAULTS
   build.py      raw values -> ServerConfig, every bad key reported at once
+  aliases.py    the anchors' names (settings.ALIASES) turned into hotstate's keys
   sources.py    the TOML file, the environment, the flags; load_config
   render.py     render_toml
+  advice.py     warnings about a valid configuration, logged at startup
 """
 
 from hotstate.server.config.addresses import Listener, ListenerName, Voter
+from hotstate.server.config.advice import config_warnings
 from hotstate.server.config.errors import ConfigError
 from hotstate.server.config.keys import (
     ASSIGNMENT_TAGS_KEY,
@@ -75,6 +78,7 @@ __all__ = [
     "ProcessRole",
     "ServerConfig",
     "Voter",
+    "config_warnings",
     "env_var_name",
     "load_config",
     "parse_flag_overrides",

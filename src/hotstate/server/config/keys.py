@@ -32,7 +32,8 @@ HEARTBEAT_KEYS: Final = _fields_of("liveness.heartbeat")
 # LivenessConfig's settings outside `heartbeat` (lag reporting, KIP-535).
 LAG_REPORTING_KEYS: Final = _fields_of("liveness")
 LIVENESS_KEYS: Final = (*HEARTBEAT_KEYS, *LAG_REPORTING_KEYS)
-# Kafka Streams names (AssignorConfig's PROPERTY_NAMES). Not num.standby.replicas: every table sets its own.
+# Kafka Streams names (AssignorConfig's PROPERTY_NAMES). Not num.standby.replicas: every table sets its own
+# count, and the server-level `num.standby.replicas` is only the default of a table made over HTTP.
 ASSIGNOR_KEYS: Final = _fields_of("assignor")
 (STRATEGY_KEY,) = (setting.key for setting in SETTINGS if setting.kind == "strategy")
 (ASSIGNMENT_TAGS_KEY,) = (setting.key for setting in SETTINGS if setting.kind == "tag_keys")

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from hotstate.assignor.config import AssignorConfig
+from hotstate.protocol.http_api import DEFAULT_QUERY_TIMEOUT_MS
 from hotstate.raft.config import RaftConfig
 from hotstate.replica.core import ReplicaConfig
 from hotstate.routing.heartbeat import HeartbeatConfig, LivenessConfig
@@ -55,6 +56,8 @@ class ServerConfig:
     replica_log_fsync: str = "never"
     produce_max_bytes: int = 8 * 1024 * 1024
     reassign_interval_ms: int = 2000
+    default_standby_replicas: int = 1
+    query_timeout_ms: int = DEFAULT_QUERY_TIMEOUT_MS
     broker_removal_delay_ms: int = 30_000
     liveness: LivenessConfig = field(default_factory=LivenessConfig)
     assignor: AssignorConfig = field(default_factory=AssignorConfig)

@@ -12,7 +12,7 @@ from typing import Any, Final
 
 from hotstate.server.config.addresses import Listener, Voter
 from hotstate.server.config.errors import MISSING, ConfigError
-from hotstate.server.settings import FRAME_DATA_SHARE, FRAME_HEADROOM_BYTES
+from hotstate.server.settings import FRAME_DATA_SHARE, FRAME_HEADROOM_BYTES, MAX_QUERY_TIMEOUT_MS
 
 
 def _membership_problem(values: Mapping[str, Any]) -> ConfigError | None:
@@ -164,9 +164,19 @@ def _client_auth_problem(values: Mapping[str, Any]) -> ConfigError | None:
     return None
 
 
+def _query_timeout_problem(values: Mapping[str, Any]) -> ConfigError | None:
+    timeout: int = values["query.timeout.ms"]
+    if timeout <= MAX_QUERY_TIMEOUT_MS:
+        return None
+    return ConfigError(
+        "query.timeout.ms", timeout, f"must be at most {MAX_QUERY_TIMEOUT_MS} (the most a query may ask for)"
+    )
+
+
 _RULES: Final[Sequence[tuple[tuple[str, ...], Callable[[Mapping[str, Any]], ConfigError | None]]]] = (
     (("node.id", "process.roles", "listeners", "controller.quorum.voters"), _membership_problem),
     (("broker.heartbeat.interval.ms", "broker.session.timeout.ms"), _broker_heartbeat_problem),
+    (("query.timeout.ms",), _query_timeout_problem),
     (("replica.fetch.max.wait.ms", "replica.fetch.timeout.ms"), _replica_fetch_wait_problem),
     (
         (

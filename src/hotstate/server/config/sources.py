@@ -9,6 +9,7 @@ import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from hotstate.server.config.aliases import env_alias, holds_aliases, is_alias, resolve
 from hotstate.server.config.build import build
 from hotstate.server.config.errors import MISSING, ConfigError, nearest
 from hotstate.server.config.keys import ENV_PREFIX, ENV_VARS, KNOWN_KEYS, env_var_name
@@ -45,9 +46,11 @@ def _flatten(
     for name, value in table.items():
         key = prefix + name
         # A table is read as one first: `rack` is a key, and `[rack.aware.assignment]` a table of keys.
-        if isinstance(value, dict) and any(known.startswith(key + ".") for known in KNOWN_KEYS):
+        if isinstance(value, dict) and (
+            any(known.startswith(key + ".") for known in KNOWN_KEYS) or holds_aliases(key)
+        ):
             _flatten(value, key + ".", out, errors)
-        elif key in KNOWN_KEYS:
+        elif key in KNOWN_KEYS or is_alias(key):
             if key in out:
                 errors.append(
                     ConfigError(
@@ -64,7 +67,7 @@ def _from_env(env: Mapping[str, str]) -> dict[str, str]:
     for name, value in env.items():
         if not name.startswith(ENV_PREFIX):
             continue
-        key = ENV_VARS.get(name)
+        key = ENV_VARS.get(name) or env_alias(name)
         if key is None:
             # Other hotstate tools (the Spark sink, the client) read HOTSTATE_* variables too.
             # Compare without the shared prefix, or every name looks close to every other.
@@ -121,7 +124,7 @@ def parse_flag_overrides(args: Sequence[str]) -> dict[str, str]:
             i += 1
             continue
         key = key.strip()
-        if key not in KNOWN_KEYS:
+        if key not in KNOWN_KEYS and not is_alias(key):
             errors.append(_unknown_key(key, value).with_sources({key: f"flag --{key}"}))
             continue
         values[key] = value
@@ -149,12 +152,13 @@ def load_config(
         raw[key], sources[key] = value, f"env {env_var_name(key)}"
     unknown = []
     for key, value in (flags or {}).items():
-        if key in KNOWN_KEYS:
+        if key in KNOWN_KEYS or is_alias(key):
             raw[key], sources[key] = value, f"flag --{key}"
         else:
             unknown.append(_unknown_key(key, value).with_sources({key: f"flag --{key}"}))
     if unknown:
         raise ConfigError.combine(unknown)
+    raw, sources = resolve(raw, sources)
     try:
         return build(raw)
     except ConfigError as error:

@@ -64,6 +64,8 @@ class HttpContext:
     controller: Controller
     console: ConsoleContext | None = None  # the console's page and JSON (server/console/http.py)
     auth: HttpAuth | None = None  # who may ask what (server/http/auth.py); None: anyone
+    # The standbys of a table created over HTTP without a count (num.standby.replicas).
+    default_standby_replicas: int = 1
 
 
 def build_app(ctx: HttpContext) -> QueryRoutes:
@@ -109,7 +111,14 @@ def build_app(ctx: HttpContext) -> QueryRoutes:
 
     add_table_routes(
         app,
-        TableContext(ctx.image, ctx.not_ready, ctx.controller, ctx.liveness.lags, ctx.liveness.alive),
+        TableContext(
+            ctx.image,
+            ctx.not_ready,
+            ctx.controller,
+            ctx.liveness.lags,
+            ctx.liveness.alive,
+            default_standby_replicas=ctx.default_standby_replicas,
+        ),
     )
 
     @app.get("/v1/lag", summary="The lags this server knows, per server and partition (KIP-535)")

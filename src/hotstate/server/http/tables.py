@@ -76,9 +76,13 @@ class CreateTableBody(BaseModel):
     name: str = Field(description="letters, digits and underscores; starts with a letter")
     key_columns: list[KeyColumnSpec] = Field(description="the key, in order (a compound key has several)")
     partitions: int = Field(default=8, description="how many partitions")
-    standby_replicas: int = Field(default=1, description="standbys per partition")
+    standby_replicas: int | None = Field(
+        default=None, description="standbys per partition; null: the server's num.standby.replicas"
+    )
     acceptable_lag: int | None = Field(
-        default=None, description="most records a replica may be behind and still serve; null: unset"
+        default=None,
+        description="most records a replica may be behind and still serve; null: unset. "
+        "`acceptable.offset.lag` is accepted for it (the anchors' name)",
     )
     writer_rack: str | None = Field(
         default=None, description="the rack its writers run in, for rack-aware placement (KIP-925)"
@@ -94,6 +98,8 @@ class TableContext:
     # The lags and liveness this server knows, for where a key lives (http/key_location.py).
     lags: LagTable = field(default_factory=LagTable)
     alive: Callable[[int], bool] = lambda node: True
+    # The standbys of a table created without a count (the server's num.standby.replicas).
+    default_standby_replicas: int = 1
 
 
 def add_table_routes(app: FastAPI, ctx: TableContext) -> None:
@@ -122,7 +128,7 @@ def add_table_routes(app: FastAPI, ctx: TableContext) -> None:
         if body is None:
             return _response(_bad("the body never arrived: the client went away").answer)
         try:
-            create = create_request(body)
+            create = create_request(body, ctx.default_standby_replicas)
         except _Refused as refused:
             return _response(refused.answer)
         return _response(await _change(ctx, create, create.name))
@@ -200,14 +206,27 @@ def _bad(message: str) -> _Refused:
     return _Refused(error_body(400, "generic_error", BAD_REQUEST, message))
 
 
-def create_request(body: bytes) -> CreateTableRequest:
-    """The body of a `POST /v1/tables` as the controller's request; _Refused says what is wrong."""
+# The anchors' name for a table's acceptable lag (KIP-535's acceptable.offset.lag), as a body field.
+ACCEPTABLE_LAG_ALIAS = "acceptable.offset.lag"
+
+
+def create_request(body: bytes, default_standby_replicas: int = 1) -> CreateTableRequest:
+    """The body of a `POST /v1/tables` as the controller's request; _Refused says what is wrong.
+    `default_standby_replicas`: the count of a body without `standby_replicas`."""
     try:
         parsed = orjson.loads(body)
     except orjson.JSONDecodeError as error:
         raise _bad(f"the body is not JSON: {error}") from error
     if not isinstance(parsed, dict):
         raise _bad("the body must be a JSON object with name and key_columns")
+    if ACCEPTABLE_LAG_ALIAS in parsed:
+        alias = parsed.pop(ACCEPTABLE_LAG_ALIAS)
+        if "acceptable_lag" in parsed and parsed["acceptable_lag"] != alias:
+            raise _bad(
+                f"acceptable_lag={parsed['acceptable_lag']!r} and {ACCEPTABLE_LAG_ALIAS}={alias!r}: "
+                "the same bound under two names, with different values"
+            )
+        parsed["acceptable_lag"] = alias
     try:
         spec = CreateTableBody.model_validate(parsed)
     except ValidationError as error:
@@ -221,7 +240,7 @@ def create_request(body: bytes) -> CreateTableRequest:
     return CreateTableRequest(
         spec.name,
         spec.partitions,
-        spec.standby_replicas,
+        default_standby_replicas if spec.standby_replicas is None else spec.standby_replicas,
         tuple(columns),
         spec.acceptable_lag,
         spec.writer_rack,
