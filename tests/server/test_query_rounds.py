@@ -486,3 +486,17 @@ def test_kept_routes_follow_every_change_of_liveness_and_lags() -> None:
     alive.add(2)
     version[0] += 1
     assert served_by({"max_lag": 0}) == [2]
+
+
+def test_a_query_without_timeout_ms_has_the_servers_default_budget() -> None:
+    """query.timeout.ms: every forward of a query that gives no timeout_ms fits in the server's default
+    (both the path with no properties and the one with others); a query's own timeout_ms still wins."""
+    peers = Peers()
+    service = _service(peers)
+    service.default_timeout_ms = 600
+    asyncio.run(service.execute(_in_list(USERS)))
+    asyncio.run(service.execute(_in_list(USERS), {"hedging": False}))
+    assert len(peers.timeouts) == 4 and all(t <= 0.6 for t in peers.timeouts), peers.timeouts
+    peers.timeouts.clear()
+    asyncio.run(service.execute(_in_list(USERS), {"timeout_ms": 5000}))
+    assert max(peers.timeouts) > 0.6, peers.timeouts
