@@ -213,9 +213,12 @@ class KeyRouter:
         return Routing(self, query, body)
 
     def down(self, now: float) -> frozenset[str]:
-        for http in [h for h, until in self._down.items() if until <= now]:
-            del self._down[http]
-        return frozenset(self._down)
+        # A blocking Client may be shared by threads: copy the items in one step, and pop what may be gone.
+        marked = tuple(self._down.items())
+        for http, until in marked:
+            if until <= now:
+                self._down.pop(http, None)
+        return frozenset(http for http, until in marked if until > now)
 
     def mark_down(self, http: str, now: float) -> None:
         self._down[http] = now + self.down_s
