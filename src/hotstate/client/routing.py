@@ -242,6 +242,7 @@ class Routing:
         self._query = query
         self._body = body
         self._sent: Send | None = None
+        self._target_found: Target | None = None  # planned once the table is known
         self._asked_tables = False
         self._asked_holders = False
 
@@ -269,6 +270,8 @@ class Routing:
         return self._sent
 
     def _target(self, now: float) -> Target | Lookup | None:
+        if self._target_found is not None:
+            return self._target_found
         router = self._router
         try:
             table = find_table(router.tables, self._query.table)
@@ -285,13 +288,14 @@ class Routing:
         if not isinstance(access, KeyLookup) or not access.keys or len(set(access.partitions)) != 1:
             return None
         max_lag = self._body.get("max_lag", table.acceptable_lag)
-        return Target(
+        self._target_found = Target(
             table,
             access.partitions[0],
             decode_key(access.keys[0]),
             max_lag if isinstance(max_lag, int) else None,
             self._body.get("standby_reads", True) is not False,
         )
+        return self._target_found
 
     def learned(self, step: Lookup, answer: Any, now: float) -> None:
         """What a lookup answered (the decoded body; malformed answers are ignored)."""
