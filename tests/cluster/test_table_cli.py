@@ -46,9 +46,12 @@ def test_table_commands_create_list_describe_and_drop(start_cluster: StartCluste
     assert "created table clicks" in made.stdout and "key user:STRING, day:INT" in made.stdout
     other = runner.invoke(
         app, ["table", "create", "views", "-k", "page:STRING", "-p", "2", "--standby-replicas", "0",
-              "--cluster", third], env=env
+              "--acceptable-offset-lag", "7", "--cluster", third], env=env
     )  # fmt: skip
     assert other.exit_code == 0, other.output
+    # The anchors' name for a table's acceptable lag.
+    views = runner.invoke(app, ["table", "describe", "views", "--cluster", third], env=env)
+    assert "acceptable lag 7;" in " ".join(views.stdout.split()), views.output
 
     listed = runner.invoke(app, ["table", "list", "-c", third], env=env)
     assert listed.exit_code == 0 and listed.stdout.split() == ["clicks", "views"], listed.output

@@ -208,7 +208,11 @@ def register(app: typer.Typer, *, default_dir: Path) -> None:
         ] = 1,
         acceptable_lag: Annotated[
             int | None,
-            typer.Option("--acceptable-lag", help="most records a replica may be behind and still serve"),
+            typer.Option(
+                "--acceptable-lag",
+                "--acceptable-offset-lag",  # the anchors' name, acceptable.offset.lag
+                help="most records a replica may be behind and still serve",
+            ),
         ] = None,
         cluster: ClusterOption = None,
         cluster_id: ClusterIdOption = None,
