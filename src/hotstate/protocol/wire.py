@@ -24,10 +24,14 @@ from hotstate.controller.requests import (
     RegisterServerResponse,
     RegisterWriterRequest,
     RegisterWriterResponse,
+    ReplaceTableRequest,
+    ReplaceTableResponse,
     ServerHeartbeatRequest,
     ServerHeartbeatResponse,
     SetValueColumnsRequest,
     SetValueColumnsResponse,
+    StageTableRequest,
+    StageTableResponse,
 )
 from hotstate.log.batch import RecordBatch
 from hotstate.log.divergence import DivergingEpoch
@@ -91,6 +95,10 @@ for type_id, cls in (
     (77, SetValueColumnsRequest),
     (78, SetValueColumnsResponse),
     (79, ValueColumn),
+    (80, StageTableRequest),
+    (81, StageTableResponse),
+    (82, ReplaceTableRequest),
+    (83, ReplaceTableResponse),
     # Cluster status (100-)
     (100, DescribeClusterRequest),
     (101, ServerStatus),
