@@ -135,7 +135,7 @@ MESSAGES.register(64, CreateTableRequest, version=2)
 MESSAGES.register(162, replica.TableMetadataRequest, version=2)
 # Version 2 appended produce_max_bytes.
 MESSAGES.register(165, replica.TableMetadataResponse, version=2)
-# Version 2 appended min_position (consistency tokens).
-MESSAGES.register(168, replica.PartitionQueryRequest, version=2)
+# Version 2 appended min_position (consistency tokens), version 3 table_id (table generations).
+MESSAGES.register(168, replica.PartitionQueryRequest, version=3)
 # Version 2 appended user (who asked the coordinator, for the serving server's log).
 MESSAGES.register(172, replica.QueryPartitionsRequest, version=2)

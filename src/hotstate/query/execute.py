@@ -306,7 +306,7 @@ def plain_work(
             [partition] = access.partitions
             return {
                 partition: PartitionQueryRequest(
-                    table.name, partition, access.keys, False, None, None, None, max_lag
+                    table.name, partition, access.keys, False, None, None, None, max_lag, 0, table.table_id
                 )
             }
         by_partition: dict[int, list[bytes]] = {}
@@ -314,7 +314,15 @@ def plain_work(
             by_partition.setdefault(partition, []).append(key)
         return {
             partition: PartitionQueryRequest(
-                table.name, partition, tuple(by_partition[partition]), False, None, None, None, max_lag
+                table.name,
+                partition,
+                tuple(by_partition[partition]),
+                False,
+                None,
+                None,
+                None,
+                max_lag,
+                table_id=table.table_id,
             )
             for partition in sorted(by_partition)
         }
@@ -324,7 +332,9 @@ def plain_work(
     # returns reads no more than that (and fits the wire).
     limit = None if query_plan.limit is None else min(query_plan.limit + 1, MAX_ROWS + 1)
     return {
-        partition: PartitionQueryRequest(table.name, partition, (), True, start, end, limit, max_lag)
+        partition: PartitionQueryRequest(
+            table.name, partition, (), True, start, end, limit, max_lag, table_id=table.table_id
+        )
         for partition in range(table.partitions)
     }
 
