@@ -73,9 +73,9 @@ def test_a_query_planned_on_the_old_generation_is_planned_again_on_the_new_one_i
 
     cluster = ClusterView(lambda: images[-1], LagTable(), lambda node: True)
     peers = type("Peers", (), {"request": staticmethod(request)})()
-    coordinator = _coordinator(cluster, peers)  # type: ignore[arg-type]
+    coordinator = _coordinator(cluster, peers)
     result = asyncio.run(coordinator.execute(_in_list(USERS)))
-    assert sorted(row[0] for row in result.rows) == sorted(USERS)
+    assert [row[0] for row in result.rows] == sorted(USERS)
     assert {row[1] for row in result.rows} == {"new"}  # all of the new generation, none of the old
     # Every partition was asked for by generation; the old one only in the first round.
     first = [(node, p) for node, p, g in generations.asked if g == OLD]
@@ -91,6 +91,6 @@ def test_a_query_whose_generation_is_still_served_reads_it_in_full() -> None:
     cluster = ClusterView(lambda: image, LagTable(), lambda node: True)
     coordinator = _coordinator(cluster, generations)  # type: ignore[arg-type]
     result = asyncio.run(coordinator.execute(_in_list(USERS)))
-    assert sorted(row[0] for row in result.rows) == sorted(USERS)
+    assert [row[0] for row in result.rows] == sorted(USERS)
     assert {row[1] for row in result.rows} == {"old"}
     assert {g for _, _, g in generations.asked} == {OLD}
