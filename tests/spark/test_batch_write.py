@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -145,7 +144,11 @@ def test_overwrite_replaces_the_table_atomically_under_concurrent_readers(
         for reader in readers:
             reader.join()
 
-    mixed = [a for a in answers if a not in ((frozenset({"old"}), old_keys), (frozenset({"new"}), new_keys))]
+    whole: list[tuple[frozenset[object], frozenset[object]]] = [
+        (frozenset({"old"}), frozenset(old_keys)),
+        (frozenset({"new"}), frozenset(new_keys)),
+    ]
+    mixed = [a for a in answers if a not in whole]
     assert not mixed, f"{len(mixed)} of {len(answers)} answers were neither the old table nor the new one"
     kinds = [next(iter(values)) for values, _ in answers]
     assert kinds[0] == "old" and kinds[-1] == "new"
