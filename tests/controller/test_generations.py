@@ -57,18 +57,32 @@ def test_a_staged_generation_is_hidden_until_one_record_swaps_it_in() -> None:
     assert len(harness.image.partitions[staged.table_id]) == 4
     assert harness.reply(ListTablesRequest(), ListTablesResponse).tables == ("clicks",)
 
-    decision = harness.handle(ReplaceTableRequest("clicks", staged.table_id))
+    # Where the load ended (its tasks' tokens merged): the least position a replica serves it from.
+    decision = harness.handle(ReplaceTableRequest("clicks", staged.table_id, ((0, 5), (2, 7), (0, 9))))
     assert decision.reply.error is ControllerError.NONE
     [batch] = decision.batches
-    assert batch.records == (ReplaceTable("clicks", staged.table_id, old.table_id),)
+    assert batch.records == (ReplaceTable("clicks", staged.table_id, old.table_id, (9, 0, 7, 0)),)
     table = harness.image.tables["clicks"]
     assert (table.table_id, table.partitions, table.staging_for) == (staged.table_id, 4, "")
+    assert table.loaded_positions == (9, 0, 7, 0)
     assert staged.staging_name not in harness.image.tables
     assert old.table_id not in harness.image.partitions  # the old generation's replicas are dropped
     assert len(harness.image.partitions_of("clicks")) == 4
     # A repeat (the answer was lost) changes nothing and says done.
     assert swap(harness, "clicks", staged.table_id).error is ControllerError.NONE
     assert harness.image.tables["clicks"] == table
+
+
+def test_a_swap_naming_positions_outside_the_generation_is_refused() -> None:
+    harness = three_brokers()
+    create(harness)
+    staged = stage(harness, partitions=2)
+    for positions in (((2, 1),), ((0, -1),)):
+        refused = harness.reply(
+            ReplaceTableRequest("clicks", staged.table_id, positions), ReplaceTableResponse
+        )
+        assert refused.error is ControllerError.INVALID_REQUEST and "partitions 0..1" in refused.message
+    assert harness.image.tables[staged.staging_name].staged
 
 
 def test_an_overwrite_of_a_missing_table_creates_it_at_the_swap() -> None:
@@ -170,12 +184,16 @@ def test_the_swap_record_applies_only_to_the_generations_it_names() -> None:
 def test_generations_survive_the_record_codec_and_snapshots() -> None:
     harness = three_brokers()
     create(harness)
+    swapped = stage(harness)
+    swap_with = ReplaceTableRequest("clicks", swapped.table_id, ((1, 3),))
+    assert harness.reply(swap_with, ReplaceTableResponse).error is ControllerError.NONE
     stage(harness)
     batch = MetadataBatch(tuple(image_records(harness.image)))
     assert decode_batch(encode_batch(batch)) == batch
     builder = ImageBuilder(MetadataImage.empty())
     builder.apply_all(batch.records, 0)
     rebuilt = builder.build(harness.image.offset)
+    assert rebuilt.tables["clicks"].loaded_positions == (0, 3, 0, 0, 0, 0)
     assert rebuilt.tables == harness.image.tables
     assert rebuilt.partitions == harness.image.partitions
     record = ReplaceTable("clicks", 7, 3)

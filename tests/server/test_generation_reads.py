@@ -94,3 +94,30 @@ def test_a_query_whose_generation_is_still_served_reads_it_in_full() -> None:
     assert [row[0] for row in result.rows] == sorted(USERS)
     assert {row[1] for row in result.rows} == {"old"}
     assert {g for _, _, g in generations.asked} == {OLD}
+
+
+def test_a_generation_an_overwrite_swapped_in_is_read_only_from_stores_holding_all_of_its_load() -> None:
+    """The swap recorded where the load ended: a replica short of it (a standby still applying the load)
+    refuses, and the partition is read from one that holds it all."""
+    loaded = 10
+    table = dataclasses.replace(TABLE, table_id=NEW, loaded_positions=(loaded,) * len(PLACEMENT))
+    image = dataclasses.replace(_image(NEW), tables={"clicks": table})
+    generations = Generations()
+    generations.held = {2: {NEW}, 3: {NEW}}
+    behind = {2}  # node 2's stores have applied only part of the load
+    wanted: list[int] = []
+
+    async def request(node: int, message: object, timeout_s: float) -> object:
+        assert isinstance(message, QueryPartitionsRequest)
+        wanted.extend(part.min_position for part in message.parts)
+        if node in behind:
+            refusal = PartitionQueryResponse(ReplicaError.BEHIND_TOKEN, f"at 4, the token asks for {loaded}")
+            return QueryPartitionsResponse(tuple(refusal for _ in message.parts))
+        return await generations.request(node, message, timeout_s)
+
+    peers = type("Peers", (), {"request": staticmethod(request)})()
+    coordinator = _coordinator(ClusterView(lambda: image, LagTable(), lambda node: True), peers)
+    result = asyncio.run(coordinator.execute(_in_list(USERS)))
+    assert [row[0] for row in result.rows] == sorted(USERS)
+    assert set(wanted) == {loaded}
+    assert {p.served_by for p in result.partitions} == {3}

@@ -175,10 +175,17 @@ class AdminClient:
         return reply
 
     async def replace_table(
-        self, name: str, table_id: int, *, deadline_s: float = 10.0
+        self,
+        name: str,
+        table_id: int,
+        positions: tuple[tuple[int, int], ...] = (),
+        *,
+        deadline_s: float = 10.0,
     ) -> ReplaceTableResponse:
-        """Swap the staged generation `table_id` in as table `name` (idempotent)."""
-        reply = await self._controller_call(ReplaceTableRequest(name, table_id), deadline_s, idempotent=True)
+        """Swap the staged generation `table_id`, loaded up to `positions` ((partition, position)), in as
+        table `name` (idempotent)."""
+        request = ReplaceTableRequest(name, table_id, positions)
+        reply = await self._controller_call(request, deadline_s, idempotent=True)
         assert isinstance(reply, ReplaceTableResponse)
         return reply
 

@@ -596,8 +596,19 @@ class QuorumController:
                     f"the overwrite, which has key {_keys(staged.key_columns)}",
                 )
             )
+        if any(not 0 <= p < staged.partitions or at < 0 for p, at in request.positions):
+            return self._error(
+                ReplaceTableResponse(
+                    ControllerError.INVALID_REQUEST,
+                    f"positions must name partitions 0..{staged.partitions - 1} with positions >= 0",
+                )
+            )
+        positions = [0] * staged.partitions
+        for partition, at in request.positions:
+            positions[partition] = max(positions[partition], at)
         replaced_id = -1 if current is None else current.table_id
-        batch = self._propose((ReplaceTable(request.name, staged.table_id, replaced_id),))
+        record = ReplaceTable(request.name, staged.table_id, replaced_id, tuple(positions))
+        batch = self._propose((record,))
         self._staged_since.pop(staged.table_id, None)
         return Decision((batch,), ReplaceTableResponse(ControllerError.NONE, ""))
 

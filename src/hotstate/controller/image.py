@@ -70,6 +70,9 @@ class TableInfo:
     value_columns: tuple[ValueColumn, ...] = ()
     # Not "": a staged generation of that table (an overwrite being loaded), not a table of its own.
     staging_for: str = ""
+    # Where the overwrite that made this generation ended, per partition (ReplaceTable.positions): the
+    # least store position a replica serves it from. () for a table made by CreateTable.
+    loaded_positions: tuple[int, ...] = ()
 
     @property
     def staged(self) -> bool:
@@ -87,6 +90,7 @@ class TableInfo:
             record.acceptable_lag,
             tuple(sorted(set(record.writer_racks))),
             staging_for=record.staging_for,
+            loaded_positions=record.loaded_positions,
         )
 
     def create_record(self) -> CreateTable:
@@ -101,6 +105,7 @@ class TableInfo:
             self.acceptable_lag,
             self.writer_racks,
             self.staging_for,
+            self.loaded_positions,
         )
 
 
@@ -249,8 +254,8 @@ class ImageBuilder:
                     del tables[name]
                     self._partitions_w().pop(table_id, None)
                     self._changed_parts.pop(table_id, None)
-            case ReplaceTable(name, table_id, replaced_id):
-                self._replace_table(name, table_id, replaced_id, offset)
+            case ReplaceTable(name, table_id, replaced_id, positions):
+                self._replace_table(name, table_id, replaced_id, positions, offset)
             case TableWriters(table_id, writer_racks):
                 tables = self._tables_w()
                 found = next((t for t in tables.values() if t.table_id == table_id), None)
@@ -313,7 +318,9 @@ class ImageBuilder:
             case NoOp():
                 pass
 
-    def _replace_table(self, name: str, table_id: int, replaced_id: int, offset: int) -> None:
+    def _replace_table(
+        self, name: str, table_id: int, replaced_id: int, positions: tuple[int, ...], offset: int
+    ) -> None:
         tables = self._tables_w()
         staged = next((t for t in tables.values() if t.table_id == table_id), None)
         current = tables.get(name)
@@ -327,7 +334,7 @@ class ImageBuilder:
         if current is not None:
             self._partitions_w().pop(current.table_id, None)
             self._changed_parts.pop(current.table_id, None)
-        tables[name] = replace(staged, name=name, staging_for="")
+        tables[name] = replace(staged, name=name, staging_for="", loaded_positions=positions)
 
     def _set_fenced(self, node_id: int, fenced: bool, offset: int) -> None:
         servers = self._servers_w()

@@ -93,6 +93,8 @@ class CreateTable:
     # Version 3. Not "": this is a staged generation of that table (an overwrite being loaded), hidden from
     # listings under `name` (staging_name) until a ReplaceTable swaps it in.
     staging_for: str = ""
+    # Version 3. Where the load that made this generation ended, per partition (ReplaceTable.positions).
+    loaded_positions: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +150,9 @@ class ReplaceTable:
     name: str
     table_id: int
     replaced_id: int
+    # Where the load ended, one per partition of the new generation (() when unknown): no replica serves
+    # the generation from a store before that, so a query sees all of it or waits.
+    positions: tuple[int, ...] = ()
 
 
 def staging_name(table: str, table_id: int) -> str:

@@ -199,6 +199,8 @@ class ReplaceTableRequest:
 
     name: str
     table_id: int
+    # (partition, position): where the load's writes ended (its tasks' consistency tokens merged).
+    positions: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

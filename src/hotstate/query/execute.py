@@ -291,7 +291,7 @@ def partition_work(
     if token:
         for partition, spec in work.items():
             wanted = token.get((table.table_id, partition), 0)
-            if wanted:
+            if wanted > spec.min_position:
                 work[partition] = dataclasses.replace(spec, min_position=wanted)
     return work
 
@@ -300,6 +300,17 @@ def plain_work(
     query_plan: QueryPlan, table: TableInfo, max_lag: int | None
 ) -> dict[int, PartitionQueryRequest]:
     """`partition_work` without a token: every property at its default but the bound (most lookups)."""
+    work = _plain_work(query_plan, table, max_lag)
+    if table.loaded_positions:
+        # A generation an overwrite swapped in is served only from stores holding all of its load.
+        for partition, spec in work.items():
+            work[partition] = dataclasses.replace(spec, min_position=table.loaded_positions[partition])
+    return work
+
+
+def _plain_work(
+    query_plan: QueryPlan, table: TableInfo, max_lag: int | None
+) -> dict[int, PartitionQueryRequest]:
     access = query_plan.access
     if isinstance(access, KeyLookup):
         if len(access.keys) == 1:  # a point lookup

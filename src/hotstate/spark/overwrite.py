@@ -6,9 +6,10 @@ of the table (StageTableRequest): a table of its own, placed like the table, und
 differ from the table's is refused there, before anything is written. The tasks load the rows into the
 staged generation with the sink's writer (acks=all, retried tasks upsert the same rows again); once
 every task succeeded, `finish_overwrite` asks for the swap: one metadata record (ReplaceTable) makes the
-staged generation the table and drops the old one. Each pull query is planned against one generation and
-reads only that generation's replicas (PartitionQueryRequest.table_id), so it sees the old table or the
-new one in full, never a mix.
+staged generation the table and drops the old one, with where the load ended in every partition (the
+tasks' consistency tokens merged): no replica serves the new generation from a store short of that. Each
+pull query is planned against one generation and reads only that generation's replicas
+(PartitionQueryRequest.table_id), so it sees the old table or the new one in full, never a mix.
 
 A failed load leaves the old generation serving: Spark's abort (a task failed for good) drops the staged
 generation at once (`abandon_overwrite`); a driver that dies leaves it to the controller, which drops it
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from hotstate.client.admin import AdminClient
 from hotstate.controller.records import ValueColumn
 from hotstate.controller.requests import ControllerError
+from hotstate.query.tokens import cluster_tag, decode, merge
 from hotstate.spark.table import TableDefinition, TableDefinitionError
 
 __all__ = ["Overwrite", "OverwriteError", "abandon_overwrite", "begin_overwrite", "finish_overwrite"]
@@ -98,12 +100,21 @@ def begin_overwrite(
     return overwrite
 
 
-def finish_overwrite(cluster: Cluster, overwrite: Overwrite, tls: ssl.SSLContext | None) -> None:
-    """Swap the loaded generation in (one metadata record); OverwriteError if it was dropped meanwhile."""
+def finish_overwrite(
+    cluster: Cluster, overwrite: Overwrite, tls: ssl.SSLContext | None, tokens: Sequence[str] = ()
+) -> None:
+    """Swap the loaded generation in (one metadata record); OverwriteError if it was dropped meanwhile.
+
+    `tokens`: the tasks' consistency tokens. Where they end becomes the least store position a replica
+    serves the new generation from, so no query reads it before a store holds all of the load."""
+    positions = merge(*(decode(token, cluster_tag(cluster.cluster_id)) for token in tokens if token))
+    pairs = tuple(
+        sorted((p, at) for (table_id, p), at in positions.items() if table_id == overwrite.table_id)
+    )
 
     async def swap() -> None:
         async with _admin(cluster, tls) as admin:
-            reply = await admin.replace_table(overwrite.table, overwrite.table_id)
+            reply = await admin.replace_table(overwrite.table, overwrite.table_id, pairs)
         if reply.error is not ControllerError.NONE:
             raise OverwriteError(
                 f"overwrite of table {overwrite.table!r} loaded but not swapped in: {reply.error.name}: "

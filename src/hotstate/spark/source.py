@@ -387,7 +387,8 @@ class _BatchCommit:
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         written = [m for m in messages if isinstance(m, Written)]
         if self.overwrite is not None:
-            finish_overwrite(_cluster(self.settings), self.overwrite, self.settings.tls.context())
+            tokens = [m.token for m in written]
+            finish_overwrite(_cluster(self.settings), self.overwrite, self.settings.tls.context(), tokens)
         log.info(
             "batch write of table %r: %d rows from %d tasks",
             self.settings.table,
