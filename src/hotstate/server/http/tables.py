@@ -160,6 +160,9 @@ def describe(image: MetadataImage, name: str) -> dict[str, Any]:
         "writer_racks": list(table.writer_racks),
         # The last Spark batch its sink committed (null: none yet): a query's min_batch.
         "last_batch": table.batch_id if table.batch_id >= 0 else None,
+        # Its table id, which an overwrite changes (a new generation): a reader in pages compares it with
+        # the one its answers' consistency tokens name.
+        "generation": table.table_id,
         "placement": [
             {
                 "partition": p.partition,
