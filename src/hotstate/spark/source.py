@@ -20,6 +20,12 @@ the table per batch, the order of what complete mode writes anyway) before it re
 `deleteColumn` (and `deleteValue`) mark rows that delete their key, as `materialize()`'s `delete_column`
 (and `delete_when`).
 
+Batch writes (`df.write.format("hotstate").mode("append" | "overwrite").save()`) run the same task code
+without a batch id. Append upserts into the table (created or checked as the stream writer does; a task
+Spark retries upserts the same rows again). Overwrite stages a new generation of the table on the driver
+before any task runs, the tasks load it, and the job's commit swaps it in atomically, or its abort drops
+it (`overwrite.py`). Spark refuses the errorifexists and ignore save modes for Python data sources.
+
 Options arrive with their names lower-cased (Spark's options are case-insensitive); an unknown one is an
 error naming the known ones.
 """
