@@ -17,6 +17,7 @@ from hotstate.controller.records import (
     PartitionAssignment,
     PartitionChange,
     RegisterServer,
+    ReplaceTable,
     UnfenceServer,
 )
 from hotstate.server.console.events import (
@@ -168,3 +169,18 @@ def test_the_log_keeps_the_newest_events_numbered_in_order() -> None:
     assert log.after(0, 1)[0].time_ms == 1_000 and log.after(0, 1)[0].metadata_offset == 7
     with pytest.raises(ValueError, match="at least one"):
         EventLog(0)
+
+
+def test_an_overwrite_is_told_once_at_its_swap_and_a_failed_one_not_at_all() -> None:
+    before = cluster_with_table(2)
+    staged = apply(
+        before,
+        CreateTable("t#2", 2, 3, 1, (KeyColumn("k", KeyType.STRING),), None, staging_for="t"),
+        *(PartitionAssignment(2, p, (1, 2), 1, (), 0, (1, 2), 0) for p in range(3)),
+    )
+    assert image_events(before, staged) == []  # the table is unchanged while the load runs
+    swapped = apply(staged, ReplaceTable("t", 2, 1, (5, 5, 5)))
+    events = image_events(staged, swapped)
+    assert kinds(events) == ["table_overwritten"]
+    assert events[0].message == "table t overwritten: its new generation (3 partitions) serves"
+    assert image_events(staged, apply(staged, DeleteTable("t#2", 2))) == []

@@ -27,8 +27,12 @@ from hotstate.controller.requests import (
     ListTablesResponse,
     RegisterWriterRequest,
     RegisterWriterResponse,
+    ReplaceTableRequest,
+    ReplaceTableResponse,
     SetValueColumnsRequest,
     SetValueColumnsResponse,
+    StageTableRequest,
+    StageTableResponse,
 )
 from hotstate.protocol.cluster import DescribeClusterRequest, DescribeClusterResponse
 from hotstate.protocol.wire import MESSAGES
@@ -149,6 +153,40 @@ class AdminClient:
         request = SetValueColumnsRequest(table, value_columns)
         reply = await self._controller_call(request, deadline_s, idempotent=True)
         assert isinstance(reply, SetValueColumnsResponse)
+        return reply
+
+    async def stage_table(
+        self,
+        name: str,
+        *,
+        partitions: int,
+        standby_replicas: int,
+        key_columns: tuple[KeyColumn, ...],
+        acceptable_lag: int | None = None,
+        writer_rack: str | None = None,
+        deadline_s: float = 10.0,
+    ) -> StageTableResponse:
+        """Stage a new, empty generation of `name` for an overwrite (the table keeps serving meanwhile)."""
+        request = StageTableRequest(
+            name, partitions, standby_replicas, key_columns, acceptable_lag, writer_rack
+        )
+        reply = await self._controller_call(request, deadline_s)
+        assert isinstance(reply, StageTableResponse)
+        return reply
+
+    async def replace_table(
+        self,
+        name: str,
+        table_id: int,
+        positions: tuple[tuple[int, int], ...] = (),
+        *,
+        deadline_s: float = 10.0,
+    ) -> ReplaceTableResponse:
+        """Swap the staged generation `table_id`, loaded up to `positions` ((partition, position)), in as
+        table `name` (idempotent)."""
+        request = ReplaceTableRequest(name, table_id, positions)
+        reply = await self._controller_call(request, deadline_s, idempotent=True)
+        assert isinstance(reply, ReplaceTableResponse)
         return reply
 
     async def delete_table(self, name: str, *, deadline_s: float = 10.0) -> DeleteTableResponse:

@@ -16,6 +16,7 @@ from hotstate.controller.records import (
     PartitionAssignment,
     PartitionChange,
     RegisterServer,
+    ReplaceTable,
     TableBatch,
     TableValueColumns,
     TableWriters,
@@ -38,14 +39,15 @@ for type_id, cls in (
     (22, TableWriters),
     (23, TableBatch),
     (24, TableValueColumns),
+    (25, ReplaceTable),
     (30, PartitionAssignment),
     (31, PartitionChange),
     (40, NoOp),
     (100, MetadataBatch),
 ):
     RECORDS.register(type_id, cls)
-# Version 2 appended writer_racks; version-1 records (without it) still decode.
-RECORDS.register(20, CreateTable, version=2)
+# Version 2 appended writer_racks, version 3 staging_for; older records (without them) still decode.
+RECORDS.register(20, CreateTable, version=3)
 
 
 def encode_batch(batch: MetadataBatch) -> bytes:

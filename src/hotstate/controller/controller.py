@@ -34,11 +34,13 @@ from hotstate.controller.records import (
     NoOp,
     PartitionChange,
     RegisterServer,
+    ReplaceTable,
     TableBatch,
     TableValueColumns,
     TableWriters,
     UnfenceServer,
     ValueColumn,
+    staging_name,
 )
 from hotstate.controller.requests import (
     AlterPartitionRequest,
@@ -58,10 +60,14 @@ from hotstate.controller.requests import (
     RegisterServerResponse,
     RegisterWriterRequest,
     RegisterWriterResponse,
+    ReplaceTableRequest,
+    ReplaceTableResponse,
     ServerHeartbeatRequest,
     ServerHeartbeatResponse,
     SetValueColumnsRequest,
     SetValueColumnsResponse,
+    StageTableRequest,
+    StageTableResponse,
 )
 
 log = logging.getLogger(__name__)
@@ -85,6 +91,9 @@ class ControllerConfig:
     # A broker fenced this long is taken for gone: its replicas are placed elsewhere. A broker fenced for
     # less may be restarting, and nothing is reassigned meanwhile.
     broker_removal_delay_ms: int = 30_000
+    # A generation staged for an overwrite and not swapped in this long after this controller first saw it
+    # is dropped: its writer died (a failed Spark job drops its own at once). Long enough for a big load.
+    staged_timeout_ms: int = 6 * 3600 * 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +142,8 @@ class QuorumController:
         self._last_reassign_at: int | None = None
         self._last_reassign_offset = -1
         self._next_offset = next_offset
+        # Staged generations (table id) -> when this controller first saw them (staged_timeout_ms).
+        self._staged_since: dict[int, int] = {}
 
     @property
     def view(self) -> MetadataImage:
@@ -154,7 +165,7 @@ class QuorumController:
             case ListTablesRequest():
                 batch = self._propose((NoOp(),))
                 return Decision(
-                    (batch,), ListTablesResponse(ControllerError.NONE, "", tuple(sorted(self._view.tables)))
+                    (batch,), ListTablesResponse(ControllerError.NONE, "", tuple(self._view.tables_listed()))
                 )
             case AlterPartitionRequest():
                 return self._alter_partition(request)
@@ -164,6 +175,10 @@ class QuorumController:
                 return self._commit_batch(request)
             case SetValueColumnsRequest():
                 return self._set_value_columns(request)
+            case StageTableRequest():
+                return self._stage_table(request)
+            case ReplaceTableRequest():
+                return self._replace_table(request)
 
     def tick(self, now: int, next_offset: int, *, reassign: bool = True) -> list[MetadataBatch]:
         """Fence every server whose session expired, moving its actives away, one batch per server; then,
@@ -181,6 +196,9 @@ class QuorumController:
             last = self._sessions.setdefault(node_id, now)
             if now - last > self.config.session_timeout_ms:
                 batches.append(self._propose(self._fence_records(node_id, "session expired")))
+        expired = self._expired_stagings(now)
+        if expired:
+            batches.append(self._propose(expired))
         job = self.reassignment_job(now) if reassign else None
         if job is not None:
             desired: Assignment | Exception
@@ -495,8 +513,122 @@ class QuorumController:
             return self._error(
                 DeleteTableResponse(ControllerError.UNKNOWN_TABLE, f"no table {request.name!r}")
             )
-        batch = self._propose((DeleteTable(table.name, table.table_id),))
+        # An overwrite being loaded into a deleted table is dropped with it (its swap then fails).
+        staged = self._view.staged_for(table.name)
+        records = tuple(DeleteTable(t.name, t.table_id) for t in (table, *staged))
+        batch = self._propose(records)
         return Decision((batch,), DeleteTableResponse(ControllerError.NONE, ""))
+
+    # ------------------------------------------------------------------ overwrites (table generations)
+    def _stage_table(self, request: StageTableRequest) -> Decision:
+        """A new, empty generation of the table, placed as a table of its own under its staging name."""
+        create = CreateTableRequest(
+            request.name,
+            request.partitions,
+            request.standby_replicas,
+            request.key_columns,
+            request.acceptable_lag,
+            request.writer_rack,
+        )
+        problem = _invalid_table(create)
+        current = self._view.tables.get(request.name)
+        if problem is None and current is not None and current.key_columns != request.key_columns:
+            problem = (
+                f"table {request.name!r} has key {_keys(current.key_columns)}, the overwrite gives key "
+                f"{_keys(request.key_columns)}: an overwrite keeps the table's key columns (delete the "
+                "table to change them)"
+            )
+        if problem is not None:
+            return self._error(StageTableResponse(ControllerError.INVALID_REQUEST, problem, -1, "", -1))
+        if not self._view.live_brokers():
+            return self._error(
+                StageTableResponse(
+                    ControllerError.NO_LIVE_BROKERS, "no live broker can host partitions", -1, "", -1
+                )
+            )
+        table_id = self._view.next_table_id
+        name = staging_name(request.name, table_id)
+        writer_racks = () if request.writer_rack is None else (request.writer_rack,)
+        record = CreateTable(
+            name,
+            table_id,
+            request.partitions,
+            request.standby_replicas,
+            request.key_columns,
+            request.acceptable_lag,
+            writer_racks,
+            staging_for=request.name,
+        )
+        try:
+            placement = place_table(self._view, TableInfo.created(record), self.config.assignor)
+        except (ValueError, AssignorInternalError) as error:
+            log.error("cannot place a generation of table %r: %s", request.name, error)
+            return self._error(
+                StageTableResponse(
+                    ControllerError.INVALID_REQUEST, f"cannot place the table: {error}", -1, "", -1
+                )
+            )
+        # One overwrite at a time per table: the latest wins, and an earlier one's swap fails.
+        superseded = tuple(DeleteTable(t.name, t.table_id) for t in self._view.staged_for(request.name))
+        batch = self._propose((*superseded, record, *placement))
+        replaced_id = -1 if current is None else current.table_id
+        return Decision((batch,), StageTableResponse(ControllerError.NONE, "", table_id, name, replaced_id))
+
+    def _replace_table(self, request: ReplaceTableRequest) -> Decision:
+        current = self._view.tables.get(request.name)
+        if current is not None and current.table_id == request.table_id:
+            return self._error(ReplaceTableResponse(ControllerError.NONE, ""))  # a repeat: done already
+        staged_now = self._view.staged_for(request.name)
+        staged = next((t for t in staged_now if t.table_id == request.table_id), None)
+        if staged is None:
+            return self._error(
+                ReplaceTableResponse(
+                    ControllerError.UNKNOWN_TABLE,
+                    f"generation {request.table_id} of table {request.name!r} is gone: dropped by a later "
+                    "overwrite of the table, its deletion, or staged_timeout_ms; the table is unchanged",
+                )
+            )
+        if current is not None and current.key_columns != staged.key_columns:
+            return self._error(
+                ReplaceTableResponse(
+                    ControllerError.INVALID_REQUEST,
+                    f"table {request.name!r} was recreated with key {_keys(current.key_columns)} during "
+                    f"the overwrite, which has key {_keys(staged.key_columns)}",
+                )
+            )
+        if any(not 0 <= p < staged.partitions or at < 0 for p, at in request.positions):
+            return self._error(
+                ReplaceTableResponse(
+                    ControllerError.INVALID_REQUEST,
+                    f"positions must name partitions 0..{staged.partitions - 1} with positions >= 0",
+                )
+            )
+        positions = [0] * staged.partitions
+        for partition, at in request.positions:
+            positions[partition] = max(positions[partition], at)
+        replaced_id = -1 if current is None else current.table_id
+        record = ReplaceTable(request.name, staged.table_id, replaced_id, tuple(positions))
+        batch = self._propose((record,))
+        self._staged_since.pop(staged.table_id, None)
+        return Decision((batch,), ReplaceTableResponse(ControllerError.NONE, ""))
+
+    def _expired_stagings(self, now: int) -> tuple[MetadataRecord, ...]:
+        """DeleteTable records for staged generations past staged_timeout_ms (their writer is gone)."""
+        staged = {t.table_id: t for t in self._view.tables.values() if t.staged}
+        for table_id in [t for t in self._staged_since if t not in staged]:
+            del self._staged_since[table_id]
+        records: list[MetadataRecord] = []
+        for table_id, table in sorted(staged.items()):
+            since = self._staged_since.setdefault(table_id, now)
+            if now - since > self.config.staged_timeout_ms:
+                log.warning(
+                    "overwrite of table %r: generation %d not swapped in after %d ms: dropped",
+                    table.staging_for,
+                    table_id,
+                    now - since,
+                )
+                records.append(DeleteTable(table.name, table_id))
+        return tuple(records)
 
     # ------------------------------------------------------------------ plumbing
     def _error(self, reply: ControllerResponse) -> Decision:
@@ -528,6 +660,10 @@ def _invalid_table(request: CreateTableRequest) -> str | None:
     if request.writer_rack is not None:
         return _invalid_rack(request.writer_rack)
     return None
+
+
+def _keys(columns: tuple[KeyColumn, ...]) -> str:
+    return "(" + ", ".join(f"{c.name} {c.type.name}" for c in columns) + ")"
 
 
 def _invalid_value_columns(columns: tuple[ValueColumn, ...], key: tuple[KeyColumn, ...]) -> str | None:

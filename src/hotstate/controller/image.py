@@ -23,6 +23,7 @@ from hotstate.controller.records import (
     PartitionAssignment,
     PartitionChange,
     RegisterServer,
+    ReplaceTable,
     TableBatch,
     TableValueColumns,
     TableWriters,
@@ -67,6 +68,15 @@ class TableInfo:
     batch_positions: tuple[int, ...] = ()
     # Its value columns as its latest writer declared them (TableValueColumns); () when none did.
     value_columns: tuple[ValueColumn, ...] = ()
+    # Not "": a staged generation of that table (an overwrite being loaded), not a table of its own.
+    staging_for: str = ""
+    # Where the overwrite that made this generation ended, per partition (ReplaceTable.positions): the
+    # least store position a replica serves it from. () for a table made by CreateTable.
+    loaded_positions: tuple[int, ...] = ()
+
+    @property
+    def staged(self) -> bool:
+        return bool(self.staging_for)
 
     @classmethod
     def created(cls, record: CreateTable) -> TableInfo:
@@ -79,6 +89,8 @@ class TableInfo:
             record.key_columns,
             record.acceptable_lag,
             tuple(sorted(set(record.writer_racks))),
+            staging_for=record.staging_for,
+            loaded_positions=record.loaded_positions,
         )
 
     def create_record(self) -> CreateTable:
@@ -92,6 +104,8 @@ class TableInfo:
             self.key_columns,
             self.acceptable_lag,
             self.writer_racks,
+            self.staging_for,
+            self.loaded_positions,
         )
 
 
@@ -133,6 +147,15 @@ class MetadataImage:
     def partitions_of(self, table: str) -> tuple[PartitionInfo, ...]:
         info = self.tables.get(table)
         return () if info is None else self.partitions.get(info.table_id, ())
+
+    def tables_listed(self) -> list[str]:
+        """The tables' names, sorted, without the generations staged for overwrites."""
+        return sorted(name for name, table in self.tables.items() if not table.staged)
+
+    def staged_for(self, table: str) -> list[TableInfo]:
+        """The generations staged to replace `table`, oldest first."""
+        staged = (t for t in self.tables.values() if t.staging_for == table)
+        return sorted(staged, key=lambda t: t.table_id)
 
     def live_brokers(self) -> list[ServerInfo]:
         return [s for _, s in sorted(self.servers.items()) if s.is_broker and not s.fenced]
@@ -231,6 +254,8 @@ class ImageBuilder:
                     del tables[name]
                     self._partitions_w().pop(table_id, None)
                     self._changed_parts.pop(table_id, None)
+            case ReplaceTable(name, table_id, replaced_id, positions):
+                self._replace_table(name, table_id, replaced_id, positions, offset)
             case TableWriters(table_id, writer_racks):
                 tables = self._tables_w()
                 found = next((t for t in tables.values() if t.table_id == table_id), None)
@@ -292,6 +317,24 @@ class ImageBuilder:
                 )
             case NoOp():
                 pass
+
+    def _replace_table(
+        self, name: str, table_id: int, replaced_id: int, positions: tuple[int, ...], offset: int
+    ) -> None:
+        tables = self._tables_w()
+        staged = next((t for t in tables.values() if t.table_id == table_id), None)
+        current = tables.get(name)
+        if staged is None or staged.staging_for != name:
+            log.warning("metadata offset %d: no generation %d staged for %r; skipped", offset, table_id, name)
+            return
+        if (-1 if current is None else current.table_id) != replaced_id:
+            log.warning("metadata offset %d: %r is not generation %d; skipped", offset, name, replaced_id)
+            return
+        del tables[staged.name]
+        if current is not None:
+            self._partitions_w().pop(current.table_id, None)
+            self._changed_parts.pop(current.table_id, None)
+        tables[name] = replace(staged, name=name, staging_for="", loaded_positions=positions)
 
     def _set_fenced(self, node_id: int, fenced: bool, offset: int) -> None:
         servers = self._servers_w()

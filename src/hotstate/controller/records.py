@@ -90,6 +90,11 @@ class CreateTable:
     acceptable_lag: int | None
     # Racks the table's writers (Spark sinks) run in: the assignor's traffic cost (KIP-925). Version 2.
     writer_racks: tuple[str, ...] = ()
+    # Version 3. Not "": this is a staged generation of that table (an overwrite being loaded), hidden from
+    # listings under `name` (staging_name) until a ReplaceTable swaps it in.
+    staging_for: str = ""
+    # Version 3. Where the load that made this generation ended, per partition (ReplaceTable.positions).
+    loaded_positions: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +141,27 @@ class DeleteTable:
 
 
 @dataclass(frozen=True, slots=True)
+class ReplaceTable:
+    """Generation `table_id` (a table staged for `name`, loaded while the table kept serving) becomes table
+    `name`, in place of generation `replaced_id` (-1: there was none), whose partitions are dropped: one
+    record, so every image has either the old generation or the new one under the name, never both or
+    neither. Skipped unless both are still what the record names."""
+
+    name: str
+    table_id: int
+    replaced_id: int
+    # Where the load ended, one per partition of the new generation (() when unknown): no replica serves
+    # the generation from a store before that, so a query sees all of it or waits.
+    positions: tuple[int, ...] = ()
+
+
+def staging_name(table: str, table_id: int) -> str:
+    """The name a staged generation of `table` goes by until it is swapped in: "#" is no table name's
+    character, so it never clashes with a table, and readers' SQL cannot name it."""
+    return f"{table}#{table_id}"
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionAssignment:
     """The whole replica set of a partition (written when a table is created or reassigned)."""
 
@@ -173,6 +199,7 @@ MetadataRecord = (
     | UnfenceServer
     | CreateTable
     | DeleteTable
+    | ReplaceTable
     | TableWriters
     | TableBatch
     | TableValueColumns

@@ -168,6 +168,47 @@ class SetValueColumnsResponse:
     message: str
 
 
+@dataclass(frozen=True, slots=True)
+class StageTableRequest:
+    """An overwrite of `name` begins: stage a new, empty generation of it (created as `name` would be, the
+    key columns the same as the table's if it exists), which the writer loads under the name the answer
+    gives while `name` keeps serving its current generation. Generations staged for `name` before are
+    dropped (a later overwrite supersedes an earlier one)."""
+
+    name: str
+    partitions: int
+    standby_replicas: int
+    key_columns: tuple[KeyColumn, ...]
+    acceptable_lag: int | None
+    writer_rack: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StageTableResponse:
+    error: ControllerError
+    message: str
+    table_id: int  # the staged generation's
+    staging_name: str  # what writers load it under
+    replaced_id: int  # the generation the swap will replace (-1: no table yet)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplaceTableRequest:
+    """The overwrite's load is complete: generation `table_id` becomes table `name` in one metadata record
+    (ReplaceTable). Repeating it after it took effect answers NONE."""
+
+    name: str
+    table_id: int
+    # (partition, position): where the load's writes ended (its tasks' consistency tokens merged).
+    positions: tuple[tuple[int, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ReplaceTableResponse:
+    error: ControllerError
+    message: str
+
+
 ControllerRequest = (
     RegisterServerRequest
     | ServerHeartbeatRequest
@@ -178,6 +219,8 @@ ControllerRequest = (
     | RegisterWriterRequest
     | CommitBatchRequest
     | SetValueColumnsRequest
+    | StageTableRequest
+    | ReplaceTableRequest
 )
 ControllerResponse = (
     RegisterServerResponse
@@ -189,6 +232,8 @@ ControllerResponse = (
     | RegisterWriterResponse
     | CommitBatchResponse
     | SetValueColumnsResponse
+    | StageTableResponse
+    | ReplaceTableResponse
 )
 
 
@@ -213,3 +258,7 @@ def error_response(request: ControllerRequest, error: ControllerError, message: 
             return CommitBatchResponse(error, message)
         case SetValueColumnsRequest():
             return SetValueColumnsResponse(error, message)
+        case StageTableRequest():
+            return StageTableResponse(error, message, -1, "", -1)
+        case ReplaceTableRequest():
+            return ReplaceTableResponse(error, message)

@@ -24,10 +24,14 @@ from hotstate.controller.requests import (
     RegisterServerResponse,
     RegisterWriterRequest,
     RegisterWriterResponse,
+    ReplaceTableRequest,
+    ReplaceTableResponse,
     ServerHeartbeatRequest,
     ServerHeartbeatResponse,
     SetValueColumnsRequest,
     SetValueColumnsResponse,
+    StageTableRequest,
+    StageTableResponse,
 )
 from hotstate.log.batch import RecordBatch
 from hotstate.log.divergence import DivergingEpoch
@@ -91,6 +95,10 @@ for type_id, cls in (
     (77, SetValueColumnsRequest),
     (78, SetValueColumnsResponse),
     (79, ValueColumn),
+    (80, StageTableRequest),
+    (81, StageTableResponse),
+    (82, ReplaceTableRequest),
+    (83, ReplaceTableResponse),
     # Cluster status (100-)
     (100, DescribeClusterRequest),
     (101, ServerStatus),
@@ -127,7 +135,7 @@ MESSAGES.register(64, CreateTableRequest, version=2)
 MESSAGES.register(162, replica.TableMetadataRequest, version=2)
 # Version 2 appended produce_max_bytes.
 MESSAGES.register(165, replica.TableMetadataResponse, version=2)
-# Version 2 appended min_position (consistency tokens).
-MESSAGES.register(168, replica.PartitionQueryRequest, version=2)
+# Version 2 appended min_position (consistency tokens), version 3 table_id (table generations).
+MESSAGES.register(168, replica.PartitionQueryRequest, version=3)
 # Version 2 appended user (who asked the coordinator, for the serving server's log).
 MESSAGES.register(172, replica.QueryPartitionsRequest, version=2)

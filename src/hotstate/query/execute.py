@@ -291,7 +291,7 @@ def partition_work(
     if token:
         for partition, spec in work.items():
             wanted = token.get((table.table_id, partition), 0)
-            if wanted:
+            if wanted > spec.min_position:
                 work[partition] = dataclasses.replace(spec, min_position=wanted)
     return work
 
@@ -300,13 +300,24 @@ def plain_work(
     query_plan: QueryPlan, table: TableInfo, max_lag: int | None
 ) -> dict[int, PartitionQueryRequest]:
     """`partition_work` without a token: every property at its default but the bound (most lookups)."""
+    work = _plain_work(query_plan, table, max_lag)
+    if table.loaded_positions:
+        # A generation an overwrite swapped in is served only from stores holding all of its load.
+        for partition, spec in work.items():
+            work[partition] = dataclasses.replace(spec, min_position=table.loaded_positions[partition])
+    return work
+
+
+def _plain_work(
+    query_plan: QueryPlan, table: TableInfo, max_lag: int | None
+) -> dict[int, PartitionQueryRequest]:
     access = query_plan.access
     if isinstance(access, KeyLookup):
         if len(access.keys) == 1:  # a point lookup
             [partition] = access.partitions
             return {
                 partition: PartitionQueryRequest(
-                    table.name, partition, access.keys, False, None, None, None, max_lag
+                    table.name, partition, access.keys, False, None, None, None, max_lag, 0, table.table_id
                 )
             }
         by_partition: dict[int, list[bytes]] = {}
@@ -314,7 +325,15 @@ def plain_work(
             by_partition.setdefault(partition, []).append(key)
         return {
             partition: PartitionQueryRequest(
-                table.name, partition, tuple(by_partition[partition]), False, None, None, None, max_lag
+                table.name,
+                partition,
+                tuple(by_partition[partition]),
+                False,
+                None,
+                None,
+                None,
+                max_lag,
+                table_id=table.table_id,
             )
             for partition in sorted(by_partition)
         }
@@ -324,7 +343,9 @@ def plain_work(
     # returns reads no more than that (and fits the wire).
     limit = None if query_plan.limit is None else min(query_plan.limit + 1, MAX_ROWS + 1)
     return {
-        partition: PartitionQueryRequest(table.name, partition, (), True, start, end, limit, max_lag)
+        partition: PartitionQueryRequest(
+            table.name, partition, (), True, start, end, limit, max_lag, table_id=table.table_id
+        )
         for partition in range(table.partitions)
     }
 

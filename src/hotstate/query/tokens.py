@@ -74,8 +74,9 @@ def _text(packed: bytes) -> str:
     return PREFIX + base64.urlsafe_b64encode(packed).rstrip(b"=").decode("ascii")
 
 
-def decode(token: str, tag: bytes) -> Positions:
-    """The positions of a token issued by the cluster with this `tag`; raises TokenError."""
+def decode(token: str, tag: bytes | None) -> Positions:
+    """The positions of a token issued by the cluster with this `tag` (None: by any cluster, for a reader
+    that only compares tokens it was given); raises TokenError."""
     if not isinstance(token, str) or not token.startswith(PREFIX):
         raise TokenError("malformed", f"not a consistency token (they start with {PREFIX!r})")
     if len(token) > MAX_TOKEN_CHARS:
@@ -89,7 +90,7 @@ def decode(token: str, tag: bytes) -> Positions:
     if not (isinstance(value, list) and len(value) == 2 and isinstance(value[0], bytes)):
         raise TokenError("malformed", "damaged consistency token: unexpected shape")
     token_tag, tables = value
-    if token_tag != tag:
+    if tag is not None and token_tag != tag:
         raise TokenError("foreign", "the consistency token was issued by another cluster")
     positions: Positions = {}
     if not isinstance(tables, list):

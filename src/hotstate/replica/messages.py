@@ -311,6 +311,9 @@ class PartitionQueryRequest:
     max_lag: int | None
     # From the query's consistency token (version 2): serve only from a store at least at this position.
     min_position: int = 0
+    # The generation of the table the query was planned against (version 3): only a replica of it serves
+    # (an overwrite swaps generations; a query must read one of them in full). -1: whichever the name is.
+    table_id: int = -1
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,8 +35,10 @@ from hotstate.controller.requests import (
     ListTablesRequest,
     RegisterServerRequest,
     RegisterWriterRequest,
+    ReplaceTableRequest,
     ServerHeartbeatRequest,
     SetValueColumnsRequest,
+    StageTableRequest,
     error_response,
 )
 from hotstate.protocol.cluster import DescribeClusterRequest
@@ -115,6 +117,8 @@ CONTROLLER_REQUESTS = (
     RegisterWriterRequest,
     CommitBatchRequest,
     SetValueColumnsRequest,
+    StageTableRequest,
+    ReplaceTableRequest,
 )
 REPLICA_MESSAGES = (replica_messages.FetchRequest, replica_messages.FetchResponse)
 HTTP_STOP_TIMEOUT_S = 5.0

@@ -108,6 +108,9 @@ class _Query:
     hedge: bool
     given: Positions
     started: float
+    # The statement and its properties: to plan it again when the table's generation changed under it.
+    statement: PullQuery | None = None
+    properties: Mapping[str, object] | None = None
 
 
 class Coordinator:
@@ -213,6 +216,8 @@ class Coordinator:
         here = self._serve_actives_here(parts, work, deadline)
         if len(here) < len(work):
             elsewhere = _Query(query_plan, table, parts, deadline, standby_reads, hedge, given, started)
+            if committed is None:
+                elsewhere.statement, elsewhere.properties = query, properties
             return self._served_elsewhere(elsewhere, work, here)
         return self._result(
             query_plan, table, [here[partition] for partition in sorted(here)], given, started
@@ -237,6 +242,14 @@ class Coordinator:
         try:
             answers = await self._serve(query, work, here)
         except NoReplicaError as error:
+            current = self.cluster.image().tables.get(query.table.name)
+            replaced = current is not None and current.table_id != query.table.table_id
+            if query.statement is not None and replaced:
+                # An overwrite swapped the table's generation while this query read it, and the replicas
+                # of the one it was planned against are gone: plan it again against the new one (never
+                # a mix: every partition is read from one generation, request.table_id).
+                outcome = self._run(query.statement, query.properties, query.started)
+                return outcome if isinstance(outcome, QueryResult) else await outcome
             raise QueryError("unavailable", str(error)) from error
         return self._result(query.plan, query.table, answers, query.given, query.started)
 

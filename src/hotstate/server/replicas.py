@@ -285,6 +285,7 @@ class ReplicaManager:
                         continue
                     self.replicas[pid] = replica
                 replica.info = part
+                replica.table = table  # renamed when an overwrite swaps its staged generation in
                 replica.core.set_metadata(_view(part), now)
                 self._pump(replica)
         for pid in [pid for pid in self.replicas if pid not in wanted]:

@@ -71,13 +71,20 @@ class LocalReads:
     def read(self, request: PartitionQueryRequest) -> PartitionQueryResponse | LocalRead:
         """`serve`'s answer: its refusal, or what it serves as (state, position, offset lag, items), which
         the coordinator takes as it is for its own partitions (no message object in between)."""
-        table = self._image().tables.get(request.table)
-        if table is None:
-            return PartitionQueryResponse(ReplicaError.UNKNOWN_TABLE, f"no table {request.table!r} here")
-        replica = self._replicas().get((table.table_id, request.partition))
+        table_id = request.table_id
+        if table_id < 0:
+            table = self._image().tables.get(request.table)
+            if table is None:
+                return PartitionQueryResponse(ReplicaError.UNKNOWN_TABLE, f"no table {request.table!r} here")
+            table_id = table.table_id
+        # By the generation the query was planned against, whatever this server's image calls the name
+        # now: during an overwrite's swap the old generation's replica serves until this server drops it,
+        # and the new one's (staged under another name) from before this server hears of the swap.
+        replica = self._replicas().get((table_id, request.partition))
         if replica is None:
             return PartitionQueryResponse(
-                ReplicaError.UNKNOWN_PARTITION, f"server {self.node_id} holds no replica of it"
+                ReplicaError.UNKNOWN_PARTITION,
+                f"server {self.node_id} holds no replica of it (generation {table_id} of the table)",
             )
         lag = served_lag(replica.core, replica.witness, self._lags, self.node_id)
         state, position = replica_state(replica), replica.core.position

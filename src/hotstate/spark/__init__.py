@@ -11,12 +11,15 @@ and `format("hotstate")` (spark/source.py), registered in the active session on 
 df = spark.read.format("hotstate").option("table", "clicks_per_user").option("servers", "h:8088").load()
 counts.writeStream.format("hotstate").outputMode("complete").option("table", "t").option("key", "user")
     .option("partitions", 8).option("checkpointLocation", "chk/t").start()
+features.write.format("hotstate").mode("overwrite").option("table", "t").option("key", "user")
+    .option("partitions", 8).save()   # or mode("append"); overwrite swaps the table atomically
 """
 
 from __future__ import annotations
 
 from hotstate.client.writer import WriteError
 from hotstate.spark.api import last_batch, materialize, parse_cluster
+from hotstate.spark.overwrite import OverwriteError
 from hotstate.spark.reading import HotstateReadError
 from hotstate.spark.sink import BatchWriteError, DeleteColumnError
 from hotstate.spark.source import OptionError, register
@@ -27,6 +30,7 @@ __all__ = [
     "DeleteColumnError",
     "HotstateReadError",
     "OptionError",
+    "OverwriteError",
     "TableDefinitionError",
     "WriteError",
     "last_batch",

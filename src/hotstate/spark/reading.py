@@ -59,6 +59,7 @@ from pyspark.sql.types import (
 
 from hotstate.client.query import Client, ClusterUnreachable, QueryFailed, QueryResult, Unavailable
 from hotstate.controller.records import KeyType, key_type_named
+from hotstate.query.tokens import TokenError, decode
 
 __all__ = [
     "ReadSettings",
@@ -105,6 +106,9 @@ class TableShape:
     key_columns: tuple[tuple[str, KeyType | None], ...]  # None: a type this client does not know
     # Spark's names for the value columns' types, as the table's writer declared them (): none did).
     value_columns: tuple[tuple[str, str], ...] = ()
+    # The table's generation (its id, which an overwrite changes) when the read was planned; None: the
+    # server does not say.
+    generation: int | None = None
 
 
 class HotstateReadError(Exception):
@@ -124,7 +128,14 @@ def table_shape(settings: ReadSettings) -> TableShape:
     [table] = found
     keys = tuple((str(c["name"]), key_type_named(str(c["type"]))) for c in table["key_columns"])
     values = tuple((str(c["name"]), str(c["type"])) for c in table.get("value_columns", ()))
-    return TableShape(str(table["name"]), int(table["partitions"]), keys, values)
+    generation = table.get("generation")
+    return TableShape(
+        str(table["name"]),
+        int(table["partitions"]),
+        keys,
+        values,
+        generation if isinstance(generation, int) else None,
+    )
 
 
 def infer_schema(settings: ReadSettings, shape: TableShape) -> StructType | str:
@@ -332,6 +343,7 @@ class TableReader(DataSourceReader):
         with Client(list(settings.servers), timeout_s=settings.timeout_s) as client:
             while True:
                 page = _call(settings, functools.partial(client.query, sql, after=after, **args))
+                same_generation(self.shape(), page.consistency_token)
                 yield from _project(page, self.schema, converters)
                 if page.cursor is None:
                     return
@@ -345,6 +357,23 @@ class PushingTableReader(TableReader):
         where, left = key_where(filters, self.shape().key_columns, self.schema)
         self.where = where
         return left
+
+
+def same_generation(shape: TableShape, token: str) -> None:
+    """A read's pages come from the generation of the table it was planned against (each page is a query,
+    which reads one generation): HotstateReadError when an overwrite swapped in another meanwhile, rather
+    than a DataFrame of rows from both."""
+    if shape.generation is None or not token:
+        return
+    try:
+        read = {table_id for table_id, _ in decode(token, None)}
+    except TokenError:
+        return
+    if read - {shape.generation}:
+        raise HotstateReadError(
+            f"hotstate table {shape.name!r} was overwritten while it was read (generation "
+            f"{shape.generation}, now {', '.join(map(str, sorted(read)))}): read it again"
+        )
 
 
 def _query_args(settings: ReadSettings) -> dict[str, Any]:

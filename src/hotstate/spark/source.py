@@ -20,12 +20,19 @@ the table per batch, the order of what complete mode writes anyway) before it re
 `deleteColumn` (and `deleteValue`) mark rows that delete their key, as `materialize()`'s `delete_column`
 (and `delete_when`).
 
+Batch writes (`df.write.format("hotstate").mode("append" | "overwrite").save()`) run the same task code
+without a batch id. Append upserts into the table (created or checked as the stream writer does; a task
+Spark retries upserts the same rows again). Overwrite stages a new generation of the table on the driver
+before any task runs, the tasks load it, and the job's commit swaps it in atomically, or its abort drops
+it (`overwrite.py`). Spark refuses the errorifexists and ignore save modes for Python data sources.
+
 Options arrive with their names lower-cased (Spark's options are case-insensitive); an unknown one is an
 error naming the known ones.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -34,15 +41,18 @@ import pyarrow as pa
 from pyspark.sql import Row, SparkSession
 from pyspark.sql.datasource import (
     DataSource,
+    DataSourceArrowWriter,
     DataSourceReader,
     DataSourceStreamArrowWriter,
     DataSourceStreamWriter,
+    DataSourceWriter,
     WriterCommitMessage,
 )
 from pyspark.sql.types import StructType
 
 from hotstate.client.writer import WriteResult
 from hotstate.spark.api import ENV_CLUSTER, ENV_CLUSTER_ID, ENV_SECRET, parse_cluster, tls_texts
+from hotstate.spark.overwrite import Cluster, Overwrite, abandon_overwrite, begin_overwrite, finish_overwrite
 from hotstate.spark.reading import PushingTableReader, ReadSettings, TableReader, infer_schema, table_shape
 from hotstate.spark.sink import (
     ENV_RACK,
@@ -70,6 +80,8 @@ __all__ = [
     "read_settings",
     "register",
 ]
+
+log = logging.getLogger(__name__)
 
 NAME = "hotstate"
 ENV_SERVERS = "HOTSTATE_SERVERS"
@@ -239,7 +251,11 @@ def write_settings(options: Mapping[str, str]) -> WriteSettings:
 _ensured: set[tuple[WriteSettings, TableDefinition]] = set()
 
 
-def _sink_config(settings: WriteSettings, schema: StructType, *, complete: bool = False) -> SinkConfig:
+def _sink_config(
+    settings: WriteSettings, schema: StructType, *, complete: bool = False, overwrite: bool = False
+) -> tuple[SinkConfig, Overwrite | None]:
+    """The tasks' config, once the table exists with this definition (created if missing); with
+    `overwrite`, once a new generation of it is staged, which the tasks write to instead."""
     column, value = settings.delete_column, settings.delete_value
     try:
         if column is not None and value is not None:
@@ -256,7 +272,16 @@ def _sink_config(settings: WriteSettings, schema: StructType, *, complete: bool 
         key_columns_for(stored, settings.key),
         settings.acceptable_lag,
     )
-    if (settings, definition) not in _ensured:
+    staged = None
+    if overwrite:
+        staged = begin_overwrite(
+            _cluster(settings),
+            definition,
+            rack=settings.rack,
+            values=value_columns_for(stored, settings.key),
+            tls=settings.tls.context(),
+        )
+    elif (settings, definition) not in _ensured:
         ensure_table(
             settings.servers,
             settings.cluster_id,
@@ -267,10 +292,10 @@ def _sink_config(settings: WriteSettings, schema: StructType, *, complete: bool 
             tls=settings.tls.context(),
         )
         _ensured.add((settings, definition))
-    return config_for_schema(
+    config = config_for_schema(
         schema,
         servers=settings.servers,
-        table=settings.table,
+        table=settings.table if staged is None else staged.staging_name,
         cluster_id=settings.cluster_id,
         secret=settings.secret,
         rack=settings.rack,
@@ -279,6 +304,11 @@ def _sink_config(settings: WriteSettings, schema: StructType, *, complete: bool 
         deletes=marker,
         complete=complete,
     )
+    return config, staged
+
+
+def _cluster(settings: WriteSettings) -> Cluster:
+    return Cluster(settings.servers, settings.cluster_id, settings.secret)
 
 
 # ------------------------------------------------------------------------------------------ writing
@@ -351,6 +381,52 @@ class RowStreamWriter(_Commit, DataSourceStreamWriter):
         return _written(self.config, result, keys)
 
 
+class _BatchCommit:
+    """A batch write's end, on the driver. Append: nothing to do, every task's rows were acked (a task
+    Spark retries upserts the same rows again, which changes nothing). Overwrite: the staged generation is
+    swapped in once every task succeeded, and dropped when the job failed."""
+
+    config: SinkConfig
+    settings: WriteSettings
+    overwrite: Overwrite | None
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        written = [m for m in messages if isinstance(m, Written)]
+        if self.overwrite is not None:
+            tokens = [m.token for m in written]
+            finish_overwrite(_cluster(self.settings), self.overwrite, self.settings.tls.context(), tokens)
+        log.info(
+            "batch write of table %r: %d rows from %d tasks",
+            self.settings.table,
+            sum(m.rows for m in written),
+            len(written),
+        )
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        if self.overwrite is not None:
+            abandon_overwrite(_cluster(self.settings), self.overwrite, self.settings.tls.context())
+
+
+class ArrowBatchWriter(_BatchCommit, DataSourceArrowWriter):
+    """A batch write of flat columns of the common types: Arrow batches, as the stream writer."""
+
+    def __init__(self, config: SinkConfig, settings: WriteSettings, overwrite: Overwrite | None) -> None:
+        self.config, self.settings, self.overwrite = config, settings, overwrite
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        return _written(self.config, upsert_arrow(self.config, list(iterator), batch_id=-1), None)
+
+
+class RowBatchWriter(_BatchCommit, DataSourceWriter):
+    """A batch write of structs, arrays, maps, decimals: rows as dicts, as the stream writer."""
+
+    def __init__(self, config: SinkConfig, settings: WriteSettings, overwrite: Overwrite | None) -> None:
+        self.config, self.settings, self.overwrite = config, settings, overwrite
+
+    def write(self, iterator: Iterator[Row]) -> WriterCommitMessage:
+        return _written(self.config, upsert_rows(self.config, iterator, batch_id=-1), None)
+
+
 # ------------------------------------------------------------------------------------------ the source
 
 
@@ -371,8 +447,17 @@ class HotstateDataSource(DataSource):
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         # `overwrite`: Spark's complete output mode (it truncates the sink's table each batch), the only mode
         # besides append that Spark 4 offers Python sinks.
-        config = _sink_config(write_settings(self.options), schema, complete=overwrite)
+        config, _ = _sink_config(write_settings(self.options), schema, complete=overwrite)
         return ArrowStreamWriter(config) if config.arrow else RowStreamWriter(config)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        # Spark 4 offers Python data sources the append and overwrite save modes only: it refuses
+        # errorifexists and ignore itself (UNSUPPORTED_DATA_SOURCE_SAVE_MODE) before asking for a writer.
+        settings = write_settings(self.options)
+        config, staged = _sink_config(settings, schema, overwrite=overwrite)
+        if config.arrow:
+            return ArrowBatchWriter(config, settings, staged)
+        return RowBatchWriter(config, settings, staged)
 
 
 class KeyFilterDataSource(HotstateDataSource):

@@ -30,6 +30,7 @@ EVENT_KINDS = (
     "controller_leader",
     "table_created",
     "table_deleted",
+    "table_overwritten",
     "active_moved",
     "reassigned",
     "isr_shrunk",
@@ -107,6 +108,9 @@ def image_events(before: MetadataImage, after: MetadataImage) -> list[EventDraft
         return out
     before_ids = {t.table_id for t in before.tables.values()}
     for name, table in sorted(after.tables.items()):
+        if table.table_id not in before_ids and table.staged:
+            # An overwrite's new generation: the table itself is unchanged until the swap.
+            continue
         if table.table_id not in before_ids:
             out.append(
                 EventDraft(
@@ -124,7 +128,18 @@ def image_events(before: MetadataImage, after: MetadataImage) -> list[EventDraft
             out.extend(_partition_events(name, old_parts, new_parts[: len(old_parts)]))
     after_ids = {t.table_id for t in after.tables.values()}
     for name, table in sorted(before.tables.items()):
-        if table.table_id not in after_ids:
+        if table.table_id in after_ids or table.staged:
+            continue  # a staged generation dropped (a failed overwrite) leaves the table as it was
+        new = after.tables.get(name)
+        if new is not None:
+            out.append(
+                EventDraft(
+                    "table_overwritten",
+                    f"table {name} overwritten: its new generation ({new.partitions} partitions) serves",
+                    table=name,
+                )
+            )
+        else:
             out.append(EventDraft("table_deleted", f"table {name} deleted", table=name))
     return out
 

@@ -40,5 +40,5 @@ def describe(node: RaftNode, image: MetadataImage) -> DescribeClusterResponse:
         node.high_watermark,
         image.offset,
         servers,
-        tuple(sorted(image.tables)),
+        tuple(image.tables_listed()),
     )

@@ -109,7 +109,7 @@ def add_table_routes(app: FastAPI, ctx: TableContext) -> None:
         if reason is not None:  # a stale image would list too few tables
             return _response(error_body(503, "generic_error", SERVER_NOT_READY, reason))
         image = ctx.image()
-        described = [describe(image, name) for name in sorted(image.tables)]
+        described = [describe(image, name) for name in image.tables_listed()]
         return _response((200, orjson.dumps({"tables": described})))
 
     @app.post(
@@ -166,6 +166,9 @@ def describe(image: MetadataImage, name: str) -> dict[str, Any]:
         "writer_racks": list(table.writer_racks),
         # The last Spark batch its sink committed (null: none yet): a query's min_batch.
         "last_batch": table.batch_id if table.batch_id >= 0 else None,
+        # Its table id, which an overwrite changes (a new generation): a reader in pages compares it with
+        # the one its answers' consistency tokens name.
+        "generation": table.table_id,
         "placement": [
             {
                 "partition": p.partition,
@@ -187,7 +190,7 @@ def _locate(ctx: TableContext, name: str, key: str | None, params: dict[str, str
     image = ctx.image()
     table = image.tables.get(name)
     if table is None:
-        known = ", ".join(sorted(image.tables)) or "none"
+        known = ", ".join(image.tables_listed()) or "none"
         return error_body(404, "statement_error", NOT_FOUND, f"no table {name!r} (tables: {known})")
     try:
         encoded = encoded_key(table, key, params)
