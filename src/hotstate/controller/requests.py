@@ -23,6 +23,9 @@ class ControllerError(IntEnum):
     # An ISR change based on a partition state that has changed since (or a leader epoch that is not the
     # current one): the requester learns the current state from its metadata image.
     STALE_PARTITION_STATE = 9
+    # The node id was removed from the cluster (`hotstate server remove`): a server under it never serves
+    # again; a new server joins under a new node id, with an empty data directory.
+    SERVER_REMOVED = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +171,21 @@ class SetValueColumnsResponse:
     message: str
 
 
+@dataclass(frozen=True, slots=True)
+class RemoveServerRequest:
+    """Remove broker `node_id` for good: drain it (its replicas move elsewhere, keeping every partition's
+    standbys), then unregister it. A fenced (dead) server holding nothing is unregistered at once."""
+
+    node_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveServerResponse:
+    error: ControllerError
+    message: str
+    state: str  # "draining" (its replicas are moving away) or "removed" (unregistered); "" on error
+
+
 ControllerRequest = (
     RegisterServerRequest
     | ServerHeartbeatRequest
@@ -178,6 +196,7 @@ ControllerRequest = (
     | RegisterWriterRequest
     | CommitBatchRequest
     | SetValueColumnsRequest
+    | RemoveServerRequest
 )
 ControllerResponse = (
     RegisterServerResponse
@@ -189,6 +208,7 @@ ControllerResponse = (
     | RegisterWriterResponse
     | CommitBatchResponse
     | SetValueColumnsResponse
+    | RemoveServerResponse
 )
 
 
@@ -213,3 +233,5 @@ def error_response(request: ControllerRequest, error: ControllerError, message: 
             return CommitBatchResponse(error, message)
         case SetValueColumnsRequest():
             return SetValueColumnsResponse(error, message)
+        case RemoveServerRequest():
+            return RemoveServerResponse(error, message, "")

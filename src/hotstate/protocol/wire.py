@@ -24,6 +24,8 @@ from hotstate.controller.requests import (
     RegisterServerResponse,
     RegisterWriterRequest,
     RegisterWriterResponse,
+    RemoveServerRequest,
+    RemoveServerResponse,
     ServerHeartbeatRequest,
     ServerHeartbeatResponse,
     SetValueColumnsRequest,
@@ -91,6 +93,8 @@ for type_id, cls in (
     (77, SetValueColumnsRequest),
     (78, SetValueColumnsResponse),
     (79, ValueColumn),
+    (80, RemoveServerRequest),
+    (81, RemoveServerResponse),
     # Cluster status (100-)
     (100, DescribeClusterRequest),
     (101, ServerStatus),

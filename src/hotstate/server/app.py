@@ -35,6 +35,7 @@ from hotstate.controller.requests import (
     ListTablesRequest,
     RegisterServerRequest,
     RegisterWriterRequest,
+    RemoveServerRequest,
     ServerHeartbeatRequest,
     SetValueColumnsRequest,
     error_response,
@@ -115,6 +116,7 @@ CONTROLLER_REQUESTS = (
     RegisterWriterRequest,
     CommitBatchRequest,
     SetValueColumnsRequest,
+    RemoveServerRequest,
 )
 REPLICA_MESSAGES = (replica_messages.FetchRequest, replica_messages.FetchResponse)
 HTTP_STOP_TIMEOUT_S = 5.0
