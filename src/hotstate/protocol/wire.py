@@ -97,7 +97,6 @@ for type_id, cls in (
     (81, RemoveServerResponse),
     # Cluster status (100-)
     (100, DescribeClusterRequest),
-    (101, ServerStatus),
     (102, DescribeClusterResponse),
     # Partition replicas (150-199)
     (150, RecordBatch),
@@ -127,6 +126,8 @@ for type_id, cls in (
     MESSAGES.register(type_id, cls)
 # Version 2 appended writer_rack.
 MESSAGES.register(64, CreateTableRequest, version=2)
+# Version 2 appended draining.
+MESSAGES.register(101, ServerStatus, version=2)
 # Version 2 appended known_offset and max_wait_ms (the metadata watch).
 MESSAGES.register(162, replica.TableMetadataRequest, version=2)
 # Version 2 appended produce_max_bytes.
