@@ -202,12 +202,12 @@ def _scenario(running: RunningCluster) -> None:
         await admin.close()
         async with httpx.AsyncClient(timeout=10.0) as http:
             base = _http(running.cluster, 2)
-            reply = await http.post(f"{base}/v1/servers/{REMOVED}/remove")
-            assert (reply.status_code, reply.json()) == (200, {"server": REMOVED, "state": "removed"})
-            reply = await http.post(f"{base}/v1/servers/9/remove")
-            assert reply.status_code == 404, reply.text
-            reply = await http.post(f"{base}/v1/servers/1/remove")
-            assert reply.status_code == 400 and "controller" in reply.json()["message"], reply.text
+            answer = await http.post(f"{base}/v1/servers/{REMOVED}/remove")
+            assert (answer.status_code, answer.json()) == (200, {"server": REMOVED, "state": "removed"})
+            answer = await http.post(f"{base}/v1/servers/9/remove")
+            assert answer.status_code == 404, answer.text
+            answer = await http.post(f"{base}/v1/servers/1/remove")
+            assert answer.status_code == 400 and "controller" in answer.json()["message"], answer.text
         cli = [sys.executable, "-m", "hotstate.cli.main", "server", "remove"]
         done = await asyncio.to_thread(
             subprocess.run,

@@ -259,6 +259,7 @@ class Server:
                 to_controller=self._to_controller,
                 ready=lambda: metadata.not_ready() is None,
                 on_disk_failure=self.disk_failed,
+                move_throttle_bytes_per_s=config.move_throttle_bytes_per_sec,
             )
         if config.is_broker:
             replicas = self.replicas
