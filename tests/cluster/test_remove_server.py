@@ -227,7 +227,12 @@ def _scenario(running: RunningCluster) -> None:
             return not running.cluster.alive(running.server(REMOVED))
 
         await _wait_for("the removed server to exit", exited, 20.0)
-        log = (running.server(REMOVED).directory(running.cluster.root) / "server.log").read_text()
+        log_file = running.server(REMOVED).directory(running.cluster.root) / "server.log"
+        log = log_file.read_text()
         assert "was removed from the cluster" in log and "exit code 78" in log, log[-2000:]
+        # Started again under its old configuration, it is refused again at registration.
+        running.restart(REMOVED)
+        await _wait_for("the removed server to exit again", exited, 30.0)
+        assert log_file.read_text().count("exit code 78") == 2, log_file.read_text()[-2000:]
 
     running.run(scenario())
