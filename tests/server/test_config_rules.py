@@ -230,6 +230,7 @@ _REPLICA_KEYS_NON_NEGATIVE = [
     "replica.fetch.backoff.ms",
     "replica.log.retention.records",
     "replica.fetch.hw.delay.ms",
+    "replica.move.throttle.bytes.per.sec",
 ]
 _INT_KEYS_POSITIVE = [
     "node.id",

@@ -8,6 +8,7 @@ from hotstate.controller.image import ImageBuilder, MetadataImage
 from hotstate.controller.records import (
     CreateTable,
     DeleteTable,
+    DrainServer,
     Endpoint,
     FenceServer,
     KeyColumn,
@@ -19,6 +20,7 @@ from hotstate.controller.records import (
     RegisterServer,
     ReplaceTable,
     UnfenceServer,
+    UnregisterServer,
 )
 from hotstate.server.console.events import (
     EVENT_KINDS,
@@ -140,6 +142,17 @@ def test_a_restarted_server_registering_again_and_a_deleted_table() -> None:
     events = image_events(before, after)
     assert kinds(events) == ["server_registered", "table_deleted"]
     assert "registered again after a restart" in events[0].message
+
+
+def test_a_server_draining_then_removed() -> None:
+    image = cluster_with_table()
+    draining = apply(image, DrainServer(3))
+    assert kinds(image_events(image, draining)) == ["server_draining"]
+    assert image_events(image, draining)[0].servers == (3,)
+    removed = apply(draining, UnregisterServer(3))
+    assert [(d.kind, d.message) for d in image_events(draining, removed)] == [
+        ("server_unregistered", "server 3 removed: it holds no replica, and its node id is not used again")
+    ]
 
 
 def test_leader_and_heartbeat_events() -> None:

@@ -47,12 +47,19 @@ def version() -> None:
 @app.command(
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
     help="Run one server. Settings come from --config FILE, HOTSTATE_* variables and --KEY=VALUE flags "
-    "(flags win). SIGTERM shuts down in a controlled way.",
+    "(flags win). SIGTERM shuts down in a controlled way. `hotstate server remove N --help`: remove a "
+    "broker from the cluster for good.",
 )
 def server(
     ctx: typer.Context,
     config: Annotated[Path | None, typer.Option("--config", help="TOML configuration")] = None,
 ) -> None:
+    if ctx.args[:1] == ["remove"]:
+        from hotstate.cli.servers import remove_app
+
+        # `server` runs a server and takes any --KEY=VALUE flag, so it cannot be a group: routed by hand.
+        typer.main.get_command(remove_app(DEFAULT_DIR))(ctx.args, prog_name="hotstate server")
+        return
     from hotstate.server.app import run_server
     from hotstate.server.config import ConfigError, load_config, parse_flag_overrides
 
@@ -208,7 +215,7 @@ async def show_cluster_status(cluster: LocalCluster) -> None:
             server.rack or "",
             ",".join(server.roles),
             "yes" if server.node_id == status.leader_id else "",
-            "FENCED" if server.fenced else "no",
+            ("FENCED" if server.fenced else "no") + (", draining" if server.draining else ""),
             str(offsets[server.node_id]) if server.node_id in offsets else "down",
             str(server.actives),
             str(server.standbys),
@@ -236,6 +243,11 @@ auth_commands.register(app)
 
 
 def main() -> None:
+    if sys.argv[1:3] == ["server", "remove"]:  # here too, so that `server remove --help` is its own
+        from hotstate.cli.servers import remove_app
+
+        typer.main.get_command(remove_app(DEFAULT_DIR))(sys.argv[2:], prog_name="hotstate server")
+        return
     app(args=sys.argv[1:])
 
 

@@ -29,6 +29,8 @@ from hotstate.controller.requests import (
     RegisterWriterResponse,
     ReplaceTableRequest,
     ReplaceTableResponse,
+    RemoveServerRequest,
+    RemoveServerResponse,
     SetValueColumnsRequest,
     SetValueColumnsResponse,
     StageTableRequest,
@@ -197,6 +199,13 @@ class AdminClient:
     async def list_tables(self, *, deadline_s: float = 10.0) -> ListTablesResponse:
         reply = await self._controller_call(ListTablesRequest(), deadline_s, idempotent=True)
         assert isinstance(reply, ListTablesResponse)
+        return reply
+
+    async def remove_server(self, node_id: int, *, deadline_s: float = 10.0) -> RemoveServerResponse:
+        """Remove broker `node_id` for good (idempotent): state "draining" while its replicas move away,
+        "removed" once it is unregistered (docs/operations.md). Poll `describe` to see it go."""
+        reply = await self._controller_call(RemoveServerRequest(node_id), deadline_s, idempotent=True)
+        assert isinstance(reply, RemoveServerResponse)
         return reply
 
     async def _controller_call(

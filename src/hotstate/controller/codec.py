@@ -8,6 +8,7 @@ from __future__ import annotations
 from hotstate.controller.records import (
     CreateTable,
     DeleteTable,
+    DrainServer,
     Endpoint,
     FenceServer,
     KeyColumn,
@@ -35,6 +36,7 @@ for type_id, cls in (
     (11, UnregisterServer),
     (12, FenceServer),
     (13, UnfenceServer),
+    (14, DrainServer),
     (21, DeleteTable),
     (22, TableWriters),
     (23, TableBatch),

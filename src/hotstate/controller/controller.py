@@ -27,6 +27,7 @@ from hotstate.controller.reassign import ReassignJob, reassignment_records
 from hotstate.controller.records import (
     CreateTable,
     DeleteTable,
+    DrainServer,
     FenceServer,
     KeyColumn,
     MetadataBatch,
@@ -39,6 +40,7 @@ from hotstate.controller.records import (
     TableValueColumns,
     TableWriters,
     UnfenceServer,
+    UnregisterServer,
     ValueColumn,
     staging_name,
 )
@@ -62,6 +64,8 @@ from hotstate.controller.requests import (
     RegisterWriterResponse,
     ReplaceTableRequest,
     ReplaceTableResponse,
+    RemoveServerRequest,
+    RemoveServerResponse,
     ServerHeartbeatRequest,
     ServerHeartbeatResponse,
     SetValueColumnsRequest,
@@ -179,6 +183,8 @@ class QuorumController:
                 return self._stage_table(request)
             case ReplaceTableRequest():
                 return self._replace_table(request)
+            case RemoveServerRequest():
+                return self._remove_server(request)
 
     def tick(self, now: int, next_offset: int, *, reassign: bool = True) -> list[MetadataBatch]:
         """Fence every server whose session expired, moving its actives away, one batch per server; then,
@@ -189,6 +195,9 @@ class QuorumController:
         self._next_offset = next_offset
         batches = []
         for node_id, server in sorted(self._view.servers.items()):
+            if server.draining and not self._view.holds_replicas(node_id):
+                batches.append(self._propose(self._unregister_records(node_id)))
+                continue
             if server.fenced:
                 self._fenced_since.setdefault(node_id, now)
                 continue
@@ -249,7 +258,7 @@ class QuorumController:
             return None
         self._last_reassign_at = now
         self._last_reassign_offset = self._view.offset
-        brokers = tuple(self._view.live_brokers())
+        brokers = tuple(self._view.placement_brokers())
         return ReassignJob(self._view, brokers, dict(self._replica_ends), self.config.assignor)
 
     def apply_reassignment(
@@ -294,7 +303,8 @@ class QuorumController:
                 continue
             if server.fenced:
                 since = self._fenced_since.get(node_id, now)
-                if now - since < self.config.broker_removal_delay_ms:
+                # An operator removing a dead server says it is gone for good: no need to wait.
+                if not server.draining and now - since < self.config.broker_removal_delay_ms:
                     return False
             elif node_id not in self._reported:
                 return False
@@ -308,6 +318,10 @@ class QuorumController:
 
     # ------------------------------------------------------------------ servers
     def _register(self, request: RegisterServerRequest, now: int) -> Decision:
+        if request.node_id in self._view.removed:
+            return self._error(
+                RegisterServerResponse(ControllerError.SERVER_REMOVED, _removed_message(request.node_id), -1)
+            )
         record = RegisterServer(
             request.node_id,
             request.incarnation_id,
@@ -332,6 +346,10 @@ class QuorumController:
 
     def _heartbeat(self, request: ServerHeartbeatRequest, now: int) -> Decision:
         server = self._view.servers.get(request.node_id)
+        if server is None and request.node_id in self._view.removed:
+            message = _removed_message(request.node_id)
+            reply = ServerHeartbeatResponse(ControllerError.SERVER_REMOVED, message, True, False)
+            return Decision((), reply, wait=False)
         if server is None:
             reply = ServerHeartbeatResponse(ControllerError.UNKNOWN_SERVER, "register first", True, False)
             return Decision((), reply, wait=False)
@@ -380,6 +398,73 @@ class QuorumController:
                         records.append(change)
         return tuple(records)
 
+    def _remove_server(self, request: RemoveServerRequest) -> Decision:
+        """Drain the server (or unregister it at once when it holds nothing), after checking that what
+        is left can hold every table and that no partition depends on it alone."""
+        node_id = request.node_id
+        server = self._view.servers.get(node_id)
+        if server is None:
+            if node_id in self._view.removed:
+                return self._error(RemoveServerResponse(ControllerError.NONE, "", "removed"))
+            unknown = RemoveServerResponse(ControllerError.UNKNOWN_SERVER, f"no server {node_id}", "")
+            return self._error(unknown)
+        problem = self._removal_problem(node_id)
+        if problem is not None:
+            return self._error(RemoveServerResponse(ControllerError.INVALID_REQUEST, problem, ""))
+        if not self._view.holds_replicas(node_id):
+            batch = self._propose(self._unregister_records(node_id))
+            return Decision((batch,), RemoveServerResponse(ControllerError.NONE, "", "removed"))
+        if server.draining:
+            return self._error(RemoveServerResponse(ControllerError.NONE, "", "draining"))
+        log.info("server %d draining: its replicas move to the other servers", node_id)
+        batch = self._propose((DrainServer(node_id),))
+        return Decision((batch,), RemoveServerResponse(ControllerError.NONE, "", "draining"))
+
+    def _removal_problem(self, node_id: int) -> str | None:
+        server = self._view.servers[node_id]
+        if "controller" in server.roles:
+            return (
+                f"server {node_id} is a controller (a voter of the metadata quorum): only brokers can be "
+                "removed; take it out of the quorum first"
+            )
+        holds = self._view.holds_replicas(node_id)
+        if holds and self.config.reassign_interval_ms <= 0:
+            return (
+                f"server {node_id} holds replicas and reassign.interval.ms=0 moves none: "
+                "turn reassignment on to drain it"
+            )
+        brokers = self._view.placement_brokers()
+        # A dead server that holds nothing takes no capacity away: the others hold its share already.
+        takes_capacity = holds or any(b.node_id == node_id for b in brokers)
+        left = [b for b in brokers if b.node_id != node_id]
+        for table in sorted(self._view.tables.values(), key=lambda t: t.table_id):
+            needed = 1 + table.standby_replicas
+            if takes_capacity and len(left) < needed:
+                return (
+                    f"removing server {node_id} would leave {len(left)} live broker(s) "
+                    f"({', '.join(str(b.node_id) for b in left) or 'none'}); table {table.name!r} needs "
+                    f"{needed} (1 active + {table.standby_replicas} standby(s)): add a server first"
+                )
+            for part in self._view.partitions.get(table.table_id, ()):
+                # Live, it hands such a partition over (a copy elsewhere catches up first); dead, it
+                # holds the only copy of every committed record.
+                if server.fenced and part.isr == (node_id,):
+                    return (
+                        f"partition {table.name}/{part.partition} has no in-sync replica but server "
+                        f"{node_id}: removing it would lose that partition's data; bring it back first"
+                    )
+        return None
+
+    def _unregister_records(self, node_id: int) -> tuple[MetadataRecord, ...]:
+        self._sessions.pop(node_id, None)
+        self._shutting_down.discard(node_id)
+        self._fenced_since.pop(node_id, None)
+        self._reported.discard(node_id)
+        for key in self._reported_keys.pop(node_id, ()):
+            self._replica_ends.pop(key, None)
+        log.info("server %d removed from the cluster", node_id)
+        return (UnregisterServer(node_id),)
+
     def _unfence_records(self, node_id: int) -> tuple[MetadataRecord, ...]:
         records: list[MetadataRecord] = [UnfenceServer(node_id)]
         for parts in self._view.partitions.values():
@@ -425,7 +510,7 @@ class QuorumController:
                     ControllerError.TABLE_EXISTS, f"table {request.name!r} exists", existing.table_id
                 )
             )
-        if not self._view.live_brokers():
+        if not self._view.placement_brokers():
             return self._error(
                 CreateTableResponse(ControllerError.NO_LIVE_BROKERS, "no live broker can host partitions", -1)
             )
@@ -641,6 +726,13 @@ class QuorumController:
         self._builder.apply_all(records, offset)
         self._view = self._builder.build(self._next_offset)
         return MetadataBatch(records)
+
+
+def _removed_message(node_id: int) -> str:
+    return (
+        f"server {node_id} was removed from the cluster (hotstate server remove): its node id is never "
+        "used again; to join, start a new server with a new node.id and an empty data directory"
+    )
 
 
 def _invalid_table(request: CreateTableRequest) -> str | None:

@@ -15,6 +15,7 @@ from types import MappingProxyType
 from hotstate.controller.records import (
     CreateTable,
     DeleteTable,
+    DrainServer,
     Endpoint,
     FenceServer,
     KeyColumn,
@@ -48,6 +49,9 @@ class ServerInfo:
     # Offset of the last record that changed this server's registration or fencing: a server is caught
     # up enough to be unfenced once its own image is past it.
     changed_at: int
+    # Being removed (`hotstate server remove`): gets no new replica, loses the ones it has, then is
+    # unregistered.
+    draining: bool = False
 
     @property
     def is_broker(self) -> bool:
@@ -139,6 +143,8 @@ class MetadataImage:
     tables: Mapping[str, TableInfo]
     partitions: Mapping[int, tuple[PartitionInfo, ...]]  # by table id; index = partition number
     next_table_id: int = 1
+    # Node ids unregistered for good: a server registering under one is refused.
+    removed: frozenset[int] = frozenset()
 
     @staticmethod
     def empty() -> MetadataImage:
@@ -160,6 +166,17 @@ class MetadataImage:
     def live_brokers(self) -> list[ServerInfo]:
         return [s for _, s in sorted(self.servers.items()) if s.is_broker and not s.fenced]
 
+    def placement_brokers(self) -> list[ServerInfo]:
+        """The live brokers that may get replicas: the draining ones only give theirs away."""
+        return [s for s in self.live_brokers() if not s.draining]
+
+    def holds_replicas(self, node_id: int) -> bool:
+        return any(
+            node_id in part.replicas or node_id in part.isr or node_id in part.warmups
+            for parts in self.partitions.values()
+            for part in parts
+        )
+
     def partition_count(self) -> int:
         return sum(len(parts) for parts in self.partitions.values())
 
@@ -177,6 +194,7 @@ class ImageBuilder:
         self._partitions: dict[int, tuple[PartitionInfo, ...]] | None = None
         self._changed_parts: dict[int, list[PartitionInfo]] = {}
         self._next_table_id = image.next_table_id
+        self._removed = image.removed
 
     # Copy each part only the first time a record touches it.
     def _servers_w(self) -> dict[int, ServerInfo]:
@@ -220,6 +238,7 @@ class ImageBuilder:
         """Apply one committed record found at `offset` of the metadata log."""
         match record:
             case RegisterServer():
+                existing = self._servers_w().get(record.node_id)
                 self._servers_w()[record.node_id] = ServerInfo(
                     record.node_id,
                     record.incarnation_id,
@@ -230,9 +249,17 @@ class ImageBuilder:
                     record.roles,
                     fenced=True,  # a (re)registered server serves only once it has caught up
                     changed_at=offset,
+                    # A restart does not call off its removal.
+                    draining=existing is not None and existing.draining,
                 )
             case UnregisterServer(node_id):
                 self._servers_w().pop(node_id, None)
+                self._removed = self._removed | {node_id}
+            case DrainServer(node_id):
+                servers = self._servers_w()
+                server = servers.get(node_id)
+                if server is not None:
+                    servers[node_id] = replace(server, draining=True, changed_at=offset)
             case FenceServer(node_id, _):
                 self._set_fenced(node_id, True, offset)
             case UnfenceServer(node_id):
@@ -354,6 +381,7 @@ class ImageBuilder:
             MappingProxyType(self._tables) if self._tables is not None else self._base.tables,
             MappingProxyType(partitions) if partitions is not None else self._base.partitions,
             self._next_table_id,
+            self._removed,
         )
         self._reset(image)  # the next round starts from the new image
         return image
@@ -379,6 +407,9 @@ def image_records(image: MetadataImage) -> list[MetadataRecord]:
         )
         if not server.fenced:
             records.append(UnfenceServer(node_id))
+        if server.draining:
+            records.append(DrainServer(node_id))
+    records.extend(UnregisterServer(node_id) for node_id in sorted(image.removed))
     for table in sorted(image.tables.values(), key=lambda t: t.table_id):
         records.append(table.create_record())
         if table.batch_id >= 0:

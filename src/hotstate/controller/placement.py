@@ -24,8 +24,8 @@ def place_table(
 ) -> list[PartitionAssignment]:
     """One assignment record per partition of `table`: an active on a live broker, standbys on other
     brokers spread over the `rack.aware.assignment.tags` (fewer than asked when there are not enough
-    brokers). Empty when there is no live broker."""
-    brokers = image.live_brokers()
+    brokers), never on a draining one. Empty when there is no live broker."""
+    brokers = image.placement_brokers()
     if not brokers:
         return []
     config = config or AssignorConfig()

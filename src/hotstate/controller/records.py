@@ -60,6 +60,17 @@ class RegisterServer:
 
 @dataclass(frozen=True, slots=True)
 class UnregisterServer:
+    """The server is gone for good (`hotstate server remove`, once it holds no replica): it leaves every
+    view, and its node id is refused from then on (a new server registers under a new id)."""
+
+    node_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class DrainServer:
+    """An operator asked to remove the server: the assignor places nothing on it and moves its replicas
+    away; the controller unregisters it once it holds none."""
+
     node_id: int
 
 
@@ -195,6 +206,7 @@ class NoOp:
 MetadataRecord = (
     RegisterServer
     | UnregisterServer
+    | DrainServer
     | FenceServer
     | UnfenceServer
     | CreateTable

@@ -23,6 +23,9 @@ class ControllerError(IntEnum):
     # An ISR change based on a partition state that has changed since (or a leader epoch that is not the
     # current one): the requester learns the current state from its metadata image.
     STALE_PARTITION_STATE = 9
+    # The node id was removed from the cluster (`hotstate server remove`): a server under it never serves
+    # again; a new server joins under a new node id, with an empty data directory.
+    SERVER_REMOVED = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +210,18 @@ class ReplaceTableRequest:
 class ReplaceTableResponse:
     error: ControllerError
     message: str
+class RemoveServerRequest:
+    """Remove broker `node_id` for good: drain it (its replicas move elsewhere, keeping every partition's
+    standbys), then unregister it. A fenced (dead) server holding nothing is unregistered at once."""
+
+    node_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveServerResponse:
+    error: ControllerError
+    message: str
+    state: str  # "draining" (its replicas are moving away) or "removed" (unregistered); "" on error
 
 
 ControllerRequest = (
@@ -221,6 +236,7 @@ ControllerRequest = (
     | SetValueColumnsRequest
     | StageTableRequest
     | ReplaceTableRequest
+    | RemoveServerRequest
 )
 ControllerResponse = (
     RegisterServerResponse
@@ -234,6 +250,7 @@ ControllerResponse = (
     | SetValueColumnsResponse
     | StageTableResponse
     | ReplaceTableResponse
+    | RemoveServerResponse
 )
 
 
@@ -262,3 +279,5 @@ def error_response(request: ControllerRequest, error: ControllerError, message: 
             return StageTableResponse(error, message, -1, "", -1)
         case ReplaceTableRequest():
             return ReplaceTableResponse(error, message)
+        case RemoveServerRequest():
+            return RemoveServerResponse(error, message, "")

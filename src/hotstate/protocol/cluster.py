@@ -23,6 +23,8 @@ class ServerStatus:
     http_port: int | None
     actives: int  # partitions whose active replica is on this server
     standbys: int
+    # Being removed (`hotstate server remove`): its replicas are moving away. Version 2.
+    draining: bool = False
 
 
 @dataclass(frozen=True, slots=True)

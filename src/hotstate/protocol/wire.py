@@ -26,6 +26,8 @@ from hotstate.controller.requests import (
     RegisterWriterResponse,
     ReplaceTableRequest,
     ReplaceTableResponse,
+    RemoveServerRequest,
+    RemoveServerResponse,
     ServerHeartbeatRequest,
     ServerHeartbeatResponse,
     SetValueColumnsRequest,
@@ -99,9 +101,10 @@ for type_id, cls in (
     (81, StageTableResponse),
     (82, ReplaceTableRequest),
     (83, ReplaceTableResponse),
+    (84, RemoveServerRequest),
+    (85, RemoveServerResponse),
     # Cluster status (100-)
     (100, DescribeClusterRequest),
-    (101, ServerStatus),
     (102, DescribeClusterResponse),
     # Partition replicas (150-199)
     (150, RecordBatch),
@@ -131,6 +134,8 @@ for type_id, cls in (
     MESSAGES.register(type_id, cls)
 # Version 2 appended writer_rack.
 MESSAGES.register(64, CreateTableRequest, version=2)
+# Version 2 appended draining.
+MESSAGES.register(101, ServerStatus, version=2)
 # Version 2 appended known_offset and max_wait_ms (the metadata watch).
 MESSAGES.register(162, replica.TableMetadataRequest, version=2)
 # Version 2 appended produce_max_bytes.

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import signal
 import ssl
 import sys
@@ -36,6 +37,7 @@ from hotstate.controller.requests import (
     RegisterServerRequest,
     RegisterWriterRequest,
     ReplaceTableRequest,
+    RemoveServerRequest,
     ServerHeartbeatRequest,
     SetValueColumnsRequest,
     StageTableRequest,
@@ -119,6 +121,7 @@ CONTROLLER_REQUESTS = (
     SetValueColumnsRequest,
     StageTableRequest,
     ReplaceTableRequest,
+    RemoveServerRequest,
 )
 REPLICA_MESSAGES = (replica_messages.FetchRequest, replica_messages.FetchResponse)
 HTTP_STOP_TIMEOUT_S = 5.0
@@ -128,6 +131,9 @@ SHUTDOWN_TIMEOUT_S = 10.0
 # After a disk failure the controlled shutdown may have no quorum to commit it (this server may be the
 # metadata leader that can no longer write): bounded, since the others fence it on its exit anyway.
 DISK_FAILURE_SHUTDOWN_TIMEOUT_S = 3.0
+# sysexits.h EX_CONFIG: this node id was removed from the cluster (`hotstate server remove`); restarting the
+# server under it is refused again, so a supervisor must not (docs/operations.md).
+REMOVED_EXIT_CODE = 78
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,6 +263,7 @@ class Server:
                 to_controller=self._to_controller,
                 ready=lambda: metadata.not_ready() is None,
                 on_disk_failure=self.disk_failed,
+                move_throttle_bytes_per_s=config.move_throttle_bytes_per_sec,
             )
         if config.is_broker:
             replicas = self.replicas
@@ -348,6 +355,7 @@ class Server:
             send=self._to_controller,
             heartbeat_interval_ms=config.heartbeat_interval_ms,
             replica_ends=self.replicas.replica_ends if self.replicas is not None else tuple,
+            on_removed=self._removed,
         )
         self._connect_eagerly(self._voter_addresses)
         if self.replicas is not None:
@@ -374,6 +382,12 @@ class Server:
         DISK_FAILURE_EXIT_CODE. The caller has logged the failure."""
         if self.exit_code == 0:
             self.exit_code = DISK_FAILURE_EXIT_CODE
+            self._stop_requested.set()
+
+    def _removed(self, message: str) -> None:
+        """The controller says this node id was removed from the cluster: stop, with REMOVED_EXIT_CODE."""
+        if self.exit_code == 0:
+            self.exit_code = REMOVED_EXIT_CODE
             self._stop_requested.set()
 
     async def stop(self, *, controlled: bool) -> None:
@@ -417,7 +431,13 @@ class Server:
             loop.add_signal_handler(signum, self._stop_requested.set)
         await self._stop_requested.wait()
         await self.stop(controlled=True)
-        if self.exit_code:
+        if self.exit_code == REMOVED_EXIT_CODE:
+            log.critical(
+                "server %d stopped: it was removed from the cluster (exit code %d; do not restart it)",
+                self.config.node_id,
+                self.exit_code,
+            )
+        elif self.exit_code:
             log.critical(
                 "server %d stopped after a disk failure (exit code %d)", self.config.node_id, self.exit_code
             )
@@ -636,8 +656,27 @@ class Server:
         return cast(ControllerResponse, reply)
 
     async def _to_controller(self, request: ControllerRequest) -> ControllerResponse:
-        assert self.controller is not None
-        return await self.controller.handle(request)
+        assert self.controller is not None and self.driver is not None and self.pool is not None
+        reply = await self.controller.handle(request)
+        node = self.driver.node
+        if (
+            getattr(reply, "error", None) is ControllerError.NOT_CONTROLLER
+            and node.leader_id is None
+            and not node.is_voter
+        ):
+            # A broker-only server that has not registered yet knows no leader, and the voters cannot answer
+            # its metadata fetches before they know its address, which registering gives them: ask a
+            # voter, which hands the request to its leader, as for any client.
+            voters = [v for v in self._voter_addresses if v != self.config.node_id]
+            try:
+                answer = await self.pool.request(random.choice(voters), request, FORWARD_TIMEOUT_S)
+            except NOT_SENT as error:
+                return error_response(request, ControllerError.NOT_CONTROLLER, f"no voter reached: {error}")
+            except RpcError as error:
+                lost = f"asked a voter, answer lost: {error}"
+                return error_response(request, ControllerError.TIMEOUT, lost)
+            return cast(ControllerResponse, answer)
+        return reply
 
 
 async def _start_connecting(connection: Connection) -> None:

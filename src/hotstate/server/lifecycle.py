@@ -42,8 +42,12 @@ class ServerLifecycle:
         send: SendToController,
         heartbeat_interval_ms: int,
         replica_ends: Callable[[], tuple[tuple[int, int, int], ...]] = tuple,
+        on_removed: Callable[[str], None] = lambda message: None,
     ) -> None:
+        """`on_removed`: the controller says this node id was removed from the cluster (its message)."""
         self._replica_ends = replica_ends
+        self._on_removed = on_removed
+        self.removed = False
         self._registration = RegisterServerRequest(node_id, incarnation_id, rpc, http, rack, tags, roles)
         self._metadata = metadata
         self._send = send
@@ -74,6 +78,9 @@ class ServerLifecycle:
             log.debug("registration failed: %s", error)
             return False
         assert isinstance(reply, RegisterServerResponse)
+        if reply.error is ControllerError.SERVER_REMOVED:
+            self._removed(reply.message)
+            return False
         if reply.error is not ControllerError.NONE:
             log.debug("registration refused: %s %s", reply.error.name, reply.message)
             return False
@@ -95,6 +102,9 @@ class ServerLifecycle:
             log.debug("heartbeat failed: %s", error)
             return
         assert isinstance(reply, ServerHeartbeatResponse)
+        if reply.error is ControllerError.SERVER_REMOVED:
+            self._removed(reply.message)
+            return
         if reply.error in (ControllerError.STALE_INCARNATION, ControllerError.UNKNOWN_SERVER):
             log.warning(
                 "the controller does not know this incarnation (%s): registering again", reply.message
@@ -109,12 +119,21 @@ class ServerLifecycle:
         if self._shutting_down and reply.shutdown_ready:
             self.shutdown_ready.set()
 
+    def _removed(self, message: str) -> None:
+        if not self.removed:
+            self.removed = True
+            self.registered.clear()
+            log.critical("%s", message)
+            self._on_removed(message)
+
     async def controlled_shutdown(self, timeout_s: float, *, leader_known: Callable[[], bool]) -> bool:
         """Ask the controller to move every active off this server and wait until that is committed.
 
         Gives up early when the metadata quorum is gone (no leader known for a while): nobody is left to
         move anything, as for the last servers of a cluster being shut down."""
         self._shutting_down = True
+        if self.removed:
+            return True  # nothing left to move, nobody to ask
         try:
             await asyncio.wait_for(self._shutdown_loop(leader_known), timeout_s)
         except TimeoutError:

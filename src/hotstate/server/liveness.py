@@ -65,9 +65,11 @@ class Liveness:
     def on_image(self, image: MetadataImage) -> None:
         peers = tuple(sorted(n for n in image.servers if n != self.node_id))
         if peers != self._peers:
+            # A removed server's reports go too, whether or not a status check has seen it yet.
+            gone_peers = (set(self._peers) | set(self._was_alive)) - set(peers)
             self._peers = peers
             self.status.set_peers(peers, monotonic_ms())
-            for gone in set(self._was_alive) - set(peers):
+            for gone in gone_peers:
                 self._was_alive.pop(gone, None)
                 self.lags.forget(gone)
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import logging
 import shutil
@@ -35,7 +36,7 @@ from hotstate.controller.requests import (
     ControllerRequest,
     ControllerResponse,
 )
-from hotstate.log.batch import RecordBatch
+from hotstate.log.batch import HEADER_SIZE, RecordBatch
 from hotstate.log.errors import CorruptLogError
 from hotstate.log.log import FsyncPolicy, Log
 from hotstate.protocol.replica_state import ReplicaState
@@ -73,6 +74,7 @@ from hotstate.replica.messages import (
 )
 from hotstate.replica.shell import Effects, ReplicaShell
 from hotstate.replica.store import Store, StoreCorruptError, StoreError, StoreSnapshot
+from hotstate.replica.throttle import TokenBucket
 from hotstate.routing.freshness import EndWitness, lag_report
 from hotstate.routing.freshness import replica_state as state_of
 from hotstate.routing.lags import LagTable
@@ -84,6 +86,10 @@ TICK_S = 0.01
 SNAPSHOT_CHUNK_BYTES = 1024 * 1024
 SNAPSHOT_IDLE_S = 60.0
 SNAPSHOT_REQUEST_TIMEOUT_S = 10.0
+# With the move throttle on, the bucket's burst and the most one catch-up answer may carry: a tenth of a
+# second at the rate, so the rate is kept over short spells too, but never so little that a fetch answer
+# is mostly framing.
+MIN_THROTTLED_FETCH_BYTES = 16 * 1024
 
 PartitionId = tuple[int, int]  # (table id, partition)
 
@@ -112,6 +118,8 @@ class LocalReplica:
     witness: EndWitness  # what the core heard of the partition's end since it opened: its lag is known
     waiters: dict[int, asyncio.Future[ProduceResult]] = field(default_factory=dict)
     installing: bool = False
+    # A catch-up fetch held back by the move throttle (the newest the core asked for), sent when it may go.
+    throttled_fetch: FetchRequest | None = None
     shell: ReplicaShell = field(init=False, repr=False)  # set by ReplicaManager._open
 
     @property
@@ -196,8 +204,16 @@ class ReplicaManager:
         to_controller: Callable[[ControllerRequest], Awaitable[ControllerResponse]],
         ready: Callable[[], bool] = lambda: True,
         on_disk_failure: Callable[[str], None] = lambda reason: None,
+        move_throttle_bytes_per_s: int = 0,
     ) -> None:
+        """`move_throttle_bytes_per_s`: the most this server's replicas outside the ISR (warmups, new and
+        restoring copies) fetch per second, log and store snapshots together; 0: no limit. In-sync
+        replicas are never held back."""
         self.node_id = node_id
+        self._move_bucket: TokenBucket | None = None
+        if move_throttle_bytes_per_s > 0:
+            burst = max(move_throttle_bytes_per_s // 10, MIN_THROTTLED_FETCH_BYTES)
+            self._move_bucket = TokenBucket(move_throttle_bytes_per_s, burst, monotonic_ms())
         self.root = data_dir / "partitions"
         self.config = config
         self.fsync: FsyncPolicy = fsync
@@ -402,13 +418,54 @@ class ReplicaManager:
                 self._spawn(self._fetch_snapshot(replica, needed), f"snapshot-{replica.pid}")
 
         effects = Effects(
-            send=lambda message: self._send(message.dst, message),
+            send=lambda message: self._send_from(replica, message),
             answer=answer,
             isr_change=lambda change: self._spawn(self._alter_isr(replica, change), f"isr-{replica.pid}"),
             snapshot_needed=snapshot_needed,
             defer=lambda: asyncio.get_running_loop().call_soon(self._pump, replica),
         )
         return ReplicaShell(replica.core, _ReplicaLog(replica), _ReplicaStore(replica), effects)
+
+    # ------------------------------------------------------------------ the move throttle
+    def _catching_up(self, replica: LocalReplica) -> bool:
+        return self._move_bucket is not None and self.node_id not in replica.core.isr
+
+    def _send_from(self, replica: LocalReplica, message: ReplicaMessage) -> None:
+        bucket = self._move_bucket
+        if bucket is None or not isinstance(message, FetchRequest) or not self._catching_up(replica):
+            self._send(message.dst, message)
+            return
+        message = dataclasses.replace(message, max_bytes=min(message.max_bytes, bucket.burst))
+        wait = bucket.wait_ms(monotonic_ms())
+        if wait == 0 and replica.throttled_fetch is None:
+            self._send(message.dst, message)
+            return
+        # Only the newest fetch matters: one the core asked again for (its answer late) replaces it.
+        held = replica.throttled_fetch
+        replica.throttled_fetch = message
+        if held is None:
+            asyncio.get_running_loop().call_later(wait / 1000, self._release_fetch, replica)
+
+    def _release_fetch(self, replica: LocalReplica) -> None:
+        message = replica.throttled_fetch
+        if message is None or self._move_bucket is None or self.replicas.get(replica.pid) is not replica:
+            replica.throttled_fetch = None
+            return
+        wait = self._move_bucket.wait_ms(monotonic_ms())
+        if wait > 0:  # others charged the bucket meanwhile
+            asyncio.get_running_loop().call_later(wait / 1000, self._release_fetch, replica)
+            return
+        replica.throttled_fetch = None
+        self._send(message.dst, message)
+
+    def _charge(self, nbytes: int) -> None:
+        if self._move_bucket is not None and nbytes:
+            self._move_bucket.charge(nbytes, monotonic_ms())
+
+    async def _move_allowance(self) -> None:
+        """Wait until the move throttle lets the next catch-up request go."""
+        while self._move_bucket is not None and (wait := self._move_bucket.wait_ms(monotonic_ms())) > 0:
+            await asyncio.sleep(wait / 1000)
 
     def _take_offline(self, replica: LocalReplica) -> None:
         """Stop serving and writing `replica`; its files are left as a crash would leave them."""
@@ -509,6 +566,8 @@ class ReplicaManager:
                     ),
                 )
             return
+        if isinstance(message, FetchResponse) and message.batches and self._catching_up(replica):
+            self._charge(sum(_batch_bytes(batch) for batch in message.batches))
         replica.core.step(message, monotonic_ms())
         replica.witness.observe(message, replica.core)
         self._pump(replica)
@@ -647,7 +706,11 @@ class ReplicaManager:
         try:
             install = Store.begin_install(replica.store.path)
             snapshot_id, after = 0, None
+            chunk_bytes = SNAPSHOT_CHUNK_BYTES
+            if self._move_bucket is not None:  # a replica rebuilding from a snapshot is never in sync
+                chunk_bytes = min(chunk_bytes, self._move_bucket.burst)
             while True:
+                await self._move_allowance()
                 reply = await self._request(
                     needed.leader,
                     FetchStoreSnapshotRequest(
@@ -657,7 +720,7 @@ class ReplicaManager:
                         needed.leader_epoch,
                         snapshot_id,
                         after,
-                        SNAPSHOT_CHUNK_BYTES,
+                        chunk_bytes,
                     ),
                     SNAPSHOT_REQUEST_TIMEOUT_S,
                 )
@@ -666,6 +729,7 @@ class ReplicaManager:
                 if snapshot_id and reply.snapshot_id != snapshot_id:
                     raise RuntimeError("the active restarted the snapshot")
                 snapshot_id = reply.snapshot_id
+                self._charge(sum(len(key) + len(value) for key, value in reply.items))
                 install.add(list(reply.items))
                 if reply.next_after is None:
                     break
@@ -783,6 +847,10 @@ def open_replica_files(
         store.close()
         raise
     return store, plog, batches
+
+
+def _batch_bytes(batch: RecordBatch) -> int:
+    return HEADER_SIZE + sum(len(record) for record in batch.records)
 
 
 def replica_state(replica: LocalReplica) -> ReplicaState:

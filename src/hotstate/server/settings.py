@@ -370,6 +370,19 @@ _REPLICAS: Final = (
             "(see there)."
         ),
     ),
+    Setting(
+        "replica.move.throttle.bytes.per.sec",
+        "move_throttle_bytes_per_sec",
+        minimum=0,
+        unit="bytes/s",
+        doc=(
+            "The most a broker's replicas outside the ISR (warmups moving a partition here, new copies, "
+            "copies restoring after they fell behind) fetch per second, log fetches and store snapshots "
+            "together: Kafka's reassignment throttle, on the receiving side. In-sync standbys are never "
+            "held back. 0 (the default): no limit. A move of B "
+            "bytes takes at least B / this (docs/operations.md)."
+        ),
+    ),
 )
 _LIVENESS: Final = (
     Setting(

@@ -55,6 +55,9 @@ class ServerConfig:
     replica: ReplicaConfig = field(default_factory=ReplicaConfig)
     replica_log_fsync: str = "never"
     produce_max_bytes: int = 8 * 1024 * 1024
+    # Catch-up traffic (warmups, new and restoring copies) a broker's replicas may fetch per second; 0: no
+    # limit. In-sync replicas are never held back (server/replicas.py, replica/throttle.py).
+    move_throttle_bytes_per_sec: int = 0
     reassign_interval_ms: int = 2000
     default_standby_replicas: int = 1
     query_timeout_ms: int = DEFAULT_QUERY_TIMEOUT_MS

@@ -195,6 +195,7 @@ function serverCard(server, cluster, rates) {
       el("span", { class: "server-name" }, "server " + server.node_id),
       el("span", { class: "pill state-" + server.state }, server.state),
       server.fenced && server.state === "down" ? el("span", { class: "pill state-fenced" }, "fenced") : null,
+      server.draining ? el("span", { class: "pill state-draining", title: "being removed: its replicas move to the other servers" }, "draining") : null,
       server.controller_leader ? el("span", { class: "badge leader", title: "metadata quorum leader, epoch " + cluster.controller_epoch }, "controller leader") : null,
       server.node_id === cluster.server ? el("span", { class: "badge here" }, "this page") : null
     ),

@@ -23,6 +23,7 @@ from hotstate.controller.image import MetadataImage, PartitionInfo
 EVENT_KINDS = (
     "server_registered",
     "server_unregistered",
+    "server_draining",
     "server_fenced",
     "server_unfenced",
     "server_down",
@@ -163,6 +164,9 @@ def _server_events(before: MetadataImage, after: MetadataImage) -> list[EventDra
                     servers=(node_id,),
                 )
             )
+        elif server.draining and not old.draining:
+            message = f"server {node_id} draining: its replicas move to other servers, then it is removed"
+            out.append(EventDraft("server_draining", message, servers=(node_id,)))
         elif old.fenced != server.fenced:
             if server.fenced:
                 message = f"server {node_id} fenced: it serves nothing until it is back and caught up"
@@ -171,7 +175,8 @@ def _server_events(before: MetadataImage, after: MetadataImage) -> list[EventDra
                 message = f"server {node_id} unfenced: caught up, it can take partitions"
                 out.append(EventDraft("server_unfenced", message, servers=(node_id,)))
     for node_id in sorted(set(before.servers) - set(after.servers)):
-        out.append(EventDraft("server_unregistered", f"server {node_id} unregistered", servers=(node_id,)))
+        message = f"server {node_id} removed: it holds no replica, and its node id is not used again"
+        out.append(EventDraft("server_unregistered", message, servers=(node_id,)))
     return out
 
 

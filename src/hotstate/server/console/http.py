@@ -56,6 +56,9 @@ class ServerView(BaseModel):
     )
     alive: bool = Field(description="heartbeat status as the answering server sees it (itself: true)")
     fenced: bool
+    draining: bool = Field(
+        default=False, description="being removed (hotstate server remove): its replicas move to others"
+    )
     status_since_ms: int = Field(description="wall time (Unix ms) when `alive` last changed")
     controller_leader: bool
     rpc: str
@@ -213,6 +216,7 @@ def cluster_view(ctx: ConsoleContext, counts: _ReplicaCounts) -> ClusterView:
                 state=state,
                 alive=alive,
                 fenced=server.fenced,
+                draining=server.draining,
                 status_since_ms=since,
                 controller_leader=node_id == leader,
                 rpc=f"{server.rpc.host}:{server.rpc.port}",

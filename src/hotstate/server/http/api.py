@@ -40,6 +40,7 @@ from hotstate.server.http.queries import (
     answer_request,
     internal_error,
 )
+from hotstate.server.http.servers import add_server_routes
 from hotstate.server.http.tables import Controller, TableContext, add_table_routes
 from hotstate.server.liveness import Liveness
 from hotstate.server.raft_driver import monotonic_ms
@@ -109,17 +110,16 @@ def build_app(ctx: HttpContext) -> QueryRoutes:
             openapi_extra=documented_body(spec.body),
         )
 
-    add_table_routes(
-        app,
-        TableContext(
-            ctx.image,
-            ctx.not_ready,
-            ctx.controller,
-            ctx.liveness.lags,
-            ctx.liveness.alive,
-            default_standby_replicas=ctx.default_standby_replicas,
-        ),
+    table_context = TableContext(
+        ctx.image,
+        ctx.not_ready,
+        ctx.controller,
+        ctx.liveness.lags,
+        ctx.liveness.alive,
+        default_standby_replicas=ctx.default_standby_replicas,
     )
+    add_table_routes(app, table_context)
+    add_server_routes(app, table_context)
 
     @app.get("/v1/lag", summary="The lags this server knows, per server and partition (KIP-535)")
     async def lags() -> Response:
@@ -247,6 +247,8 @@ def _cluster_status(ctx: HttpContext) -> dict[str, object]:
             "lastStatusUpdateMs": _wall_ms(updated),
             "serverId": node_id,
             "rack": server.rack,
+            # Being removed: its replicas are moving away (docs/operations.md).
+            "draining": server.draining,
             "activeStandbyPerQuery": per_table,
             "hostStoreLags": {"stateStoreLags": lags, "updateTimeMs": int(time.time() * 1000)},
         }

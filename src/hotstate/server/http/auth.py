@@ -83,6 +83,8 @@ def needed_role(method: str, path: str) -> HttpRole | None:
         return None
     if (path == "/v1/tables" or path.startswith("/v1/tables/")) and method not in ("GET", "HEAD"):
         return "admin"
+    if path.startswith("/v1/servers/") and method not in ("GET", "HEAD"):
+        return "admin"
     return "read"
 
 

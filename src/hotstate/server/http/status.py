@@ -29,6 +29,7 @@ def describe(node: RaftNode, image: MetadataImage) -> DescribeClusterResponse:
             s.http.port if s.http else None,
             actives[s.node_id],
             standbys[s.node_id],
+            s.draining,
         )
         for _, s in sorted(image.servers.items())
     )

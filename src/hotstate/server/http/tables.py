@@ -262,7 +262,7 @@ def _validation_message(error: ValidationError) -> str:
     return "; ".join(problems)
 
 
-_STATUS = {
+STATUS = {
     ControllerError.INVALID_REQUEST: (400, "statement_error", BAD_STATEMENT),
     ControllerError.UNKNOWN_TABLE: (404, "statement_error", NOT_FOUND),
     ControllerError.TABLE_EXISTS: (409, "statement_error", TABLE_EXISTS_CODE),
@@ -278,10 +278,10 @@ async def _change(
     reason = ctx.not_ready()
     if reason is not None:
         return error_body(503, "generic_error", SERVER_NOT_READY, reason)
-    reply = await _ask_controller(ctx, request)
+    reply = await ask_controller(ctx, request)
     error = getattr(reply, "error", ControllerError.NONE)
     if error is not ControllerError.NONE:
-        status, kind, code = _STATUS.get(error, (500, "generic_error", UNAVAILABLE))
+        status, kind, code = STATUS.get(error, (500, "generic_error", UNAVAILABLE))
         message = getattr(reply, "message", "") or error.name
         return error_body(status, kind, code, message)
     creating = isinstance(request, CreateTableRequest)
@@ -298,7 +298,7 @@ async def _change(
     return 200, orjson.dumps({"dropped": name})
 
 
-async def _ask_controller(ctx: TableContext, request: ControllerRequest) -> ControllerResponse:
+async def ask_controller(ctx: TableContext, request: ControllerRequest) -> ControllerResponse:
     """The controller's answer; NOT_CONTROLLER (nothing applied: an election is under way, or the
     leader just moved) is asked again until CONTROLLER_WAIT_S, as the admin client does."""
     loop = asyncio.get_running_loop()
