@@ -210,6 +210,9 @@ class ReplaceTableRequest:
 class ReplaceTableResponse:
     error: ControllerError
     message: str
+
+
+@dataclass(frozen=True, slots=True)
 class RemoveServerRequest:
     """Remove broker `node_id` for good: drain it (its replicas move elsewhere, keeping every partition's
     standbys), then unregister it. A fenced (dead) server holding nothing is unregistered at once."""
