@@ -41,6 +41,7 @@ from hotstate.controller.requests import (
 )
 from hotstate.protocol.cluster import DescribeClusterRequest
 from hotstate.protocol.wire import MESSAGES, ForwardedControllerRequest
+from hotstate.query.tokens import cluster_tag
 from hotstate.raft.messages import (
     BeginQuorumEpoch,
     BeginQuorumEpochResponse,
@@ -65,6 +66,7 @@ from hotstate.server.console.http import ConsoleContext
 from hotstate.server.controller_host import ControllerHost
 from hotstate.server.coordinator import ClusterView, Coordinator
 from hotstate.server.data_dir import DISK_FAILURE_EXIT_CODE, DataDirError, check_writable
+from hotstate.server.feeds import FeedHub
 from hotstate.server.http.api import HttpContext, build_app, http_server
 from hotstate.server.http.auth import HttpAuth, server_token
 from hotstate.server.http.control_metrics import ControlPlaneMetrics, ControlPlaneView, RaftView
@@ -202,6 +204,7 @@ class Server:
         self._voter_addresses = {v.node_id: (v.host, v.port) for v in config.voters}
         self._suspects: Suspects | None = None
         self.console: ConsoleFeed | None = None
+        self.feeds: FeedHub | None = None  # push queries (server/feeds.py), brokers only
 
     # ------------------------------------------------------------------ start and stop
     async def start(self) -> None:
@@ -288,6 +291,18 @@ class Server:
                 cluster_id=config.cluster_id,
                 on_forward=lambda outcome: self.metrics.forwards.labels(outcome).inc(),
             )
+        if self.replicas is not None:
+            manager = self.replicas
+            metadata = self.metadata
+            self.feeds = FeedHub(
+                config.node_id,
+                cluster_tag(config.cluster_id),
+                lambda: metadata.image,
+                lambda: manager.replicas,
+                max_subscriptions=config.push_max_subscriptions,
+                buffer_changes=config.push_buffer_max_changes,
+            )
+            manager.feeds = self.feeds
         self.metadata.add_listener(self._on_image)
         metadata = self.metadata
         self.console = ConsoleFeed(
@@ -384,6 +399,8 @@ class Server:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if self.feeds is not None:  # every feed ends with its positions, so that its client resumes
+            self.feeds.close_all()
         if self._http_task is not None and self._http is not None:
             self._http.should_exit = True  # type: ignore[attr-defined]
             with contextlib.suppress(asyncio.CancelledError, asyncio.TimeoutError):
@@ -582,6 +599,7 @@ class Server:
                 peer_headers=peer_headers,
             ),
             auth=auth,
+            feeds=self.feeds,
         )
         limits = HttpLimits(
             max_head_bytes=config.http_header_max_bytes,
