@@ -155,7 +155,7 @@ class FeedHub:
         if options.start is None:
             events.append(SnapshotEnd(dict(positions)))
         subscription.start(events)
-        subscription.reported = dict(subscription.positions)
+        subscription.reported = dict(positions)  # the header's token: where the feed starts
         feed = Feed(
             f"push-{self.node_id}-{next(_query_ids)}",
             table,

@@ -56,6 +56,7 @@ EVENT_STREAM = "text/event-stream"
 # A stream with nothing to send says where it is this often (a progress event), which also finds a client
 # that went away.
 IDLE_S = 1.0
+KEEPALIVE_IDLE = 5  # idle periods without anything sent before a progress event says the same again
 CHANGES_FIELDS = ("sql", "from_token", "snapshot")
 
 SSE = "sse"
@@ -76,6 +77,10 @@ class FeedStream:
             self._columns = self._key_names + [
                 c.name for c in table.value_columns if c.name not in self._key_names
             ]
+        # ksqlDB's formats name the columns in their header: SELECT * of a table whose writer declared
+        # none waits for the first row to name them.
+        undeclared = feed.columns is None and not table.value_columns
+        self._columns_from_row = undeclared and media not in (NATIVE, SSE)
         self._sent: dict[int, int] = dict(feed.subscription.reported)
 
     def close(self) -> None:
@@ -98,11 +103,27 @@ class FeedStream:
 
         watcher = asyncio.create_task(watch())
         try:
+            pending: list[Event] = []
+            while self._columns_from_row and not gone.is_set():
+                pending += await feed.next_events(IDLE_S)
+                row = next((e.row for e in pending if isinstance(e, Change | SnapshotRow) and e.row), None)
+                if row is None:
+                    row = next((r for e in pending if isinstance(e, Resync) for _, r in e.rows), None)
+                if row is not None:
+                    self._columns += [name for name in decode_row(row) if name not in self._columns]
+                if row is not None or any(isinstance(e, End) for e in pending):
+                    break
             first = self._first()
             for chunk in first:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            quiet = 0
             while not gone.is_set():
-                events = await feed.next_events(IDLE_S)
+                events = pending or await feed.next_events(IDLE_S)
+                pending = []
+                quiet = 0 if events else quiet + 1
+                if quiet >= KEEPALIVE_IDLE and self.media in (NATIVE, SSE):
+                    # Still here: a client's read timeout tells a live server from a silent one.
+                    events, quiet = [Progress(dict(self._sent))], 0
                 chunks: list[bytes] = []
                 end: End | None = None
                 for event in events:
