@@ -70,6 +70,7 @@ class FeedState:
         self.tag: bytes | None = None
         self.table_id: int | None = None
         self.positions: dict[int, int] | None = None  # None until the feed's start is known
+        self.start: dict[int, int] | None = None  # where its first server started it, per partition
         self.end_reason: str | None = None  # the last end event's reason
         self.end_message = ""
         self.final = False
@@ -120,6 +121,8 @@ class FeedState:
             self.tag = tag_of(event["token"])
             self.table_id = int(event["table_id"])
             start = {p: pos for (t, p), pos in decode(event["token"], self.tag).items() if t == self.table_id}
+            if self.start is None:
+                self.start = dict(start)
             self.positions = (
                 start
                 if self.positions is None

@@ -289,6 +289,8 @@ class ReplicaManager:
         if self._closed or self.disk_failure is not None:
             return
         self.image = image
+        if self.feeds is not None:  # a dropped table's feeds end as such before its replicas go
+            self.feeds.on_image(image)
         now = monotonic_ms()
         wanted: set[PartitionId] = set()
         for table in image.tables.values():
@@ -320,8 +322,6 @@ class ReplicaManager:
             if self.feeds is not None:
                 self.feeds.replica_gone(pid, "was removed from this server")
             shutil.rmtree(replica.directory, ignore_errors=True)
-        if self.feeds is not None:
-            self.feeds.on_image(image)
         for pid in [pid for pid in self.damaged if pid not in wanted]:
             log.info("damaged replica %d/%d removed from this server: deleting its data", *pid)
             del self.damaged[pid]

@@ -91,6 +91,8 @@ class FeedStream:
         content_type = {SSE: EVENT_STREAM, NATIVE: NDJSON}.get(self.media, self.media)
         headers = [(b"content-type", content_type.encode()), (b"cache-control", b"no-cache")]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
+        # The head leaves now (HTTP/2 sends it with the first body), though the first event may wait.
+        await send({"type": "http.response.body", "body": b"", "more_body": True})
         gone = asyncio.Event()
 
         async def watch() -> None:
