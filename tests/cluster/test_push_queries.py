@@ -350,6 +350,25 @@ def test_too_many_subscriptions_are_refused_clearly(running: RunningCluster) -> 
             time.sleep(0.05)
 
 
+def test_bad_push_queries_are_refused_before_a_stream_starts(running: RunningCluster) -> None:
+    table_id = _table(running, "refusing", partitions=2)
+    base = _base(running, 1)
+
+    def changes(**body: object) -> httpx.Response:
+        return httpx.post(f"{base}/v1/changes", json=body, timeout=10.0)
+
+    sql = "SELECT * FROM refusing EMIT CHANGES"
+    foreign = encode({(table_id, 0): 1}, cluster_tag("another cluster"))
+    assert "another cluster" in changes(sql=sql, from_token=foreign).json()["message"]
+    other_table = encode({(table_id + 100, 0): 1}, cluster_tag(running.cluster.cluster_id))
+    assert "names no partition" in changes(sql=sql, from_token=other_table).json()["message"]
+    assert changes(sql="SELECT * FROM nope EMIT CHANGES").status_code == 404
+    assert "EMIT FINAL" in changes(sql="SELECT * FROM refusing EMIT FINAL").json()["message"]
+    assert "LIMIT" in changes(sql="SELECT * FROM refusing LIMIT 2 EMIT CHANGES").json()["message"]
+    pull = httpx.post(f"{base}/v1/query", json={"sql": sql}, timeout=10.0)
+    assert pull.status_code == 400 and "/query-stream" in pull.json()["message"]
+
+
 def test_a_dropped_table_ends_its_feeds_with_a_final_event(running: RunningCluster) -> None:
     _table(running, "dropping")
     _upsert(running, "dropping", [{"user": "d", "clicks": 1}])

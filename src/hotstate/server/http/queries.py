@@ -180,8 +180,17 @@ class QueryEndpoints:
     ) -> Answer | Awaitable[Answer]:
         try:
             statement, properties = read(_json_object(body))
+            push = self._changes is not None and split_emit(statement) is not None
         except BadRequest as error:
             return error.refusal()
+        except PullQueryError as error:  # EMIT FINAL
+            return query_error(QueryError("bad_request", str(error)), statement)
+        if push:
+            message = (
+                "a push query (EMIT CHANGES) is served on POST /query-stream, POST /v1/changes and GET "
+                "/v1/tables/{table}/changes, not here"
+            )
+            return query_error(QueryError("bad_request", message), statement)
         return self._run(statement, properties, shape)
 
     def _run(
