@@ -305,6 +305,7 @@ def test_a_subscriber_that_stops_reading_is_told_it_fell_behind(running: Running
     assert 0 < end["positions"]["0"] < 400
     delivered = text.count('"type":"change"')
     assert delivered == end["positions"]["0"]  # everything up to its positions was sent, nothing after
+    assert 'hotstate_push_feeds_ended_total{reason="fell_behind"} 1.0' in httpx.get(f"{base}/metrics").text
 
 
 def _dechunked(body: bytes) -> bytes:
@@ -336,6 +337,7 @@ def test_too_many_subscriptions_are_refused_clearly(running: RunningCluster) -> 
             refused = response.read()
             assert response.status_code == 503, refused
             assert b"push.max.subscriptions=8" in refused
+            assert f"hotstate_push_subscriptions {LIMIT}.0" in http.get(f"{base}/metrics").text
             assert len(opened) <= LIMIT + 1
         finally:
             for stream in opened:
@@ -384,6 +386,34 @@ def test_a_dropped_table_ends_its_feeds_with_a_final_event(running: RunningClust
             return [first, *rest]
 
     assert [c.row for c in running.run(asyncio.wait_for(scenario(), 30.0))] == [{"user": "d", "clicks": 1}]
+
+
+def test_a_server_stopping_ends_its_feeds_and_the_client_resumes_elsewhere(running: RunningCluster) -> None:
+    """SIGTERM: the feed's last event says the server is stopping, with its positions; the client goes on
+    from there on the next server."""
+    _table(running, "stopping")
+    _upsert(running, "stopping", [{"user": "s", "clicks": 1}])
+
+    async def scenario() -> tuple[list[Change], list[str]]:
+        async with AsyncClient(_bases(running, 2), timeout_s=30.0) as client:
+            subscription, first = await _subscribe_ready(client, "SELECT * FROM stopping EMIT CHANGES")
+            pending = asyncio.ensure_future(subscription.__anext__())  # reads on while server 2 stops
+            running.kill(2, signal.SIGTERM)
+            server = running.server(2)
+            deadline = time.monotonic() + 20.0
+            while running.cluster.alive(server) and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            await asyncio.to_thread(_upsert, running, "stopping", [{"user": "s", "clicks": 2}])
+            second = await asyncio.wait_for(pending, 20.0)
+            return [first, second], subscription.state.ends
+
+    try:
+        changes, ends = running.run(scenario())
+        assert [c.row for c in changes] == [{"user": "s", "clicks": 1}, {"user": "s", "clicks": 2}]
+        assert ends[:1] == ["shutdown"]
+    finally:
+        running.restart(2)
+        running.run(running.cluster.wait_ready(30.0, expect=3))
 
 
 def test_kill_9_of_the_serving_server_mid_feed_loses_and_repeats_nothing(running: RunningCluster) -> None:

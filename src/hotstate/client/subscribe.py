@@ -72,6 +72,7 @@ class FeedState:
         self.positions: dict[int, int] | None = None  # None until the feed's start is known
         self.start: dict[int, int] | None = None  # where its first server started it, per partition
         self.end_reason: str | None = None  # the last end event's reason
+        self.ends: list[str] = []  # the reasons of the end events so far (the last 100)
         self.end_message = ""
         self.final = False
         self.resumes = 0
@@ -161,6 +162,7 @@ class FeedState:
         if kind == "end":
             self._advance(event["positions"])
             self.end_reason = str(event["reason"])
+            self.ends = [*self.ends[-99:], self.end_reason]
             self.end_message = str(event.get("message", ""))
             self.final = bool(event.get("final"))
             return []

@@ -301,6 +301,7 @@ class Server:
                 lambda: manager.replicas,
                 max_subscriptions=config.push_max_subscriptions,
                 buffer_changes=config.push_buffer_max_changes,
+                on_end=lambda reason: self.metrics.push_ended.labels(str(reason)).inc(),
             )
             manager.feeds = self.feeds
         self.metadata.add_listener(self._on_image)

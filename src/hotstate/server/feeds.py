@@ -98,6 +98,7 @@ class FeedHub:
         *,
         max_subscriptions: int,
         buffer_changes: int,
+        on_end: Callable[[EndReason], object] = lambda reason: None,
     ) -> None:
         self.node_id = node_id
         self.tag = tag
@@ -105,6 +106,7 @@ class FeedHub:
         self._replicas = replicas
         self.max_subscriptions = max_subscriptions
         self.buffer_changes = buffer_changes
+        self._on_end = on_end  # a feed the server ended (metrics)
         self._indexes: dict[PartitionId, FeedIndex] = {}
         self._feeds: dict[int, Feed] = {}  # by subscription id
         self._ids = itertools.count(1)
@@ -299,6 +301,7 @@ class FeedHub:
         if feed is None:
             return
         if subscription.ended is not None:
+            self._on_end(subscription.ended.reason)
             self.close(feed)  # it takes nothing more; its stream sends what is buffered, then the End
         feed.wake.set()
 

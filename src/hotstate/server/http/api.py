@@ -264,6 +264,8 @@ def _cluster_status(ctx: HttpContext) -> dict[str, object]:
 
 def _refresh_gauges(ctx: HttpContext) -> None:
     metrics = ctx.metrics
+    if ctx.feeds is not None:
+        metrics.push_subscriptions.set(len(ctx.feeds))
     metrics.replica_lag.clear()
     metrics.replica_position.clear()
     if ctx.replicas is not None:
