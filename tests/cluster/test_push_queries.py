@@ -64,12 +64,14 @@ def _bases(running: RunningCluster, first: int = 1) -> list[str]:
     return [_base(running, n) for n in nodes]
 
 
-def _table(running: RunningCluster, name: str, partitions: int = 3) -> int:
-    """A table with a replica of every partition on every server (any server serves any feed)."""
+def _table(running: RunningCluster, name: str, partitions: int = 3, standbys: int = 2) -> int:
+    """A table (by default with a replica of every partition on every server)."""
 
     async def create() -> int:
         async with running.cluster.admin(request_timeout_s=2.0) as admin:
-            reply = await admin.create_table(name, partitions=partitions, standby_replicas=2, key_columns=KEY)
+            reply = await admin.create_table(
+                name, partitions=partitions, standby_replicas=standbys, key_columns=KEY
+            )
             assert reply.error is ControllerError.NONE, reply
             return reply.table_id
 
@@ -178,6 +180,39 @@ def _stream_lines(
             if len(lines) >= count:
                 break
     return lines
+
+
+def test_a_feed_over_partitions_held_elsewhere_reads_them_from_their_servers(running: RunningCluster) -> None:
+    """Without standbys each server holds some partitions: a server tails the others' from a server that
+    holds them (one tail per partition), with the same snapshot, order and resume."""
+    _table(running, "spread", partitions=6, standbys=0)
+    placement = httpx.get(f"{_base(running, 1)}/v1/tables").json()["tables"]
+    parts = next(t["placement"] for t in placement if t["name"] == "spread")
+    held = [p for p in parts if p["active"] == 1 or 1 in p["standbys"] + p["warmups"]]
+    assert len(held) < 6, "server 1 holds every partition: nothing here is read from elsewhere"
+    _upsert(running, "spread", [{"user": f"u{i}", "clicks": i} for i in range(30)])
+    sql = "SELECT * FROM spread EMIT CHANGES"
+
+    def rows(changes: list[Change]) -> list[tuple[Any, ...]]:
+        return sorted((c.kind, c.key, c.row["clicks"] if c.row else None) for c in changes)
+
+    with Client(_bases(running, 1), timeout_s=20.0) as client:
+        subscription = client.subscribe(sql)
+        snapshot = [next(subscription) for _ in range(30)]
+        assert rows(snapshot) == sorted(("snapshot", (f"u{i}",), i) for i in range(30))
+        _upsert(running, "spread", [{"user": f"u{i}", "clicks": 100 + i} for i in range(12)])
+        changed = [next(subscription) for _ in range(12)]
+        assert rows(changed) == sorted(("change", (f"u{i}",), 100 + i) for i in range(12))
+        token = subscription.token
+        subscription.close()
+    _upsert(running, "spread", [{"user": f"u{i}", "clicks": 200 + i} for i in range(10)])
+    with Client(_bases(running, 2), timeout_s=20.0) as client:
+        resumed = client.subscribe(sql, from_token=token)
+        replayed = [next(resumed) for _ in range(10)]
+        assert rows(replayed) == sorted(("change", (f"u{i}",), 200 + i) for i in range(10))
+        _upsert(running, "spread", [{"user": "u0", "clicks": 300}])
+        assert next(resumed).row == {"user": "u0", "clicks": 300}
+        resumed.close()
 
 
 def test_query_stream_over_http11_and_http2_and_server_sent_events(running: RunningCluster) -> None:

@@ -302,6 +302,8 @@ class Server:
                 max_subscriptions=config.push_max_subscriptions,
                 buffer_changes=config.push_buffer_max_changes,
                 on_end=lambda reason: self.metrics.push_ended.labels(str(reason)).inc(),
+                request=self.pool.request,
+                alive=self.liveness.alive if self.liveness is not None else (lambda node_id: True),
             )
             manager.feeds = self.feeds
         self.metadata.add_listener(self._on_image)
@@ -552,6 +554,8 @@ class Server:
             return self.reads.serve_partitions(message)
         if isinstance(message, replica_messages.ReadPartitionRequest):
             return replicas.read_partition(message)
+        if isinstance(message, replica_messages.FeedReadRequest) and self.feeds is not None:
+            return await self.feeds.serve_read(message)
         if isinstance(message, replica_messages.LagInfoRequest):
             return replica_messages.LagInfoResponse(self.config.node_id, tuple(replicas.lag_info()))
         raise ValueError(f"unexpected request {type(message).__name__}")

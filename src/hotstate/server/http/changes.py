@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import logging
 import urllib.parse
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from hotstate.controller.records import KEY_SQL_TYPES
@@ -310,15 +310,26 @@ class ChangeEndpoints:
         self.hub = hub
         self._on_error = on_error
 
-    def open(self, statement: str, properties: dict[str, object], media: str) -> Answer:
+    def open(self, statement: str, properties: dict[str, object], media: str) -> Answer | Awaitable[Answer]:
         try:
             feed = self.hub.open(statement, properties)
         except QueryError as error:
             self._on_error(error)
             return query_error(error, statement)
+        if isinstance(feed, Feed):
+            return 200, FeedStream(feed, media)
+        return self._opened(feed, statement, media)
+
+    async def _opened(self, opening: Awaitable[Feed], statement: str, media: str) -> Answer:
+        """A feed whose start is read from other servers (partitions this one does not hold)."""
+        try:
+            feed = await opening
+        except QueryError as error:
+            self._on_error(error)
+            return query_error(error, statement)
         return 200, FeedStream(feed, media)
 
-    def native(self, body: bytes) -> Answer:
+    def native(self, body: bytes) -> Answer | Awaitable[Answer]:
         """`POST /v1/changes` with {"sql", "from_token", "snapshot"}: newline-delimited JSON events."""
         try:
             data = _json_object(body)
@@ -329,7 +340,9 @@ class ChangeEndpoints:
         properties = {name: data[name] for name in ("from_token", "snapshot") if data.get(name) is not None}
         return self.open(sql, properties, NATIVE)
 
-    def sse(self, table: str, query_string: bytes, headers: list[tuple[bytes, bytes]]) -> Answer:
+    def sse(
+        self, table: str, query_string: bytes, headers: list[tuple[bytes, bytes]]
+    ) -> Answer | Awaitable[Answer]:
         """`GET /v1/tables/{table}/changes?where=...&from=<token>&snapshot=true|false`: Server-Sent Events;
         a reconnecting EventSource's Last-Event-ID resumes it."""
         params: dict[str, Any] = {}

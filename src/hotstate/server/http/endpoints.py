@@ -271,7 +271,8 @@ class QueryRoutes:
             for events in self._events:
                 table = events.parameter(path)
                 if table is not None:
-                    answer = self._endpoints.changes_sse(table, scope["query_string"], scope["headers"])
+                    opened = self._endpoints.changes_sse(table, scope["query_string"], scope["headers"])
+                    answer = opened if isinstance(opened, tuple) else await opened
                     await send_answer(send, receive, answer)
                     return
         await self._app(scope, receive, send)

@@ -149,13 +149,15 @@ class QueryEndpoints:
             return self._changes.open(statement, properties, media)
         return self._run(statement, properties, _STREAM_SHAPES[media])
 
-    def changes(self, body: bytes) -> Answer:
+    def changes(self, body: bytes) -> Answer | Awaitable[Answer]:
         """`POST /v1/changes`: a push query's feed as newline-delimited JSON events (http/changes.py)."""
         if self._changes is None:
             return error_body(404, "generic_error", NOT_FOUND, "push queries are not served here")
         return self._changes.native(body)
 
-    def changes_sse(self, table: str, query_string: bytes, headers: list[tuple[bytes, bytes]]) -> Answer:
+    def changes_sse(
+        self, table: str, query_string: bytes, headers: list[tuple[bytes, bytes]]
+    ) -> Answer | Awaitable[Answer]:
         """`GET /v1/tables/{table}/changes`: a table's feed as Server-Sent Events."""
         if self._changes is None:
             return error_body(404, "generic_error", NOT_FOUND, "push queries are not served here")
@@ -281,11 +283,15 @@ class StreamingBody(Protocol):
 class ChangesPort(Protocol):
     """The push-query endpoints (http/changes.py's ChangeEndpoints)."""
 
-    def open(self, statement: str, properties: dict[str, object], media: str) -> Answer: ...
+    def open(
+        self, statement: str, properties: dict[str, object], media: str
+    ) -> Answer | Awaitable[Answer]: ...
 
-    def native(self, body: bytes) -> Answer: ...
+    def native(self, body: bytes) -> Answer | Awaitable[Answer]: ...
 
-    def sse(self, table: str, query_string: bytes, headers: list[tuple[bytes, bytes]]) -> Answer: ...
+    def sse(
+        self, table: str, query_string: bytes, headers: list[tuple[bytes, bytes]]
+    ) -> Answer | Awaitable[Answer]: ...
 
 
 # An answer's body: JSON, or the delimited format's lines (each sent as its own chunk or DATA frame), or a
