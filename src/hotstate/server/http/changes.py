@@ -56,6 +56,7 @@ EVENT_STREAM = "text/event-stream"
 # A stream with nothing to send says where it is this often (a progress event), which also finds a client
 # that went away.
 IDLE_S = 1.0
+SEND_TIMEOUT_S = 60.0  # a write that waits this long for the client to read drops its connection
 KEEPALIVE_IDLE = 5  # idle periods without anything sent before a progress event says the same again
 CHANGES_FIELDS = ("sql", "from_token", "snapshot")
 
@@ -87,7 +88,23 @@ class FeedStream:
         self.feed.close()
 
     async def run(self, send: Send, receive: Receive) -> None:
+        try:
+            await self._run(send, receive)
+        except TimeoutError:
+            # A client that stopped reading: its feed ended (fell behind) long ago and even that could not
+            # be written; the connection is dropped rather than held open for it.
+            log.info(
+                "push query %s: the client read nothing for %g s; dropping it",
+                self.feed.query_id,
+                SEND_TIMEOUT_S,
+            )
+
+    async def _run(self, raw_send: Send, receive: Receive) -> None:
         feed = self.feed
+
+        async def send(message: dict[str, Any]) -> None:
+            await asyncio.wait_for(raw_send(message), SEND_TIMEOUT_S)
+
         content_type = {SSE: EVENT_STREAM, NATIVE: NDJSON}.get(self.media, self.media)
         headers = [(b"content-type", content_type.encode()), (b"cache-control", b"no-cache")]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
