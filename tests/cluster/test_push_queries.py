@@ -10,6 +10,8 @@ import asyncio
 import json
 import signal
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -213,6 +215,25 @@ def test_a_feed_over_partitions_held_elsewhere_reads_them_from_their_servers(run
         _upsert(running, "spread", [{"user": "u0", "clicks": 300}])
         assert next(resumed).row == {"user": "u0", "clicks": 300}
         resumed.close()
+
+
+def test_the_cli_follows_a_feed(running: RunningCluster) -> None:
+    _table(running, "followed")
+    _upsert(running, "followed", [{"user": "f", "clicks": 1}])
+    command = [sys.executable, "-m", "hotstate.cli.main", "query", "--follow", "--server"]
+    command += [f"127.0.0.1:{running.server(1).http_port}", "SELECT * FROM followed WHERE user = 'f'"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        first = json.loads(process.stdout.readline())
+        assert (first["kind"], first["row"]) == ("snapshot", {"user": "f", "clicks": 1})
+        _upsert(running, "followed", [{"user": "f", "clicks": 2}])
+        second = json.loads(process.stdout.readline())
+        assert (second["kind"], second["key"], second["row"]) == ("change", ["f"], {"user": "f", "clicks": 2})
+    finally:
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=20.0)
+    assert json.loads(err.strip().splitlines()[-1])["token"].startswith("hs1.")
 
 
 def test_query_stream_over_http11_and_http2_and_server_sent_events(running: RunningCluster) -> None:
