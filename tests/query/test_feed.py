@@ -181,6 +181,19 @@ def test_resuming_from_the_end_positions_delivers_every_change_exactly_once(
 
 
 # ------------------------------------------------------------------------------------------- the client
+def test_a_snapshot_that_broke_off_is_taken_again_whole() -> None:
+    state = FeedState("SELECT * FROM t EMIT CHANGES", None, True, servers=2, first=0)
+    start = encode({(7, 0): 4}, TAG)
+    state.on_line(_line(type="header", token=start, table_id=7))
+    assert state.on_line(_line(type="row", partition=0, key=["a"], row={"k": "a"})) == []
+    state.moved_on()  # the server died before snapshot_end: the row was never given out
+    assert state.token is None and state.body()["snapshot"] is True
+    state.on_line(_line(type="header", token=start, table_id=7))
+    state.on_line(_line(type="row", partition=0, key=["a"], row={"k": "a"}))
+    rows = state.on_line(_line(type="snapshot_end", positions={"0": 4}, token=start))
+    assert [c.key for c in rows] == [("a",)]
+
+
 def _line(**event: object) -> str:
     return json.dumps(event)
 
@@ -207,5 +220,7 @@ def test_the_client_state_drops_what_it_had_and_resumes_from_its_positions() -> 
     )
     assert [c.kind for c in resync] == ["resync_begin", "resync"] and state.positions[1] == 9
     assert state.moved_on() == 0.0 and state.server == 1
+    resumed = state.token  # it had started: it resumes where it was
+    assert resumed is not None and decode(resumed, TAG) == {(7, 0): 5, (7, 1): 9}
     assert state.moved_on() == 0.0 and state.server == 2
     assert state.moved_on() > 0 and state.server == 0  # every server failed in a row: a pause

@@ -77,6 +77,8 @@ class FeedState:
         self.final = False
         self.resumes = 0
         self._snapshot: list[Change] = []
+        # Whether the feed's start is whole (its snapshot ended): until then a resume starts it again.
+        self._started = from_token is not None
         self._servers = servers
         self.server = first
         self._failed_in_round = 0
@@ -101,6 +103,8 @@ class FeedState:
         first (a pause once every server failed in a row)."""
         self.resumes += 1
         self._snapshot.clear()
+        if not self._started:  # the snapshot broke off: take it again, whole
+            self.positions = self.start = None
         if same_server:
             return 0.0
         self.server = (self.server + 1) % self._servers
@@ -135,10 +139,12 @@ class FeedState:
             self._snapshot.append(row)
             return []
         if kind == "snapshot_end":
+            self._started = True
             self._advance(event["positions"])
             rows, self._snapshot = self._snapshot, []
             return rows
         if kind == "change":
+            self._started = True  # (a feed started without a snapshot has no snapshot_end)
             partition, offset = int(event["partition"]), int(event["offset"])
             positions = self._positions()
             if offset < positions.get(partition, 0):
