@@ -71,6 +71,9 @@ class _Endpoints:
     async def close_query(self, body: bytes) -> Answer:
         return 400, b"{}"
 
+    def changes(self, body: bytes) -> Answer:
+        return 404, b"{}"
+
 
 class _Guard:
     """Admits a request with `Authorization: ok` as alice, at once; any other goes the ASGI way, where

@@ -42,6 +42,31 @@ class _Recorder:
         self.calls.append(("close", body, None))
         return 400, b"{}"
 
+    def changes(self, body: bytes) -> Answer:
+        self.calls.append(("changes", body, None))
+        return 200, _Stream([b"a\n", b"b\n"])
+
+    def changes_sse(self, table: str, query_string: bytes, headers: list[tuple[bytes, bytes]]) -> Answer:
+        self.calls.append(("sse", table.encode() + b"?" + query_string, None))
+        return 200, _Stream([b"data: 1\n\n"])
+
+
+class _Stream:
+    """A streaming answer: its chunks, one ASGI message each, then the end."""
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        self.chunks = chunks
+        self.closed = False
+
+    async def run(self, send: Any, receive: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"x/y")]})
+        for chunk in self.chunks:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    def close(self) -> None:
+        self.closed = True
+
 
 @asynccontextmanager
 async def _server() -> AsyncIterator[tuple[str, _Recorder, list[str]]]:
@@ -91,6 +116,22 @@ def test_the_query_endpoints_are_answered_in_front_of_the_framework_on_both_prot
             ]
             assert recorder.calls == expected * 2
             assert framework == ["/info", "/info"]  # only what QueryRoutes does not answer
+
+    asyncio.run(run())
+
+
+def test_streams_and_event_streams_are_answered_in_front_of_the_framework_on_both_protocols() -> None:
+    async def run() -> None:
+        async with _server() as (base, recorder, framework):
+            for client in (httpx.AsyncClient(), httpx.AsyncClient(http1=False, http2=True)):
+                async with client:
+                    reply = await client.post(f"{base}/v1/changes", content=b"c")
+                    assert reply.text == "a\nb\n"
+                    reply = await client.get(f"{base}/v1/tables/my%20t/changes?from=x")
+                    assert reply.text == "data: 1\n\n"
+                    assert (await client.get(f"{base}/v1/tables/a/b/changes")).text == "{}"
+            assert recorder.calls == [("changes", b"c", None), ("sse", b"my t?from=x", None)] * 2
+            assert framework == ["/v1/tables/a/b/changes"] * 2  # not an endpoint's path
 
     asyncio.run(run())
 

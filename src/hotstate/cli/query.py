@@ -177,6 +177,14 @@ def register(app: typer.Typer, *, default_dir: Path) -> None:
             ),
         ] = None,
         as_json: Annotated[bool, typer.Option("--json", help="print the /v1/query JSON")] = False,
+        follow: Annotated[
+            bool,
+            typer.Option(
+                "--follow",
+                help="a push query: the current rows, then every change, one JSON line each, until "
+                "interrupted (EMIT CHANGES is added when missing; --token resumes after a feed's token)",
+            ),
+        ] = False,
         server: ServerOption = None,
         directory: DirOption = default_dir,
         ca: CaOption = None,
@@ -184,9 +192,13 @@ def register(app: typer.Typer, *, default_dir: Path) -> None:
         password: PasswordOption = None,
         auth_token: AuthTokenOption = None,
     ) -> None:
-        """Run a pull query: the rows, then which replica served each partition."""
+        """Run a pull query: the rows, then which replica served each partition (--follow: a push query)."""
         # Long enough for the server's own timeout plus failover to each other server.
         credentials = Credentials(user, password, auth_token)
+        if follow:
+            with _client(server, directory, timeout_s=30.0, ca=ca, credentials=credentials) as client:
+                _follow(sql, token, client)
+            return
         with _client(server, directory, timeout_s=30.0, ca=ca, credentials=credentials) as client:
             result = client.query(
                 sql,
@@ -220,6 +232,29 @@ def register(app: typer.Typer, *, default_dir: Path) -> None:
             asked = client.last_server
             tables = client.tables()
         print_status(servers, tables, asked, _out())
+
+
+def _follow(sql: str, token: str | None, client: Client) -> None:
+    statement = sql.strip().rstrip(";")
+    if not statement.upper().endswith("EMIT CHANGES"):
+        statement += " EMIT CHANGES"
+    subscription = client.subscribe(statement, from_token=token)
+    try:
+        for change in subscription:
+            line: dict[str, object] = {"kind": change.kind, "partition": change.partition}
+            line["key"] = list(change.key)
+            if change.offset is not None:
+                line["offset"] = change.offset
+            line["row"] = change.row
+            typer.echo(json.dumps(line, default=str))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        subscription.close()
+        if subscription.token is not None:  # where it was: --token resumes there
+            typer.echo(json.dumps({"token": subscription.token}), err=True)
+    if subscription.end_reason == "dropped":
+        raise _fail("the table was dropped")
 
 
 def print_result(result: QueryResult, console: Console) -> None:

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Final, Generic, TypeAlias, TypeVar
 
 import httpx
 
+from hotstate.client.subscribe import AsyncSubscription, FeedState, Subscription
 from hotstate.protocol.http_api import DEFAULT_QUERY_TIMEOUT_MS, SERVER_NOT_READY
 from hotstate.protocol.replica_state import ReplicaState, as_replica_state
 from hotstate.tls import TlsOption, describe_tls_error, to_client_context
@@ -640,6 +641,23 @@ class Client(_Base):
                 return result
         raise call.give_up()
 
+    def subscribe(
+        self,
+        sql: str,
+        *,
+        from_token: str | None = None,
+        snapshot: bool = True,
+        resume_timeout_s: float | None = None,
+    ) -> Subscription:
+        """A push query's changes (`SELECT ... EMIT CHANGES`) as a blocking iterator of
+        `hotstate.client.subscribe.Change`: the current rows first (`snapshot=False`: none), then every
+        committed change; `from_token` (a subscription's `token`) resumes after where it was instead. It
+        resumes by itself on the next server when its server dies or ends the stream, and delivers every
+        change once; it raises QueryFailed for a 4xx, and ClusterUnreachable (or the last 503) when no
+        server took it for `resume_timeout_s` (default: the client's timeout_s)."""
+        state = FeedState(sql, from_token, snapshot, len(self.servers), self._preferred)
+        return Subscription(self, state, resume_timeout_s or self.timeout_s)
+
     def close(self) -> None:
         self._http.close()
 
@@ -753,6 +771,18 @@ class AsyncClient(_Base):
                 self._preferred = attempt.index
                 return result
         raise call.give_up()
+
+    def subscribe(
+        self,
+        sql: str,
+        *,
+        from_token: str | None = None,
+        snapshot: bool = True,
+        resume_timeout_s: float | None = None,
+    ) -> AsyncSubscription:
+        """`Client.subscribe` for `async for`."""
+        state = FeedState(sql, from_token, snapshot, len(self.servers), self._preferred)
+        return AsyncSubscription(self, state, resume_timeout_s or self.timeout_s)
 
     async def close(self) -> None:
         await self._http.aclose()

@@ -130,6 +130,8 @@ for type_id, cls in (
     (174, replica.PartitionRows),
     (175, replica.ProducePartitionsRequest),
     (176, replica.ProducePartitionsResponse),
+    (177, replica.FeedReadRequest),
+    (178, replica.FeedReadResponse),
 ):
     MESSAGES.register(type_id, cls)
 # Version 2 appended writer_rack.

@@ -23,7 +23,17 @@ from collections.abc import Mapping
 
 import msgpack
 
-__all__ = ["MAX_TOKEN_CHARS", "PREFIX", "Positions", "TokenError", "cluster_tag", "decode", "encode", "merge"]
+__all__ = [
+    "MAX_TOKEN_CHARS",
+    "PREFIX",
+    "Positions",
+    "TokenError",
+    "cluster_tag",
+    "decode",
+    "encode",
+    "merge",
+    "tag_of",
+]
 
 PREFIX = "hs1."
 _pack = msgpack.Packer().pack
@@ -106,6 +116,21 @@ def decode(token: str, tag: bytes | None) -> Positions:
         for partition, position in zip(flat[::2], flat[1::2], strict=True):
             positions[(table_id, partition)] = max(position, positions.get((table_id, partition), 0))
     return positions
+
+
+def tag_of(token: str) -> bytes:
+    """The cluster tag of a token (a client re-encoding the positions it reached, to resume a feed);
+    raises TokenError."""
+    if not isinstance(token, str) or not token.startswith(PREFIX) or len(token) > MAX_TOKEN_CHARS:
+        raise TokenError("malformed", f"not a consistency token (they start with {PREFIX!r})")
+    body = token[len(PREFIX) :]
+    try:
+        value = msgpack.unpackb(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+    except (binascii.Error, ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as error:
+        raise TokenError("malformed", f"damaged consistency token: {error}") from None
+    if not (isinstance(value, list) and len(value) == 2 and isinstance(value[0], bytes)):
+        raise TokenError("malformed", "damaged consistency token: unexpected shape")
+    return value[0]
 
 
 def merge(*many: Mapping[tuple[int, int], int]) -> Positions:

@@ -296,6 +296,37 @@ class ReadPartitionResponse:
 
 
 @dataclass(frozen=True, slots=True)
+class FeedReadRequest:
+    """A push-query feed on another server reading this server's replica of a partition (server/feeds.py):
+    its committed changes from `position` (waiting up to `wait_ms` for one when there is none yet); or,
+    with `rows`, its current rows at its position: those of `keys` when `by_keys`, else those in
+    [start, end)."""
+
+    table_id: int
+    partition: int
+    position: int
+    wait_ms: int
+    max_bytes: int
+    rows: bool = False
+    by_keys: bool = False
+    keys: tuple[bytes, ...] = ()
+    start: bytes | None = None
+    end: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FeedReadResponse:
+    error: ReplicaError
+    message: str
+    position: int = 0  # the changes reach up to here; the rows are at it
+    epoch: int = 0
+    # (offset, leader epoch, key, row); an empty row is a delete (a row is never empty bytes)
+    changes: tuple[tuple[int, int, bytes, bytes], ...] = ()
+    rows: tuple[tuple[bytes, bytes], ...] = ()
+    gone: bool = False  # the log no longer holds `position`: the feed needs the current rows instead
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionQueryRequest:
     """One partition's part of a pull query, forwarded (inside a `QueryPartitionsRequest`) to the server
     chosen to serve it. Never forwarded again: the receiver answers from its local replica or refuses

@@ -45,6 +45,7 @@ from hotstate.controller.requests import (
 )
 from hotstate.protocol.cluster import DescribeClusterRequest
 from hotstate.protocol.wire import MESSAGES, ForwardedControllerRequest
+from hotstate.query.tokens import cluster_tag
 from hotstate.raft.messages import (
     BeginQuorumEpoch,
     BeginQuorumEpochResponse,
@@ -69,6 +70,7 @@ from hotstate.server.console.http import ConsoleContext
 from hotstate.server.controller_host import ControllerHost
 from hotstate.server.coordinator import ClusterView, Coordinator
 from hotstate.server.data_dir import DISK_FAILURE_EXIT_CODE, DataDirError, check_writable
+from hotstate.server.feeds import FeedHub
 from hotstate.server.http.api import HttpContext, build_app, http_server
 from hotstate.server.http.auth import HttpAuth, server_token
 from hotstate.server.http.control_metrics import ControlPlaneMetrics, ControlPlaneView, RaftView
@@ -212,6 +214,7 @@ class Server:
         self._voter_addresses = {v.node_id: (v.host, v.port) for v in config.voters}
         self._suspects: Suspects | None = None
         self.console: ConsoleFeed | None = None
+        self.feeds: FeedHub | None = None  # push queries (server/feeds.py), brokers only
 
     # ------------------------------------------------------------------ start and stop
     async def start(self) -> None:
@@ -300,6 +303,21 @@ class Server:
                 cluster_id=config.cluster_id,
                 on_forward=lambda outcome: self.metrics.forwards.labels(outcome).inc(),
             )
+        if self.replicas is not None:
+            manager = self.replicas
+            metadata = self.metadata
+            self.feeds = FeedHub(
+                config.node_id,
+                cluster_tag(config.cluster_id),
+                lambda: metadata.image,
+                lambda: manager.replicas,
+                max_subscriptions=config.push_max_subscriptions,
+                buffer_changes=config.push_buffer_max_changes,
+                on_end=lambda reason: self.metrics.push_ended.labels(str(reason)).inc(),
+                request=self.pool.request,
+                alive=self.liveness.alive if self.liveness is not None else (lambda node_id: True),
+            )
+            manager.feeds = self.feeds
         self.metadata.add_listener(self._on_image)
         metadata = self.metadata
         self.console = ConsoleFeed(
@@ -403,6 +421,8 @@ class Server:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if self.feeds is not None:  # every feed ends with its positions, so that its client resumes
+            self.feeds.close_all()
         if self._http_task is not None and self._http is not None:
             self._http.should_exit = True  # type: ignore[attr-defined]
             with contextlib.suppress(asyncio.CancelledError, asyncio.TimeoutError):
@@ -559,6 +579,8 @@ class Server:
             return self.reads.serve_partitions(message)
         if isinstance(message, replica_messages.ReadPartitionRequest):
             return replicas.read_partition(message)
+        if isinstance(message, replica_messages.FeedReadRequest) and self.feeds is not None:
+            return await self.feeds.serve_read(message)
         if isinstance(message, replica_messages.LagInfoRequest):
             return replica_messages.LagInfoResponse(self.config.node_id, tuple(replicas.lag_info()))
         raise ValueError(f"unexpected request {type(message).__name__}")
@@ -608,6 +630,7 @@ class Server:
             ),
             auth=auth,
             default_standby_replicas=config.default_standby_replicas,
+            feeds=self.feeds,
         )
         limits = HttpLimits(
             max_head_bytes=config.http_header_max_bytes,

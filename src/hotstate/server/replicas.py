@@ -27,6 +27,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from hotstate.controller.image import MetadataImage, PartitionInfo, TableInfo
 from hotstate.controller.requests import (
@@ -106,6 +107,23 @@ class _FilesFailed(Exception):
         self.error = error
 
 
+class FeedsPort(Protocol):
+    """What the push-query hub (server/feeds.py) hears from the replicas."""
+
+    def on_applied(
+        self,
+        pid: PartitionId,
+        first_offset: int,
+        epoch: int,
+        records: Sequence[tuple[bytes, bytes | None]],
+        next_offset: int,
+    ) -> None: ...
+
+    def replica_gone(self, pid: PartitionId, why: str) -> None: ...
+
+    def on_image(self, image: MetadataImage) -> None: ...
+
+
 @dataclass
 class LocalReplica:
     table: TableInfo
@@ -120,6 +138,7 @@ class LocalReplica:
     installing: bool = False
     # A catch-up fetch held back by the move throttle (the newest the core asked for), sent when it may go.
     throttled_fetch: FetchRequest | None = None
+    feeds: FeedsPort | None = None  # the server's push-query hub (server/feeds.py)
     shell: ReplicaShell = field(init=False, repr=False)  # set by ReplicaManager._open
 
     @property
@@ -175,12 +194,18 @@ class _ReplicaStore:
         return self._replica.store.position
 
     def apply(self, batch: RecordBatch) -> None:
-        store = self._replica.store
-        records = batch.records[max(0, store.position - batch.base_offset) :]
+        replica = self._replica
+        store = replica.store
+        first = max(store.position, batch.base_offset)
+        decoded = decode_records(batch.records[first - batch.base_offset :])
         try:
-            store.apply(decode_records(records), batch.next_offset, batch.leader_epoch)
+            store.apply(decoded, batch.next_offset, batch.leader_epoch)
         except (OSError, StoreError) as error:
             raise _FilesFailed(error) from error
+        # The partition's one tail: every push-query subscription here is fed from this call.
+        feeds = replica.feeds
+        if feeds is not None:
+            feeds.on_applied(replica.pid, first, batch.leader_epoch, decoded, batch.next_offset)
 
 
 @dataclass
@@ -225,6 +250,7 @@ class ReplicaManager:
         self._ready = ready
         self._on_disk_failure = on_disk_failure
         self.replicas: dict[PartitionId, LocalReplica] = {}
+        self.feeds: FeedsPort | None = None  # set by the server when it serves push queries
         # Replicas found damaged and not rebuilt yet: never served; the value says why (logged once).
         self.damaged: dict[PartitionId, str] = {}
         self._kept_damaged: set[PartitionId] = set()  # refused a rebuild (the last in-sync replica), logged
@@ -279,6 +305,8 @@ class ReplicaManager:
         if self._closed or self.disk_failure is not None:
             return
         self.image = image
+        if self.feeds is not None:  # a dropped table's feeds end as such before its replicas go
+            self.feeds.on_image(image)
         now = monotonic_ms()
         wanted: set[PartitionId] = set()
         for table in image.tables.values():
@@ -308,6 +336,8 @@ class ReplicaManager:
             replica = self.replicas.pop(pid)
             log.info("replica %s/%d removed from this server: deleting its data", replica.table.name, pid[1])
             self._close(replica)
+            if self.feeds is not None:
+                self.feeds.replica_gone(pid, "was removed from this server")
             shutil.rmtree(replica.directory, ignore_errors=True)
         for pid in [pid for pid in self.damaged if pid not in wanted]:
             log.info("damaged replica %d/%d removed from this server: deleting its data", *pid)
@@ -384,6 +414,7 @@ class ReplicaManager:
             plog.end_offset,
         )
         replica = LocalReplica(table, part.partition, directory, plog, store, core, part, EndWitness(now))
+        replica.feeds = self.feeds
         replica.shell = self._shell(replica)
         return replica
 
@@ -471,6 +502,8 @@ class ReplicaManager:
         """Stop serving and writing `replica`; its files are left as a crash would leave them."""
         if self.replicas.get(replica.pid) is replica:
             del self.replicas[replica.pid]
+        if self.feeds is not None:
+            self.feeds.replica_gone(replica.pid, "went offline")
         for waiter in replica.waiters.values():
             if not waiter.done():
                 waiter.set_result(ProduceResult(0, ReplicaError.NOT_LEADER, -1, -1))
@@ -741,6 +774,8 @@ class ReplicaManager:
             replica.store.close()
             replica.store = Store.swap_installed(replica.store.path)
             install = None
+            if self.feeds is not None:  # the store jumped over changes its subscribers did not get
+                self.feeds.replica_gone(replica.pid, "was rebuilt from a snapshot")
             log.info("replica %s rebuilt from the active's snapshot at %d", name, reply.position)
             replica.installing = False
             replica.core.snapshot_installed(reply.position, reply.epoch, monotonic_ms())

@@ -633,6 +633,25 @@ _QUERIES: Final = (
             "hedge (the `hedging` query property turns it off for one query)."
         ),
     ),
+    Setting(
+        "push.max.subscriptions",
+        "push_max_subscriptions",
+        unit="subscriptions",
+        doc=(
+            "Push queries (docs/queries.md): most feeds this server serves at once; one more is refused "
+            "(503, naming this limit), and the Python client subscribes on another server."
+        ),
+    ),
+    Setting(
+        "push.buffer.max.changes",
+        "push_buffer_max_changes",
+        unit="changes",
+        doc=(
+            "Most changes a feed holds for a subscriber that reads slower than its table changes; past "
+            "it the feed ends with a `fell_behind` event naming its positions, to resume from (the "
+            "writes and the other feeds never wait for it)."
+        ),
+    ),
 )
 _TLS: Final = (
     Setting(

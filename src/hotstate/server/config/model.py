@@ -70,6 +70,8 @@ class ServerConfig:
     http_tls: TlsFiles = field(default_factory=TlsFiles)
     http_auth_credentials_file: Path | None = None
     http_max_connections: int = 512
+    push_max_subscriptions: int = 10_000
+    push_buffer_max_changes: int = 1000
     http_header_max_bytes: int = 64 * 1024
     http_request_timeout_ms: int = 30_000
     http_idle_timeout_ms: int = 30_000

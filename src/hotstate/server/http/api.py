@@ -26,14 +26,17 @@ from hotstate import __version__
 from hotstate.controller.image import MetadataImage
 from hotstate.server.console.http import ConsoleContext, console_router
 from hotstate.server.coordinator import Coordinator
+from hotstate.server.feeds import FeedHub
 from hotstate.server.http.auth import HttpAuth
+from hotstate.server.http.changes import ChangeEndpoints
 from hotstate.server.http.direct_lane import limited_protocol
-from hotstate.server.http.endpoints import ENDPOINTS, QueryRoutes
+from hotstate.server.http.endpoints import EVENTS_ENDPOINTS, POST_ENDPOINTS, QueryRoutes
 from hotstate.server.http.limits import HttpLimits
 from hotstate.server.http.metrics import Metrics
 from hotstate.server.http.openapi import documented_body
 from hotstate.server.http.queries import (
     DELIMITED,
+    Answer,
     BadRequest,
     Endpoint,
     QueryEndpoints,
@@ -64,13 +67,19 @@ class HttpContext:
     # Hands a table create or drop to the active controller (http/tables.py).
     controller: Controller
     console: ConsoleContext | None = None  # the console's page and JSON (server/console/http.py)
+    feeds: FeedHub | None = None  # push queries (server/feeds.py); None: refused
     auth: HttpAuth | None = None  # who may ask what (server/http/auth.py); None: anyone
     # The standbys of a table created over HTTP without a count (num.standby.replicas).
     default_standby_replicas: int = 1
 
 
 def build_app(ctx: HttpContext) -> QueryRoutes:
-    endpoints = QueryEndpoints(ctx.node_id, ctx.queries, ctx.metrics)
+    changes = None
+    if ctx.feeds is not None:
+        changes = ChangeEndpoints(
+            ctx.feeds, on_error=lambda error: ctx.metrics.failures.labels(error.kind).inc()
+        )
+    endpoints = QueryEndpoints(ctx.node_id, ctx.queries, ctx.metrics, changes)
     app = FastAPI(
         title="hotstate",
         version=__version__,
@@ -101,7 +110,7 @@ def build_app(ctx: HttpContext) -> QueryRoutes:
 
     # Reached only where QueryRoutes does not answer first (it always does for these paths); here so that
     # OpenAPI documents them.
-    for spec in ENDPOINTS:
+    for spec in POST_ENDPOINTS:
         app.add_api_route(
             spec.path,
             _route(spec.plain(endpoints)),
@@ -109,6 +118,12 @@ def build_app(ctx: HttpContext) -> QueryRoutes:
             summary=spec.summary,
             openapi_extra=documented_body(spec.body),
         )
+
+    async def _events_route(table: str) -> Response:  # QueryRoutes answers these first
+        return _json_response(internal_error(RuntimeError("an event stream reached FastAPI")))
+
+    for events in EVENTS_ENDPOINTS:
+        app.add_api_route(events.path, _events_route, methods=["GET"], summary=events.summary)
 
     table_context = TableContext(
         ctx.image,
@@ -195,8 +210,11 @@ def build_app(ctx: HttpContext) -> QueryRoutes:
     return QueryRoutes(endpoints, app, ctx.auth)
 
 
-def _json_response(answer: tuple[int, bytes | list[bytes]]) -> Response:
+def _json_response(answer: Answer) -> Response:
     status, payload = answer
+    if not isinstance(payload, bytes | list):  # a stream: QueryRoutes always answers those first
+        payload.close()
+        return _json_response(internal_error(RuntimeError("a stream reached FastAPI")))
     if isinstance(payload, list):  # delimited lines (QueryRoutes sends them one by one)
         return Response(b"".join(payload), status_code=status, media_type=DELIMITED)
     return Response(payload, status_code=status, media_type="application/json")
@@ -257,6 +275,8 @@ def _cluster_status(ctx: HttpContext) -> dict[str, object]:
 
 def _refresh_gauges(ctx: HttpContext) -> None:
     metrics = ctx.metrics
+    if ctx.feeds is not None:
+        metrics.push_subscriptions.set(len(ctx.feeds))
     metrics.replica_lag.clear()
     metrics.replica_position.clear()
     if ctx.replicas is not None:

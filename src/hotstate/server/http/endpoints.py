@@ -12,6 +12,7 @@ and for ksqlDB-shaped errors.
 from __future__ import annotations
 
 import logging
+import urllib.parse
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -24,6 +25,7 @@ from hotstate.server.http.queries import (
     MAX_ACCEPT_VALUES,
     QUERY_PRODUCES,
     STREAM_PRODUCES,
+    Answer,
     Endpoint,
     NegotiatedEndpoint,
     QueryEndpoints,
@@ -35,6 +37,20 @@ from hotstate.server.http.queries import (
 )
 
 log = logging.getLogger(__name__)
+
+
+async def send_answer(send: Send, receive: Receive, answer: Answer) -> None:
+    """An answer as ASGI messages: one JSON body, the delimited lines, or a stream (a push query's feed)."""
+    payload = answer[1]
+    if isinstance(payload, bytes):
+        await send_json(send, answer[0], payload)
+    elif isinstance(payload, list):
+        await send_lines(send, payload)
+    else:
+        try:
+            await payload.run(send, receive)
+        finally:
+            payload.close()
 
 
 class KsqlRequest(BaseModel):
@@ -61,6 +77,19 @@ class StreamRequest(BaseModel):
     properties: dict[str, Any] = Field(default_factory=dict, description="as /query's streamsProperties")
     streamsProperties: dict[str, Any] = Field(default_factory=dict, description="the same as properties")
     sessionVariables: dict[str, Any] = Field(default_factory=dict, description="must be empty")
+
+
+class ChangesRequest(BaseModel):
+    """What `POST /v1/changes` takes."""
+
+    model_config = ConfigDict(extra="forbid")
+    sql: str = Field(description="The push query, e.g. SELECT * FROM t WHERE k = 'x' EMIT CHANGES")
+    from_token: str | None = Field(
+        default=None, description="resume after these positions (a token the feed gave), per partition"
+    )
+    snapshot: bool | None = Field(
+        default=None, description="without from_token: start with the current rows (default true)"
+    )
 
 
 class CloseQuery(BaseModel):
@@ -118,7 +147,25 @@ class PostEndpoint:
         return lambda body: negotiated(body, media)
 
 
-ENDPOINTS = (
+@dataclass(frozen=True, slots=True)
+class EventsEndpoint:
+    """A `GET` endpoint streaming Server-Sent Events, its one path parameter between `prefix` and `suffix`."""
+
+    path: str
+    summary: str
+    prefix: str
+    suffix: str
+
+    def parameter(self, path: str) -> str | None:
+        """The path parameter of `path` when it is this endpoint's, else None."""
+        if path.startswith(self.prefix) and path.endswith(self.suffix):
+            inner = path[len(self.prefix) : len(path) - len(self.suffix)]
+            if inner and "/" not in inner:
+                return urllib.parse.unquote(inner)
+        return None
+
+
+ENDPOINTS: tuple[PostEndpoint | EventsEndpoint, ...] = (
     PostEndpoint(
         "/query",
         "ksqlDB-compatible pull query",
@@ -147,7 +194,21 @@ ENDPOINTS = (
         lambda endpoints: endpoints.native,
         direct=True,
     ),
+    PostEndpoint(
+        "/v1/changes",
+        "Push query (EMIT CHANGES): the feed as newline-delimited JSON events, resumable from a token",
+        ChangesRequest,
+        lambda endpoints: endpoints.changes,
+    ),
+    EventsEndpoint(
+        "/v1/tables/{table}/changes",
+        "A table's changes as Server-Sent Events (?where=, ?from=<token>, ?snapshot=; Last-Event-ID resumes)",
+        "/v1/tables/",
+        "/changes",
+    ),
 )
+POST_ENDPOINTS = tuple(e for e in ENDPOINTS if isinstance(e, PostEndpoint))
+EVENTS_ENDPOINTS = tuple(e for e in ENDPOINTS if isinstance(e, EventsEndpoint))
 
 
 class Guard(Protocol):
@@ -165,20 +226,23 @@ class QueryRoutes:
         endpoints: QueryEndpoints,
         app: ASGIApp,
         guard: Guard | None = None,
-        table: Iterable[PostEndpoint] = ENDPOINTS,
+        table: Iterable[PostEndpoint | EventsEndpoint] = ENDPOINTS,
     ) -> None:
         self._app = app
         self._guard = guard
-        table = tuple(table)
+        self._endpoints = endpoints
+        everything = tuple(table)
+        self._events = tuple(e for e in everything if isinstance(e, EventsEndpoint))
+        posts = tuple(e for e in everything if isinstance(e, PostEndpoint))
         self._routes: dict[str, Endpoint] = {
-            e.path: e.answer(endpoints) for e in table if e.answer is not None
+            e.path: e.answer(endpoints) for e in posts if e.answer is not None
         }
         # Content-negotiated endpoints: what they produce, the first without an Accept header.
         self._negotiated: dict[str, tuple[NegotiatedEndpoint, tuple[str, ...]]] = {
-            e.path: (e.negotiated(endpoints), e.produces) for e in table if e.negotiated is not None
+            e.path: (e.negotiated(endpoints), e.produces) for e in posts if e.negotiated is not None
         }
         # The paths whose answers the HTTP/1.1 protocol may write itself, by their raw bytes.
-        self._direct_paths = {e.path.encode(): e.path for e in table if e.direct}
+        self._direct_paths = {e.path.encode(): e.path for e in posts if e.direct}
         # (path, Accept header) -> the endpoint bound to its answer's format, and whether that format is
         # one JSON body: a client sends the same Accept with every request, so it is read once (bounded:
         # a client may send anything).
@@ -200,11 +264,17 @@ class QueryRoutes:
                     answer = internal_error(error)
                 if answer is None:  # the client has gone
                     return
-                if isinstance(answer[1], list):
-                    await send_lines(send, answer[1])
-                else:
-                    await send_json(send, answer[0], answer[1])
+                await send_answer(send, receive, answer)
                 return
+        if scope["type"] == "http" and scope["method"] == "GET" and self._events:
+            path = scope["path"]
+            for events in self._events:
+                table = events.parameter(path)
+                if table is not None:
+                    opened = self._endpoints.changes_sse(table, scope["query_string"], scope["headers"])
+                    answer = opened if isinstance(opened, tuple) else await opened
+                    await send_answer(send, receive, answer)
+                    return
         await self._app(scope, receive, send)
 
     def direct(self, url: bytes, headers: list[tuple[bytes, bytes]]) -> tuple[Endpoint, str] | None:

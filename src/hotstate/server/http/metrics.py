@@ -126,6 +126,17 @@ class Metrics:
             ["table", "partition"],
             registry=self.registry,
         )
+        self.push_subscriptions = Gauge(
+            "hotstate_push_subscriptions",
+            "Push-query feeds this server serves (at most push.max.subscriptions)",
+            registry=self.registry,
+        )
+        self.push_ended = Counter(
+            "hotstate_push_feeds_ended",
+            "Push-query feeds ended by the server, by reason (fell_behind, replica_gone, shutdown, dropped)",
+            ["reason"],
+            registry=self.registry,
+        )
         self.peer_alive = Gauge(
             "hotstate_peer_alive",
             "Heartbeat status of each peer (1 alive, 0 down)",

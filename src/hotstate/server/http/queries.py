@@ -29,7 +29,7 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import orjson
 
@@ -37,6 +37,8 @@ from hotstate.controller.image import TableInfo
 from hotstate.controller.records import KEY_SQL_TYPES, KeyColumn, ValueColumn
 from hotstate.protocol.http_api import SERVER_NOT_READY
 from hotstate.query.execute import QueryError, QueryResult
+from hotstate.query.pull_query import QueryError as PullQueryError
+from hotstate.query.push import split_emit
 from hotstate.server.coordinator import Coordinator
 from hotstate.server.http.asgi import Receive, Send
 from hotstate.server.http.metrics import Metrics
@@ -110,8 +112,16 @@ class QueryEndpoints:
     """The query endpoints as functions of the body bytes (and the format Accept picked): (status, JSON
     bytes or the delimited format's lines)."""
 
-    def __init__(self, node_id: int, queries: Coordinator, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        node_id: int,
+        queries: Coordinator,
+        metrics: Metrics,
+        changes: ChangesPort | None = None,
+    ) -> None:
         self._node_id = node_id
+        # Push queries (`... EMIT CHANGES`): http/changes.py; None: refused as any unsupported statement.
+        self._changes = changes
         self._queries = queries
         self._metrics = metrics
         # Counters bound once: a label lookup per query costs more than the count itself.
@@ -126,7 +136,32 @@ class QueryEndpoints:
         return self._answer(body, _ksql_request, _SHAPES[media])
 
     def stream(self, body: bytes, media: str = DELIMITED) -> Answer | Awaitable[Answer]:
-        return self._answer(body, _stream_request, _STREAM_SHAPES[media])
+        if self._changes is None:
+            return self._answer(body, _stream_request, _STREAM_SHAPES[media])
+        try:
+            statement, properties = _stream_request(_json_object(body))
+            push = split_emit(statement) is not None
+        except BadRequest as error:
+            return error.refusal()
+        except PullQueryError as error:  # EMIT FINAL
+            return query_error(QueryError("bad_request", str(error)), statement)
+        if push:
+            return self._changes.open(statement, properties, media)
+        return self._run(statement, properties, _STREAM_SHAPES[media])
+
+    def changes(self, body: bytes) -> Answer | Awaitable[Answer]:
+        """`POST /v1/changes`: a push query's feed as newline-delimited JSON events (http/changes.py)."""
+        if self._changes is None:
+            return error_body(404, "generic_error", NOT_FOUND, "push queries are not served here")
+        return self._changes.native(body)
+
+    def changes_sse(
+        self, table: str, query_string: bytes, headers: list[tuple[bytes, bytes]]
+    ) -> Answer | Awaitable[Answer]:
+        """`GET /v1/tables/{table}/changes`: a table's feed as Server-Sent Events."""
+        if self._changes is None:
+            return error_body(404, "generic_error", NOT_FOUND, "push queries are not served here")
+        return self._changes.sse(table, query_string, headers)
 
     async def close_query(self, body: bytes) -> Answer:
         """ksqlDB's `/close-query`: a pull query's answer is complete when sent, so there is never a query
@@ -147,8 +182,25 @@ class QueryEndpoints:
     ) -> Answer | Awaitable[Answer]:
         try:
             statement, properties = read(_json_object(body))
+            push = self._changes is not None and split_emit(statement) is not None
         except BadRequest as error:
             return error.refusal()
+        except PullQueryError as error:  # EMIT FINAL
+            return query_error(QueryError("bad_request", str(error)), statement)
+        if push:
+            message = (
+                "a push query (EMIT CHANGES) is served on POST /query-stream, POST /v1/changes and GET "
+                "/v1/tables/{table}/changes, not here"
+            )
+            return query_error(QueryError("bad_request", message), statement)
+        return self._run(statement, properties, shape)
+
+    def _run(
+        self,
+        statement: str,
+        properties: dict[str, object],
+        shape: Callable[[QueryResult, list[list[object]]], object],
+    ) -> Answer | Awaitable[Answer]:
         started = time.perf_counter()
         try:
             result = self._queries.start(statement, properties)
@@ -220,8 +272,31 @@ class QueryEndpoints:
         return answer
 
 
-# An answer's body: JSON, or the delimited format's lines (each sent as its own chunk or DATA frame).
-Answer = tuple[int, bytes | list[bytes]]
+class StreamingBody(Protocol):
+    """An answer written as it is made (a push query's feed, http/changes.py)."""
+
+    async def run(self, send: Send, receive: Receive) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class ChangesPort(Protocol):
+    """The push-query endpoints (http/changes.py's ChangeEndpoints)."""
+
+    def open(
+        self, statement: str, properties: dict[str, object], media: str
+    ) -> Answer | Awaitable[Answer]: ...
+
+    def native(self, body: bytes) -> Answer | Awaitable[Answer]: ...
+
+    def sse(
+        self, table: str, query_string: bytes, headers: list[tuple[bytes, bytes]]
+    ) -> Answer | Awaitable[Answer]: ...
+
+
+# An answer's body: JSON, or the delimited format's lines (each sent as its own chunk or DATA frame), or a
+# stream.
+Answer = tuple[int, bytes | list[bytes] | StreamingBody]
 # An endpoint answers at once when it can (a tuple), else gives what to await for the answer.
 Endpoint = Callable[[bytes], Answer | Awaitable[Answer]]
 NegotiatedEndpoint = Callable[[bytes, str], Answer | Awaitable[Answer]]

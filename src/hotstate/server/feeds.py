@@ -1,0 +1,602 @@
+"""The push-query shell of one server: one tail per local partition feeding every subscription to it.
+
+The replica manager (server/replicas.py) hands over every committed batch its replicas apply to their stores
+(`on_applied`, in the same call that writes the store), and says when a replica goes away or is rebuilt
+(`replica_gone`) and when the image changes (`on_image`: a dropped table). Nothing here reads RocksDB or
+the log per change: a subscription reads them once, when it starts, to take its snapshot or to replay the
+changes from its resume position up to the store's position, in the same event-loop turn as it joins the
+tail, so nothing falls between the two. The feed logic (what a subscription takes, its bound) is
+query/feed.py; the transports (/query-stream, /v1/changes, Server-Sent Events) are server/http/changes.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from hotstate.controller.image import MetadataImage, TableInfo
+from hotstate.log.errors import OffsetOutOfRangeError
+from hotstate.protocol.keys import partition_for
+from hotstate.protocol.rows import decode_records
+from hotstate.query import pull_query
+from hotstate.query.execute import QueryError
+from hotstate.query.feed import (
+    Change,
+    End,
+    EndReason,
+    Event,
+    FeedIndex,
+    Resync,
+    SnapshotEnd,
+    SnapshotRow,
+    Subscription,
+)
+from hotstate.query.plan import UnknownTableError, find_table
+from hotstate.query.push import FeedFilter, PushOptions, feed_filter, parse_push, push_options
+from hotstate.query.tokens import encode
+from hotstate.replica.core import ReplicaRole
+from hotstate.replica.messages import FeedReadRequest, FeedReadResponse, ReplicaError
+
+if TYPE_CHECKING:
+    from hotstate.server.replicas import LocalReplica
+
+log = logging.getLogger(__name__)
+
+PartitionId = tuple[int, int]
+# A resume replays at most this many bytes of log per partition; further behind, it resyncs instead.
+REPLAY_MAX_BYTES = 64 * 1024 * 1024
+# A tail of a partition held elsewhere: each long poll waits this long for a change, takes this much.
+TAIL_WAIT_MS = 1000
+TAIL_MAX_BYTES = 4 * 1024 * 1024
+TAIL_RETRY_S = 0.05  # after a failed poll, before the next holder
+REMOTE_TIMEOUT_S = 5.0  # an answer's time, beyond the wait asked for
+RemoteRequest = Callable[[int, object, float], Awaitable[object]]
+_query_ids = itertools.count(1)
+
+
+@dataclass(eq=False)
+class Feed:
+    """One subscription as its stream sees it."""
+
+    query_id: str
+    table: TableInfo
+    columns: tuple[str, ...] | None
+    subscription: Subscription
+    tag: bytes
+    wake: asyncio.Event
+    hub: FeedHub
+
+    @property
+    def start_token(self) -> str:
+        return self.token(self.subscription.reported)
+
+    def token(self, positions: Mapping[int, int]) -> str:
+        table_id = self.table.table_id
+        return encode({(table_id, p): position for p, position in positions.items()}, self.tag)
+
+    async def next_events(self, idle_s: float) -> list[Event]:
+        """What it has to send; after `idle_s` with nothing, a Progress event if its positions moved ([]
+        if not). Ends with an End event (then nothing more comes)."""
+        subscription = self.subscription
+        if not subscription.queue:
+            self.wake.clear()
+            try:
+                await asyncio.wait_for(self.wake.wait(), idle_s)
+            except TimeoutError:
+                progress = subscription.progress()
+                return [] if progress is None else [progress]
+        return subscription.take()
+
+    def close(self) -> None:
+        self.hub.close(self)
+
+
+class FeedHub:
+    def __init__(
+        self,
+        node_id: int,
+        tag: bytes,
+        image: Callable[[], MetadataImage],
+        replicas: Callable[[], Mapping[PartitionId, LocalReplica]],
+        *,
+        max_subscriptions: int,
+        buffer_changes: int,
+        on_end: Callable[[EndReason], object] = lambda reason: None,
+        request: RemoteRequest | None = None,
+        alive: Callable[[int], bool] = lambda node_id: True,
+    ) -> None:
+        self.node_id = node_id
+        self.tag = tag
+        self._image = image
+        self._replicas = replicas
+        self.max_subscriptions = max_subscriptions
+        self.buffer_changes = buffer_changes
+        self._on_end = on_end  # a feed the server ended (metrics)
+        self._indexes: dict[PartitionId, FeedIndex] = {}
+        self._feeds: dict[int, Feed] = {}  # by subscription id
+        self._ids = itertools.count(1)
+        self._closed = False
+        # Partitions with no replica here are read from a server that has one (FeedReadRequest): one tail
+        # per partition, as a local replica's, at the position it reached.
+        self._request = request
+        self._alive = alive
+        self._tails: dict[PartitionId, asyncio.Task[None]] = {}
+        self._tail_positions: dict[PartitionId, int] = {}
+        self._applied: dict[PartitionId, asyncio.Event] = {}  # peers' tails waiting for a change here
+
+    def __len__(self) -> int:
+        return len(self._feeds)
+
+    # ---------------------------------------------------------------------------------------- subscribe
+    def open(self, statement: str, properties: Mapping[str, object]) -> Feed | Awaitable[Feed]:
+        """A feed of `statement` (`... EMIT CHANGES`): at once from this server's replicas, else (some
+        partition held elsewhere) once its start was read from the servers holding them. Raises
+        QueryError."""
+        if self._closed:
+            raise QueryError("unavailable", f"server {self.node_id} is stopping")
+        try:
+            query = parse_push(statement)
+        except pull_query.QueryError as error:
+            raise QueryError("bad_request", str(error)) from None
+        image = self._image()
+        try:
+            table = find_table(image.tables, query.table)
+            wanted = feed_filter(query, table)
+        except UnknownTableError as error:
+            raise QueryError("not_found", str(error)) from None
+        except pull_query.QueryError as error:
+            raise QueryError("bad_request", str(error)) from None
+        options = push_options(properties, table, self.tag)
+        self._check_limit()
+        local = self._replicas()
+        remote = [p for p in sorted(wanted.partitions) if not _usable(local.get((table.table_id, p)))]
+        if not remote or self._request is None:
+            return self._register(table, query.columns, wanted, options, {})
+        return self._open_remote(table, query.columns, wanted, options, remote)
+
+    def _check_limit(self) -> None:
+        if self._closed:
+            raise QueryError("unavailable", f"server {self.node_id} is stopping")
+        if len(self._feeds) >= self.max_subscriptions:
+            raise QueryError(
+                "unavailable",
+                f"server {self.node_id} serves {len(self._feeds)} subscriptions, its limit "
+                f"(push.max.subscriptions={self.max_subscriptions}): subscribe on another server",
+            )
+
+    async def _open_remote(
+        self,
+        table: TableInfo,
+        columns: tuple[str, ...] | None,
+        wanted: FeedFilter,
+        options: PushOptions,
+        remote: list[int],
+    ) -> Feed:
+        starts = {p: await self._remote_start(table, p, wanted, options) for p in remote}
+        # A partition's tail here may be past where its start was read: read on up to it, then join the
+        # tail in the same turn as the last check (nothing falls between).
+        for _ in range(100):
+            behind = [
+                p for p in remote if self._tail_positions.get((table.table_id, p), -1) > starts[p].position
+            ]
+            if not behind:
+                self._check_limit()
+                return self._register(table, columns, wanted, options, starts)
+            for p in behind:
+                await self._remote_catch_up(table, p, wanted, starts[p])
+        raise QueryError("unavailable", "the feed could not catch up with its partitions' tails")
+
+    def _register(
+        self,
+        table: TableInfo,
+        columns: tuple[str, ...] | None,
+        wanted: FeedFilter,
+        options: PushOptions,
+        remote: Mapping[int, RemoteStart],
+    ) -> Feed:
+        """The feed, joined to its partitions' tails: `remote` gives the start of those read from other
+        servers, the local replicas give the others' (now: nothing may change between)."""
+        replicas = self._local(table, wanted, self._image(), exclude=frozenset(remote))
+        events: list[Event] = []
+        positions: dict[int, int] = {}
+        for partition in sorted(wanted.partitions):
+            start = remote.get(partition)
+            if start is not None:
+                positions[partition] = start.first
+                events.extend(start.events)
+                continue
+            replica = replicas[partition]
+            if options.start is None:
+                positions[partition] = replica.store.position
+                if options.snapshot:
+                    events.extend(
+                        SnapshotRow(partition, key, row) for key, row in _current_rows(replica, wanted)
+                    )
+            else:
+                positions[partition] = options.start[partition]
+                events.extend(self._replay(replica, wanted, options.start[partition]))
+        subscription = Subscription(next(self._ids), wanted, positions, self.buffer_changes)
+        if options.start is None:
+            events.append(SnapshotEnd(dict(positions)))
+        subscription.start(events)
+        subscription.reported = dict(positions)  # the header's token: where the feed starts
+        feed = Feed(
+            f"push-{self.node_id}-{next(_query_ids)}",
+            table,
+            columns,
+            subscription,
+            self.tag,
+            asyncio.Event(),
+            self,
+        )
+        self._feeds[subscription.subscription_id] = feed
+        for partition in wanted.partitions:
+            pid = (table.table_id, partition)
+            index = self._indexes.get(pid)
+            if index is None:
+                index = self._indexes[pid] = FeedIndex(partition)
+            index.add(subscription)
+            start = remote.get(partition)
+            if start is not None and pid not in self._tails:
+                self._tail_positions[pid] = start.position
+                self._tails[pid] = asyncio.get_running_loop().create_task(
+                    self._tail(table, partition), name=f"feed-tail-{pid}"
+                )
+        if subscription.queue:
+            feed.wake.set()
+        return feed
+
+    def _local(
+        self, table: TableInfo, wanted: FeedFilter, image: MetadataImage, exclude: frozenset[int]
+    ) -> dict[int, LocalReplica]:
+        local = self._replicas()
+        found: dict[int, LocalReplica] = {}
+        missing = []
+        for partition in sorted(wanted.partitions - exclude):
+            replica = local.get((table.table_id, partition))
+            if replica is None or not _usable(replica):
+                missing.append(partition)
+            else:
+                found[partition] = replica
+        if missing:
+            parts = image.partitions.get(table.table_id, ())
+            holders = sorted({n for p in missing if p < len(parts) for n in parts[p].replicas})
+            raise QueryError(
+                "unavailable",
+                f"server {self.node_id} has no replica of {table.name} partition"
+                f"{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing[:20]))}: subscribe on a "
+                f"server holding {'them' if len(missing) > 1 else 'it'} (servers {holders}), or narrow "
+                "the WHERE to keys of partitions held here",
+            )
+        return found
+
+    def _replay(self, replica: LocalReplica, wanted: FeedFilter, start: int) -> list[Event]:
+        """What a subscriber at `start` of `replica`'s partition gets to reach the store's position: the
+        changes from the log, a Resync when the log no longer holds them (or too many), nothing when the
+        replica is behind `start` (the tail then skips what it had)."""
+        partition = replica.partition
+        position = replica.store.position
+        if start >= position:
+            if replica.core.role is ReplicaRole.LEADER and start > replica.core.log_end_offset:
+                raise QueryError(
+                    "bad_request",
+                    f"from_token: position {start} of {replica.table.name}/{partition} is beyond its log end "
+                    f"{replica.core.log_end_offset}: no write ever got there (a token of a table dropped and "
+                    "created again?)",
+                )
+            return []
+        if start < replica.log.start_offset:
+            return [_resync(replica, wanted)]
+        try:
+            records, reached = _read_log(replica, start, position, REPLAY_MAX_BYTES)
+        except OffsetOutOfRangeError:
+            return [_resync(replica, wanted)]
+        changes: list[Event] = [
+            Change(partition, offset, epoch, key, row)
+            for offset, epoch, key, row in records
+            if wanted.matches(key)
+        ]
+        if reached < position or len(changes) > self.buffer_changes:
+            return [_resync(replica, wanted)]  # too far behind to replay change by change
+        return changes
+
+    # ---------------------------------------------------------------------------------- other servers
+    async def _remote_start(
+        self, table: TableInfo, partition: int, wanted: FeedFilter, options: PushOptions
+    ) -> RemoteStart:
+        """Where a feed starts on a partition held elsewhere: its current rows there (a snapshot), or the
+        changes after the feed's position read from there."""
+        if options.start is None:
+            rows = await self._remote_rows(table, partition, wanted if options.snapshot else None)
+            events: list[Event] = [SnapshotRow(partition, key, row) for key, row in rows.rows]
+            return RemoteStart(rows.position, rows.position, events)
+        start = RemoteStart(options.start[partition], options.start[partition], [])
+        await self._remote_catch_up(table, partition, wanted, start)
+        return start
+
+    async def _remote_catch_up(
+        self, table: TableInfo, partition: int, wanted: FeedFilter, start: RemoteStart
+    ) -> None:
+        """Read the changes after `start` from a server holding the partition until it has no more (or
+        a Resync when it no longer holds them, or there are too many)."""
+        while True:
+            request = FeedReadRequest(table.table_id, partition, start.position, 0, REPLAY_MAX_BYTES)
+            answer = await self._remote_read(table, partition, request)
+            taken = sum(1 for e in start.events if isinstance(e, Change))
+            if answer.gone or taken > self.buffer_changes:
+                rows = await self._remote_rows(table, partition, wanted)
+                start.events = [e for e in start.events if getattr(e, "partition", None) != partition]
+                start.events.append(Resync(partition, rows.position, rows.epoch, rows.rows))
+                start.position = max(start.position, rows.position)
+                return
+            for offset, epoch, key, row in answer.changes:
+                if offset >= start.position and wanted.matches(key):
+                    start.events.append(Change(partition, offset, epoch, key, row or None))
+            if answer.position <= start.position:
+                return  # caught up with that server (or it is behind: the tail waits for it)
+            start.position = answer.position
+
+    async def _remote_rows(
+        self, table: TableInfo, partition: int, wanted: FeedFilter | None
+    ) -> FeedReadResponse:
+        """The partition's current rows of `wanted` (None: none, only its position) from a holder."""
+        if wanted is None or wanted.keys is not None:
+            keys = () if wanted is None or wanted.keys is None else tuple(sorted(wanted.keys))
+            request = FeedReadRequest(table.table_id, partition, 0, 0, 0, rows=True, by_keys=True, keys=keys)
+        else:
+            request = FeedReadRequest(
+                table.table_id, partition, 0, 0, 0, rows=True, start=wanted.start, end=wanted.end
+            )
+        return await self._remote_read(table, partition, request)
+
+    def _holders(self, table_id: int, partition: int) -> list[int]:
+        """The servers holding the partition: live ones first, the active first among them."""
+        parts = self._image().partitions.get(table_id, ())
+        if partition >= len(parts):
+            return []
+        part = parts[partition]
+        holders = [n for n in part.replicas if n != self.node_id]
+        return sorted(holders, key=lambda n: (not self._alive(n), n != part.active))
+
+    async def _remote_read(
+        self, table: TableInfo, partition: int, request: FeedReadRequest
+    ) -> FeedReadResponse:
+        assert self._request is not None
+        problems = []
+        for holder in self._holders(table.table_id, partition):
+            try:
+                answer = await self._request(holder, request, REMOTE_TIMEOUT_S + request.wait_ms / 1000)
+            except Exception as error:
+                problems.append(f"{holder}: {type(error).__name__}")
+                continue
+            if isinstance(answer, FeedReadResponse) and answer.error is ReplicaError.NONE:
+                return answer
+            problems.append(f"{holder}: {getattr(answer, 'message', type(answer).__name__)}")
+        raise QueryError(
+            "unavailable",
+            f"no server holding {table.name}/{partition} could start the feed there "
+            f"({'; '.join(problems) or 'none holds it'})",
+        )
+
+    async def _tail(self, table: TableInfo, partition: int) -> None:
+        """The one tail here of a partition held elsewhere: long polls to a holder, each answer offered to
+        the partition's subscriptions as a local replica's batches are."""
+        assert self._request is not None
+        pid = (table.table_id, partition)
+        failures = 0
+        try:
+            while pid in self._indexes:
+                holders = self._holders(*pid)
+                if not holders:
+                    self._end_partition(pid, EndReason.REPLICA_GONE, "no server holds it any more")
+                    return
+                holder = holders[failures % len(holders)]
+                position = self._tail_positions[pid]
+                request = FeedReadRequest(table.table_id, partition, position, TAIL_WAIT_MS, TAIL_MAX_BYTES)
+                try:
+                    answer = await self._request(holder, request, REMOTE_TIMEOUT_S + TAIL_WAIT_MS / 1000)
+                except Exception:
+                    answer = None
+                if not isinstance(answer, FeedReadResponse) or answer.error is not ReplicaError.NONE:
+                    failures += 1
+                    await asyncio.sleep(TAIL_RETRY_S)
+                    continue
+                failures = 0
+                if answer.gone:
+                    self._end_partition(
+                        pid, EndReason.REPLICA_GONE, f"server {holder} no longer holds position {position}"
+                    )
+                    return
+                index = self._indexes.get(pid)
+                if index is None or answer.position <= position:
+                    continue
+                changes = [
+                    Change(partition, offset, epoch, key, row or None)
+                    for offset, epoch, key, row in answer.changes
+                    if offset >= position
+                ]
+                self._tail_positions[pid] = answer.position
+                for subscription in index.offer(changes, answer.position):
+                    self._wake(subscription)
+        finally:
+            if self._tails.get(pid) is asyncio.current_task():
+                del self._tails[pid]
+                self._tail_positions.pop(pid, None)
+
+    def _end_partition(self, pid: PartitionId, reason: EndReason, why: str) -> None:
+        index = self._indexes.get(pid)
+        if index is None:
+            return
+        for subscription in index.subscriptions():
+            subscription.end(reason, f"partition {pid[1]}: {why}")
+            self._wake(subscription)
+
+    async def serve_read(self, request: FeedReadRequest) -> FeedReadResponse:
+        """A feed on another server reads this server's replica (its tail, or its start)."""
+        pid = (request.table_id, request.partition)
+        replica = self._replicas().get(pid)
+        if replica is None or not _usable(replica):
+            return FeedReadResponse(ReplicaError.UNKNOWN_PARTITION, f"no replica of {pid} on {self.node_id}")
+        if request.rows:
+            wanted = FeedFilter(
+                frozenset({request.partition}),
+                keys=frozenset(request.keys) if request.by_keys else None,
+                start=request.start,
+                end=request.end,
+            )
+            rows = tuple(_current_rows(replica, wanted))
+            store = replica.store
+            return FeedReadResponse(ReplicaError.NONE, "", store.position, store.epoch, rows=rows)
+        if request.position >= replica.store.position and request.wait_ms > 0:
+            applied = self._applied.get(pid)
+            if applied is None:
+                applied = self._applied[pid] = asyncio.Event()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(applied.wait(), min(request.wait_ms, 30_000) / 1000)
+            replica = self._replicas().get(pid)
+            if replica is None or not _usable(replica):
+                return FeedReadResponse(ReplicaError.UNKNOWN_PARTITION, f"replica of {pid} went away")
+        position = replica.store.position
+        if request.position >= position:
+            return FeedReadResponse(ReplicaError.NONE, "", request.position, replica.store.epoch)
+        if request.position < replica.log.start_offset:
+            return FeedReadResponse(ReplicaError.NONE, "", request.position, replica.store.epoch, gone=True)
+        try:
+            records, reached = _read_log(replica, request.position, position, max(1, request.max_bytes))
+        except OffsetOutOfRangeError:
+            return FeedReadResponse(ReplicaError.NONE, "", request.position, replica.store.epoch, gone=True)
+        changes = tuple((offset, epoch, key, row or b"") for offset, epoch, key, row in records)
+        return FeedReadResponse(ReplicaError.NONE, "", reached, replica.store.epoch, changes)
+
+    # ---------------------------------------------------------------------------------------- the tail
+    def on_applied(
+        self,
+        pid: PartitionId,
+        first_offset: int,
+        epoch: int,
+        records: Sequence[tuple[bytes, bytes | None]],
+        next_offset: int,
+    ) -> None:
+        """The committed `records` (from `first_offset` on) were applied to the store of `pid`'s replica."""
+        applied = self._applied.pop(pid, None)
+        if applied is not None:  # other servers' tails of this partition
+            applied.set()
+        index = self._indexes.get(pid)
+        if index is None:
+            return
+        partition = pid[1]
+        changes = [
+            Change(partition, first_offset + i, epoch, key, row) for i, (key, row) in enumerate(records)
+        ]
+        for subscription in index.offer(changes, next_offset):
+            self._wake(subscription)
+
+    def replica_gone(self, pid: PartitionId, why: str) -> None:
+        """`pid`'s replica here moved away, went offline or was rebuilt: its feeds resume elsewhere."""
+        index = self._indexes.get(pid)
+        if index is None:
+            return
+        for subscription in index.subscriptions():
+            subscription.end(EndReason.REPLICA_GONE, f"this server's replica of partition {pid[1]} {why}")
+            self._wake(subscription)
+
+    def on_image(self, image: MetadataImage) -> None:
+        """Subscriptions to a table the image no longer has get their final event."""
+        live = {t.table_id for t in image.tables.values()}
+        for feed in list(self._feeds.values()):
+            if feed.table.table_id not in live:
+                feed.subscription.end(EndReason.DROPPED, f"table {feed.table.name!r} was dropped")
+                self._wake(feed.subscription)
+
+    def close_all(self) -> None:
+        """The server is stopping: every feed ends, to resume on another server."""
+        self._closed = True
+        for tail in self._tails.values():
+            tail.cancel()
+        for feed in list(self._feeds.values()):
+            feed.subscription.end(EndReason.SHUTDOWN, f"server {self.node_id} is stopping")
+            self._wake(feed.subscription)
+
+    def close(self, feed: Feed) -> None:
+        """The stream of `feed` ended (sent its End, or the client went): stop feeding it."""
+        subscription = feed.subscription
+        if self._feeds.pop(subscription.subscription_id, None) is None:
+            return
+        for partition in subscription.filter.partitions:
+            pid = (feed.table.table_id, partition)
+            index = self._indexes.get(pid)
+            if index is not None:
+                index.remove(subscription)
+                if not len(index):
+                    del self._indexes[pid]
+                    tail = self._tails.pop(pid, None)
+                    self._tail_positions.pop(pid, None)
+                    if tail is not None:
+                        tail.cancel()
+
+    def _wake(self, subscription: Subscription) -> None:
+        feed = self._feeds.get(subscription.subscription_id)
+        if feed is None:
+            return
+        if subscription.ended is not None:
+            self._on_end(subscription.ended.reason)
+            self.close(feed)  # it takes nothing more; its stream sends what is buffered, then the End
+        feed.wake.set()
+
+
+@dataclass
+class RemoteStart:
+    """A feed's start on a partition held elsewhere: its position there (`first`: where it began) and the
+    events before it (current rows, changes replayed, a resync)."""
+
+    first: int
+    position: int
+    events: list[Event]
+
+
+def _usable(replica: LocalReplica | None) -> bool:
+    return replica is not None and not replica.installing
+
+
+def _read_log(
+    replica: LocalReplica, start: int, position: int, max_bytes: int
+) -> tuple[list[tuple[int, int, bytes, bytes | None]], int]:
+    """The committed records of `replica`'s log in [start, position) (up to about `max_bytes`), and the
+    offset after the last one. Raises OffsetOutOfRangeError."""
+    records: list[tuple[int, int, bytes, bytes | None]] = []
+    reached = start
+    for batch in replica.log.read(start, max_bytes):
+        if batch.base_offset >= position:
+            break
+        for index, (key, row) in enumerate(decode_records(batch.records)):
+            offset = batch.base_offset + index
+            if start <= offset < position:
+                records.append((offset, batch.leader_epoch, key, row))
+                reached = offset + 1
+    return records, reached
+
+
+def _current_rows(replica: LocalReplica, wanted: FeedFilter) -> list[tuple[bytes, bytes]]:
+    store = replica.store
+    if wanted.keys is not None:
+        keys = sorted(k for k in wanted.keys if _partition_of(replica, k))
+        return [(k, v) for k, v in zip(keys, store.get_many(keys), strict=True) if v is not None]
+    return list(store.scan(wanted.start, wanted.end))
+
+
+def _partition_of(replica: LocalReplica, key: bytes) -> bool:
+    return partition_for(key, replica.table.partitions) == replica.partition
+
+
+def _resync(replica: LocalReplica, wanted: FeedFilter) -> Resync:
+    return Resync(
+        replica.partition, replica.store.position, replica.store.epoch, tuple(_current_rows(replica, wanted))
+    )
+
+
+__all__ = ["End", "Feed", "FeedHub"]

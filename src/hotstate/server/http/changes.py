@@ -1,0 +1,382 @@
+"""Push queries over HTTP: a feed (server/feeds.py) written as ksqlDB's `/query-stream` formats, as the native
+newline-delimited JSON of `POST /v1/changes`, and as Server-Sent Events (`GET /v1/tables/{t}/changes`).
+
+Native events (`/v1/changes`, and each SSE event's `data`, its `event` the type):
+  {"type": "header", "query_id", "table", "table_id", "key_columns", "columns", "partitions", "token"}
+  {"type": "row", "partition", "key", "row"}                    a current row (the feed's snapshot)
+  {"type": "snapshot_end", "positions", "token"}                every change after these positions follows
+  {"type": "change", "partition", "offset", "epoch", "key", "row"}   row null: the key was deleted
+  {"type": "resync", "partition", "position", "epoch", "rows": [{"key", "row"}], "token"}
+                                              the log no longer held the changes: the current rows instead
+  {"type": "progress", "positions", "token"}                    positions passed (changes not taken move them)
+  {"type": "end", "reason", "final", "positions", "token", "message"}   the last event
+A change's position is its offset + 1; `token` is a consistency token of the positions so far, the
+`from_token` to resume with (SSE: each event's `id`, so EventSource's Last-Event-ID resumes it).
+
+ksqlDB's delimited format is its header, then each upserted row as a JSON array (a delete: the key and nulls),
+each line its own chunk or HTTP/2 DATA frame, and the end as an error object; `application/json` is the
+same as one JSON array that closes when the feed ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import urllib.parse
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from hotstate.controller.records import KEY_SQL_TYPES
+from hotstate.protocol.keys import decode_key
+from hotstate.protocol.rows import decode_row, may_hold_non_finite
+from hotstate.query.execute import QueryError
+from hotstate.query.feed import Change, End, Event, Progress, Resync, SnapshotEnd, SnapshotRow
+from hotstate.server.feeds import Feed, FeedHub
+from hotstate.server.http.asgi import Receive, Send
+from hotstate.server.http.queries import (
+    DELIMITED,
+    JSON,
+    NOT_FOUND,
+    Answer,
+    BadRequest,
+    _json_object,
+    _known_types,
+    _refuse_unknown,
+    _statement,
+    dumps,
+    plain_json,
+    query_error,
+)
+
+log = logging.getLogger(__name__)
+
+NDJSON = "application/x-ndjson"
+EVENT_STREAM = "text/event-stream"
+# A stream with nothing to send says where it is this often (a progress event), which also finds a client
+# that went away.
+IDLE_S = 1.0
+SEND_TIMEOUT_S = 60.0  # a write that waits this long for the client to read drops its connection
+KEEPALIVE_IDLE = 5  # idle periods without anything sent before a progress event says the same again
+CHANGES_FIELDS = ("sql", "from_token", "snapshot")
+
+SSE = "sse"
+NATIVE = "native"
+
+
+class FeedStream:
+    """A streaming answer: the feed's events written in `media` until its End or the client goes."""
+
+    def __init__(self, feed: Feed, media: str) -> None:
+        self.feed = feed
+        self.media = media
+        table = feed.table
+        self._key_names = [c.name for c in table.key_columns]
+        if feed.columns is not None:
+            self._columns: list[str] = list(feed.columns)
+        else:
+            self._columns = self._key_names + [
+                c.name for c in table.value_columns if c.name not in self._key_names
+            ]
+        # ksqlDB's formats name the columns in their header: SELECT * of a table whose writer declared
+        # none waits for the first row to name them.
+        undeclared = feed.columns is None and not table.value_columns
+        self._columns_from_row = undeclared and media not in (NATIVE, SSE)
+        self._sent: dict[int, int] = dict(feed.subscription.reported)
+
+    def close(self) -> None:
+        self.feed.close()
+
+    async def run(self, send: Send, receive: Receive) -> None:
+        try:
+            await self._run(send, receive)
+        except TimeoutError:
+            # A client that stopped reading: its feed ended (fell behind) long ago and even that could not
+            # be written; the connection is dropped rather than held open for it.
+            log.info(
+                "push query %s: the client read nothing for %g s; dropping it",
+                self.feed.query_id,
+                SEND_TIMEOUT_S,
+            )
+
+    async def _run(self, raw_send: Send, receive: Receive) -> None:
+        feed = self.feed
+
+        async def send(message: dict[str, Any]) -> None:
+            await asyncio.wait_for(raw_send(message), SEND_TIMEOUT_S)
+
+        content_type = {SSE: EVENT_STREAM, NATIVE: NDJSON}.get(self.media, self.media)
+        headers = [(b"content-type", content_type.encode()), (b"cache-control", b"no-cache")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        # The head leaves now (HTTP/2 sends it with the first body), though the first event may wait.
+        await send({"type": "http.response.body", "body": b"", "more_body": True})
+        gone = asyncio.Event()
+
+        async def watch() -> None:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    gone.set()
+                    feed.wake.set()
+                    return
+
+        watcher = asyncio.create_task(watch())
+        try:
+            pending: list[Event] = []
+            while self._columns_from_row and not gone.is_set():
+                pending += await feed.next_events(IDLE_S)
+                row = next((e.row for e in pending if isinstance(e, Change | SnapshotRow) and e.row), None)
+                if row is None:
+                    row = next((r for e in pending if isinstance(e, Resync) for _, r in e.rows), None)
+                if row is not None:
+                    self._columns += [name for name in decode_row(row) if name not in self._columns]
+                if row is not None or any(isinstance(e, End) for e in pending):
+                    break
+            first = self._first()
+            for chunk in first:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            quiet = 0
+            while not gone.is_set():
+                events = pending or await feed.next_events(IDLE_S)
+                pending = []
+                quiet = 0 if events else quiet + 1
+                if quiet >= KEEPALIVE_IDLE and self.media in (NATIVE, SSE):
+                    # Still here: a client's read timeout tells a live server from a silent one.
+                    events, quiet = [Progress(dict(self._sent))], 0
+                chunks: list[bytes] = []
+                end: End | None = None
+                for event in events:
+                    chunks.extend(self._encode(event))
+                    if isinstance(event, End):
+                        end = event
+                if end is not None:
+                    chunks.extend(self._last())
+                if self.media == DELIMITED:
+                    for chunk in chunks:  # ksqlDB's clients read a line per chunk or DATA frame
+                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                elif chunks:
+                    await send({"type": "http.response.body", "body": b"".join(chunks), "more_body": True})
+                if end is not None:
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+                    return
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+            feed.close()
+
+    # ------------------------------------------------------------------------------------------ encoding
+    def _first(self) -> list[bytes]:
+        feed = self.feed
+        if self.media in (NATIVE, SSE):
+            header = {
+                "type": "header",
+                "query_id": feed.query_id,
+                "table": feed.table.name,
+                "table_id": feed.table.table_id,
+                "key_columns": [
+                    {"name": c.name, "type": KEY_SQL_TYPES[c.type]} for c in feed.table.key_columns
+                ],
+                "columns": self._columns,
+                "partitions": sorted(feed.subscription.filter.partitions),
+                "token": feed.token(self._sent),
+            }
+            return [self._line("header", header, None)]
+        known = _known_types(feed.table)
+        header = {
+            "queryId": feed.query_id,
+            "columnNames": self._columns,
+            "columnTypes": [known.get(name.lower(), ("STRING", False))[0] for name in self._columns],
+        }
+        if self.media == JSON:
+            return [b"[" + dumps(header)]
+        return [dumps(header) + b"\n"]
+
+    def _last(self) -> list[bytes]:
+        return [b"]\n"] if self.media == JSON else []
+
+    def _encode(self, event: Event) -> list[bytes]:
+        if self.media in (NATIVE, SSE):
+            return self._native(event)
+        return self._ksql(event)
+
+    def _line(self, kind: str, body: object, token: str | None) -> bytes:
+        data = dumps(body)
+        if self.media == SSE:
+            head = b"event: " + kind.encode() + b"\n"
+            if token is not None:
+                head += b"id: " + token.encode() + b"\n"
+            return head + b"data: " + data + b"\n\n"
+        return data + b"\n"
+
+    def _native(self, event: Event) -> list[bytes]:
+        feed = self.feed
+        if isinstance(event, Change):
+            self._sent[event.partition] = event.position
+            body = {
+                "type": "change",
+                "partition": event.partition,
+                "offset": event.offset,
+                "epoch": event.epoch,
+                "key": self._key(event.key),
+                "row": None if event.row is None else self._row(event.row),
+            }
+            if self.media == SSE:
+                return [self._line("change", body, feed.token(self._sent))]
+            # Shared by every native subscriber with the same columns (one encoding per change).
+            memo = (NATIVE, tuple(self._columns) if feed.columns is not None else None)
+            encoded = event.encoded.get(memo)
+            if encoded is None:
+                encoded = event.encoded[memo] = dumps(body) + b"\n"
+            return [encoded]
+        if isinstance(event, SnapshotRow):
+            body = {
+                "type": "row",
+                "partition": event.partition,
+                "key": self._key(event.key),
+                "row": self._row(event.row),
+            }
+            return [self._line("row", body, None)]
+        if isinstance(event, SnapshotEnd):
+            self._sent.update(event.positions)
+            token = feed.token(self._sent)
+            body = {"type": "snapshot_end", "positions": dict(event.positions), "token": token}
+            return [self._line("snapshot_end", body, token)]
+        if isinstance(event, Resync):
+            self._sent[event.partition] = max(self._sent.get(event.partition, 0), event.position)
+            token = feed.token(self._sent)
+            body = {
+                "type": "resync",
+                "partition": event.partition,
+                "position": event.position,
+                "epoch": event.epoch,
+                "rows": [{"key": self._key(k), "row": self._row(r)} for k, r in event.rows],
+                "token": token,
+            }
+            return [self._line("resync", body, token)]
+        if isinstance(event, Progress):
+            self._sent.update(event.positions)
+            token = feed.token(self._sent)
+            body = {"type": "progress", "positions": dict(event.positions), "token": token}
+            return [self._line("progress", body, token)]
+        assert isinstance(event, End)
+        self._sent.update(event.positions)
+        token = feed.token(self._sent)
+        body = {
+            "type": "end",
+            "reason": str(event.reason),
+            "final": event.final,
+            "positions": dict(event.positions),
+            "token": token,
+            "message": event.message,
+        }
+        return [self._line("end", body, token)]
+
+    def _ksql(self, event: Event) -> list[bytes]:
+        prefix = b",\n" if self.media == JSON else b""
+        suffix = b"" if self.media == JSON else b"\n"
+        if isinstance(event, Change | SnapshotRow):
+            values = self._values(event.key, event.row)
+            return [prefix + dumps(values) + suffix]
+        if isinstance(event, Resync):
+            return [prefix + dumps(self._values(k, r)) + suffix for k, r in event.rows]
+        if isinstance(event, End):
+            body = {
+                "@type": "generic_error",
+                "error_code": 50300 if not event.final else NOT_FOUND,
+                "message": f"push query ended ({event.reason}): {event.message}",
+                "reason": str(event.reason),
+                "token": self.feed.token(event.positions),
+            }
+            return [prefix + dumps(body) + suffix]
+        return []  # snapshot ends and progress have no place in ksqlDB's formats
+
+    def _key(self, key: bytes) -> list[object]:
+        return [plain_json(v) for v in decode_key(key)]
+
+    def _row(self, row: bytes) -> dict[str, object]:
+        values = decode_row(row)
+        if may_hold_non_finite(row):
+            values = {k: plain_json(v) for k, v in values.items()}
+        if self.feed.columns is None:
+            return values
+        return {name: _value(values, name) for name in self._columns}
+
+    def _values(self, key: bytes, row: bytes | None) -> list[object]:
+        named: dict[str, object]
+        if row is None:
+            named = dict(zip(self._key_names, decode_key(key), strict=False))
+        else:
+            named = decode_row(row)
+            if may_hold_non_finite(row):
+                named = {k: plain_json(v) for k, v in named.items()}
+        return [_value(named, name) for name in self._columns]
+
+
+def _value(row: Mapping[str, object], name: str) -> object:
+    if name in row:
+        return row[name]
+    lowered = name.lower()
+    return next((v for k, v in row.items() if k.lower() == lowered), None)
+
+
+class ChangeEndpoints:
+    """The push-query answers: a FeedStream, or an error before it starts."""
+
+    def __init__(self, hub: FeedHub, on_error: Callable[[QueryError], None] = lambda error: None) -> None:
+        self.hub = hub
+        self._on_error = on_error
+
+    def open(self, statement: str, properties: dict[str, object], media: str) -> Answer | Awaitable[Answer]:
+        try:
+            feed = self.hub.open(statement, properties)
+        except QueryError as error:
+            self._on_error(error)
+            return query_error(error, statement)
+        if isinstance(feed, Feed):
+            return 200, FeedStream(feed, media)
+        return self._opened(feed, statement, media)
+
+    async def _opened(self, opening: Awaitable[Feed], statement: str, media: str) -> Answer:
+        """A feed whose start is read from other servers (partitions this one does not hold)."""
+        try:
+            feed = await opening
+        except QueryError as error:
+            self._on_error(error)
+            return query_error(error, statement)
+        return 200, FeedStream(feed, media)
+
+    def native(self, body: bytes) -> Answer | Awaitable[Answer]:
+        """`POST /v1/changes` with {"sql", "from_token", "snapshot"}: newline-delimited JSON events."""
+        try:
+            data = _json_object(body)
+            _refuse_unknown(data, CHANGES_FIELDS)
+            sql = _statement(data, "sql")
+        except BadRequest as error:
+            return error.refusal()
+        properties = {name: data[name] for name in ("from_token", "snapshot") if data.get(name) is not None}
+        return self.open(sql, properties, NATIVE)
+
+    def sse(
+        self, table: str, query_string: bytes, headers: list[tuple[bytes, bytes]]
+    ) -> Answer | Awaitable[Answer]:
+        """`GET /v1/tables/{table}/changes?where=...&from=<token>&snapshot=true|false`: Server-Sent Events;
+        a reconnecting EventSource's Last-Event-ID resumes it."""
+        params: dict[str, Any] = {}
+        for name, value in urllib.parse.parse_qsl(query_string.decode("latin-1"), keep_blank_values=True):
+            if name not in ("where", "from", "snapshot"):
+                return BadRequest(f"unknown query parameter {name!r}; known: where, from, snapshot").refusal()
+            params[name] = value
+        last_event = next((v for n, v in headers if n == b"last-event-id"), None)
+        properties: dict[str, object] = {}
+        token = last_event.decode("latin-1") if last_event else params.get("from")
+        if token:
+            properties["from_token"] = token
+        if "snapshot" in params:
+            if params["snapshot"] not in ("true", "false"):
+                return BadRequest("snapshot: must be true or false").refusal()
+            properties["snapshot"] = params["snapshot"] == "true"
+        quoted = "`" + table.replace("`", "``") + "`"
+        where = params.get("where")
+        statement = f"SELECT * FROM {quoted}{f' WHERE {where}' if where else ''} EMIT CHANGES"
+        return self.open(statement, properties, SSE)
