@@ -53,6 +53,7 @@ __all__ = [
     "decode_node",
     "encode_node",
     "evaluator",
+    "is_condition",
     "is_true",
     "like_matcher",
     "show",
@@ -151,6 +152,11 @@ def _kind(node: Node) -> str:
         assert isinstance(target, Lit)
         return _CAST_KINDS.get(str(target.value), _ANY)
     return _ANY
+
+
+def is_condition(node: Node) -> bool:
+    """Whether `node` may be a condition: a boolean, or of a type known only per row (a column, NULL)."""
+    return _kind(node) in (_ANY, _BOOL)
 
 
 def _comparable_kinds(a: str, b: str) -> bool:
@@ -337,6 +343,13 @@ class _Compiler:
         return Call(op, args)
 
     def comparison(self, op: str, left: exp.Expression, right: exp.Expression, node: exp.Expression) -> Node:
+        bare_left, bare_right = _unparen(left), _unparen(right)
+        if isinstance(bare_left, exp.Tuple) or isinstance(bare_right, exp.Tuple):
+            if op != "=" or not (isinstance(bare_left, exp.Tuple) and isinstance(bare_right, exp.Tuple)):
+                raise _error(f"row values are supported only with = and IN: {show(node)}", node)
+            subject = self.row(bare_left, node)
+            other = self.row(bare_right, node, width=len(subject.args))
+            return Call("in", (subject, other))
         a, b = self.compile(left), self.compile(right)
         self.check_comparable(a, b, node)
         return Call(op, (a, b))
@@ -371,21 +384,25 @@ class _Compiler:
             raise _error("subqueries are not supported in pull queries", node)
         if not node.expressions:
             raise _error(f"IN needs a list of values: {show(node)}", node)
-        if isinstance(node.this, exp.Tuple):
-            subject: Node = Call("row", tuple(self.compile(item) for item in node.this.expressions))
-            items: tuple[Node, ...] = tuple(
-                Call(
-                    "row",
-                    tuple(self.compile(v) for v in (i.expressions if isinstance(i, exp.Tuple) else [i])),
-                )
-                for i in node.expressions
-            )
+        bare = _unparen(node.this)
+        subject: Node
+        if isinstance(bare, exp.Tuple):
+            row = self.row(bare, node)
+            subject, width = row, len(row.args)
+            items: tuple[Node, ...] = tuple(self.row(item, node, width=width) for item in node.expressions)
         else:
             subject = self.compile(node.this)
             items = tuple(self.compile(item) for item in node.expressions)
             for item in items:
                 self.check_comparable(subject, item, node)
         return Call("not_in" if negate else "in", (subject, *items))
+
+    def row(self, node: exp.Expression, within: exp.Expression, *, width: int | None = None) -> Call:
+        node = _unparen(node)
+        values = node.expressions if isinstance(node, exp.Tuple) else [node]
+        if width is not None and len(values) != width:
+            raise _error(f"each row needs {width} values: {show(within)}", within)
+        return Call("row", tuple(self.compile(value) for value in values))
 
     def between(self, node: exp.Between, *, negate: bool) -> Node:
         subject = self.compile(node.this)
@@ -479,6 +496,12 @@ class _Compiler:
             name = node.name if node.key == "anonymous" else node.sql_name()
             raise _error(f"unknown function {name.upper()}: {show(node)} (docs/queries.md lists them)", node)
         raise _error(f"unsupported expression: {show(node)}", node)
+
+
+def _unparen(node: exp.Expression) -> exp.Expression:
+    while isinstance(node, exp.Paren):
+        node = node.this
+    return node
 
 
 def _dot_parts(node: exp.Dot) -> list[str]:
