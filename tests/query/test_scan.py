@@ -197,9 +197,9 @@ def test_order_by_without_limit_is_bounded_by_the_row_cap() -> None:
 
 
 def test_group_and_distinct_caps() -> None:
-    program = ScanProgram.decode(
-        program_for(parse("SELECT x, COUNT(*) FROM t GROUP BY x").scan, None, 10).encode()
-    )  # type: ignore[arg-type]
+    grouped = parse("SELECT x, COUNT(*) FROM t GROUP BY x").scan
+    assert grouped is not None
+    program = ScanProgram.decode(program_for(grouped, None, 10).encode())
     scan = ScanRun(program)
     items = [(i.to_bytes(8, "big"), encode_row({"x": i})) for i in range(MAX_GROUPS + 1)]
     with pytest.raises(EvalError, match="more than 100,000 groups"):

@@ -20,6 +20,7 @@ from hotstate.protocol.http_api import DEFAULT_QUERY_TIMEOUT_MS
 from hotstate.protocol.replica_state import ReplicaState, as_replica_state
 from hotstate.protocol.rows import decode_rows, may_hold_non_finite
 from hotstate.query.plan import FullScan, KeyLookup, KeyRange, QueryPlan
+from hotstate.query.scan import finish, program_for
 from hotstate.query.tokens import Positions, TokenError, decode, encode, merge
 from hotstate.replica.messages import PartitionQueryRequest, PartitionQueryResponse
 
@@ -78,12 +79,13 @@ class PartitionAnswer:
 
     served: PartitionServed
     items: list[tuple[bytes, bytes]] | tuple[tuple[bytes, bytes], ...]
+    partial: bytes = b""  # a scan's partial answer (query/scan.py)
 
     @classmethod
     def of(cls, partition: int, node_id: int, answer: PartitionQueryResponse) -> PartitionAnswer:
         state = as_replica_state(answer.state)  # the wire carries it as text; callers checked it
         served = PartitionServed(partition, node_id, state, answer.offset_lag, answer.position)
-        return cls(served, answer.items)
+        return cls(served, answer.items, answer.partial)
 
 
 @dataclass(slots=True)
@@ -300,6 +302,8 @@ def plain_work(
     query_plan: QueryPlan, table: TableInfo, max_lag: int | None
 ) -> dict[int, PartitionQueryRequest]:
     """`partition_work` without a token: every property at its default but the bound (most lookups)."""
+    if query_plan.scan is not None:
+        return scan_work(query_plan, table, max_lag)
     access = query_plan.access
     if isinstance(access, KeyLookup):
         if len(access.keys) == 1:  # a point lookup
@@ -326,6 +330,19 @@ def plain_work(
     return {
         partition: PartitionQueryRequest(table.name, partition, (), True, start, end, limit, max_lag)
         for partition in range(table.partitions)
+    }
+
+
+def scan_work(
+    query_plan: QueryPlan, table: TableInfo, max_lag: int | None
+) -> dict[int, PartitionQueryRequest]:
+    """`plain_work` of a scan: the same reads, each with the program its replica runs over the rows."""
+    assert query_plan.scan is not None
+    program = program_for(query_plan.scan, query_plan.limit, MAX_ROWS).encode()
+    plain = dataclasses.replace(query_plan, scan=None, limit=None)
+    return {
+        partition: dataclasses.replace(spec, program=program)
+        for partition, spec in plain_work(plain, table, max_lag).items()
     }
 
 
@@ -364,11 +381,14 @@ def result(
 ) -> QueryResult:
     """The answer of a query whose partitions (in partition order) answered, as server `node_id` gives it."""
     read = {(table.table_id, a.served.partition): a.served.position for a in answers}
-    columns, rows, last_key = merge_rows(query_plan, table, answers)
-    # One search over all rows: a mark spanning two rows is at worst a false alarm.
-    non_finite = may_hold_non_finite(
-        b"".join(map(_ROW, itertools.chain.from_iterable(a.items for a in answers)))
-    )
+    if query_plan.scan is not None:
+        columns, rows, last_key, non_finite = scan_rows(query_plan, table, answers)
+    else:
+        columns, rows, last_key = merge_rows(query_plan, table, answers)
+        # One search over all rows: a mark spanning two rows is at worst a false alarm.
+        non_finite = may_hold_non_finite(
+            b"".join(map(_ROW, itertools.chain.from_iterable(a.items for a in answers)))
+        )
     return QueryResult(
         query_id,
         table,
@@ -420,6 +440,25 @@ def merge_rows(
             if decoded and all(_missing(row, name) for row in decoded):
                 raise QueryError("bad_request", f"column {name!r} is not in table {table.name!r}")
     return columns, _projected(decoded, columns), last_key
+
+
+def scan_rows(
+    query_plan: QueryPlan, table: TableInfo, answers: list[PartitionAnswer]
+) -> tuple[list[str], list[list[object]], bytes | None, bool]:
+    """A scan's answer from the partitions' (query/scan.py): columns, rows, cursor key, non-finite."""
+    assert query_plan.scan is not None
+    try:
+        done = finish(
+            query_plan.scan,
+            query_plan.limit,
+            [a.items for a in answers],
+            [a.partial for a in answers],
+            [c.name for c in table.key_columns],
+            MAX_ROWS,
+        )
+    except ValueError as error:  # the query's fault: a row its expressions fail on, a cap passed
+        raise QueryError("bad_request", str(error)) from error
+    return done.columns, done.rows, done.last_key, done.non_finite
 
 
 def _add_columns(columns: list[str], decoded: list[dict[str, object]]) -> None:

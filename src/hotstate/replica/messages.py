@@ -38,6 +38,11 @@ class ReplicaError(IntEnum):
     # The token asks for a position beyond the active's log end: no write of this partition's history got
     # there (a token of a deleted and recreated table, or a forged one).
     TOKEN_AHEAD = 17
+    # A scan's expressions failed on a row, or it passed a cap (rows scanned, groups): the query is at
+    # fault, not the replica, so no other replica is tried (a 400). Also: the server runs as many scans
+    # as it may (SCAN_BUSY), which another replica may not.
+    BAD_QUERY = 18
+    SCAN_BUSY = 19
 
 
 RETRIABLE = frozenset(
@@ -311,6 +316,9 @@ class PartitionQueryRequest:
     max_lag: int | None
     # From the query's consistency token (version 2): serve only from a store at least at this position.
     min_position: int = 0
+    # A scan's program (version 3, query/scan.py ScanProgram): filter, top-n or partial aggregates of the
+    # rows read; empty: send the rows read.
+    program: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,6 +329,8 @@ class PartitionQueryResponse:
     position: int = 0
     offset_lag: int = 0
     items: tuple[tuple[bytes, bytes], ...] = ()
+    # A scan's partial answer (version 2): rows scanned and partial aggregates (query/scan.py).
+    partial: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)

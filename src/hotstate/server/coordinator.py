@@ -42,6 +42,7 @@ from hotstate.query.execute import (
     work_for,
 )
 from hotstate.query.plan import QueryPlan, UnknownTableError, find_table, plan
+from hotstate.query.scan import scanned_of
 from hotstate.query.sql import SLOW_PARSE_CHARS, PullQuery, parse, parse_fast
 from hotstate.query.tokens import Positions, cluster_tag
 from hotstate.replica.messages import (
@@ -205,7 +206,8 @@ class Coordinator:
             given = {}
             work = plain_work(query_plan, table, table.acceptable_lag)
         parts = image.partitions.get(table.table_id, ())
-        here = self._serve_actives_here(parts, work, deadline)
+        # A scan's local partitions are read in steps, awaited (`_scan_here`), never in this call.
+        here = {} if query_plan.scan is not None else self._serve_actives_here(parts, work, deadline)
         if len(here) < len(work):
             elsewhere = _Query(query_plan, table, parts, deadline, standby_reads, hedge, given, started)
             return self._served_elsewhere(elsewhere, work, here)
@@ -243,6 +245,14 @@ class Coordinator:
         given: Positions,
         started: float,
     ) -> QueryResult:
+        if query_plan.scan is not None:
+            scanned = scanned_of(a.partial for a in answers)
+            if scanned > self.reads.scan_max_rows:
+                raise QueryError(
+                    "bad_request",
+                    f"the query scanned {scanned:,} rows, more than {self.reads.scan_max_rows:,} (the "
+                    "server's query.scan.max.rows): narrow the WHERE on key columns",
+                )
         took_ms = (time.monotonic() - started) * 1000
         query_id = f"{self._id_prefix}{next(self._ids)}"
         return result(query_id, self.node_id, self._tag, query_plan, table, answers, given, took_ms)
@@ -340,6 +350,8 @@ class Coordinator:
             step = attempts.next(time.monotonic(), deadline)
             if not isinstance(step, ServeHere):
                 return step
+            if attempts.spec.program:  # a scan: read here in steps, as a forward to this server
+                return Forward(self.node_id)
             answer = self.reads.serve(attempts.spec)
             if answer.error is ReplicaError.NONE:
                 return PartitionAnswer.of(attempts.partition, self.node_id, answer)
@@ -392,6 +404,8 @@ class Coordinator:
     ) -> dict[int, PartitionAnswer]:
         """`_ask`, hedged (routing/hedging.py): when `node_id` has not answered within its hedge delay, the
         partitions go to their next candidates as well, and each takes the first answer."""
+        if node_id == self.node_id:
+            return await self._scan_here(group)
         policy = self.hedging
         policy.forwarded()
         deadline = query.deadline
@@ -469,6 +483,8 @@ class Coordinator:
     async def _ask(self, node_id: int, group: list[Attempts], deadline: float) -> dict[int, PartitionAnswer]:
         """Asks `node_id` for every partition in `group` at once; what it could not serve stays pending,
         with the reason recorded."""
+        if node_id == self.node_id:
+            return await self._scan_here(group)
         sent, request_id = self._send_ask(node_id, group, deadline)
         return await self._ask_rest(node_id, group, sent, request_id)
 
@@ -523,11 +539,27 @@ class Coordinator:
             attempts.failed(reason)
         return {}
 
+    async def _scan_here(self, group: list[Attempts]) -> dict[int, PartitionAnswer]:
+        """Scans of partitions this server's replicas serve, each in steps (LocalReads.scan)."""
+        out: dict[int, PartitionAnswer] = {}
+        for attempts in group:
+            answer = await self.reads.scan(attempts.spec)
+            if answer.error is ReplicaError.NONE:
+                out[attempts.partition] = PartitionAnswer.of(attempts.partition, self.node_id, answer)
+            elif answer.error is ReplicaError.BAD_QUERY:
+                raise QueryError("bad_request", answer.message)
+            else:
+                attempts.refused(answer)
+        return out
+
     def _answers(
         self, node_id: int, group: list[Attempts], replies: tuple[PartitionQueryResponse, ...]
     ) -> dict[int, PartitionAnswer]:
         out: dict[int, PartitionAnswer] = {}
         for attempts, answer in zip(group, replies, strict=True):
+            if answer.error is ReplicaError.BAD_QUERY:
+                # The query's fault, which every replica would find: a 400, not the next replica.
+                raise QueryError("bad_request", answer.message)
             if answer.error is ReplicaError.NONE and answer.state not in REPLICA_STATES:
                 # A peer of another version: its rows may mean something else, so ask the next replica.
                 self._on_forward("error")
