@@ -281,6 +281,11 @@ def work_for(
     query_plan: QueryPlan, table: TableInfo, options: QueryOptions, given: Positions
 ) -> dict[int, PartitionQueryRequest]:
     """What to ask of each partition for a query with `options`, reading at or past `given`."""
+    if options.after is not None and query_plan.scan is not None and query_plan.scan.mode != "rows":
+        raise QueryError(
+            "bad_request",
+            f"{AFTER_PROPERTY}: pages follow key order; a query with ORDER BY or aggregates has no next page",
+        )
     work = partition_work(query_plan, table, options.max_lag, given)
     return page(work, options.partitions, options.after)
 

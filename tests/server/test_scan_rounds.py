@@ -1,0 +1,218 @@
+"""Scans through the coordinator's rounds: each partition's program runs at the replica that serves it, a
+replica that fails mid-scan costs a retry of that partition on another replica (never a wrong total), a
+query error is a 400 at once, a busy replica sends the partition to the next one. Peers are in-memory
+stand-ins running query/scan.py as a server does; LocalReads' steps are tested with a stand-in store."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from hotstate.controller.image import MetadataImage, PartitionInfo, TableInfo
+from hotstate.controller.records import KeyColumn, KeyType
+from hotstate.protocol.keys import encode_key, partition_for
+from hotstate.protocol.rows import encode_row
+from hotstate.query.execute import QueryError
+from hotstate.query.expressions import EvalError
+from hotstate.query.scan import ScanProgram, ScanRun
+from hotstate.query.sql import parse
+from hotstate.replica.messages import (
+    PartitionQueryRequest,
+    PartitionQueryResponse,
+    QueryPartitionsRequest,
+    QueryPartitionsResponse,
+    ReplicaError,
+)
+from hotstate.routing.lags import LagTable
+from hotstate.rpc import NotConnected
+from hotstate.server.coordinator import ClusterView, Coordinator, request_soon_of
+from hotstate.server.serving import LocalReads
+
+PARTITIONS = 4
+TABLE = TableInfo("clicks", 1, PARTITIONS, 1, (KeyColumn("user", KeyType.STRING),), acceptable_lag=None)
+PLACEMENT = {0: (2, 3), 1: (3, 2), 2: (2, 3), 3: (3, 2)}
+USERS = [f"u{i:03d}" for i in range(200)]
+
+
+def _items(partition: int) -> list[tuple[bytes, bytes]]:
+    return sorted(
+        (encode_key((u,)), encode_row({"user": u, "n": int(u[1:]), "g": int(u[1:]) % 3}))
+        for u in USERS
+        if partition_for(encode_key((u,)), PARTITIONS) == partition
+    )
+
+
+class Peers:
+    """Servers holding every row; `down` fail as a dead peer does, `busy` refuse scans, `bad` say the
+    query fails on a row."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, tuple[int, ...]]] = []
+        self.down: set[int] = set()
+        self.busy: set[int] = set()
+        self.bad: set[int] = set()
+
+    async def request(self, node: int, message: object, timeout_s: float) -> object:
+        assert isinstance(message, QueryPartitionsRequest)
+        self.calls.append((node, tuple(p.partition for p in message.parts)))
+        if node in self.down:
+            raise NotConnected(f"node {node} is down")
+        return QueryPartitionsResponse(tuple(self.answer(node, part) for part in message.parts))
+
+    def answer(self, node: int, part: PartitionQueryRequest) -> PartitionQueryResponse:
+        assert part.program, "a scan's every partition carries its program"
+        if node in self.busy:
+            return PartitionQueryResponse(ReplicaError.SCAN_BUSY, f"server {node} runs 4 scans already")
+        if node in self.bad:
+            return PartitionQueryResponse(ReplicaError.BAD_QUERY, "cannot compare string 'a' with number 1")
+        run = ScanRun(ScanProgram.decode(part.program))
+        items = [i for i in _items(part.partition) if (part.start is None or i[0] >= part.start)]
+        run.feed(items)
+        rows, partial = run.answer()
+        return PartitionQueryResponse(ReplicaError.NONE, "", "active", 10, 0, rows, partial)
+
+
+def _coordinator(peers: Peers) -> Coordinator:
+    parts = tuple(
+        PartitionInfo(1, p, (active, standby), active, (), 1, (active, standby))
+        for p, (active, standby) in sorted(PLACEMENT.items())
+    )
+    image = MetadataImage(1, {}, {"clicks": TABLE}, {1: parts})
+    cluster = ClusterView(lambda: image, LagTable(), lambda node: True)
+    reads = LocalReads(
+        1, image=cluster.image, replicas=dict, lags=cluster.lags, on_store_failure=lambda r, e: None
+    )
+    return Coordinator(1, cluster, reads, request_soon_of(peers.request), cluster_id="scans")
+
+
+def test_an_aggregate_runs_at_the_replicas_and_merges_here() -> None:
+    peers = Peers()
+    result = asyncio.run(
+        _coordinator(peers).execute("SELECT g, COUNT(*), SUM(n) FROM clicks GROUP BY g ORDER BY g")
+    )
+    assert result.columns == ["g", "COUNT(*)", "SUM(n)"]
+    assert result.rows == [
+        [g, sum(1 for i in range(200) if i % 3 == g), sum(i for i in range(200) if i % 3 == g)]
+        for g in range(3)
+    ]
+    assert sorted(node for node, _ in peers.calls) == [2, 3]
+
+
+def test_a_replica_that_fails_costs_its_partitions_a_retry_never_a_wrong_total() -> None:
+    peers = Peers()
+    peers.down.add(2)
+    result = asyncio.run(_coordinator(peers).execute("SELECT COUNT(*), SUM(n) FROM clicks WHERE n >= 100"))
+    assert result.rows == [[100, sum(range(100, 200))]]
+    assert [p.served_by for p in result.partitions] == [3, 3, 3, 3]
+
+
+def test_a_busy_replica_sends_its_partitions_to_the_next() -> None:
+    peers = Peers()
+    peers.busy.add(3)
+    result = asyncio.run(_coordinator(peers).execute("SELECT user FROM clicks WHERE n < 3"))
+    assert result.rows == [["u000"], ["u001"], ["u002"]]
+    assert [p.served_by for p in result.partitions] == [2, 2, 2, 2]
+
+
+def test_a_query_error_at_a_replica_is_a_400_without_trying_others() -> None:
+    peers = Peers()
+    peers.bad.update({2, 3})
+    with pytest.raises(QueryError) as caught:
+        asyncio.run(_coordinator(peers).execute("SELECT * FROM clicks WHERE n > 'a'"))
+    assert caught.value.kind == "bad_request" and "cannot compare" in caught.value.message
+    assert len(peers.calls) <= 2  # one round: no partition was sent to its standby
+
+
+def test_pages_of_a_sorted_or_aggregated_scan_are_refused() -> None:
+    with pytest.raises(QueryError, match="no next page"):
+        asyncio.run(_coordinator(Peers()).execute("SELECT COUNT(*) FROM clicks", {"after": "AAAA"}))
+
+
+# --- LocalReads: steps and the concurrency cap -----------------------------------------------------------
+
+
+@dataclasses.dataclass
+class _Store:
+    items: list[tuple[bytes, bytes]]
+    read: int = 0
+
+    def scan(self, start: bytes | None = None, end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+        for item in self.items:
+            self.read += 1
+            yield item
+
+
+def _local(store: _Store, **settings: Any) -> LocalReads:
+    reads = LocalReads(
+        1,
+        image=lambda: MetadataImage(1, {}, {}, {}),
+        replicas=dict,
+        lags=LagTable(),
+        on_store_failure=lambda r, e: None,
+        **settings,
+    )
+    replica = type("Replica", (), {"store": store})()
+    reads._checked = lambda request: (replica, "active", 10, 0)  # type: ignore[method-assign]
+    return reads
+
+
+def _request(sql: str) -> PartitionQueryRequest:
+    from hotstate.query.scan import program_for
+
+    spec = parse(sql).scan
+    assert spec is not None
+    return PartitionQueryRequest(
+        "clicks", 0, (), True, None, None, None, None, 0, program_for(spec, None, 100_000).encode()
+    )
+
+
+def test_a_local_scan_yields_to_the_event_loop_every_step() -> None:
+    store = _Store(_items(0) * 10)
+    reads = _local(store, scan_step_rows=7)
+    ticks = itertools.count()
+
+    async def scan_while_ticking() -> tuple[PartitionQueryResponse, int]:
+        stop = asyncio.Event()
+
+        async def ticker() -> None:
+            while not stop.is_set():
+                next(ticks)
+                await asyncio.sleep(0)
+
+        task = asyncio.create_task(ticker())
+        answer = await reads.scan(_request("SELECT COUNT(*) FROM clicks WHERE n >= 0"))
+        stop.set()
+        await task
+        return answer, next(ticks)
+
+    answer, ticked = asyncio.run(scan_while_ticking())
+    assert answer.error is ReplicaError.NONE and store.read == len(store.items)
+    # The other task ran between every two steps: the loop never waited for the whole scan.
+    assert ticked >= len(store.items) // 7
+    assert reads.scans == 0
+
+
+def test_scans_beyond_the_concurrency_cap_are_refused_as_busy() -> None:
+    store = _Store(_items(0) * 10)
+    reads = _local(store, scan_step_rows=5, scan_max_concurrent=1)
+
+    async def two() -> list[PartitionQueryResponse]:
+        request = _request("SELECT COUNT(*) FROM clicks")
+        return list(await asyncio.gather(reads.scan(request), reads.scan(request)))
+
+    first, second = asyncio.run(two())
+    assert first.error is ReplicaError.NONE
+    assert second.error is ReplicaError.SCAN_BUSY and "query.scan.max.concurrent" in second.message
+    assert reads.scans == 0
+
+
+def test_a_local_scan_over_its_row_cap_is_a_query_error() -> None:
+    reads = _local(_Store(_items(0)), scan_max_rows=3, scan_step_rows=2)
+    answer = asyncio.run(reads.scan(_request("SELECT COUNT(*) FROM clicks")))
+    assert answer.error is ReplicaError.BAD_QUERY and "query.scan.max.rows" in answer.message
+    assert issubclass(EvalError, ValueError)
