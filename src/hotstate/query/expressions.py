@@ -897,6 +897,13 @@ def _build(node: Node) -> Eval:
 
 def _column(node: Col) -> Eval:
     name, path = node.name, node.path
+    if not path:  # the common case, kept to one dict lookup
+
+        def top(row: Row) -> object:
+            value = row.get(name, _MISSING)
+            return _lookup(row, name) if value is _MISSING else value
+
+        return top
 
     def read(row: Row) -> object:
         value = row.get(name, _MISSING)
@@ -917,12 +924,16 @@ def _and(args: tuple[Node, ...]) -> Eval:
     left, right = map(_build, args)
 
     def both(row: Row) -> object:
-        a = _truth(left(row), "AND")
+        a = left(row)
         if a is False:
             return False
-        b = _truth(right(row), "AND")
+        if a is not True:
+            a = _truth(a, "AND")
+        b = right(row)
         if b is False:
             return False
+        if b is not True:
+            b = _truth(b, "AND")
         return None if a is None or b is None else True
 
     return both
@@ -976,6 +987,10 @@ def _comparison(op: str) -> Callable[[tuple[Node, ...]], Eval]:
 
             return equality
 
+        constant = args[1].value if isinstance(args[1], Lit) else _MISSING
+        if type(constant) in (int, float, str) and isinstance(args[0], Col) and not args[0].path:
+            return _against_constant(op, args[0].name, constant, test)
+
         def ordered(row: Row) -> object:
             a, b = left(row), right(row)
             if a is None or b is None:
@@ -987,6 +1002,34 @@ def _comparison(op: str) -> Callable[[tuple[Node, ...]], Eval]:
         return ordered
 
     return build
+
+
+_PYTHON_ORDER: Final[dict[str, Callable[[Any, Any], bool]]] = {
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b,
+}
+
+
+def _against_constant(op: str, name: str, constant: object, test: Callable[[int], bool]) -> Eval:
+    """`column op constant` for a number or string constant: the most common scan predicate, with the
+    value's type checked once and compared in one step when it is the constant's (or both are numbers)."""
+    number = type(constant) is not str
+    kinds = (int, float) if number else (str,)
+    python = _PYTHON_ORDER[op]
+
+    def ordered(row: Row) -> object:
+        value = row.get(name, _MISSING)
+        if value is _MISSING:
+            value = _lookup(row, name)
+        if value is None:
+            return None
+        if type(value) in kinds:
+            return python(value, constant)
+        return test(compare(value, constant))
+
+    return ordered
 
 
 def _in(negate: bool) -> Callable[[tuple[Node, ...]], Eval]:

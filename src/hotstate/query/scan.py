@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import heapq
 import itertools
 import math
 import operator
@@ -260,6 +261,17 @@ class ScanRun:
         self._group = [evaluator(node) for node in program.group]
         self._args = [None if a.arg is None else evaluator(a.arg) for a in program.aggregates]
         self._groups: dict[tuple[object, ...], list[Any]] = {}
+        self._updates = [
+            (index, a.func, arg)
+            for index, (a, arg) in enumerate(zip(program.aggregates, self._args, strict=True))
+        ]
+        self._count_only = (
+            program.mode == AGGREGATE
+            and program.where is None
+            and not program.group
+            and all(a.func == "count_star" for a in program.aggregates)
+        )
+        self._worst: tuple[object, ...] | None = None  # of the top `keep` so far, once there are that many
         self._distinct = 0
         # Columns the query names that no row has shown yet: a name no row has is not a column.
         names: set[str] = set()
@@ -281,6 +293,11 @@ class ScanRun:
                 f"the query scanned more than {self.max_scanned:,} rows of one partition (the server's "
                 "query.scan.max.rows): narrow the WHERE on key columns"
             )
+        if self._count_only:  # COUNT(*) of every row: no row needs decoding
+            states = self._groups.setdefault((), [0] * len(self.program.aggregates))
+            for index in range(len(states)):
+                states[index] += len(items)
+            return
         rows = decode_rows([row for _, row in items])
         if self._unseen:
             self._see(rows)
@@ -308,20 +325,37 @@ class ScanRun:
                 return
 
     def _feed_top(self, items: Sequence[tuple[bytes, bytes]], rows: Sequence[dict[str, object]]) -> None:
-        where, order, top = self._where, self._order, self._top
-        for (key, data), row in zip(items, rows, strict=True):
-            if where is None or where(row) is True:
-                top.append((tuple(value(row) for value in order), key, data))
-        keep = self.program.keep
-        if len(top) > 2 * keep + 1024:
+        where, order, top, items_order = self._where, self._order, self._top, self.program.order
+        worst = self._worst
+        try:
+            for (key, data), row in zip(items, rows, strict=True):
+                if where is None or where(row) is True:
+                    sort_key = sort_key_of([value(row) for value in order], items_order)
+                    # Items come in key order, so a row that only ties the worst kept one loses to it.
+                    if worst is None or sort_key < worst:
+                        top.append((sort_key, key, data))
+        except TypeError:
+            raise EvalError(_unordered(items_order)) from None
+        if len(top) > 2 * self.program.keep + 1024:
             self._prune()
 
     def _prune(self) -> None:
-        self._top.sort(key=lambda entry: self._order_key((*entry[0], entry[1])))
-        del self._top[self.program.keep :]
+        keep = self.program.keep
+        try:
+            self._top = heapq.nsmallest(keep, self._top)
+        except TypeError:
+            raise EvalError(_unordered(self.program.order)) from None
+        if keep and len(self._top) == keep:
+            self._worst = self._top[-1][0]
 
     def _accumulate(self, row: dict[str, object]) -> None:
-        key = tuple(value(row) for value in self._group)
+        group = self._group
+        if not group:
+            key: tuple[object, ...] = ()
+        elif len(group) == 1:
+            key = (group[0](row),)
+        else:
+            key = tuple(value(row) for value in group)
         states = self._groups.get(key)
         if states is None:
             for value in key:
@@ -330,14 +364,29 @@ class ScanRun:
             if len(self._groups) >= MAX_GROUPS:
                 raise EvalError(f"the GROUP BY makes more than {MAX_GROUPS:,} groups (the limit)")
             states = self._groups[key] = [_initial(a.func) for a in self.program.aggregates]
-        for index, (aggregate, arg) in enumerate(zip(self.program.aggregates, self._args, strict=True)):
+        for index, func, arg in self._updates:
             if arg is None:
                 states[index] += 1
                 continue
             value = arg(row)
             if value is None:
                 continue
-            states[index] = self._add(aggregate.func, states[index], value)
+            if func == "count":
+                states[index] += 1
+                continue
+            state = states[index]
+            kind = type(value)
+            if (
+                func == "sum"
+                and (kind is int or kind is float)
+                and (state is None or type(state) in _NUMBERS)
+            ):
+                states[index] = value if state is None else state + value
+            elif func in ("min", "max") and (state is None or type(state) is kind) and kind in _ORDERED:
+                if state is None or (value < state if func == "min" else value > state):  # type: ignore[operator]
+                    states[index] = value
+            else:
+                states[index] = self._add(func, state, value)
 
     def _add(self, func: str, state: Any, value: object) -> Any:
         if func == "count":
@@ -376,6 +425,58 @@ class ScanRun:
             for key, states in self._groups.items()
         ]
         return (), pack({"scanned": self.scanned, "groups": groups})
+
+
+_NUMBERS: Final = (int, float)
+_ORDERED: Final = (int, float, str)
+
+
+class _Descending:
+    """A value that sorts in reverse: how a DESC item of a sort key orders non-numbers."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __lt__(self, other: _Descending) -> bool:
+        return bool(other.value < self.value)
+
+    def __gt__(self, other: _Descending) -> bool:
+        return bool(other.value > self.value)
+
+    def __le__(self, other: _Descending) -> bool:
+        return bool(other.value <= self.value)
+
+    def __ge__(self, other: _Descending) -> bool:
+        return bool(other.value >= self.value)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Descending) and bool(self.value == other.value)
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
+
+def sort_key_of(values: Sequence[object], order: Sequence[OrderItem]) -> tuple[object, ...]:
+    """A key that Python orders as ORDER BY orders `values`: compared in C, not through a cmp function
+    (values of one item must be of one kind; else TypeError)."""
+    out: list[object] = []
+    for value, item in zip(values, order, strict=True):
+        if value is None:
+            nulls_first = item.descending if item.nulls_first is None else item.nulls_first
+            out.append((0,) if nulls_first else (2,))
+        elif not item.descending:
+            out.append((1, value))
+        elif type(value) is int or type(value) is float:
+            out.append((1, -value))
+        else:
+            out.append((1, _Descending(value)))
+    return tuple(out)
+
+
+def _unordered(order: Sequence[OrderItem]) -> str:
+    return f"ORDER BY values of different types do not compare ({len(order)} sort items)"
 
 
 def _program_nodes(program: ScanProgram) -> list[Node]:
@@ -511,11 +612,13 @@ def finish(
     last_key = None
     if spec.order:
         order = [evaluator(item.node) for item in spec.order]
-        sort_key = _order_compare(spec.order)
-        ranked = sorted(
-            zip(decoded, merged, strict=True),
-            key=lambda pair: sort_key((*(value(pair[0]) for value in order), pair[1][0])),
-        )
+        try:
+            ranked = sorted(
+                zip(decoded, merged, strict=True),
+                key=lambda pair: (sort_key_of([value(pair[0]) for value in order], spec.order), pair[1][0]),
+            )
+        except TypeError:
+            raise EvalError(_unordered(spec.order)) from None
         decoded = [row for row, _ in ranked]
         cut = max_rows if limit is None else min(limit, max_rows + 1)
         if limit is None and len(decoded) > max_rows:
