@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+import hotstate
 from hotstate.cli.local_cluster import LocalCluster
 from hotstate.client.writer import TableWriter
 from hotstate.controller.records import KeyColumn, KeyType
@@ -105,6 +106,25 @@ def test_aggregates_group_by_having(running: RunningCluster) -> None:
     assert rows == [[region, by_region[region], 50] for region in sorted(by_region)]
     top = _rows(running, "SELECT user, score FROM events ORDER BY score DESC LIMIT 3", node=2)
     assert top == [[f"u{i:05d}", i * 0.5] for i in (ROWS - 1, ROWS - 2, ROWS - 3)]
+
+
+def test_ksqldb_endpoints_and_the_client_answer_scans(running: RunningCluster) -> None:
+    sql = "SELECT region, COUNT(*) AS n, AVG(score) AS mean FROM events GROUP BY region ORDER BY region"
+    expected = [
+        [f"r{r}", len(range(r, ROWS, 7)), sum(i * 0.5 for i in range(r, ROWS, 7)) / len(range(r, ROWS, 7))]
+        for r in range(7)
+    ]
+    base = _base(running, 3)
+    ksql = httpx.post(f"{base}/query", json={"ksql": sql + ";"}, timeout=20.0)
+    assert ksql.status_code == 200, ksql.text[:500]
+    header, *rows = ksql.json()
+    assert header["header"]["schema"] == "`region` STRING, `n` BIGINT, `mean` DOUBLE"
+    assert [row["row"]["columns"] for row in rows] == expected
+    with hotstate.Client([base.removeprefix("http://")], timeout_s=20.0) as client:
+        frame = client.query(sql).to_pandas()
+    assert list(frame.columns) == ["region", "n", "mean"]
+    assert frame.values.tolist() == expected
+    assert str(frame["n"].dtype).lower().startswith("int")
 
 
 @pytest.mark.parametrize(
