@@ -56,12 +56,14 @@ class Peers:
         self.down: set[int] = set()
         self.busy: set[int] = set()
         self.bad: set[int] = set()
+        self.delay: dict[int, float] = {}
 
     async def request(self, node: int, message: object, timeout_s: float) -> object:
         assert isinstance(message, QueryPartitionsRequest)
         self.calls.append((node, tuple(p.partition for p in message.parts)))
         if node in self.down:
             raise NotConnected(f"node {node} is down")
+        await asyncio.sleep(self.delay.get(node, 0.0))
         return QueryPartitionsResponse(tuple(self.answer(node, part) for part in message.parts))
 
     def answer(self, node: int, part: PartitionQueryRequest) -> PartitionQueryResponse:
@@ -126,6 +128,16 @@ def test_a_query_error_at_a_replica_is_a_400_without_trying_others() -> None:
         asyncio.run(_coordinator(peers).execute("SELECT * FROM clicks WHERE n > 'a'"))
     assert caught.value.kind == "bad_request" and "cannot compare" in caught.value.message
     assert len(peers.calls) <= 2  # one round: no partition was sent to its standby
+
+
+def test_a_long_scan_is_not_hedged_nor_makes_its_peer_look_slow() -> None:
+    peers = Peers()
+    peers.delay[2] = 0.4  # past the longest hedge delay (200 ms)
+    coordinator = _coordinator(peers)
+    result = asyncio.run(coordinator.execute("SELECT COUNT(*) FROM clicks"))
+    assert result.rows == [[len(USERS)]]
+    assert sorted(peers.calls) == [(2, (0, 2)), (3, (1, 3))]  # no copy of 0 and 2 went to 3
+    assert not coordinator.hedging.slow(2, 10**12)
 
 
 def test_pages_of_a_sorted_or_aggregated_scan_are_refused() -> None:

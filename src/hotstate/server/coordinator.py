@@ -205,6 +205,9 @@ class Coordinator:
             standby_reads = hedge = True
             given = {}
             work = plain_work(query_plan, table, table.acceptable_lag)
+        # A scan's forwards are not hedged: it takes as long as its rows, not a lookup's round trip, and a
+        # copy would double the work it is slow for.
+        hedge = hedge and query_plan.scan is None
         parts = image.partitions.get(table.table_id, ())
         # A scan's local partitions are read in steps, awaited (`_scan_here`), never in this call.
         here = {} if query_plan.scan is not None else self._serve_actives_here(parts, work, deadline)
@@ -407,7 +410,8 @@ class Coordinator:
         if node_id == self.node_id:
             return await self._scan_here(group)
         policy = self.hedging
-        policy.forwarded()
+        if query.plan.scan is None:
+            policy.forwarded()
         deadline = query.deadline
         delay_ms = policy.delay_ms(node_id) if query.hedge else None
         if delay_ms is None or delay_ms / 1000 >= deadline - time.monotonic():
@@ -494,7 +498,12 @@ class Coordinator:
         """`_ask`'s request, sent: the future of its answer and its id for the hedging policy."""
         timeout = attempt_timeout(group, deadline - time.monotonic(), self.cluster.connected(node_id))
         request = QueryPartitionsRequest(tuple(a.spec for a in group), CURRENT_USER.get())
-        request_id = self.hedging.sent(node_id, time.monotonic() * 1000)
+        if any(a.spec.program for a in group):
+            # Not counted by the hedging policy: a scan's time would raise the peer's hedge delay, and
+            # while it runs make the peer look slow to every lookup.
+            request_id = -1
+        else:
+            request_id = self.hedging.sent(node_id, time.monotonic() * 1000)
         return self._request_soon(node_id, request, timeout), request_id
 
     async def _ask_rest(
