@@ -9,6 +9,7 @@ import asyncio
 import dataclasses
 import itertools
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,6 +29,7 @@ from hotstate.replica.messages import (
     QueryPartitionsResponse,
     ReplicaError,
 )
+from hotstate.replica.store import StoreError
 from hotstate.routing.lags import LagTable
 from hotstate.rpc import NotConnected
 from hotstate.server.coordinator import ClusterView, Coordinator, request_soon_of
@@ -152,20 +154,26 @@ def test_pages_of_a_sorted_or_aggregated_scan_are_refused() -> None:
 class _Store:
     items: list[tuple[bytes, bytes]]
     read: int = 0
+    closed: bool = False
+    close_after: int | None = None  # rows read before it is closed under the scan
 
     def scan(self, start: bytes | None = None, end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         for item in self.items:
+            if self.read == self.close_after:
+                self.closed = True
+            if self.closed:
+                raise StoreError(Path("/x"), "closed during a scan")
             self.read += 1
             yield item
 
 
-def _local(store: _Store, **settings: Any) -> LocalReads:
+def _local(store: _Store, failures: list[object] | None = None, **settings: Any) -> LocalReads:
     reads = LocalReads(
         1,
         image=lambda: MetadataImage(1, {}, {}, {}),
         replicas=dict,
         lags=LagTable(),
-        on_store_failure=lambda r, e: None,
+        on_store_failure=lambda r, e: (failures if failures is not None else []).append(e),
         **settings,
     )
     replica = type("Replica", (), {"store": store})()
@@ -228,3 +236,11 @@ def test_a_local_scan_over_its_row_cap_is_a_query_error() -> None:
     answer = asyncio.run(reads.scan(_request("SELECT COUNT(*) FROM clicks")))
     assert answer.error is ReplicaError.BAD_QUERY and "query.scan.max.rows" in answer.message
     assert issubclass(EvalError, ValueError)
+
+
+def test_a_store_closed_under_a_scan_is_a_refusal_not_a_disk_failure() -> None:
+    failures: list[object] = []
+    reads = _local(_Store(_items(0) * 3, close_after=20), failures, scan_step_rows=8)
+    answer = asyncio.run(reads.scan(_request("SELECT COUNT(*) FROM clicks WHERE n >= 0")))
+    assert answer.error is ReplicaError.UNKNOWN_PARTITION and "closed mid-scan" in answer.message
+    assert failures == [] and reads.scans == 0

@@ -408,7 +408,7 @@ class Coordinator:
         """`_ask`, hedged (routing/hedging.py): when `node_id` has not answered within its hedge delay, the
         partitions go to their next candidates as well, and each takes the first answer."""
         if node_id == self.node_id:
-            return await self._scan_here(group)
+            return await self._scan_here(group, query.deadline)
         policy = self.hedging
         if query.plan.scan is None:
             policy.forwarded()
@@ -488,7 +488,7 @@ class Coordinator:
         """Asks `node_id` for every partition in `group` at once; what it could not serve stays pending,
         with the reason recorded."""
         if node_id == self.node_id:
-            return await self._scan_here(group)
+            return await self._scan_here(group, deadline)
         sent, request_id = self._send_ask(node_id, group, deadline)
         return await self._ask_rest(node_id, group, sent, request_id)
 
@@ -548,11 +548,16 @@ class Coordinator:
             attempts.failed(reason)
         return {}
 
-    async def _scan_here(self, group: list[Attempts]) -> dict[int, PartitionAnswer]:
-        """Scans of partitions this server's replicas serve, each in steps (LocalReads.scan)."""
+    async def _scan_here(self, group: list[Attempts], deadline: float) -> dict[int, PartitionAnswer]:
+        """Scans of partitions this server's replicas serve, each in steps (LocalReads.scan), stopped at
+        the query's deadline."""
         out: dict[int, PartitionAnswer] = {}
         for attempts in group:
-            answer = await self.reads.scan(attempts.spec)
+            try:
+                answer = await asyncio.wait_for(self.reads.scan(attempts.spec), deadline - time.monotonic())
+            except TimeoutError:
+                attempts.failed("timed out")
+                continue
             if answer.error is ReplicaError.NONE:
                 out[attempts.partition] = PartitionAnswer.of(attempts.partition, self.node_id, answer)
             elif answer.error is ReplicaError.BAD_QUERY:

@@ -144,6 +144,14 @@ class LocalReads:
                 yield PartitionQueryResponse(ReplicaError.BAD_QUERY, str(error), state, position, offset_lag)
                 return
             except StoreError as error:
+                if store.closed or replica.store is not store:
+                    # Closed under the scan between two steps (a snapshot installed, the replica dropped):
+                    # another replica serves the partition, and nothing is wrong with this one's disk.
+                    yield PartitionQueryResponse(
+                        ReplicaError.UNKNOWN_PARTITION,
+                        f"server {self.node_id}'s replica of it closed mid-scan",
+                    )
+                    return
                 self._on_store_failure(replica, error)
                 yield PartitionQueryResponse(
                     ReplicaError.UNKNOWN_PARTITION, f"server {self.node_id}'s replica of it failed: {error}"
