@@ -173,7 +173,8 @@ def scan_access(conditions: Sequence[Predicate], table: TableInfo, max_keys: int
     positions = {column.name.casefold(): index for index, column in enumerate(table.key_columns)}
 
     def last_column(predicate: Predicate) -> int:
-        names = predicate.columns if isinstance(predicate, TupleIn) else (predicate.column,)
+        # A predicate kind other than these two (none yet) would be left to the replicas.
+        names = getattr(predicate, "columns", None) or (getattr(predicate, "column", ""),)
         return max(positions.get(name.casefold(), len(positions)) for name in names)
 
     for width in range(len(positions), 0, -1):
