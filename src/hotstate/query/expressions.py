@@ -840,15 +840,17 @@ def like_matcher(pattern: str, escape: str, *, fold: bool) -> Callable[[str], bo
             pieces[-1].append(char.casefold() if fold else char)
     finders = [_piece_finder(piece) for piece in pieces]
     lengths = [len(piece) for piece in pieces]
+    starts = _piece_at(pieces[0])
+    ends = _piece_at(pieces[-1])
 
     def match(text: str) -> bool:
         if fold:
             text = text.casefold()
         if len(pieces) == 1:
-            return len(text) == lengths[0] and finders[0](text, 0) == 0
+            return len(text) == lengths[0] and starts(text, 0)
         if len(text) < sum(lengths):
             return False
-        if finders[0](text, 0) != 0:
+        if not starts(text, 0):
             return False
         at = lengths[0]
         last_start = len(text) - lengths[-1]
@@ -857,9 +859,18 @@ def like_matcher(pattern: str, escape: str, *, fold: bool) -> Callable[[str], bo
             if found < 0 or found + length > last_start:
                 return False
             at = found + length
-        return last_start >= at and finders[-1](text, last_start) == last_start
+        return last_start >= at and ends(text, last_start)
 
     return match
+
+
+def _piece_at(piece: list[str | None]) -> Callable[[str, int], bool]:
+    """(text, at) -> whether `piece` matches `text` at `at` exactly."""
+    if None not in piece:
+        literal = "".join(c for c in piece if c is not None)
+        return lambda text, at: text.startswith(literal, at)
+    regex = re.compile("".join("." if c is None else re.escape(c) for c in piece), re.DOTALL)
+    return lambda text, at: regex.match(text, at) is not None
 
 
 def _piece_finder(piece: list[str | None]) -> Callable[[str, int], int]:
