@@ -157,6 +157,7 @@ class _Store:
     read: int = 0
     closed: bool = False
     close_after: int | None = None  # rows read before it is closed under the scan
+    pause_s: float = 0.0  # a slow disk: this long per row read
 
     def scan(self, start: bytes | None = None, end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         for item in self.items:
@@ -165,6 +166,7 @@ class _Store:
             if self.closed:
                 raise StoreError(Path("/x"), "closed during a scan")
             self.read += 1
+            time.sleep(self.pause_s)
             yield item
 
 
@@ -182,14 +184,13 @@ def _local(store: _Store, failures: list[object] | None = None, **settings: Any)
     return reads
 
 
-def _request(sql: str) -> PartitionQueryRequest:
+def _request(sql: str, budget_ms: int = 0) -> PartitionQueryRequest:
     from hotstate.query.scan import program_for
 
     spec = parse(sql).scan
     assert spec is not None
-    return PartitionQueryRequest(
-        "clicks", 0, (), True, None, None, None, None, 0, program_for(spec, None, 100_000).encode()
-    )
+    program = program_for(spec, None, 100_000, budget_ms).encode()
+    return PartitionQueryRequest("clicks", 0, (), True, None, None, None, None, 0, program)
 
 
 def test_a_local_scan_yields_to_the_event_loop_every_step() -> None:
@@ -287,3 +288,11 @@ def test_the_event_loop_never_waits_for_a_whole_scan(tmp_path: Path) -> None:
     # 60 steps of ~2.5 ms; a step sometimes takes several times that (a garbage collection, a block read),
     # but the loop never waits for more than a small part of the scan.
     assert longest < took / 4
+
+
+def test_a_replica_stops_a_scan_past_the_querys_time_budget() -> None:
+    store = _Store(_items(0) * 10, pause_s=0.001)
+    reads = _local(store, scan_step_rows=10)
+    answer = asyncio.run(reads.scan(_request("SELECT COUNT(*) FROM clicks WHERE n >= 0", budget_ms=5)))
+    assert answer.error is ReplicaError.TIMEOUT and "timeout_ms (5 ms)" in answer.message
+    assert store.read < len(store.items) and reads.scans == 0

@@ -286,15 +286,19 @@ def work_for(
             "bad_request",
             f"{AFTER_PROPERTY}: pages follow key order; a query with ORDER BY or aggregates has no next page",
         )
-    work = partition_work(query_plan, table, options.max_lag, given)
+    work = partition_work(query_plan, table, options.max_lag, given, options.timeout_ms)
     return page(work, options.partitions, options.after)
 
 
 def partition_work(
-    query_plan: QueryPlan, table: TableInfo, max_lag: int | None = None, token: Positions | None = None
+    query_plan: QueryPlan,
+    table: TableInfo,
+    max_lag: int | None = None,
+    token: Positions | None = None,
+    timeout_ms: int = DEFAULT_TIMEOUT_MS,
 ) -> dict[int, PartitionQueryRequest]:
     """What to ask of each partition the plan touches, in partition order, each no older than `token`."""
-    work = plain_work(query_plan, table, max_lag)
+    work = plain_work(query_plan, table, max_lag, timeout_ms)
     if token:
         for partition, spec in work.items():
             wanted = token.get((table.table_id, partition), 0)
@@ -304,11 +308,11 @@ def partition_work(
 
 
 def plain_work(
-    query_plan: QueryPlan, table: TableInfo, max_lag: int | None
+    query_plan: QueryPlan, table: TableInfo, max_lag: int | None, timeout_ms: int = DEFAULT_TIMEOUT_MS
 ) -> dict[int, PartitionQueryRequest]:
     """`partition_work` without a token: every property at its default but the bound (most lookups)."""
     if query_plan.scan is not None:
-        return scan_work(query_plan, table, max_lag)
+        return scan_work(query_plan, table, max_lag, timeout_ms)
     access = query_plan.access
     if isinstance(access, KeyLookup):
         if len(access.keys) == 1:  # a point lookup
@@ -339,11 +343,12 @@ def plain_work(
 
 
 def scan_work(
-    query_plan: QueryPlan, table: TableInfo, max_lag: int | None
+    query_plan: QueryPlan, table: TableInfo, max_lag: int | None, timeout_ms: int = DEFAULT_TIMEOUT_MS
 ) -> dict[int, PartitionQueryRequest]:
-    """`plain_work` of a scan: the same reads, each with the program its replica runs over the rows."""
+    """`plain_work` of a scan: the same reads, each with the program its replica runs over the rows (for
+    at most the query's `timeout_ms`: a replica does not scan on for a query that gave up)."""
     assert query_plan.scan is not None
-    program = program_for(query_plan.scan, query_plan.limit, MAX_ROWS).encode()
+    program = program_for(query_plan.scan, query_plan.limit, MAX_ROWS, timeout_ms).encode()
     plain = dataclasses.replace(query_plan, scan=None, limit=None)
     return {
         partition: dataclasses.replace(spec, program=program)

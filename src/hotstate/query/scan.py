@@ -119,6 +119,7 @@ class ScanProgram:
     order: tuple[OrderItem, ...] = ()
     group: tuple[Node, ...] = ()
     aggregates: tuple[Aggregate, ...] = ()
+    budget_ms: int = 0  # the query's time budget: the replica stops scanning past it (0: none)
 
     def encode(self) -> bytes:
         return pack(
@@ -131,6 +132,7 @@ class ScanProgram:
                 "aggregates": [
                     [a.func, None if a.arg is None else encode_node(a.arg)] for a in self.aggregates
                 ],
+                "budget_ms": self.budget_ms,
             }
         )
 
@@ -158,9 +160,16 @@ class ScanProgram:
                 order,
                 tuple(decode_node(_list(g)) for g in _list(fields["group"])),
                 tuple(aggregates),
+                _budget(fields.get("budget_ms", 0)),
             )
         except (KeyError, TypeError) as error:
             raise ValueError(f"bad scan program: {error}") from None
+
+
+def _budget(value: object) -> int:
+    if type(value) is not int or value < 0:
+        raise ValueError(f"bad scan budget {value!r}")
+    return value
 
 
 def _list(value: object) -> list[Any]:
@@ -169,15 +178,15 @@ def _list(value: object) -> list[Any]:
     return value
 
 
-def program_for(spec: ScanSpec, limit: int | None, max_rows: int) -> ScanProgram:
-    """The program each partition runs for `spec` under the query's LIMIT."""
+def program_for(spec: ScanSpec, limit: int | None, max_rows: int, budget_ms: int = 0) -> ScanProgram:
+    """The program each partition runs for `spec` under the query's LIMIT and time budget."""
     if spec.aggregating:
-        return ScanProgram(AGGREGATE, spec.where, 0, (), spec.group, spec.aggregates)
+        return ScanProgram(AGGREGATE, spec.where, 0, (), spec.group, spec.aggregates, budget_ms)
     # One row past the LIMIT tells whether more follow (the cursor; or the row cap's error).
     keep = max_rows + 1 if limit is None else min(limit + 1, max_rows + 1)
     if spec.order:
-        return ScanProgram(TOP, spec.where, keep, spec.order)
-    return ScanProgram(ROWS, spec.where, keep)
+        return ScanProgram(TOP, spec.where, keep, spec.order, budget_ms=budget_ms)
+    return ScanProgram(ROWS, spec.where, keep, budget_ms=budget_ms)
 
 
 # --- from a plain query's WHERE -------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import time
 from collections.abc import Callable, Generator, Mapping
 
 from hotstate.controller.image import MetadataImage
@@ -120,7 +121,8 @@ class LocalReads:
         self.scans += 1
         try:
             try:
-                run = ScanRun(ScanProgram.decode(request.program), max_scanned=self.scan_max_rows)
+                program = ScanProgram.decode(request.program)
+                run = ScanRun(program, max_scanned=self.scan_max_rows)
             except ValueError as error:
                 yield PartitionQueryResponse(ReplicaError.INVALID_REQUEST, f"bad scan program: {error}")
                 return
@@ -133,11 +135,20 @@ class LocalReads:
                     values = store.get_many(request.keys)
                     found = [(k, v) for k, v in zip(request.keys, values, strict=True) if v is not None]
                     source = iter(found)
+                give_up = None if not program.budget_ms else time.monotonic() + program.budget_ms / 1000
                 while True:
                     chunk = list(itertools.islice(source, step))
                     run.feed(chunk)
                     if len(chunk) < step or run.done:
                         break
+                    if give_up is not None and time.monotonic() > give_up:
+                        # The coordinator has given up on the query by now: scanning on helps nobody.
+                        yield PartitionQueryResponse(
+                            ReplicaError.TIMEOUT,
+                            f"the scan ran past the query's timeout_ms ({program.budget_ms} ms) after "
+                            f"{run.scanned:,} rows",
+                        )
+                        return
                     yield None
                 items, partial = run.answer()
             except EvalError as error:
