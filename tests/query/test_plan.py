@@ -22,7 +22,9 @@ from hotstate.query.plan import (
     TooManyKeysError,
     UnknownTableError,
     find_table,
+    general_access,
     plan,
+    scan_access,
 )
 from hotstate.query.sql import (
     Condition,
@@ -289,14 +291,30 @@ def test_unencodable_string_is_an_invalid_key_value() -> None:
     ],
 )
 def test_unsupported_shapes(info: TableInfo, where: str, message: str) -> None:
+    # What the key alone cannot answer, said by the key analysis, is a scan whose replicas evaluate the
+    # WHERE (query/scan.py): the key predicates that still apply narrow it.
+    conditions = parse(f"SELECT * FROM t WHERE {where}").conditions
     with pytest.raises(UnsupportedQueryError) as caught:
-        access(f"SELECT * FROM t WHERE {where}", info)
+        general_access(conditions, info, 10_000)
     assert message in str(caught.value)
+    scan = plan(parse(f"SELECT * FROM t WHERE {where}"), info)
+    assert scan.scan is not None and scan.scan.where is not None
+    assert scan.access == scan_access(conditions, info, 10_000)
+
+
+def test_a_scan_reads_what_its_key_predicates_narrow_it_to() -> None:
+    assert access("SELECT * FROM t WHERE id = 1 AND url > 'x'", BY_ID) == lookup((1,))
+    assert access("SELECT * FROM t WHERE user = 'a' AND seq = 1", BY_USER_DAY) == KeyRange(
+        encode_key(("a",)), encode_key(("a",)) + b"\xff"
+    )
+    assert access("SELECT * FROM t WHERE day = 3", BY_USER_DAY) == FullScan()
+    assert access("SELECT * FROM t WHERE url = 'x' OR id = 1", BY_ID) == FullScan()
 
 
 def test_a_shape_error_comes_before_a_contradiction() -> None:
+    conditions = parse("SELECT * FROM t WHERE day = NULL").conditions
     with pytest.raises(UnsupportedQueryError, match="needs equality on key column 'user'"):
-        access("SELECT * FROM t WHERE day = NULL", BY_USER_DAY)
+        general_access(conditions, BY_USER_DAY, 10_000)
 
 
 def test_too_many_keys() -> None:

@@ -123,7 +123,6 @@ for type_id, cls in (
     (164, replica.ServerAddress),
     (166, replica.ReadPartitionRequest),
     (167, replica.ReadPartitionResponse),
-    (169, replica.PartitionQueryResponse),
     (170, replica.Heartbeat),
     (171, replica.LagReport),
     (173, replica.QueryPartitionsResponse),
@@ -142,7 +141,10 @@ MESSAGES.register(101, ServerStatus, version=2)
 MESSAGES.register(162, replica.TableMetadataRequest, version=2)
 # Version 2 appended produce_max_bytes.
 MESSAGES.register(165, replica.TableMetadataResponse, version=2)
-# Version 2 appended min_position (consistency tokens), version 3 table_id (table generations).
-MESSAGES.register(168, replica.PartitionQueryRequest, version=3)
+# Version 2 appended min_position (consistency tokens), version 3 table_id (table generations), version 4
+# program (scans, query/scan.py).
+MESSAGES.register(168, replica.PartitionQueryRequest, version=4)
 # Version 2 appended user (who asked the coordinator, for the serving server's log).
 MESSAGES.register(172, replica.QueryPartitionsRequest, version=2)
+# Version 2 appended partial (a scan's counts and partial aggregates).
+MESSAGES.register(169, replica.PartitionQueryResponse, version=2)

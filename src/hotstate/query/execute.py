@@ -20,6 +20,7 @@ from hotstate.protocol.http_api import DEFAULT_QUERY_TIMEOUT_MS
 from hotstate.protocol.replica_state import ReplicaState, as_replica_state
 from hotstate.protocol.rows import decode_rows, may_hold_non_finite
 from hotstate.query.plan import FullScan, KeyLookup, KeyRange, QueryPlan
+from hotstate.query.scan import finish, program_for
 from hotstate.query.tokens import Positions, TokenError, decode, encode, merge
 from hotstate.replica.messages import PartitionQueryRequest, PartitionQueryResponse
 
@@ -78,12 +79,13 @@ class PartitionAnswer:
 
     served: PartitionServed
     items: list[tuple[bytes, bytes]] | tuple[tuple[bytes, bytes], ...]
+    partial: bytes = b""  # a scan's partial answer (query/scan.py)
 
     @classmethod
     def of(cls, partition: int, node_id: int, answer: PartitionQueryResponse) -> PartitionAnswer:
         state = as_replica_state(answer.state)  # the wire carries it as text; callers checked it
         served = PartitionServed(partition, node_id, state, answer.offset_lag, answer.position)
-        return cls(served, answer.items)
+        return cls(served, answer.items, answer.partial)
 
 
 @dataclass(slots=True)
@@ -279,15 +281,24 @@ def work_for(
     query_plan: QueryPlan, table: TableInfo, options: QueryOptions, given: Positions
 ) -> dict[int, PartitionQueryRequest]:
     """What to ask of each partition for a query with `options`, reading at or past `given`."""
-    work = partition_work(query_plan, table, options.max_lag, given)
+    if options.after is not None and query_plan.scan is not None and query_plan.scan.mode != "rows":
+        raise QueryError(
+            "bad_request",
+            f"{AFTER_PROPERTY}: pages follow key order; a query with ORDER BY or aggregates has no next page",
+        )
+    work = partition_work(query_plan, table, options.max_lag, given, options.timeout_ms)
     return page(work, options.partitions, options.after)
 
 
 def partition_work(
-    query_plan: QueryPlan, table: TableInfo, max_lag: int | None = None, token: Positions | None = None
+    query_plan: QueryPlan,
+    table: TableInfo,
+    max_lag: int | None = None,
+    token: Positions | None = None,
+    timeout_ms: int = DEFAULT_TIMEOUT_MS,
 ) -> dict[int, PartitionQueryRequest]:
     """What to ask of each partition the plan touches, in partition order, each no older than `token`."""
-    work = plain_work(query_plan, table, max_lag)
+    work = plain_work(query_plan, table, max_lag, timeout_ms)
     if token:
         for partition, spec in work.items():
             wanted = token.get((table.table_id, partition), 0)
@@ -297,9 +308,11 @@ def partition_work(
 
 
 def plain_work(
-    query_plan: QueryPlan, table: TableInfo, max_lag: int | None
+    query_plan: QueryPlan, table: TableInfo, max_lag: int | None, timeout_ms: int = DEFAULT_TIMEOUT_MS
 ) -> dict[int, PartitionQueryRequest]:
     """`partition_work` without a token: every property at its default but the bound (most lookups)."""
+    if query_plan.scan is not None:
+        return scan_work(query_plan, table, max_lag, timeout_ms)
     work = _plain_work(query_plan, table, max_lag)
     if table.loaded_positions:
         # A generation an overwrite swapped in is served only from stores holding all of its load.
@@ -350,6 +363,20 @@ def _plain_work(
     }
 
 
+def scan_work(
+    query_plan: QueryPlan, table: TableInfo, max_lag: int | None, timeout_ms: int = DEFAULT_TIMEOUT_MS
+) -> dict[int, PartitionQueryRequest]:
+    """`plain_work` of a scan: the same reads, each with the program its replica runs over the rows (for
+    at most the query's `timeout_ms`: a replica does not scan on for a query that gave up)."""
+    assert query_plan.scan is not None
+    program = program_for(query_plan.scan, query_plan.limit, MAX_ROWS, timeout_ms).encode()
+    plain = dataclasses.replace(query_plan, scan=None, limit=None)
+    return {
+        partition: dataclasses.replace(spec, program=program)
+        for partition, spec in plain_work(plain, table, max_lag).items()
+    }
+
+
 def page(
     work: dict[int, PartitionQueryRequest], partitions: frozenset[int] | None, after: bytes | None
 ) -> dict[int, PartitionQueryRequest]:
@@ -385,11 +412,14 @@ def result(
 ) -> QueryResult:
     """The answer of a query whose partitions (in partition order) answered, as server `node_id` gives it."""
     read = {(table.table_id, a.served.partition): a.served.position for a in answers}
-    columns, rows, last_key = merge_rows(query_plan, table, answers)
-    # One search over all rows: a mark spanning two rows is at worst a false alarm.
-    non_finite = may_hold_non_finite(
-        b"".join(map(_ROW, itertools.chain.from_iterable(a.items for a in answers)))
-    )
+    if query_plan.scan is not None:
+        columns, rows, last_key, non_finite = scan_rows(query_plan, table, answers)
+    else:
+        columns, rows, last_key = merge_rows(query_plan, table, answers)
+        # One search over all rows: a mark spanning two rows is at worst a false alarm.
+        non_finite = may_hold_non_finite(
+            b"".join(map(_ROW, itertools.chain.from_iterable(a.items for a in answers)))
+        )
     return QueryResult(
         query_id,
         table,
@@ -441,6 +471,25 @@ def merge_rows(
             if decoded and all(_missing(row, name) for row in decoded):
                 raise QueryError("bad_request", f"column {name!r} is not in table {table.name!r}")
     return columns, _projected(decoded, columns), last_key
+
+
+def scan_rows(
+    query_plan: QueryPlan, table: TableInfo, answers: list[PartitionAnswer]
+) -> tuple[list[str], list[list[object]], bytes | None, bool]:
+    """A scan's answer from the partitions' (query/scan.py): columns, rows, cursor key, non-finite."""
+    assert query_plan.scan is not None
+    try:
+        done = finish(
+            query_plan.scan,
+            query_plan.limit,
+            [a.items for a in answers],
+            [a.partial for a in answers],
+            [c.name for c in table.key_columns],
+            MAX_ROWS,
+        )
+    except ValueError as error:  # the query's fault: a row its expressions fail on, a cap passed
+        raise QueryError("bad_request", str(error)) from error
+    return done.columns, done.rows, done.last_key, done.non_finite
 
 
 def _add_columns(columns: list[str], decoded: list[dict[str, object]]) -> None:

@@ -30,6 +30,7 @@ from hotstate.protocol.keys import (
     short_repr,
     str_components,
 )
+from hotstate.query.scan import ScanSpec, spec_of_conditions
 from hotstate.query.sql import (
     Condition,
     Op,
@@ -53,6 +54,7 @@ __all__ = [
     "UnknownTableError",
     "find_table",
     "plan",
+    "scan_access",
 ]
 
 
@@ -109,6 +111,8 @@ class QueryPlan:
     access: Access
     columns: tuple[str, ...] | None  # as written in the query; None: every column
     limit: int | None
+    # A scan (query/scan.py): what the replicas evaluate over the rows `access` reads; None: plain reads.
+    scan: ScanSpec | None = None
 
 
 NOTHING = KeyLookup((), ())
@@ -149,7 +153,41 @@ def plan(query: PullQuery, table: TableInfo, *, max_keys: int = 10_000) -> Query
     """How to read `query`'s rows from `table` (looked up by the caller, e.g. with find_table)."""
     if query.table.casefold() != table.name.casefold():
         raise TableMismatchError(f"the query reads table {query.table!r}, not {table.name!r}")
-    return QueryPlan(_access(query.conditions, table, max_keys), query.columns, query.limit)
+    spec = query.scan
+    if spec is None:
+        try:
+            return QueryPlan(_access(query.conditions, table, max_keys), query.columns, query.limit)
+        except TooManyKeysError:
+            raise
+        except UnsupportedQueryError:
+            # A WHERE the key alone cannot answer (a non-key column, a key column out of order): a scan
+            # whose replicas evaluate all of it.
+            spec = spec_of_conditions(query.conditions, query.columns)
+    return QueryPlan(scan_access(query.conditions, table, max_keys), None, query.limit, spec)
+
+
+def scan_access(conditions: Sequence[Predicate], table: TableInfo, max_keys: int) -> Access:
+    """The rows a scan must read: what its predicates on the leading key columns narrow them to (the most
+    leading columns whose predicates make a lookup or a range), at worst every row. The replicas evaluate
+    the whole WHERE, so reading more than needed is never wrong."""
+    positions = {column.name.casefold(): index for index, column in enumerate(table.key_columns)}
+
+    def last_column(predicate: Predicate) -> int:
+        # A predicate kind other than these two (none yet) would be left to the replicas.
+        names = getattr(predicate, "columns", None) or (getattr(predicate, "column", ""),)
+        return max(positions.get(name.casefold(), len(positions)) for name in names)
+
+    for width in range(len(positions), 0, -1):
+        usable = [predicate for predicate in conditions if last_column(predicate) < width]
+        if not usable:
+            continue
+        try:
+            return _access(usable, table, max_keys)
+        except TooManyKeysError:
+            continue
+        except UnsupportedQueryError:
+            continue
+    return FullScan()
 
 
 # --- planning -------------------------------------------------------------------------------------------

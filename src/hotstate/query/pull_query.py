@@ -6,9 +6,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Final, TypeAlias
+from typing import TYPE_CHECKING, Final, TypeAlias
 
 from hotstate.protocol.keys import KeyValue
+
+if TYPE_CHECKING:
+    from hotstate.query.scan import ScanSpec
 
 __all__ = [
     "MAX_ANDS",
@@ -81,6 +84,9 @@ class PullQuery:
     columns: tuple[str, ...] | None  # None: SELECT *
     conditions: tuple[Predicate, ...]  # all must hold; empty without WHERE
     limit: int | None
+    # What the query asks beyond its key access (filters on any column, expressions, aggregates, ORDER
+    # BY), evaluated where each partition is read (query/scan.py); None: a plain key lookup or range.
+    scan: ScanSpec | None = None
 
 
 def limit_count(digits: str) -> int:

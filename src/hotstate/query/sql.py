@@ -56,6 +56,7 @@ from hotstate.query.pull_query import (
     limit_count,
     shortened,
 )
+from hotstate.query.select import SCAN_CLAUSES, select_query
 
 __all__ = [
     "MAX_ANDS",
@@ -299,16 +300,22 @@ def _query(statement: object) -> PullQuery:
     if not isinstance(statement, exp.Select):
         raise UnsupportedQueryError("only SELECT statements are pull queries")
     for name, value in statement.args.items():
-        if name not in _SELECT_ARGS and _present(value):
+        if name not in _SELECT_ARGS and name not in SCAN_CLAUSES and _present(value):
             what = _CLAUSES.get(name)
             if what is None:
                 raise UnsupportedQueryError(f"{_show(value)} is not supported in pull queries")
             raise UnsupportedQueryError(f"{what} not supported in pull queries")
     table = _table(statement)
-    columns = _columns(statement.expressions, table)
-    where = statement.args.get("where")
-    conditions = _conditions(where.this, table) if isinstance(where, exp.Where) else ()
-    return PullQuery(table, columns, conditions, _limit(statement.args.get("limit")))
+    limit = _limit(statement.args.get("limit"))
+    if not any(_present(statement.args.get(name)) for name in SCAN_CLAUSES):
+        try:
+            columns = _columns(statement.expressions, table)
+            where = statement.args.get("where")
+            conditions = _conditions(where.this, table) if isinstance(where, exp.Where) else ()
+            return PullQuery(table, columns, conditions, limit)
+        except UnsupportedQueryError:
+            pass  # beyond the plain grammar: a scan (query/select.py), or its error
+    return select_query(statement, table, limit, _predicate)
 
 
 def _table(statement: exp.Select) -> str:

@@ -38,6 +38,11 @@ class ReplicaError(IntEnum):
     # The token asks for a position beyond the active's log end: no write of this partition's history got
     # there (a token of a deleted and recreated table, or a forged one).
     TOKEN_AHEAD = 17
+    # A scan's expressions failed on a row, or it passed a cap (rows scanned, groups): the query is at
+    # fault, not the replica, so no other replica is tried (a 400). Also: the server runs as many scans
+    # as it may (SCAN_BUSY), which another replica may not.
+    BAD_QUERY = 18
+    SCAN_BUSY = 19
 
 
 RETRIABLE = frozenset(
@@ -345,6 +350,9 @@ class PartitionQueryRequest:
     # The generation of the table the query was planned against (version 3): only a replica of it serves
     # (an overwrite swaps generations; a query must read one of them in full). -1: whichever the name is.
     table_id: int = -1
+    # A scan's program (version 4, query/scan.py ScanProgram): filter, top-n or partial aggregates of the
+    # rows read; empty: send the rows read.
+    program: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,6 +363,8 @@ class PartitionQueryResponse:
     position: int = 0
     offset_lag: int = 0
     items: tuple[tuple[bytes, bytes], ...] = ()
+    # A scan's partial answer (version 2): rows scanned and partial aggregates (query/scan.py).
+    partial: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)

@@ -297,6 +297,12 @@ class Store:
         """The epoch of the last applied record (0 for a new store)."""
         return self._epoch
 
+    @property
+    def closed(self) -> bool:
+        """Whether `close` ran: a scan that spans turns of the event loop may find its store closed under it
+        (a snapshot installed, the replica dropped), which is no failure of the store."""
+        return self._db is None
+
     def _require_open(self) -> Rdict:
         if self._db is None:
             raise StoreError(self._path, "closed")

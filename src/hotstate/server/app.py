@@ -285,6 +285,9 @@ class Server:
                 replicas=(lambda: replicas.replicas) if replicas is not None else dict,
                 lags=liveness.lags,
                 on_store_failure=replicas.read_failed if replicas is not None else _ignored,
+                scan_max_rows=config.scan_max_rows,
+                scan_max_concurrent=config.scan_max_concurrent,
+                scan_step_rows=config.scan_step_rows,
             )
             self.queries = Coordinator(
                 config.node_id,
@@ -576,6 +579,8 @@ class Server:
         if isinstance(message, replica_messages.FetchStoreSnapshotRequest):
             return await replicas.serve_snapshot(message)
         if isinstance(message, replica_messages.QueryPartitionsRequest) and self.reads is not None:
+            if any(part.program for part in message.parts):
+                return await self.reads.serve_partitions_stepped(message)
             return self.reads.serve_partitions(message)
         if isinstance(message, replica_messages.ReadPartitionRequest):
             return replicas.read_partition(message)

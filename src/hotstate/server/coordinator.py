@@ -43,6 +43,7 @@ from hotstate.query.execute import (
     work_for,
 )
 from hotstate.query.plan import QueryPlan, UnknownTableError, find_table, plan
+from hotstate.query.scan import scanned_of
 from hotstate.query.sql import SLOW_PARSE_CHARS, PullQuery, parse, parse_fast
 from hotstate.query.tokens import Positions, cluster_tag
 from hotstate.replica.messages import (
@@ -212,8 +213,12 @@ class Coordinator:
             standby_reads = hedge = True
             given = {}
             work = plain_work(query_plan, table, table.acceptable_lag)
+        # A scan's forwards are not hedged: it takes as long as its rows, not a lookup's round trip, and a
+        # copy would double the work it is slow for.
+        hedge = hedge and query_plan.scan is None
         parts = image.partitions.get(table.table_id, ())
-        here = self._serve_actives_here(parts, work, deadline)
+        # A scan's local partitions are read in steps, awaited (`_scan_here`), never in this call.
+        here = {} if query_plan.scan is not None else self._serve_actives_here(parts, work, deadline)
         if len(here) < len(work):
             elsewhere = _Query(query_plan, table, parts, deadline, standby_reads, hedge, given, started)
             if committed is None:
@@ -261,6 +266,14 @@ class Coordinator:
         given: Positions,
         started: float,
     ) -> QueryResult:
+        if query_plan.scan is not None:
+            scanned = scanned_of(a.partial for a in answers)
+            if scanned > self.reads.scan_max_rows:
+                raise QueryError(
+                    "bad_request",
+                    f"the query scanned {scanned:,} rows, more than {self.reads.scan_max_rows:,} (the "
+                    "server's query.scan.max.rows): narrow the WHERE on key columns",
+                )
         took_ms = (time.monotonic() - started) * 1000
         query_id = f"{self._id_prefix}{next(self._ids)}"
         return result(query_id, self.node_id, self._tag, query_plan, table, answers, given, took_ms)
@@ -358,6 +371,8 @@ class Coordinator:
             step = attempts.next(time.monotonic(), deadline)
             if not isinstance(step, ServeHere):
                 return step
+            if attempts.spec.program:  # a scan: read here in steps, as a forward to this server
+                return Forward(self.node_id)
             answer = self.reads.serve(attempts.spec)
             if answer.error is ReplicaError.NONE:
                 return PartitionAnswer.of(attempts.partition, self.node_id, answer)
@@ -410,8 +425,11 @@ class Coordinator:
     ) -> dict[int, PartitionAnswer]:
         """`_ask`, hedged (routing/hedging.py): when `node_id` has not answered within its hedge delay, the
         partitions go to their next candidates as well, and each takes the first answer."""
+        if node_id == self.node_id:
+            return await self._scan_here(group, query.deadline)
         policy = self.hedging
-        policy.forwarded()
+        if query.plan.scan is None:
+            policy.forwarded()
         deadline = query.deadline
         delay_ms = policy.delay_ms(node_id) if query.hedge else None
         if delay_ms is None or delay_ms / 1000 >= deadline - time.monotonic():
@@ -487,6 +505,8 @@ class Coordinator:
     async def _ask(self, node_id: int, group: list[Attempts], deadline: float) -> dict[int, PartitionAnswer]:
         """Asks `node_id` for every partition in `group` at once; what it could not serve stays pending,
         with the reason recorded."""
+        if node_id == self.node_id:
+            return await self._scan_here(group, deadline)
         sent, request_id = self._send_ask(node_id, group, deadline)
         return await self._ask_rest(node_id, group, sent, request_id)
 
@@ -496,7 +516,12 @@ class Coordinator:
         """`_ask`'s request, sent: the future of its answer and its id for the hedging policy."""
         timeout = attempt_timeout(group, deadline - time.monotonic(), self.cluster.connected(node_id))
         request = QueryPartitionsRequest(tuple(a.spec for a in group), CURRENT_USER.get())
-        request_id = self.hedging.sent(node_id, time.monotonic() * 1000)
+        if any(a.spec.program for a in group):
+            # Not counted by the hedging policy: a scan's time would raise the peer's hedge delay, and
+            # while it runs make the peer look slow to every lookup.
+            request_id = -1
+        else:
+            request_id = self.hedging.sent(node_id, time.monotonic() * 1000)
         return self._request_soon(node_id, request, timeout), request_id
 
     async def _ask_rest(
@@ -541,11 +566,32 @@ class Coordinator:
             attempts.failed(reason)
         return {}
 
+    async def _scan_here(self, group: list[Attempts], deadline: float) -> dict[int, PartitionAnswer]:
+        """Scans of partitions this server's replicas serve, each in steps (LocalReads.scan), stopped at
+        the query's deadline."""
+        out: dict[int, PartitionAnswer] = {}
+        for attempts in group:
+            try:
+                answer = await asyncio.wait_for(self.reads.scan(attempts.spec), deadline - time.monotonic())
+            except TimeoutError:
+                attempts.failed("timed out")
+                continue
+            if answer.error is ReplicaError.NONE:
+                out[attempts.partition] = PartitionAnswer.of(attempts.partition, self.node_id, answer)
+            elif answer.error is ReplicaError.BAD_QUERY:
+                raise QueryError("bad_request", answer.message)
+            else:
+                attempts.refused(answer)
+        return out
+
     def _answers(
         self, node_id: int, group: list[Attempts], replies: tuple[PartitionQueryResponse, ...]
     ) -> dict[int, PartitionAnswer]:
         out: dict[int, PartitionAnswer] = {}
         for attempts, answer in zip(group, replies, strict=True):
+            if answer.error is ReplicaError.BAD_QUERY:
+                # The query's fault, which every replica would find: a 400, not the next replica.
+                raise QueryError("bad_request", answer.message)
             if answer.error is ReplicaError.NONE and answer.state not in REPLICA_STATES:
                 # A peer of another version: its rows may mean something else, so ask the next replica.
                 self._on_forward("error")

@@ -11,12 +11,17 @@ A read never opens, closes or rebuilds a store: a store that fails under it is r
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import logging
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Generator, Mapping
 
 from hotstate.controller.image import MetadataImage
 from hotstate.protocol.replica_state import ReplicaState
 from hotstate.query.execute import MAX_ROWS
+from hotstate.query.expressions import EvalError
+from hotstate.query.scan import ScanProgram, ScanRun
 from hotstate.replica.messages import (
     PartitionQueryRequest,
     PartitionQueryResponse,
@@ -44,14 +49,22 @@ class LocalReads:
         replicas: Callable[[], Mapping[tuple[int, int], LocalReplica]],
         lags: LagTable,
         on_store_failure: Callable[[LocalReplica, StoreError], None],
+        scan_max_rows: int = 10_000_000,
+        scan_max_concurrent: int = 4,
+        scan_step_rows: int = 1000,
     ) -> None:
         """`replicas`: this server's replicas by (table id, partition) now (none on a server that holds
-        none); `on_store_failure`: told of a store that failed under a read, after the read refused."""
+        none); `on_store_failure`: told of a store that failed under a read, after the read refused.
+        `scan_*`: the `query.scan.*` settings."""
         self.node_id = node_id
         self._image = image
         self._replicas = replicas
         self._lags = lags
         self._on_store_failure = on_store_failure
+        self.scan_max_rows = scan_max_rows
+        self.scan_max_concurrent = scan_max_concurrent
+        self.scan_step_rows = scan_step_rows
+        self.scans = 0  # partition scans running now
 
     def serve_partitions(self, request: QueryPartitionsRequest) -> QueryPartitionsResponse:
         """Answer a coordinator's partitions from this server's replicas, each on its own."""
@@ -60,17 +73,108 @@ class LocalReads:
             log.debug("forwarded partition query for user %r: %s", request.user or "-", parts)
         return QueryPartitionsResponse(tuple(self.serve(part) for part in request.parts))
 
-    def serve(self, request: PartitionQueryRequest) -> PartitionQueryResponse:
-        """Answer one partition from this server's replica, or refuse."""
-        read = self.read(request)
-        if isinstance(read, PartitionQueryResponse):
-            return read
-        state, position, offset_lag, items = read
-        return PartitionQueryResponse(ReplicaError.NONE, "", state, position, offset_lag, items)
+    async def serve_partitions_stepped(self, request: QueryPartitionsRequest) -> QueryPartitionsResponse:
+        """`serve_partitions` for a request with scans: each runs in steps, yielding between them."""
+        answers = []
+        for part in request.parts:
+            answers.append(await self.scan(part) if part.program else self.serve(part))
+        return QueryPartitionsResponse(tuple(answers))
 
-    def read(self, request: PartitionQueryRequest) -> PartitionQueryResponse | LocalRead:
-        """`serve`'s answer: its refusal, or what it serves as (state, position, offset lag, items), which
-        the coordinator takes as it is for its own partitions (no message object in between)."""
+    async def scan(self, request: PartitionQueryRequest) -> PartitionQueryResponse:
+        """A scan (`request.program`) of one partition from this server's replica, `scan_step_rows` rows
+        at a time with a yield to the event loop after each, or a refusal."""
+        steps = self._scan_steps(request)
+        try:
+            while True:
+                answer = next(steps)
+                if answer is not None:
+                    return answer
+                await asyncio.sleep(0)
+        finally:
+            steps.close()
+
+    def scan_now(self, request: PartitionQueryRequest) -> PartitionQueryResponse:
+        """`scan` without yielding (the replication simulator, tests)."""
+        for answer in self._scan_steps(request):
+            if answer is not None:
+                return answer
+        raise AssertionError("a scan ends with an answer")
+
+    def _scan_steps(
+        self, request: PartitionQueryRequest
+    ) -> Generator[PartitionQueryResponse | None, None, None]:
+        """Yields None between steps, then the answer."""
+        checked = self._checked(request)
+        if isinstance(checked, PartitionQueryResponse):
+            yield checked
+            return
+        replica, state, position, offset_lag = checked
+        if self.scans >= self.scan_max_concurrent:
+            yield PartitionQueryResponse(
+                ReplicaError.SCAN_BUSY,
+                f"server {self.node_id} runs {self.scans} scans already (query.scan.max.concurrent)",
+                state,
+                position,
+                offset_lag,
+            )
+            return
+        self.scans += 1
+        try:
+            try:
+                program = ScanProgram.decode(request.program)
+                run = ScanRun(program, max_scanned=self.scan_max_rows)
+            except ValueError as error:
+                yield PartitionQueryResponse(ReplicaError.INVALID_REQUEST, f"bad scan program: {error}")
+                return
+            store = replica.store
+            step = self.scan_step_rows
+            try:
+                if request.scan:
+                    source = store.scan(request.start, request.end)
+                else:
+                    values = store.get_many(request.keys)
+                    found = [(k, v) for k, v in zip(request.keys, values, strict=True) if v is not None]
+                    source = iter(found)
+                give_up = None if not program.budget_ms else time.monotonic() + program.budget_ms / 1000
+                while True:
+                    chunk = list(itertools.islice(source, step))
+                    run.feed(chunk)
+                    if len(chunk) < step or run.done:
+                        break
+                    if give_up is not None and time.monotonic() > give_up:
+                        # The coordinator has given up on the query by now: scanning on helps nobody.
+                        yield PartitionQueryResponse(
+                            ReplicaError.TIMEOUT,
+                            f"the scan ran past the query's timeout_ms ({program.budget_ms} ms) after "
+                            f"{run.scanned:,} rows",
+                        )
+                        return
+                    yield None
+                items, partial = run.answer()
+            except EvalError as error:
+                yield PartitionQueryResponse(ReplicaError.BAD_QUERY, str(error), state, position, offset_lag)
+                return
+            except StoreError as error:
+                if store.closed or replica.store is not store:
+                    # Closed under the scan between two steps (a snapshot installed, the replica dropped):
+                    # another replica serves the partition, and nothing is wrong with this one's disk.
+                    yield PartitionQueryResponse(
+                        ReplicaError.UNKNOWN_PARTITION,
+                        f"server {self.node_id}'s replica of it closed mid-scan",
+                    )
+                    return
+                self._on_store_failure(replica, error)
+                yield PartitionQueryResponse(
+                    ReplicaError.UNKNOWN_PARTITION, f"server {self.node_id}'s replica of it failed: {error}"
+                )
+                return
+            yield PartitionQueryResponse(ReplicaError.NONE, "", state, position, offset_lag, items, partial)
+        finally:
+            self.scans -= 1
+
+    def _replica_of(self, request: PartitionQueryRequest) -> LocalReplica | PartitionQueryResponse:
+        """This server's replica of the partition, of the generation the query was planned against, or the
+        refusal."""
         table_id = request.table_id
         if table_id < 0:
             table = self._image().tables.get(request.table)
@@ -86,6 +190,44 @@ class LocalReads:
                 ReplicaError.UNKNOWN_PARTITION,
                 f"server {self.node_id} holds no replica of it (generation {table_id} of the table)",
             )
+        return replica
+
+    def _checked(
+        self, request: PartitionQueryRequest
+    ) -> PartitionQueryResponse | tuple[LocalReplica, ReplicaState, int, int]:
+        """The replica that may serve `request` with its state, position and lag, or the refusal."""
+        replica = self._replica_of(request)
+        if isinstance(replica, PartitionQueryResponse):
+            return replica
+        lag = served_lag(replica.core, replica.witness, self._lags, self.node_id)
+        state, position = replica_state(replica), replica.core.position
+        offset_lag = END_UNKNOWN if lag is None else lag
+        refusal = bound_refusal(request.max_lag, lag)
+        if refusal is not None:
+            return PartitionQueryResponse(ReplicaError.LAG_OVER_BOUND, refusal, state, position, offset_lag)
+        behind = token_refusal(replica.core, request.min_position)
+        if behind is not None:
+            return PartitionQueryResponse(*behind, state, position)
+        return replica, state, position, offset_lag
+
+    def serve(self, request: PartitionQueryRequest) -> PartitionQueryResponse:
+        """Answer one partition from this server's replica, or refuse."""
+        read = self.read(request)
+        if isinstance(read, PartitionQueryResponse):
+            return read
+        state, position, offset_lag, items = read
+        return PartitionQueryResponse(ReplicaError.NONE, "", state, position, offset_lag, items)
+
+    def read(self, request: PartitionQueryRequest) -> PartitionQueryResponse | LocalRead:
+        """`serve`'s answer: its refusal, or what it serves as (state, position, offset lag, items), which
+        the coordinator takes as it is for its own partitions (no message object in between). A scan
+        (`request.program`) is answered by `scan_now`, which the coordinator does not call: it awaits
+        `scan`, which yields to the event loop between steps."""
+        if request.program:
+            return self.scan_now(request)
+        replica = self._replica_of(request)
+        if isinstance(replica, PartitionQueryResponse):
+            return replica
         lag = served_lag(replica.core, replica.witness, self._lags, self.node_id)
         state, position = replica_state(replica), replica.core.position
         offset_lag = END_UNKNOWN if lag is None else lag

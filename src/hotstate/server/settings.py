@@ -652,6 +652,34 @@ _QUERIES: Final = (
             "writes and the other feeds never wait for it)."
         ),
     ),
+    Setting(
+        "query.scan.max.rows",
+        "scan_max_rows",
+        unit="rows",
+        doc=(
+            "Scans (queries that filter on any column, aggregate or sort, docs/queries.md): the most rows "
+            "one query may read, over all its partitions; each replica stops a partition's scan past it too. "
+            "Beyond it the query fails with a 400 that says to narrow the WHERE on key columns."
+        ),
+    ),
+    Setting(
+        "query.scan.max.concurrent",
+        "scan_max_concurrent",
+        unit="scans",
+        doc=(
+            "The most partition scans this server runs at once (for its own queries and its peers'). One "
+            "more is refused, and tried on another replica; when none has room, the query fails with a 503."
+        ),
+    ),
+    Setting(
+        "query.scan.step.rows",
+        "scan_step_rows",
+        unit="rows",
+        doc=(
+            "A scan reads this many rows between yields to the event loop, so that lookups, heartbeats and "
+            "replication keep their latency while it runs (a step of 1,000 rows takes a few ms)."
+        ),
+    ),
 )
 _TLS: Final = (
     Setting(

@@ -65,6 +65,9 @@ class ServerConfig:
     liveness: LivenessConfig = field(default_factory=LivenessConfig)
     assignor: AssignorConfig = field(default_factory=AssignorConfig)
     hedging: HedgeConfig = field(default_factory=HedgeConfig)
+    scan_max_rows: int = 10_000_000
+    scan_max_concurrent: int = 4
+    scan_step_rows: int = 1000
     log_level: str = "INFO"
     rpc_tls: TlsFiles = field(default_factory=TlsFiles)
     http_tls: TlsFiles = field(default_factory=TlsFiles)

@@ -1,0 +1,370 @@
+"""Scans (filters on any column, COUNT(*), GROUP BY, top-n) on a local cluster -> bench/results/scans.json.
+
+A local 3-server cluster (default configs) holds table `scans` (6 partitions, 1 standby, key `id` STRING,
+2,000,000 rows of about 150 bytes: `clicks` 0-999, `category` one of 100, `amount` a float, `name` a
+60-character string, `ts` a timestamp). Each query is asked through server 1's `/v1/query`, an unmeasured
+warm-up run and then `--repeat` measured runs (the median is reported):
+
+1. filter:   SELECT id, clicks FROM scans WHERE clicks = 7               (a non-key filter, 0.1% match)
+2. count:    SELECT COUNT(*) FROM scans                                   (no row decoded)
+3. count_where: SELECT COUNT(*) FROM scans WHERE amount >= 0             (every row decoded and tested)
+4. group:    SELECT category, SUM(clicks) FROM scans GROUP BY category   (100 groups)
+5. top10:    SELECT id, amount FROM scans ORDER BY amount DESC LIMIT 10
+
+`rows_scanned_per_s_per_server` is the table's rows over the answer's time over the servers that served
+(each serves the partitions it is active for). Beside them, in the same run:
+- `bare_loop`: one Python process over one local RocksDB (rocksdict) holding all the rows under the same
+  encoded keys: iterate, decode with hotstate's row codec in chunks of 1,000, and answer the same question
+  with plain Python (a comparison, a counter, a dict of sums, heapq.nlargest).
+- `duckdb`: the same questions over a Parquet export of the same rows (skipped when duckdb is not
+  installed).
+- `lookups_during_group`: point lookups on server 1 (keys whose active is there) while two clients run the
+  GROUP BY in a loop: p50/p99/max latency, against the same lookups on an idle cluster. A scan yields to
+  the event loop every `query.scan.step.rows` rows, so lookups should keep their latency (goal p99 < 10 ms);
+  the servers' liveness is checked after it (no server fenced or marked down).
+
+Goals (issue 27): >= 1M rows scanned/s per server for the filter and COUNT(*), >= 0.8x the bare loop, and
+the 2M-row GROUP BY answered in < 1.5 s end to end.
+
+    python bench/scans.py                 # full run, writes bench/results/scans.json
+    python bench/scans.py --quick         # harness check: 50,000 rows, 1 repeat, writes to /tmp
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import heapq
+import json
+import os
+import platform
+import signal
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from hotstate.cli.local_cluster import LocalCluster
+from hotstate.client.writer import TableWriter
+from hotstate.controller.records import KeyColumn, KeyType
+from hotstate.controller.requests import ControllerError
+from hotstate.protocol.keys import encode_key, partition_for
+from hotstate.protocol.rows import decode_rows, encode_row
+
+TABLE = "scans"
+PARTITIONS = 6
+STANDBYS = 1
+KEY = (KeyColumn("id", KeyType.STRING),)
+WRITE_BATCH = 20_000
+QUERIES = {
+    "filter": "SELECT id, clicks FROM scans WHERE clicks = 7",
+    "count": "SELECT COUNT(*) FROM scans",
+    "count_where": "SELECT COUNT(*) FROM scans WHERE amount >= 0",
+    "group": "SELECT category, SUM(clicks) FROM scans GROUP BY category",
+    "top10": "SELECT id, amount FROM scans ORDER BY amount DESC LIMIT 10",
+}
+EPOCH = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+
+
+def row(i: int) -> dict[str, object]:
+    return {
+        "id": f"id-{i:09d}",
+        "clicks": i * 7919 % 1000,
+        "category": f"c{i % 100:02d}",
+        "amount": (i * 104729 % 1_000_000) / 100,
+        "name": f"name-{i:09d}-" + "x" * 46,
+        "ts": EPOCH + dt.timedelta(seconds=i),
+    }
+
+
+# --- the cluster ------------------------------------------------------------------------------------------
+
+
+async def start(root: Path, rows: int) -> tuple[LocalCluster, dict[str, float]]:
+    cluster = LocalCluster.create(root / "cluster", 3)
+    cluster.write_configs()
+    cluster.save()
+    cluster.start_all()
+    await cluster.wait_ready(30)
+    async with cluster.admin(request_timeout_s=2.0) as admin:
+        reply = await admin.create_table(
+            TABLE, partitions=PARTITIONS, standby_replicas=STANDBYS, key_columns=KEY
+        )
+        assert reply.error is ControllerError.NONE, reply
+    started = time.monotonic()
+    async with TableWriter(
+        cluster.addresses(), TABLE, cluster_id=cluster.cluster_id, secret=cluster.secret
+    ) as w:
+        for first in range(0, rows, WRITE_BATCH):
+            await w.upsert([row(i) for i in range(first, min(rows, first + WRITE_BATCH))])
+    return cluster, {"write_s": time.monotonic() - started}
+
+
+def http(cluster: LocalCluster, node: int) -> str:
+    server = next(s for s in cluster.servers if s.node_id == node)
+    return f"http://127.0.0.1:{server.http_port}"
+
+
+def wait_caught_up(base: str, rows: int, timeout_s: float = 300.0) -> None:
+    """Until every replica of the table reports lag 0 (standbys included), so that each answer reads all."""
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        reply = httpx.post(
+            f"{base}/v1/query", json={"sql": "SELECT COUNT(*) FROM scans", "max_lag": 0}, timeout=60
+        )
+        if reply.status_code == 200 and reply.json()["rows"] == [[rows]]:
+            return
+        time.sleep(0.5)
+    raise TimeoutError("the table's replicas did not catch up")
+
+
+def measure(base: str, sql: str, repeat: int) -> dict[str, Any]:
+    times: list[float] = []
+    answer: dict[str, Any] = {}
+    with httpx.Client(timeout=120.0) as client:
+        for attempt in range(repeat + 1):
+            started = time.perf_counter()
+            reply = client.post(f"{base}/v1/query", json={"sql": sql, "timeout_ms": 120_000})
+            elapsed = time.perf_counter() - started
+            if reply.status_code != 200:
+                return {"error": f"{reply.status_code}: {reply.text[:300]}"}
+            answer = reply.json()
+            if attempt:  # the first is the warm-up
+                times.append(elapsed)
+    servers = {p["served_by"] for p in answer["partitions"]}
+    return {
+        "seconds_median": statistics.median(times),
+        "seconds": times,
+        "rows_returned": len(answer["rows"]),
+        "served_by": sorted(servers),
+        "first_rows": answer["rows"][:3],
+    }
+
+
+def lookups(base: str, keys: list[str], seconds: float) -> dict[str, float]:
+    latencies: list[float] = []
+    end = time.monotonic() + seconds
+    with httpx.Client(timeout=10.0) as client:
+        i = 0
+        while time.monotonic() < end:
+            key = keys[i % len(keys)]
+            i += 1
+            started = time.perf_counter()
+            reply = client.post(f"{base}/v1/query", json={"sql": f"SELECT * FROM scans WHERE id = '{key}'"})
+            latencies.append(time.perf_counter() - started)
+            assert reply.status_code == 200, reply.text[:300]
+    latencies.sort()
+    return {
+        "n": len(latencies),
+        "p50_ms": latencies[len(latencies) // 2] * 1000,
+        "p99_ms": latencies[int(len(latencies) * 0.99)] * 1000,
+        "max_ms": latencies[-1] * 1000,
+    }
+
+
+def lookups_during(base: str, keys: list[str], sql: str, seconds: float) -> dict[str, Any]:
+    stop = threading.Event()
+    answered: Counter[int] = Counter()
+
+    def scanner() -> None:
+        with httpx.Client(timeout=120.0) as client:
+            while not stop.is_set():
+                answered[
+                    client.post(f"{base}/v1/query", json={"sql": sql, "timeout_ms": 120_000}).status_code
+                ] += 1
+
+    threads = [threading.Thread(target=scanner) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    try:
+        time.sleep(0.5)
+        measured = lookups(base, keys, seconds)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    return {**measured, "scans_answered": dict(answered)}
+
+
+def local_keys(base: str, node: int, count: int = 200) -> list[str]:
+    tables = httpx.get(f"{base}/v1/tables").json()["tables"]
+    placement = next(t for t in tables if t["name"] == TABLE)["placement"]
+    mine = {p["partition"] for p in placement if p["active"] == node}
+    keys: list[str] = []
+    i = 0
+    while len(keys) < count:
+        key = f"id-{i:09d}"
+        if partition_for(encode_key((key,)), PARTITIONS) in mine:
+            keys.append(key)
+        i += 1
+    return keys
+
+
+# --- baselines -------------------------------------------------------------------------------------------
+
+
+def bare_loop(root: Path, rows: int) -> dict[str, Any]:
+    """The same questions answered by a plain loop over one local RocksDB holding every row."""
+    from rocksdict import Rdict
+
+    db = Rdict(str(root / "bare"))
+    for first in range(0, rows, WRITE_BATCH):
+        for i in range(first, min(rows, first + WRITE_BATCH)):
+            value = row(i)
+            db[encode_key((value["id"],))] = encode_row(value)
+    db.flush()
+
+    def chunks() -> Iterator[list[dict[str, object]]]:
+        batch: list[bytes] = []
+        for _, data in db.items():
+            batch.append(data)
+            if len(batch) == 1000:
+                yield decode_rows(batch)
+                batch = []
+        if batch:
+            yield decode_rows(batch)
+
+    def filter_() -> object:
+        return sum(1 for chunk in chunks() for r in chunk if r["clicks"] == 7)
+
+    def count() -> object:
+        return sum(1 for _ in db.keys())  # noqa: SIM118 - rocksdict: keys without reading values
+
+    def count_where() -> object:
+        return sum(1 for chunk in chunks() for r in chunk if r["amount"] >= 0)  # type: ignore[operator]
+
+    def group() -> object:
+        sums: dict[object, int] = {}
+        for chunk in chunks():
+            for r in chunk:
+                sums[r["category"]] = sums.get(r["category"], 0) + r["clicks"]  # type: ignore[operator]
+        return len(sums)
+
+    def top10() -> object:
+        return heapq.nlargest(10, (r["amount"] for chunk in chunks() for r in chunk))  # type: ignore[type-var]
+
+    questions: dict[str, Callable[[], object]] = {
+        "filter": filter_,
+        "count": count,
+        "count_where": count_where,
+        "group": group,
+        "top10": top10,
+    }
+    out: dict[str, Any] = {}
+    for name, question in questions.items():
+        started = time.perf_counter()
+        question()
+        elapsed = time.perf_counter() - started
+        out[name] = {"seconds": elapsed, "rows_per_s": rows / elapsed}
+    db.close()
+    return out
+
+
+def duckdb_baseline(root: Path, rows: int) -> dict[str, Any]:
+    try:
+        import duckdb
+    except ImportError:
+        return {"skipped": "duckdb is not installed"}
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = root / "scans.parquet"
+    writer: pq.ParquetWriter | None = None
+    for first in range(0, rows, 100_000):
+        batch = pa.Table.from_pylist([row(i) for i in range(first, min(rows, first + 100_000))])
+        if writer is None:
+            writer = pq.ParquetWriter(path, batch.schema)
+        writer.write_table(batch)
+    assert writer is not None
+    writer.close()
+    out: dict[str, Any] = {}
+    connection = duckdb.connect()
+    for name, sql in QUERIES.items():
+        query = sql.replace("FROM scans", f"FROM read_parquet('{path}')")
+        started = time.perf_counter()
+        connection.execute(query).fetchall()
+        elapsed = time.perf_counter() - started
+        out[name] = {"seconds": elapsed, "rows_per_s": rows / elapsed}
+    return out
+
+
+# --- main ------------------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=2_000_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="50,000 rows, 1 repeat, results to /tmp")
+    args = parser.parse_args()
+    rows, repeat = (50_000, 1) if args.quick else (args.rows, args.repeat)
+    out_dir = Path(tempfile.gettempdir()) if args.quick else Path(__file__).parent / "results"
+    with tempfile.TemporaryDirectory(prefix="hotstate-scans-") as scratch:
+        root = Path(scratch)
+        cluster: LocalCluster | None = None
+        try:
+            cluster, setup = asyncio.run(start(root, rows))
+            base = http(cluster, 1)
+            wait_caught_up(base, rows)
+            results: dict[str, Any] = {}
+            for name, sql in QUERIES.items():
+                measured = measure(base, sql, repeat)
+                if "seconds_median" in measured:
+                    per_server = rows / measured["seconds_median"] / max(1, len(measured["served_by"]))
+                    measured["rows_scanned_per_s_per_server"] = per_server
+                results[name] = {"sql": sql, **measured}
+            keys = local_keys(base, 1)
+            idle = lookups(base, keys, 3.0)
+            during = lookups_during(base, keys, QUERIES["group"], 5.0)
+            status = httpx.get(f"{base}/clusterStatus", timeout=5.0).json()["clusterStatus"]
+            alive = {v["serverId"]: v["hostAlive"] for v in status.values()}
+        finally:
+            if cluster is not None:
+                for server in cluster.servers:
+                    cluster.signal(server, signal.SIGKILL)
+        bare = bare_loop(root, rows)
+        duck = duckdb_baseline(root, rows)
+    goals = {
+        "filter_1M_rows_per_s_per_server": results["filter"].get("rows_scanned_per_s_per_server", 0) >= 1e6,
+        "count_1M_rows_per_s_per_server": results["count_where"].get("rows_scanned_per_s_per_server", 0)
+        >= 1e6,
+        "group_under_1_5_s": results["group"].get("seconds_median", 99.0) < 1.5,
+        "lookups_p99_under_10_ms_during_group": during["p99_ms"] < 10.0,
+        "vs_bare_loop_0_8x": {
+            name: results[name].get("rows_scanned_per_s_per_server", 0) >= 0.8 * bare[name]["rows_per_s"]
+            for name in QUERIES
+        },
+    }
+    report = {
+        "benchmark": "scans: filters on any column, COUNT(*), GROUP BY, top-10 (issue 27)",
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "cpu_count": os.cpu_count(),
+        "load_average_1m": os.getloadavg()[0],
+        "python": platform.python_version(),
+        "rows": rows,
+        "row_bytes": len(encode_row(row(0))),
+        "setup": setup,
+        "results": results,
+        "lookups_idle": idle,
+        "lookups_during_group": during,
+        "servers_alive_after": alive,
+        "bare_loop": bare,
+        "duckdb": duck,
+        "goals": goals,
+    }
+    path = out_dir / "scans.json"
+    path.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    print(json.dumps(goals, indent=2))
+    print(f"wrote {path}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,702 @@
+"""Scans: what a pull query asks beyond its key access (a residual WHERE, expressions, aggregates, ORDER BY),
+the program a replica runs over a partition for it, and the merge of the partitions' answers. Pure.
+
+A query that is not a plain key lookup or key range carries a `ScanSpec` (made by query/select.py from SQL,
+or by `spec_of_conditions` from the WHERE of a plain query on non-key columns). The coordinator sends each
+partition a `ScanProgram` (`program_for`) inside its PartitionQueryRequest; the replica reading the
+partition feeds its rows through a `ScanRun` a step at a time and answers only the matching rows (in key
+order, or its top n) or its partial aggregates. The coordinator merges them (`finish`).
+
+Partial aggregates are maps of group key -> accumulator states, serialised with the row codec (msgpack),
+merged by adding counts and sums, keeping minima and maxima, and uniting the sets of COUNT(DISTINCT).
+Each of those merges is associative and commutative, so a partition served again by another replica after
+a failure is merged once, from the replica that answered.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import heapq
+import itertools
+import math
+import operator
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, Final
+
+from hotstate.protocol.rows import decode_rows
+from hotstate.query.expressions import (
+    Call,
+    Col,
+    EvalError,
+    Lit,
+    Node,
+    columns_of,
+    compare,
+    decode_node,
+    encode_node,
+    evaluator,
+    pack,
+    unpack,
+)
+from hotstate.query.pull_query import Condition, Op, Predicate, QueryError, TupleIn, UnsupportedQueryError
+
+__all__ = [
+    "MAX_DISTINCT",
+    "MAX_GROUPS",
+    "Aggregate",
+    "OrderItem",
+    "Output",
+    "ScanProgram",
+    "ScanRun",
+    "ScanSpec",
+    "finish",
+    "program_for",
+    "spec_of_conditions",
+]
+
+# A GROUP BY answers at most this many groups (the row cap of every answer), and COUNT(DISTINCT ...) keeps
+# at most this many values in all (exact, in memory): beyond either the query fails with a 400.
+MAX_GROUPS: Final = 100_000
+MAX_DISTINCT: Final = 100_000
+# Names of the synthetic columns a finished group is evaluated over (HAVING, outputs, ORDER BY).
+GROUP_PREFIX: Final = "#g"
+AGGREGATE_PREFIX: Final = "#a"
+AGGREGATE_FUNCTIONS: Final = ("count_star", "count", "count_distinct", "sum", "min", "max", "avg")
+
+ROWS, TOP, AGGREGATE = "rows", "top", "aggregate"
+
+
+@dataclass(frozen=True, slots=True)
+class Aggregate:
+    func: str  # one of AGGREGATE_FUNCTIONS
+    arg: Node | None  # None for COUNT(*)
+
+
+@dataclass(frozen=True, slots=True)
+class OrderItem:
+    node: Node
+    descending: bool = False
+    nulls_first: bool | None = None  # None: SQL's default, NULLs last ascending and first descending
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    name: str
+    node: Node
+
+
+@dataclass(frozen=True, slots=True)
+class ScanSpec:
+    """What a query asks of the rows its key access reads.
+
+    `outputs` None is SELECT *. With `aggregating`, outputs, `having` and `order` read the columns
+    `#g<i>` (the i-th GROUP BY value) and `#a<i>` (the i-th aggregate); without it they read the row."""
+
+    where: Node | None
+    outputs: tuple[Output, ...] | None = None
+    group: tuple[Node, ...] = ()
+    aggregates: tuple[Aggregate, ...] = ()
+    having: Node | None = None
+    order: tuple[OrderItem, ...] = ()
+    aggregating: bool = False
+
+    @property
+    def mode(self) -> str:
+        return AGGREGATE if self.aggregating else TOP if self.order else ROWS
+
+
+@dataclass(frozen=True, slots=True)
+class ScanProgram:
+    """What a replica does with a partition's rows: keep those `where` holds for, then send them in key
+    order (at most `keep`), or its top `keep` by `order`, or its partial aggregates."""
+
+    mode: str
+    where: Node | None = None
+    keep: int = 0
+    order: tuple[OrderItem, ...] = ()
+    group: tuple[Node, ...] = ()
+    aggregates: tuple[Aggregate, ...] = ()
+    budget_ms: int = 0  # the query's time budget: the replica stops scanning past it (0: none)
+
+    def encode(self) -> bytes:
+        return pack(
+            {
+                "mode": self.mode,
+                "where": None if self.where is None else encode_node(self.where),
+                "keep": self.keep,
+                "order": [[encode_node(o.node), o.descending, o.nulls_first] for o in self.order],
+                "group": [encode_node(g) for g in self.group],
+                "aggregates": [
+                    [a.func, None if a.arg is None else encode_node(a.arg)] for a in self.aggregates
+                ],
+                "budget_ms": self.budget_ms,
+            }
+        )
+
+    @classmethod
+    def decode(cls, data: bytes) -> ScanProgram:
+        """The program of `encode`'s bytes; ValueError for anything else."""
+        try:
+            fields = unpack(data)
+            mode, where, keep = fields["mode"], fields["where"], fields["keep"]
+            if mode not in (ROWS, TOP, AGGREGATE) or type(keep) is not int or keep < 0:
+                raise ValueError(f"bad scan program mode {mode!r} or keep {keep!r}")
+            order = tuple(
+                OrderItem(decode_node(node), bool(descending), None if nulls is None else bool(nulls))
+                for node, descending, nulls in _list(fields["order"])
+            )
+            aggregates = []
+            for func, arg in _list(fields["aggregates"]):
+                if func not in AGGREGATE_FUNCTIONS:
+                    raise ValueError(f"unknown aggregate {func!r}")
+                aggregates.append(Aggregate(func, None if arg is None else decode_node(_list(arg))))
+            return cls(
+                mode,
+                None if where is None else decode_node(_list(where)),
+                keep,
+                order,
+                tuple(decode_node(_list(g)) for g in _list(fields["group"])),
+                tuple(aggregates),
+                _budget(fields.get("budget_ms", 0)),
+            )
+        except (KeyError, TypeError) as error:
+            raise ValueError(f"bad scan program: {error}") from None
+
+
+def _budget(value: object) -> int:
+    if type(value) is not int or value < 0:
+        raise ValueError(f"bad scan budget {value!r}")
+    return value
+
+
+def _list(value: object) -> list[Any]:
+    if not isinstance(value, list):
+        raise ValueError(f"expected a list, got {type(value).__name__}")
+    return value
+
+
+def program_for(spec: ScanSpec, limit: int | None, max_rows: int, budget_ms: int = 0) -> ScanProgram:
+    """The program each partition runs for `spec` under the query's LIMIT and time budget."""
+    if spec.aggregating:
+        return ScanProgram(AGGREGATE, spec.where, 0, (), spec.group, spec.aggregates, budget_ms)
+    # One row past the LIMIT tells whether more follow (the cursor; or the row cap's error).
+    keep = max_rows + 1 if limit is None else min(limit + 1, max_rows + 1)
+    if spec.order:
+        return ScanProgram(TOP, spec.where, keep, spec.order, budget_ms=budget_ms)
+    return ScanProgram(ROWS, spec.where, keep, budget_ms=budget_ms)
+
+
+# --- from a plain query's WHERE -------------------------------------------------------------------------
+
+_OPS = {Op.EQ: "=", Op.LT: "<", Op.LE: "<=", Op.GT: ">", Op.GE: ">="}
+
+
+def spec_of_conditions(conditions: Sequence[Predicate], outputs: Sequence[str] | None) -> ScanSpec:
+    """The scan of a plain query (`col op value AND ...`) whose WHERE the key alone cannot answer."""
+    nodes = [_condition_node(predicate) for predicate in conditions]
+    where = functools.reduce(lambda a, b: Call("and", (a, b)), nodes) if nodes else None
+    return ScanSpec(where, None if outputs is None else tuple(Output(name, Col(name)) for name in outputs))
+
+
+def _condition_node(predicate: Predicate) -> Node:
+    if isinstance(predicate, TupleIn):
+        width = len(predicate.columns)
+        if not width or not predicate.rows or any(len(row) != width for row in predicate.rows):
+            raise UnsupportedQueryError(f"each row of the IN list needs {width} values")
+        subject = Call("row", tuple(Col(name) for name in predicate.columns))
+        rows = tuple(Call("row", tuple(Lit(v) for v in row)) for row in predicate.rows)
+        return Call("in", (subject, *rows))
+    if not isinstance(predicate, Condition):
+        raise UnsupportedQueryError(f"unsupported predicate {predicate!r}")
+    column, values = Col(predicate.column), predicate.values
+    if predicate.op is Op.IN:
+        if not values:
+            raise UnsupportedQueryError("IN needs at least one value")
+        return Call("in", (column, *(Lit(v) for v in values)))
+    if predicate.op is Op.BETWEEN:
+        if len(values) != 2:
+            raise UnsupportedQueryError(f"BETWEEN needs two values, got {len(values)}")
+        return Call("between", (column, Lit(values[0]), Lit(values[1])))
+    if len(values) != 1:
+        raise UnsupportedQueryError(f"{predicate.op} needs one value, got {len(values)}")
+    return Call(_OPS[predicate.op], (column, Lit(values[0])))
+
+
+# --- sorting --------------------------------------------------------------------------------------------
+
+
+def _order_compare(order: Sequence[OrderItem]) -> Any:
+    """A cmp_to_key key over tuples of the ORDER BY values (then anything that breaks ties after them)."""
+    width = len(order)
+
+    def cmp(left: Sequence[object], right: Sequence[object]) -> int:
+        for index in range(width):
+            item = order[index]
+            a, b = left[index], right[index]
+            if a is None or b is None:
+                if a is None and b is None:
+                    continue
+                nulls_first = item.descending if item.nulls_first is None else item.nulls_first
+                return (-1 if a is None else 1) * (1 if nulls_first else -1)
+            result = compare(a, b)
+            if result:
+                return -result if item.descending else result
+        tail_a, tail_b = left[width:], right[width:]
+        return -1 if tail_a < tail_b else 1 if tail_a > tail_b else 0  # type: ignore[operator]
+
+    return functools.cmp_to_key(cmp)
+
+
+# --- the replica's side -----------------------------------------------------------------------------------
+
+
+class ScanRun:
+    """One partition's scan under `program`: fed its (key, row bytes) items in key order, a step at a time.
+    Raises EvalError (a row the query's expressions fail on, a cap passed), which the replica answers with,
+    and the coordinator turns into a 400."""
+
+    def __init__(self, program: ScanProgram, *, max_scanned: int | None = None) -> None:
+        self.program = program
+        self.scanned = 0
+        self.max_scanned = max_scanned
+        self._where = None if program.where is None else evaluator(program.where)
+        self.kept: list[tuple[bytes, bytes]] = []
+        self._top: list[tuple[tuple[object, ...], bytes, bytes]] = []
+        self._order = [evaluator(item.node) for item in program.order]
+        self._order_key = _order_compare(program.order)
+        self._group = [evaluator(node) for node in program.group]
+        self._args = [None if a.arg is None else evaluator(a.arg) for a in program.aggregates]
+        self._groups: dict[tuple[object, ...], list[Any]] = {}
+        self._updates = [
+            (index, a.func, arg)
+            for index, (a, arg) in enumerate(zip(program.aggregates, self._args, strict=True))
+        ]
+        self._count_only = (
+            program.mode == AGGREGATE
+            and program.where is None
+            and not program.group
+            and all(a.func == "count_star" for a in program.aggregates)
+        )
+        self._worst: tuple[object, ...] | None = None  # of the top `keep` so far, once there are that many
+        self._distinct = 0
+        # Columns the query names that no row has shown yet: a name no row has is not a column.
+        names: set[str] = set()
+        for node in _program_nodes(program):
+            names |= columns_of(node)
+        self._unseen = {name.casefold(): name for name in names}
+
+    @property
+    def done(self) -> bool:
+        """Whether more rows can change the answer (a ROWS scan with all the rows it may send)."""
+        return self.program.mode == ROWS and len(self.kept) >= self.program.keep
+
+    def feed(self, items: Sequence[tuple[bytes, bytes]]) -> None:
+        if not items or self.done:
+            return
+        self.scanned += len(items)
+        if self.max_scanned is not None and self.scanned > self.max_scanned:
+            raise EvalError(
+                f"the query scanned more than {self.max_scanned:,} rows of one partition (the server's "
+                "query.scan.max.rows): narrow the WHERE on key columns"
+            )
+        if self._count_only:  # COUNT(*) of every row: no row needs decoding
+            states = self._groups.setdefault((), [0] * len(self.program.aggregates))
+            for index in range(len(states)):
+                states[index] += len(items)
+            return
+        rows = decode_rows([row for _, row in items])
+        if self._unseen:
+            self._see(rows)
+        where = self._where
+        mode = self.program.mode
+        if mode == ROWS:
+            keep, kept = self.program.keep, self.kept
+            for item, row in zip(items, rows, strict=True):
+                if where is None or where(row) is True:
+                    kept.append(item)
+                    if len(kept) >= keep:
+                        return
+        elif mode == TOP:
+            self._feed_top(items, rows)
+        else:
+            for row in rows:
+                if where is None or where(row) is True:
+                    self._accumulate(row)
+
+    def _see(self, rows: Iterable[dict[str, object]]) -> None:
+        for row in rows:
+            for name in row:
+                self._unseen.pop(name.casefold(), None)
+            if not self._unseen:
+                return
+
+    def _feed_top(self, items: Sequence[tuple[bytes, bytes]], rows: Sequence[dict[str, object]]) -> None:
+        where, order, top, items_order = self._where, self._order, self._top, self.program.order
+        worst = self._worst
+        try:
+            for (key, data), row in zip(items, rows, strict=True):
+                if where is None or where(row) is True:
+                    sort_key = sort_key_of([value(row) for value in order], items_order)
+                    # Items come in key order, so a row that only ties the worst kept one loses to it.
+                    if worst is None or sort_key < worst:
+                        top.append((sort_key, key, data))
+        except TypeError:
+            raise EvalError(_unordered(items_order)) from None
+        if len(top) > 2 * self.program.keep + 1024:
+            self._prune()
+
+    def _prune(self) -> None:
+        keep = self.program.keep
+        try:
+            self._top = heapq.nsmallest(keep, self._top)
+        except TypeError:
+            raise EvalError(_unordered(self.program.order)) from None
+        if keep and len(self._top) == keep:
+            self._worst = self._top[-1][0]
+
+    def _accumulate(self, row: dict[str, object]) -> None:
+        group = self._group
+        if not group:
+            key: tuple[object, ...] = ()
+        elif len(group) == 1:
+            key = (group[0](row),)
+        else:
+            key = tuple(value(row) for value in group)
+        states = self._groups.get(key)
+        if states is None:
+            for value in key:
+                if isinstance(value, list | dict):
+                    raise EvalError("GROUP BY on a list or struct value is not supported")
+            if len(self._groups) >= MAX_GROUPS:
+                raise EvalError(f"the GROUP BY makes more than {MAX_GROUPS:,} groups (the limit)")
+            states = self._groups[key] = [_initial(a.func) for a in self.program.aggregates]
+        for index, func, arg in self._updates:
+            if arg is None:
+                states[index] += 1
+                continue
+            value = arg(row)
+            if value is None:
+                continue
+            if func == "count":
+                states[index] += 1
+                continue
+            state = states[index]
+            kind = type(value)
+            if (
+                func == "sum"
+                and (kind is int or kind is float)
+                and (state is None or type(state) in _NUMBERS)
+            ):
+                states[index] = value if state is None else state + value
+            elif func in ("min", "max") and (state is None or type(state) is kind) and kind in _ORDERED:
+                if state is None or (value < state if func == "min" else value > state):  # type: ignore[operator]
+                    states[index] = value
+            else:
+                states[index] = self._add(func, state, value)
+
+    def _add(self, func: str, state: Any, value: object) -> Any:
+        if func == "count":
+            return state + 1
+        if func == "count_distinct":
+            if isinstance(value, list | dict):
+                raise EvalError("COUNT(DISTINCT ...) of a list or struct value is not supported")
+            if value not in state:
+                self._distinct += 1
+                if self._distinct > MAX_DISTINCT:
+                    raise EvalError(_too_distinct())
+                state.add(value)
+            return state
+        return _combine(func, state, _checked(func, value))
+
+    def check_columns(self) -> None:
+        """EvalError when the query names a column that no row scanned has."""
+        if self.scanned and self._unseen:
+            names = ", ".join(repr(name) for name in sorted(self._unseen.values()))
+            raise EvalError(f"no row has column {names}: not a column of the table")
+
+    def answer(self) -> tuple[tuple[tuple[bytes, bytes], ...], bytes]:
+        """The items to send and the partial answer (counts, partial aggregates) as bytes."""
+        self.check_columns()
+        mode = self.program.mode
+        if mode == ROWS:
+            return tuple(self.kept[: self.program.keep]), pack({"scanned": self.scanned})
+        if mode == TOP:
+            self._prune()
+            return tuple((key, data) for _, key, data in self._top), pack({"scanned": self.scanned})
+        groups = [
+            [
+                list(key),
+                [_wire_state(a.func, s) for a, s in zip(self.program.aggregates, states, strict=True)],
+            ]
+            for key, states in self._groups.items()
+        ]
+        return (), pack({"scanned": self.scanned, "groups": groups})
+
+
+_NUMBERS: Final = (int, float)
+_ORDERED: Final = (int, float, str)
+
+
+class _Descending:
+    """A value that sorts in reverse: how a DESC item of a sort key orders non-numbers."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __lt__(self, other: _Descending) -> bool:
+        return bool(other.value < self.value)
+
+    def __gt__(self, other: _Descending) -> bool:
+        return bool(other.value > self.value)
+
+    def __le__(self, other: _Descending) -> bool:
+        return bool(other.value <= self.value)
+
+    def __ge__(self, other: _Descending) -> bool:
+        return bool(other.value >= self.value)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Descending) and bool(self.value == other.value)
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
+
+def sort_key_of(values: Sequence[object], order: Sequence[OrderItem]) -> tuple[object, ...]:
+    """A key that Python orders as ORDER BY orders `values`: compared in C, not through a cmp function
+    (values of one item must be of one kind; else TypeError)."""
+    out: list[object] = []
+    for value, item in zip(values, order, strict=True):
+        if value is None:
+            nulls_first = item.descending if item.nulls_first is None else item.nulls_first
+            out.append((0,) if nulls_first else (2,))
+        elif not item.descending:
+            out.append((1, value))
+        elif type(value) is int or type(value) is float:
+            out.append((1, -value))
+        else:
+            out.append((1, _Descending(value)))
+    return tuple(out)
+
+
+def _unordered(order: Sequence[OrderItem]) -> str:
+    return f"ORDER BY values of different types do not compare ({len(order)} sort items)"
+
+
+def _program_nodes(program: ScanProgram) -> list[Node]:
+    nodes = [] if program.where is None else [program.where]
+    nodes += [item.node for item in program.order]
+    nodes += list(program.group)
+    nodes += [a.arg for a in program.aggregates if a.arg is not None]
+    return nodes
+
+
+def _too_distinct() -> str:
+    return f"COUNT(DISTINCT ...) counts more than {MAX_DISTINCT:,} distinct values in all (the limit)"
+
+
+def _initial(func: str) -> Any:
+    if func in ("count_star", "count"):
+        return 0
+    if func == "count_distinct":
+        return set()
+    if func == "avg":
+        return [None, 0]
+    return None
+
+
+def _checked(func: str, value: object) -> object:
+    if func in ("sum", "avg") and (isinstance(value, bool) or not isinstance(value, int | float | Decimal)):
+        raise EvalError(f"{func.upper()} needs numbers, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _combine(func: str, state: Any, value: Any) -> Any:
+    """`state` with one more non-NULL value (or a merged partial state's value) taken in."""
+    if func == "sum":
+        return value if state is None else _plus(state, value)
+    if func == "avg":
+        total, count = state
+        return [value if total is None else _plus(total, value), count + 1]
+    if func in ("min", "max"):
+        if state is None:
+            return value
+        order = compare(value, state)
+        return value if (order < 0 if func == "min" else order > 0) else state
+    raise EvalError(f"unknown aggregate {func!r}")
+
+
+def _plus(a: Any, b: Any) -> Any:
+    if isinstance(a, Decimal) and isinstance(b, float):
+        return float(a) + b
+    if isinstance(b, Decimal) and isinstance(a, float):
+        return a + float(b)
+    return a + b
+
+
+def _wire_state(func: str, state: Any) -> object:
+    return list(state) if func == "count_distinct" else state
+
+
+# --- the coordinator's side ------------------------------------------------------------------------------
+
+
+def merge_partials(
+    aggregates: Sequence[Aggregate], partials: Iterable[bytes]
+) -> dict[tuple[object, ...], list[Any]]:
+    """Every partition's partial aggregates merged into one state per group."""
+    merged: dict[tuple[object, ...], list[Any]] = {}
+    distinct = 0
+    for data in partials:
+        fields = unpack(data)
+        for key_values, states in _list(fields.get("groups", [])):
+            key = tuple(key_values)
+            mine = merged.get(key)
+            if mine is None:
+                if len(merged) >= MAX_GROUPS:
+                    raise EvalError(f"the GROUP BY makes more than {MAX_GROUPS:,} groups (the limit)")
+                mine = merged[key] = [_initial(a.func) for a in aggregates]
+            for index, (aggregate, state) in enumerate(zip(aggregates, _list(states), strict=True)):
+                func = aggregate.func
+                if func in ("count_star", "count"):
+                    mine[index] += state
+                elif func == "count_distinct":
+                    before = len(mine[index])
+                    mine[index].update(state)
+                    distinct += len(mine[index]) - before
+                    if distinct > MAX_DISTINCT:
+                        raise EvalError(_too_distinct())
+                elif func == "avg":
+                    total, count = state
+                    if count:
+                        mine_total, mine_count = mine[index]
+                        mine[index] = [
+                            total if mine_total is None else _plus(mine_total, total),
+                            mine_count + count,
+                        ]
+                elif state is not None:
+                    mine[index] = _combine(func, mine[index], state)
+    return merged
+
+
+def _final(func: str, state: Any) -> object:
+    if func == "count_distinct":
+        return len(state)
+    if func == "avg":
+        total, count = state
+        return None if not count else total / count
+    return state
+
+
+def scanned_of(partials: Iterable[bytes]) -> int:
+    return sum(int(unpack(data).get("scanned", 0)) for data in partials if data)  # type: ignore[call-overload]
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    columns: list[str]
+    rows: list[list[object]]
+    last_key: bytes | None
+    non_finite: bool
+
+
+def finish(
+    spec: ScanSpec,
+    limit: int | None,
+    items: Sequence[Sequence[tuple[bytes, bytes]]],
+    partials: Sequence[bytes],
+    key_columns: Sequence[str],
+    max_rows: int,
+) -> Finished:
+    """The answer of a scan from every partition's items (in key order each) and partial answers."""
+    if spec.aggregating:
+        return _finish_aggregate(spec, limit, partials, max_rows)
+    merged = sorted(itertools.chain.from_iterable(items), key=operator.itemgetter(0))
+    decoded = decode_rows([row for _, row in merged])
+    last_key = None
+    if spec.order:
+        order = [evaluator(item.node) for item in spec.order]
+        try:
+            ranked = sorted(
+                zip(decoded, merged, strict=True),
+                key=lambda pair: (sort_key_of([value(pair[0]) for value in order], spec.order), pair[1][0]),
+            )
+        except TypeError:
+            raise EvalError(_unordered(spec.order)) from None
+        decoded = [row for row, _ in ranked]
+        cut = max_rows if limit is None else min(limit, max_rows + 1)
+        if limit is None and len(decoded) > max_rows:
+            raise QueryError(f"more than {max_rows} rows: add a LIMIT or narrow the WHERE")
+        decoded = decoded[:cut]
+    else:
+        cut = max_rows + 1 if limit is None else min(limit, max_rows + 1)
+        if limit is None and len(decoded) > max_rows:
+            raise QueryError(f"more than {max_rows} rows: add a LIMIT or narrow the WHERE")
+        if limit is not None and len(merged) > cut and cut:
+            last_key = merged[cut - 1][0]
+        decoded = decoded[:cut]
+    columns, rows = _project(spec, decoded, key_columns)
+    return Finished(columns, rows, last_key, _non_finite(rows))
+
+
+def _project(
+    spec: ScanSpec, decoded: list[dict[str, object]], key_columns: Sequence[str]
+) -> tuple[list[str], list[list[object]]]:
+    if spec.outputs is None:
+        columns = list(key_columns)
+        for row in decoded:
+            for name in row:
+                if name not in columns:
+                    columns.append(name)
+        pick = [evaluator(Col(name)) for name in columns]
+        return columns, [[value(row) for value in pick] for row in decoded]
+    values = [evaluator(output.node) for output in spec.outputs]
+    names: set[str] = set()
+    for output in spec.outputs:
+        names |= columns_of(output.node)
+    for name in names:
+        if decoded and not any(any(key.casefold() == name.casefold() for key in row) for row in decoded):
+            raise QueryError(f"column {name!r} is not in the table")
+    return [output.name for output in spec.outputs], [[value(row) for value in values] for row in decoded]
+
+
+def _finish_aggregate(
+    spec: ScanSpec, limit: int | None, partials: Sequence[bytes], max_rows: int
+) -> Finished:
+    merged = merge_partials(spec.aggregates, partials)
+    if not spec.group and not merged:  # an aggregate over no rows still answers one row
+        merged[()] = [_initial(a.func) for a in spec.aggregates]
+    groups: list[dict[str, object]] = []
+    for key, states in merged.items():
+        row: dict[str, object] = {f"{GROUP_PREFIX}{i}": value for i, value in enumerate(key)}
+        for i, (aggregate, state) in enumerate(zip(spec.aggregates, states, strict=True)):
+            row[f"{AGGREGATE_PREFIX}{i}"] = _final(aggregate.func, state)
+        groups.append(row)
+    if spec.having is not None:
+        having = evaluator(spec.having)
+        groups = [row for row in groups if having(row) is True]
+    if spec.order:
+        order = [evaluator(item.node) for item in spec.order]
+        sort_key = _order_compare(spec.order)
+        groups.sort(key=lambda row: sort_key(tuple(value(row) for value in order)))
+    if limit is not None:
+        groups = groups[:limit]
+    if len(groups) > max_rows:
+        raise QueryError(f"more than {max_rows} groups: add a LIMIT or narrow the WHERE")
+    assert spec.outputs is not None
+    values = [evaluator(output.node) for output in spec.outputs]
+    rows = [[value(row) for value in values] for row in groups]
+    return Finished([output.name for output in spec.outputs], rows, None, _non_finite(rows))
+
+
+def _non_finite(rows: Iterable[Iterable[object]]) -> bool:
+    return any(isinstance(value, float) and not math.isfinite(value) for row in rows for value in row)
+
+
+def with_where(spec: ScanSpec, where: Node | None) -> ScanSpec:
+    return dataclasses.replace(spec, where=where)

@@ -1,0 +1,196 @@
+"""Scans through /v1/query between real server processes: filters on any column, expressions, aggregates,
+GROUP BY/HAVING, ORDER BY ... LIMIT, their 400s, and a replica killed (-9) under running aggregates."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+import hotstate
+from hotstate.cli.local_cluster import LocalCluster
+from hotstate.client.writer import TableWriter
+from hotstate.controller.records import KeyColumn, KeyType
+from hotstate.controller.requests import ControllerError
+
+from .conftest import RunningCluster
+
+ROWS = 3000
+PARTITIONS = 6
+KEY = (KeyColumn("user", KeyType.STRING),)
+
+
+def _row(i: int) -> dict[str, object]:
+    return {"user": f"u{i:05d}", "clicks": i % 100, "region": f"r{i % 7}", "score": i * 0.5}
+
+
+async def _setup(running: RunningCluster) -> None:
+    cluster = running.cluster
+    async with cluster.admin(request_timeout_s=2.0) as admin:
+        reply = await admin.create_table("events", partitions=PARTITIONS, standby_replicas=1, key_columns=KEY)
+        assert reply.error is ControllerError.NONE, reply
+    writer = TableWriter(cluster.addresses(), "events", cluster_id=cluster.cluster_id, secret=cluster.secret)
+    await writer.upsert([_row(i) for i in range(ROWS)])
+    await writer.close()
+
+
+@pytest.fixture(scope="module")
+def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningCluster]:
+    root: Path = tmp_path_factory.mktemp("scans")
+    cluster = LocalCluster.create(root / "cluster", 3)
+    # Small steps: a scan of this table takes many turns of the event loop, as a big one would.
+    cluster.write_configs(scan_step_rows=50)
+    cluster.save()
+    for server in cluster.servers:
+        cluster.start(server)
+    started = RunningCluster(cluster)
+    try:
+        started.run(cluster.wait_ready(30.0, expect=3))
+        started.run(_setup(started))
+        yield started
+    except BaseException:
+        print(started.logs())
+        raise
+    finally:
+        for server in cluster.servers:
+            cluster.signal(server, signal.SIGKILL)
+
+
+def _base(running: RunningCluster, node: int = 1) -> str:
+    server = running.server(node)
+    return f"http://127.0.0.1:{server.http_port}"
+
+
+def _query(running: RunningCluster, sql: str, node: int = 1, **options: object) -> httpx.Response:
+    return httpx.post(f"{_base(running, node)}/v1/query", json={"sql": sql, **options}, timeout=20.0)
+
+
+def _rows(running: RunningCluster, sql: str, node: int = 1) -> list[list[object]]:
+    reply = _query(running, sql, node)
+    assert reply.status_code == 200, reply.text
+    rows: list[list[object]] = reply.json()["rows"]
+    return rows
+
+
+def test_filters_on_any_column_and_expressions(running: RunningCluster) -> None:
+    expected = [[f"u{i:05d}", i % 100 * 2] for i in range(ROWS) if i % 100 > 97 and i % 7 == 3]
+    rows = _rows(running, "SELECT user, clicks * 2 AS double FROM events WHERE clicks > 97 AND region = 'r3'")
+    assert rows == expected  # in key order
+    reply = _query(running, "SELECT * FROM events WHERE region LIKE 'r1%' OR clicks IS NULL LIMIT 5")
+    body = reply.json()
+    assert [row[0] for row in body["rows"]] == [f"u{i:05d}" for i in range(ROWS) if i % 7 == 1][:5]
+    assert body["columns"][:2] == ["user", "clicks"]
+    assert len(body["partitions"]) == PARTITIONS and body["cursor"]
+    # The key part of the WHERE still narrows what is read: one partition for one key.
+    one = _query(running, "SELECT user FROM events WHERE user = 'u00042' AND clicks = 42").json()
+    assert one["rows"] == [["u00042"]] and len(one["partitions"]) == 1
+
+
+def test_aggregates_group_by_having(running: RunningCluster) -> None:
+    assert _rows(running, "SELECT COUNT(*), SUM(clicks), MIN(user), MAX(score) FROM events") == [
+        [ROWS, sum(i % 100 for i in range(ROWS)), "u00000", (ROWS - 1) * 0.5]
+    ]
+    by_region = Counter(f"r{i % 7}" for i in range(ROWS) if i % 100 >= 50)
+    rows = _rows(
+        running,
+        "SELECT region, COUNT(*) AS n, COUNT(DISTINCT clicks) FROM events WHERE clicks >= 50 "
+        "GROUP BY region HAVING COUNT(*) > 0 ORDER BY region",
+    )
+    assert rows == [[region, by_region[region], 50] for region in sorted(by_region)]
+    top = _rows(running, "SELECT user, score FROM events ORDER BY score DESC LIMIT 3", node=2)
+    assert top == [[f"u{i:05d}", i * 0.5] for i in (ROWS - 1, ROWS - 2, ROWS - 3)]
+
+
+def test_ksqldb_endpoints_and_the_client_answer_scans(running: RunningCluster) -> None:
+    sql = "SELECT region, COUNT(*) AS n, AVG(score) AS mean FROM events GROUP BY region ORDER BY region"
+    expected = [
+        [f"r{r}", len(range(r, ROWS, 7)), sum(i * 0.5 for i in range(r, ROWS, 7)) / len(range(r, ROWS, 7))]
+        for r in range(7)
+    ]
+    base = _base(running, 3)
+    ksql = httpx.post(f"{base}/query", json={"ksql": sql + ";"}, timeout=20.0)
+    assert ksql.status_code == 200, ksql.text[:500]
+    header, *rows = ksql.json()
+    assert header["header"]["schema"] == "`region` STRING, `n` BIGINT, `mean` DOUBLE"
+    assert [row["row"]["columns"] for row in rows] == expected
+    with hotstate.Client([base.removeprefix("http://")], timeout_s=20.0) as client:
+        frame = client.query(sql).to_pandas()
+    assert list(frame.columns) == ["region", "n", "mean"]
+    assert frame.values.tolist() == expected
+    assert str(frame["n"].dtype).lower().startswith("int")
+
+
+@pytest.mark.parametrize(
+    ("sql", "fragment"),
+    [
+        ("SELECT * FROM events WHERE region > 5", "cannot compare string"),
+        ("SELECT * FROM events WHERE 'abc' > 5", "cannot compare string with number"),
+        ("SELECT * FROM events WHERE nope = 1", "no row has column 'nope'"),
+        ("SELECT region, clicks FROM events GROUP BY region", "must be in GROUP BY"),
+        ("SELECT * FROM events WHERE frob(clicks) = 1", "unknown function FROB"),
+        ("SELECT clicks / 0 FROM events WHERE user = 'u00001'", "division by zero"),
+        ("SELECT * FROM events a JOIN events b ON a.user = b.user", "joins are not supported"),
+        ("SELECT * FROM events WHERE region LIKE 'r%' ESCAPE 'ab'", "ESCAPE takes one character"),
+    ],
+)
+def test_mistakes_are_400s_and_the_server_stays_healthy(
+    running: RunningCluster, sql: str, fragment: str
+) -> None:
+    reply = _query(running, sql)
+    assert reply.status_code == 400, reply.text[:500]
+    assert fragment in reply.json()["message"], reply.text[:500]
+    assert _rows(running, "SELECT COUNT(*) FROM events") == [[ROWS]]
+
+
+def test_kill_9_a_replica_under_running_aggregates_never_gives_a_wrong_total(running: RunningCluster) -> None:
+    # Last in this module: it kills a server. Every partition has a standby, so each COUNT(*) whose replica
+    # dies mid-scan is answered by another replica: a retry, never a partial total.
+    base = _base(running, 1)
+    placement = next(t for t in httpx.get(f"{base}/v1/tables").json()["tables"] if t["name"] == "events")
+    victim = Counter(p["active"] for p in placement["placement"] if p["active"] != 1).most_common(1)[0][0]
+    stop = threading.Event()
+    totals: Counter[object] = Counter()
+    failures: list[str] = []
+
+    def client() -> None:
+        with httpx.Client(timeout=20.0) as http:
+            while not stop.is_set():
+                try:
+                    reply = http.post(
+                        f"{base}/v1/query", json={"sql": "SELECT COUNT(*), SUM(clicks) FROM events"}
+                    )
+                except httpx.HTTPError as error:
+                    failures.append(f"{type(error).__name__}: {error}")
+                    continue
+                if reply.status_code != 200:
+                    failures.append(f"{reply.status_code}: {reply.text[:300]}")
+                    continue
+                totals[tuple(reply.json()["rows"][0])] += 1
+
+    threads = [threading.Thread(target=client) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    try:
+        end = time.monotonic() + 10.0
+        while sum(totals.values()) < 5 and time.monotonic() < end:
+            time.sleep(0.05)
+        running.kill(victim)
+        killed_at = time.monotonic()
+        while time.monotonic() - killed_at < 6.0:
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    print(f"\ntotals: {dict(totals)}; failures: {len(failures)}")
+    assert set(totals) == {(ROWS, sum(i % 100 for i in range(ROWS)))}, totals
+    assert sum(totals.values()) > 10
+    assert not failures, failures[:5]
+    assert asyncio.iscoroutinefunction(_setup)
