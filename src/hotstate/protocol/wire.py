@@ -68,7 +68,6 @@ for type_id, cls in (
     (14, Fetch),
     (15, FetchResponse),
     (16, FetchSnapshot),
-    (17, FetchSnapshotResponse),
     # Controller (50-99)
     (50, Endpoint),
     (51, KeyColumn),
@@ -121,6 +120,8 @@ for type_id, cls in (
     (176, replica.ProducePartitionsResponse),
 ):
     MESSAGES.register(type_id, cls)
+# Version 2 appended voters (KIP-853: a snapshot carries the voter set).
+MESSAGES.register(17, FetchSnapshotResponse, version=2)
 # Version 2 appended writer_rack.
 MESSAGES.register(64, CreateTableRequest, version=2)
 # Version 2 appended known_offset and max_wait_ms (the metadata watch).
