@@ -141,21 +141,27 @@ def test_a_removed_follower_becomes_an_observer_and_the_majority_shrinks() -> No
     cluster = Cluster(voters=(1, 2, 3))
     cluster.elect(1)
     leader = cluster.nodes[1]
-    leader.remove_voter(3, cluster.now)
+    offset = leader.remove_voter(3, cluster.now)
     cluster.flush(1)
     cluster.deliver_all()
-    assert not cluster.nodes[3].is_voter and cluster.nodes[3].role is RaftRole.FOLLOWER
+    removed = cluster.nodes[3]
+    assert not removed.is_voter and removed.role is RaftRole.FOLLOWER
     # With 3 gone for good, 1 and 2 still commit.
     cluster.crash(3)
     leader.propose(b"after", cluster.now)
     cluster.flush(1)
     cluster.deliver_all()
     assert cluster.applied[2][-1] == b"after"
-    # A removed member never stands, however long it waits.
+    # A removed member that knows its removal committed never stands, even with no leader.
     cluster.start(3)
+    cluster.tick(3, now=cluster.now + 1)
+    cluster.deliver_all()
+    removed = cluster.nodes[3]
+    assert removed.high_watermark > offset and removed.leader_id == 1
+    cluster.crash(1)
     for step in range(1, 10):
         cluster.tick(3, now=cluster.now + step * 1000)
-        assert role(cluster.nodes[3]) is not RaftRole.CANDIDATE
+        assert role(removed) is not RaftRole.CANDIDATE
 
 
 def test_a_leader_that_removes_itself_leads_until_the_removal_commits_then_steps_down() -> None:

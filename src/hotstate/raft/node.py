@@ -250,15 +250,17 @@ class RaftNode:
                 self._start_backoff()
         elif self._role is RaftRole.FOLLOWER:
             if self._fetch_deadline is not None and now >= self._fetch_deadline:
-                if self.is_voter:
+                if self._may_stand():
                     self._become_candidate()
                 else:
                     self._become_unattached(self._epoch)
             elif self._request_deadline is not None and now >= self._request_deadline:
                 self._send_fetch()
         else:
-            if self.is_voter:
-                if self._election_deadline is not None and now >= self._election_deadline:
+            if self._may_stand():
+                if self._election_deadline is None:  # it became a member again after its removal was lost
+                    self._election_deadline = now + self._random_election_timeout()
+                elif now >= self._election_deadline:
                     self._become_candidate()
             elif self._request_deadline is None or now >= self._request_deadline:
                 self._send_fetch()
@@ -510,6 +512,22 @@ class RaftNode:
         for gone in [n for n in self._progress if n not in voters]:
             del self._progress[gone]
 
+    def _may_stand(self) -> bool:
+        """A voter stands for election; so does a member whose own removal is the latest voter change and
+        not committed as far as it knows (its vote does not count for itself). Otherwise, when every member
+        with the newest log has such a removal (a leader removed itself and lost office before it
+        committed), nobody could be elected to commit or drop it."""
+        if self.is_voter:
+            return True
+        if not self._voter_changes or self._voter_changes[-1][0] < self._hw:
+            return False
+        return self.id in self._voters_before_latest_change()
+
+    def _voters_before_latest_change(self) -> frozenset[int]:
+        if len(self._voter_changes) >= 2:
+            return self._voter_changes[-2][1]
+        return self._base_voters if self._base_voters is not None else self._bootstrap_voters
+
     def _step_down_if_removed(self) -> None:
         """A leader that removed itself resigns once the removal is committed (KIP-853): until then it
         must stay to commit it, since the new voters may not have it yet."""
@@ -536,7 +554,7 @@ class RaftNode:
         self._backoff_deadline = None
         self._snapshot_fetch = None
         self._fetch_target = None
-        if self.is_voter:
+        if self._may_stand():
             self._election_deadline = self._now + self._random_election_timeout()
             self._request_deadline = None
         else:
@@ -568,7 +586,7 @@ class RaftNode:
         self._send_fetch()
 
     def _become_candidate(self) -> None:
-        if not self.is_voter:
+        if not self._may_stand():
             return
         self._epoch += 1
         self._voted_id = self.id
@@ -655,6 +673,14 @@ class RaftNode:
 
     # ------------------------------------------------------------------ elections
     def _on_vote(self, request: Vote) -> None:
+        if not self._may_stand() and not self._candidate_log_ok(
+            request.last_epoch, request.last_epoch_end_offset
+        ):
+            # A candidate whose voter set is stale (it missed a change) may count us, a removed voter, and
+            # could never win. A quick refusal would let it stand again at once, epoch after epoch, ahead of
+            # the voter that holds the newer log and set: left unanswered, it waits out its election
+            # timeout like everyone else, and the better candidate gets its turn (dropping is always safe).
+            return
         if request.epoch > self._epoch:
             # A candidate we may not vote for must not postpone our own candidacy, or a voter with a short
             # log that keeps standing would stop the others from ever standing (a livelock).
@@ -668,7 +694,6 @@ class RaftNode:
                 self._election_deadline = min(self._election_deadline, min(pending))
         granted = (
             request.epoch == self._epoch
-            and self.is_voter
             and self._role is RaftRole.UNATTACHED
             and self._leader_id is None
             and self._voted_id in (None, request.src)
