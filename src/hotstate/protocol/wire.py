@@ -32,6 +32,7 @@ from hotstate.controller.requests import (
 from hotstate.log.batch import RecordBatch
 from hotstate.log.divergence import DivergingEpoch
 from hotstate.protocol.cluster import DescribeClusterRequest, DescribeClusterResponse, ServerStatus
+from hotstate.protocol.voters import ObserverProgress, VotersRequest, VotersResponse
 from hotstate.raft.messages import (
     BeginQuorumEpoch,
     BeginQuorumEpochResponse,
@@ -68,6 +69,10 @@ for type_id, cls in (
     (14, Fetch),
     (15, FetchResponse),
     (16, FetchSnapshot),
+    # Quorum membership (KIP-853)
+    (20, VotersRequest),
+    (21, ObserverProgress),
+    (22, VotersResponse),
     # Controller (50-99)
     (50, Endpoint),
     (51, KeyColumn),

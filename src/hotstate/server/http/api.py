@@ -41,6 +41,7 @@ from hotstate.server.http.queries import (
     internal_error,
 )
 from hotstate.server.http.tables import Controller, TableContext, add_table_routes
+from hotstate.server.http.voters import Voters, add_voter_routes
 from hotstate.server.liveness import Liveness
 from hotstate.server.raft_driver import monotonic_ms
 from hotstate.server.replicas import ReplicaManager
@@ -64,6 +65,7 @@ class HttpContext:
     controller: Controller
     console: ConsoleContext | None = None  # the console's page and JSON (server/console/http.py)
     auth: HttpAuth | None = None  # who may ask what (server/http/auth.py); None: anyone
+    voters: Voters | None = None  # quorum membership (server/http/voters.py)
 
 
 def build_app(ctx: HttpContext) -> QueryRoutes:
@@ -111,6 +113,9 @@ def build_app(ctx: HttpContext) -> QueryRoutes:
         app,
         TableContext(ctx.image, ctx.not_ready, ctx.controller, ctx.liveness.lags, ctx.liveness.alive),
     )
+
+    if ctx.voters is not None:
+        add_voter_routes(app, ctx.voters)
 
     @app.get("/v1/lag", summary="The lags this server knows, per server and partition (KIP-535)")
     async def lags() -> Response:
