@@ -255,3 +255,26 @@ def test_snapshot_chunks_name_the_voters() -> None:
     leader.step(FetchSnapshot(9, 1, leader.epoch, snapshot_id, position=0, max_bytes=100), 1000)
     (answer,) = leader.ready().messages
     assert isinstance(answer, FetchSnapshotResponse) and answer.voters is None
+
+
+def test_a_leader_that_lost_office_before_its_removal_committed_may_still_stand() -> None:
+    # Voters 1 and 2; 1 removes itself and crashes before 2 has the entry. 2 cannot win (1 holds the better
+    # log), so unless 1 may stand (not counting its own vote), nobody is ever elected (sim seed 992).
+    cluster = Cluster(voters=(1, 2))
+    cluster.elect(1)
+    offset = cluster.nodes[1].remove_voter(1, cluster.now)
+    cluster.flush(1)
+    cluster.take()
+    cluster.crash(1)
+    restarted = cluster.start(1)
+    assert not restarted.is_voter and restarted.log.end_offset == offset + 1
+    cluster.elect(1)
+    # Elected by 2 alone, 1 led without being a voter until its removal committed, then stepped down.
+    assert role(restarted) is not RaftRole.LEADER and restarted.high_watermark > offset
+    for _ in range(5):
+        cluster.now += 1000
+        cluster.tick(2)
+        cluster.deliver_all()
+    # Then 2 wins its one-voter quorum.
+    assert cluster.nodes[2].role is RaftRole.LEADER and cluster.nodes[2].voters == frozenset({2})
+    assert role(restarted) is not RaftRole.LEADER and restarted.high_watermark > offset
