@@ -13,6 +13,7 @@ import pytest
 
 from hotstate.cli.local_cluster import LocalCluster, LocalServer
 from hotstate.protocol.cluster import DescribeClusterResponse
+from hotstate.server.config import Voter
 
 T = TypeVar("T")
 
@@ -85,13 +86,19 @@ def start_cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[St
         hold: tuple[int, ...] = (),
         tls: bool = False,
         client_auth: bool = False,
+        voters: int | None = None,
         **overrides: object,
     ) -> RunningCluster:
         """`hold`: node ids not started (yet): `running.restart(node_id)` starts one. `tls`, `client_auth`:
-        as `hotstate cluster up --tls --client-auth`."""
+        as `hotstate cluster up --tls --client-auth`. `voters`: only the first N servers are bootstrap
+        voters (`controller.quorum.voters`); the others are controllers that join as observers."""
         cluster = LocalCluster.create(
             tmp_path / f"cluster-{len(started)}", count, tls=tls, client_auth=client_auth
         )
+        if voters is not None:
+            overrides["voters"] = tuple(
+                Voter(s.node_id, s.host, s.rpc_port) for s in cluster.servers[:voters]
+            )
         cluster.write_configs(**overrides)
         cluster.save()
         for server in cluster.servers:

@@ -70,6 +70,12 @@ def test_voters_accepted(voters: str, expected: tuple[Voter, ...]) -> None:
     assert load({"controller.quorum.voters": voters}).voters == expected
 
 
+def test_a_controller_missing_from_the_voters_may_join() -> None:
+    # KIP-853: it follows the metadata log as an observer until `hotstate cluster voters add 4`.
+    config = load({"node.id": "4", "listeners": "rpc://127.0.0.1:9095,http://127.0.0.1:8084"})
+    assert config.is_controller and config.find_voter(4) is None
+
+
 def test_controller_only_and_broker_only_roles() -> None:
     controller = load({"process.roles": "controller"})
     assert controller.is_controller and not controller.is_broker
@@ -359,13 +365,8 @@ BAD_VALUES = [
     ("controller.quorum.voters", "1@[::]:9092", "not a wildcard", {}),
     ("controller.quorum.voters", "1@127.0.0.1:9092,2@127.0.0.1:0", "a port from 1 to 65535", {}),
     ("controller.quorum.voters", "1@bad!host:9092", "is not a valid host name", {}),
-    # Membership: a controller is a voter at its rpc port; a broker-only node is not a voter.
-    (
-        "controller.quorum.voters",
-        "2@127.0.0.1:9093,3@127.0.0.1:9094",
-        "must include this node (node.id=1)",
-        {},
-    ),
+    # Membership: a listed controller is at its rpc port; a broker-only node is not a voter. (A controller
+    # not listed is valid: it joins as an observer, test_a_controller_missing_from_the_voters_may_join.)
     ("controller.quorum.voters", "1@127.0.0.1:9095", "the port of its rpc listener", {}),
     (
         "controller.quorum.voters",

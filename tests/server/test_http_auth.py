@@ -78,6 +78,9 @@ def test_paths_and_roles() -> None:
     assert needed_role("POST", "/v1/tables") == "admin"
     assert needed_role("DELETE", "/v1/tables/t") == "admin"
     assert needed_role("POST", "/v1/servers/4/remove") == "admin"
+    assert needed_role("GET", "/v1/cluster/voters") == "read"
+    assert needed_role("POST", "/v1/cluster/voters") == "admin"
+    assert needed_role("DELETE", "/v1/cluster/voters/3") == "admin"
     assert needed_role("GET", "/uix") == "read"
 
 

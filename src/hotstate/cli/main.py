@@ -17,6 +17,7 @@ from hotstate.cli import auth as auth_commands
 from hotstate.cli import query as query_commands
 from hotstate.cli import sql as sql_commands
 from hotstate.cli import table as table_commands
+from hotstate.cli import voters as voters_commands
 
 if TYPE_CHECKING:
     from hotstate.cli.local_cluster import LocalCluster
@@ -239,6 +240,7 @@ async def show_cluster_status(cluster: LocalCluster) -> None:
 query_commands.register(app, default_dir=DEFAULT_DIR)
 sql_commands.register(app, default_dir=DEFAULT_DIR)
 table_commands.register(app, default_dir=DEFAULT_DIR)
+voters_commands.register(cluster_app, default_dir=DEFAULT_DIR)
 auth_commands.register(app)
 
 

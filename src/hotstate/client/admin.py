@@ -37,6 +37,7 @@ from hotstate.controller.requests import (
     StageTableResponse,
 )
 from hotstate.protocol.cluster import DescribeClusterRequest, DescribeClusterResponse
+from hotstate.protocol.voters import VotersError, VotersOp, VotersRequest, VotersResponse
 from hotstate.protocol.wire import MESSAGES
 from hotstate.rpc import NOT_SENT, PeerPool, RpcError, bootstrap_peer_id, bootstrap_peers
 from hotstate.tls import TlsOption, to_client_context
@@ -207,6 +208,32 @@ class AdminClient:
         reply = await self._controller_call(RemoveServerRequest(node_id), deadline_s, idempotent=True)
         assert isinstance(reply, RemoveServerResponse)
         return reply
+
+    # ------------------------------------------------------------------ quorum membership (KIP-853)
+    async def list_voters(self, *, deadline_s: float = 10.0) -> VotersResponse:
+        """The metadata leader's voters, whether a change is in flight, and its observers' progress."""
+        return await self._voters_call(VotersRequest(VotersOp.LIST), deadline_s, idempotent=True)
+
+    async def add_voter(self, node_id: int, *, deadline_s: float = 15.0) -> VotersResponse:
+        """Make `node_id` (registered with the controller role, caught up as an observer) a voter; answered
+        once the change commits. A refusal (error REFUSED) says why; TIMEOUT: the outcome is unknown."""
+        return await self._voters_call(VotersRequest(VotersOp.ADD, node_id), deadline_s)
+
+    async def remove_voter(self, node_id: int, *, deadline_s: float = 15.0) -> VotersResponse:
+        """Take `node_id` out of the voters (the leader may remove itself: it steps down once committed)."""
+        return await self._voters_call(VotersRequest(VotersOp.REMOVE, node_id), deadline_s)
+
+    async def _voters_call(
+        self, request: VotersRequest, deadline_s: float, *, idempotent: bool = False
+    ) -> VotersResponse:
+        end = time.monotonic() + deadline_s
+        while True:
+            reply = await self._call(request, max(0.1, end - time.monotonic()), idempotent=idempotent)
+            assert isinstance(reply, VotersResponse)
+            if reply.error is not VotersError.NOT_LEADER or time.monotonic() >= end:
+                return reply
+            self._preferred = (self._preferred + 1) % len(self._servers)
+            await asyncio.sleep(0.05 * (0.5 + random.random()))
 
     async def _controller_call(
         self, request: ControllerRequest, deadline_s: float, *, idempotent: bool = False

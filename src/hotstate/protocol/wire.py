@@ -38,6 +38,7 @@ from hotstate.controller.requests import (
 from hotstate.log.batch import RecordBatch
 from hotstate.log.divergence import DivergingEpoch
 from hotstate.protocol.cluster import DescribeClusterRequest, DescribeClusterResponse, ServerStatus
+from hotstate.protocol.voters import ObserverProgress, VotersRequest, VotersResponse
 from hotstate.raft.messages import (
     BeginQuorumEpoch,
     BeginQuorumEpochResponse,
@@ -74,7 +75,10 @@ for type_id, cls in (
     (14, Fetch),
     (15, FetchResponse),
     (16, FetchSnapshot),
-    (17, FetchSnapshotResponse),
+    # Quorum membership (KIP-853)
+    (20, VotersRequest),
+    (21, ObserverProgress),
+    (22, VotersResponse),
     # Controller (50-99)
     (50, Endpoint),
     (51, KeyColumn),
@@ -133,6 +137,8 @@ for type_id, cls in (
     (178, replica.FeedReadResponse),
 ):
     MESSAGES.register(type_id, cls)
+# Version 2 appended voters (KIP-853: a snapshot carries the voter set).
+MESSAGES.register(17, FetchSnapshotResponse, version=2)
 # Version 2 appended writer_rack.
 MESSAGES.register(64, CreateTableRequest, version=2)
 # Version 2 appended draining.

@@ -107,6 +107,8 @@ class FetchSnapshotResponse:
     position: int
     chunk: bytes = b""
     total_size: int = 0
+    # The snapshot's voter set (`Snapshot.voters`), sent with every chunk; wire version 2.
+    voters: frozenset[int] | None = None
 
 
 Message = (

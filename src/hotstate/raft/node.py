@@ -11,9 +11,17 @@ pull with Fetch(offset, last fetched epoch) and truncate on a diverging-epoch an
 leader's log start gets the snapshot id and pulls it with FetchSnapshot in chunks; the HW is the end offset
 of a majority of voters, once a record of the leader's epoch is in it.
 
+Membership (KIP-853, Raft's single-server change): the voter set is a VOTERS entry of the log, in effect
+on each member from the moment the member appends it, committed or not; with no such entry in the log or
+its snapshot, the voters are the bootstrap set the shell passes in (`controller.quorum.voters`). The
+leader adds or removes one voter at a time (`add_voter`, `remove_voter`), never while an earlier change is
+uncommitted or before an entry of its own epoch is committed, and only adds an observer that has caught
+up; a leader that removed itself leads until the removal commits, then steps down.
+
 The rules that keep it safe each sit in a small method of their own (`_candidate_log_ok`,
-`_majority_end_offset`, `_may_commit`, `_quorum_state_to_persist`) so that the simulator's tests can break
-one at a time and show that the invariant checks notice.
+`_majority_end_offset`, `_may_commit`, `_quorum_state_to_persist`, `_voters_in_effect`,
+`_reconfiguration_problem`) so that the simulator's tests can break one at a time and show that the
+invariant checks notice.
 """
 
 from __future__ import annotations
@@ -40,7 +48,14 @@ from hotstate.raft.messages import (
 )
 from hotstate.raft.quorum_state import QuorumState
 from hotstate.raft.ready import AppendEntries, LogOp, Ready, SaveSnapshot, TruncateTo
-from hotstate.raft.records import Entry, EntryKind, Snapshot, SnapshotId
+from hotstate.raft.records import (
+    Entry,
+    EntryKind,
+    Snapshot,
+    SnapshotId,
+    decode_voters,
+    encode_voters,
+)
 
 
 class RaftRole(enum.Enum):
@@ -62,6 +77,10 @@ class NotLeaderError(Exception):
 
 class ProposalRejectedError(Exception):
     """The leader holds too many unflushed proposals (back-pressure)."""
+
+
+class ReconfigurationError(Exception):
+    """The leader refused an AddVoter or RemoveVoter; the message says why (and whether to retry)."""
 
 
 class RaftSafetyError(Exception):
@@ -86,9 +105,10 @@ class RaftNode:
         entries: Sequence[Entry] = (),
     ) -> None:
         self.id = node_id
-        self.voters = frozenset(voters)
-        if not self.voters:
+        self._bootstrap_voters = frozenset(voters)
+        if not self._bootstrap_voters:
             raise ValueError("controller.quorum.voters is empty: a quorum needs at least one voter")
+        self.voters = self._bootstrap_voters
         self.is_voter = node_id in self.voters
         self.config = config or RaftConfig()
         self._rng = random.Random(seed)
@@ -101,6 +121,10 @@ class RaftNode:
 
         self._snapshot = snapshot
         self._log = RaftLog(snapshot.id if snapshot else None, entries)
+        # The voter set below the log start (the snapshot's), and every VOTERS entry in the log, in order.
+        self._base_voters: frozenset[int] | None = snapshot.voters if snapshot else None
+        self._voter_changes: list[tuple[int, frozenset[int]]] = []
+        self._note_voter_entries(self._log.read_between(self._log.start_offset, self._log.end_offset))
         # Whatever a snapshot holds was committed; the shell loads it before the core replays the rest.
         self._hw = self._log.start_offset
         self._applied = self._log.start_offset
@@ -136,7 +160,10 @@ class RaftNode:
         self._parked_fetches: dict[int, tuple[Fetch, int]] = {}
         self._pending: list[tuple[bytes, EntryKind]] = []
         self._linger_deadline: int | None = None
+        # Observers' latest fetch: (fetch offset, when, whether it was at or above the HW then).
+        self._observer_fetches: dict[int, tuple[int, int, bool]] = {}
 
+        self._refresh_voters()
         self._role = RaftRole.UNATTACHED
         if self._leader_id == self.id:
             # A restarted leader has lost its view of the followers; it resigns and lets the quorum move on.
@@ -178,6 +205,15 @@ class RaftNode:
         return self._snapshot
 
     @property
+    def voter_change_pending(self) -> bool:
+        """Whether the latest VOTERS entry in the log is not yet committed."""
+        return bool(self._voter_changes) and self._voter_changes[-1][0] >= self._hw
+
+    def observer_progress(self) -> dict[int, tuple[int, int, bool]]:
+        """On the leader: each observer's latest fetch (offset, time, whether it had caught up then)."""
+        return dict(self._observer_fetches)
+
+    @property
     def pending_proposals(self) -> int:
         """Proposals accepted but not yet in the log (lingering): the next one gets end_offset + this."""
         return len(self._pending)
@@ -214,15 +250,17 @@ class RaftNode:
                 self._start_backoff()
         elif self._role is RaftRole.FOLLOWER:
             if self._fetch_deadline is not None and now >= self._fetch_deadline:
-                if self.is_voter:
+                if self._may_stand():
                     self._become_candidate()
                 else:
                     self._become_unattached(self._epoch)
             elif self._request_deadline is not None and now >= self._request_deadline:
                 self._send_fetch()
         else:
-            if self.is_voter:
-                if self._election_deadline is not None and now >= self._election_deadline:
+            if self._may_stand():
+                if self._election_deadline is None:  # it became a member again after its removal was lost
+                    self._election_deadline = now + self._random_election_timeout()
+                elif now >= self._election_deadline:
                     self._become_candidate()
             elif self._request_deadline is None or now >= self._request_deadline:
                 self._send_fetch()
@@ -266,6 +304,53 @@ class RaftNode:
             self._linger_deadline = self._now + self.config.append_linger_ms
         return offset
 
+    def add_voter(self, node_id: int, now: int) -> int:
+        """KIP-853 AddVoter: append a VOTERS entry with `node_id` added; returns its offset. It is in effect
+        at once (the new voter counts toward the HW from now on); the change is done when it commits."""
+        self._now = max(self._now, now)
+        self._require_leader()
+        if node_id in self.voters:
+            raise ReconfigurationError(f"node {node_id} is already a voter")
+        problem = self._reconfiguration_problem() or self._catch_up_problem(node_id)
+        if problem is not None:
+            raise ReconfigurationError(f"cannot add voter {node_id}: {problem}")
+        offset = self._append_voters(self.voters | {node_id})
+        fetch_offset, _, _ = self._observer_fetches[node_id]
+        self._progress[node_id] = fetch_offset
+        # Counted fresh from now: the check-quorum timer must not make the leader resign at once.
+        self._last_fetch_at[node_id] = self._now
+        return offset
+
+    def remove_voter(self, node_id: int, now: int) -> int:
+        """KIP-853 RemoveVoter: append a VOTERS entry without `node_id`; returns its offset. The leader may
+        remove itself: it keeps leading (without counting itself) until the removal commits."""
+        self._now = max(self._now, now)
+        self._require_leader()
+        if node_id not in self.voters:
+            raise ReconfigurationError(f"node {node_id} is not a voter")
+        if len(self.voters) == 1:
+            raise ReconfigurationError(f"node {node_id} is the only voter; add another one first")
+        problem = self._reconfiguration_problem()
+        if problem is not None:
+            raise ReconfigurationError(f"cannot remove voter {node_id}: {problem}")
+        offset = self._append_voters(self.voters - {node_id})
+        self._progress.pop(node_id, None)
+        self._last_fetch_at.pop(node_id, None)
+        self._begin_epoch_acked.discard(node_id)
+        self._update_high_watermark()  # a smaller majority may commit more at once
+        return offset
+
+    def _require_leader(self) -> None:
+        if self._role is not RaftRole.LEADER:
+            raise NotLeaderError(self.id, self._epoch, self._leader_id)
+
+    def _append_voters(self, voters: frozenset[int]) -> int:
+        self._flush_pending()
+        offset = self._log.end_offset
+        self._pending.append((encode_voters(voters), EntryKind.VOTERS))
+        self._flush_pending()
+        return offset
+
     def take_snapshot(self, end_offset: int, data: bytes) -> SnapshotId:
         """Record that the state machine's state after applying every entry below `end_offset` is `data`.
 
@@ -277,7 +362,10 @@ class RaftNode:
                 f"the applied offset {self._applied}"
             )
         snapshot_id = SnapshotId(end_offset, self._log.epoch_at(end_offset - 1))
-        self._snapshot = Snapshot(snapshot_id, data)
+        below = [voters for offset, voters in self._voter_changes if offset < end_offset]
+        self._base_voters = below[-1] if below else self._base_voters
+        self._voter_changes = [(o, v) for o, v in self._voter_changes if o >= end_offset]
+        self._snapshot = Snapshot(snapshot_id, data, self._base_voters)
         self._log.advance_start(snapshot_id)
         self._out_ops.append(SaveSnapshot(self._snapshot))
         return snapshot_id
@@ -365,6 +453,88 @@ class RaftNode:
     def _quorum_state_to_persist(self) -> QuorumState:
         return QuorumState(self._epoch, self._voted_id, self._leader_id)
 
+    def _voters_in_effect(self) -> frozenset[int]:
+        """The latest voter set in the log, committed or not (Raft §4.1: a server always uses the latest
+        configuration in its log); the snapshot's below it; the bootstrap set when neither has one."""
+        if self._voter_changes:
+            return self._voter_changes[-1][1]
+        return self._base_voters if self._base_voters is not None else self._bootstrap_voters
+
+    def _reconfiguration_problem(self) -> str | None:
+        """Why the leader may not start a membership change now, or None. One change at a time: with two
+        uncommitted, the majorities of the oldest and the newest set need not overlap. And not before an
+        entry of this epoch commits: otherwise a change of an earlier leader, still uncommitted and later
+        lost, could overlap this one the same way (the bug Ongaro found in single-server changes)."""
+        if self.voter_change_pending:
+            offset = self._voter_changes[-1][0]
+            return f"the voter change at offset {offset} is not committed yet; retry when it is"
+        if self._hw <= self._epoch_start_offset:
+            return f"leader {self.id} has not committed an entry of epoch {self._epoch} yet; retry shortly"
+        return None
+
+    def _catch_up_problem(self, node_id: int) -> str | None:
+        """A new voter must be an observer that fetches from this leader and has the committed log: added
+        while far behind, it would count toward the majority without holding what it counts for, and the
+        quorum could stall until it caught up."""
+        seen = self._observer_fetches.get(node_id)
+        if seen is None:
+            return (
+                f"node {node_id} has not fetched from leader {self.id} in epoch {self._epoch}; start it "
+                "(as an observer) and let it catch up first"
+            )
+        offset, at, caught_up = seen
+        if self._now - at > self.config.fetch_timeout_ms:
+            return f"node {node_id} has not fetched for {self._now - at} ms; is it running?"
+        if not caught_up and offset < self._hw:
+            return (
+                f"node {node_id} is not caught up: it fetches from offset {offset}, the high watermark "
+                f"is {self._hw}; retry when it has caught up"
+            )
+        return None
+
+    # ------------------------------------------------------------------ the voter set
+    def _note_voter_entries(self, entries: Iterable[Entry]) -> None:
+        for entry in entries:
+            if entry.kind is EntryKind.VOTERS:
+                self._voter_changes.append((entry.offset, decode_voters(entry.data)))
+
+    def _append_to_log(self, entries: Sequence[Entry]) -> None:
+        self._log.append(entries)
+        self._note_voter_entries(entries)
+        self._refresh_voters()
+
+    def _refresh_voters(self) -> None:
+        voters = self._voters_in_effect()
+        if voters == self.voters:
+            return
+        self.voters = voters
+        self.is_voter = self.id in voters
+        for gone in [n for n in self._progress if n not in voters]:
+            del self._progress[gone]
+
+    def _may_stand(self) -> bool:
+        """A voter stands for election; so does a member whose own removal is the latest voter change and
+        not committed as far as it knows (its vote does not count for itself). Otherwise, when every member
+        with the newest log has such a removal (a leader removed itself and lost office before it
+        committed), nobody could be elected to commit or drop it."""
+        if self.is_voter:
+            return True
+        if not self._voter_changes or self._voter_changes[-1][0] < self._hw:
+            return False
+        return self.id in self._voters_before_latest_change()
+
+    def _voters_before_latest_change(self) -> frozenset[int]:
+        if len(self._voter_changes) >= 2:
+            return self._voter_changes[-2][1]
+        return self._base_voters if self._base_voters is not None else self._bootstrap_voters
+
+    def _step_down_if_removed(self) -> None:
+        """A leader that removed itself resigns once the removal is committed (KIP-853): until then it
+        must stay to commit it, since the new voters may not have it yet."""
+        if self._role is RaftRole.LEADER and not self.is_voter and not self.voter_change_pending:
+            self._voted_id = self.id  # it voted for itself in this epoch: it must not vote again
+            self._become_unattached(self._epoch)
+
     # ------------------------------------------------------------------ role changes
     def _fetch_timeout(self) -> int:
         """The fetch timeout plus up to half an election timeout of jitter: followers whose last answers
@@ -384,7 +554,7 @@ class RaftNode:
         self._backoff_deadline = None
         self._snapshot_fetch = None
         self._fetch_target = None
-        if self.is_voter:
+        if self._may_stand():
             self._election_deadline = self._now + self._random_election_timeout()
             self._request_deadline = None
         else:
@@ -416,7 +586,7 @@ class RaftNode:
         self._send_fetch()
 
     def _become_candidate(self) -> None:
-        if not self.is_voter:
+        if not self._may_stand():
             return
         self._epoch += 1
         self._voted_id = self.id
@@ -452,7 +622,7 @@ class RaftNode:
 
     def _check_election(self) -> None:
         needed = majority(len(self.voters))
-        if len(self._votes_granted) >= needed:
+        if len(self._votes_granted & self.voters) >= needed:
             self._become_leader()
         elif len(self._votes_rejected) >= len(self.voters) - needed + 1 and self._backoff_deadline is None:
             self._start_backoff()
@@ -478,6 +648,7 @@ class RaftNode:
 
     def _clear_leader_state(self) -> None:
         self._progress = {}
+        self._observer_fetches = {}
         self._last_fetch_at = {}
         self._parked_fetches = {}
         self._pending = []
@@ -502,6 +673,14 @@ class RaftNode:
 
     # ------------------------------------------------------------------ elections
     def _on_vote(self, request: Vote) -> None:
+        if not self._may_stand() and not self._candidate_log_ok(
+            request.last_epoch, request.last_epoch_end_offset
+        ):
+            # A candidate whose voter set is stale (it missed a change) may count us, a removed voter, and
+            # could never win. A quick refusal would let it stand again at once, epoch after epoch, ahead of
+            # the voter that holds the newer log and set: left unanswered, it waits out its election
+            # timeout like everyone else, and the better candidate gets its turn (dropping is always safe).
+            return
         if request.epoch > self._epoch:
             # A candidate we may not vote for must not postpone our own candidacy, or a voter with a short
             # log that keeps standing would stop the others from ever standing (a livelock).
@@ -515,7 +694,6 @@ class RaftNode:
                 self._election_deadline = min(self._election_deadline, min(pending))
         granted = (
             request.epoch == self._epoch
-            and self.is_voter
             and self._role is RaftRole.UNATTACHED
             and self._leader_id is None
             and self._voted_id in (None, request.src)
@@ -594,7 +772,7 @@ class RaftNode:
             Entry(start + i, self._epoch, data, kind) for i, (data, kind) in enumerate(self._pending)
         )
         self._pending = []
-        self._log.append(entries)
+        self._append_to_log(entries)
         self._out_ops.append(AppendEntries(entries))
         self._answer_parked_fetches()
 
@@ -609,6 +787,8 @@ class RaftNode:
         if candidate > self._hw and self._may_commit(candidate):
             self._hw = candidate
             self._answer_parked_fetches()  # followers learn the new HW without waiting out the long poll
+            self._refresh_voters()
+            self._step_down_if_removed()
 
     def _on_fetch(self, request: Fetch) -> None:
         if request.epoch > self._epoch:
@@ -634,6 +814,11 @@ class RaftNode:
                 self._last_fetch_at[request.src] = self._now
                 self._begin_epoch_acked.add(request.src)
                 self._update_high_watermark()
+                if self.role is not RaftRole.LEADER:
+                    return  # that fetch committed this leader's own removal
+            else:
+                caught_up = request.fetch_offset >= self._hw
+                self._observer_fetches[request.src] = (request.fetch_offset, self._now, caught_up)
             if not answer.entries and request.high_watermark >= self._hw:
                 # Nothing new: hold the request until there is, or until the long poll runs out.
                 self._parked_fetches[request.src] = (request, self._now + self.config.fetch_max_wait_ms)
@@ -711,6 +896,7 @@ class RaftNode:
                 request.position,
                 chunk,
                 len(snapshot.data),
+                snapshot.voters,
             )
         )
 
@@ -772,9 +958,10 @@ class RaftNode:
             self._snapshot_fetch = (response.snapshot_id, bytearray())
         else:
             if response.entries:
-                log.append(response.entries)
+                self._append_to_log(response.entries)
                 self._out_ops.append(AppendEntries(response.entries))
             self._hw = max(self._hw, min(response.high_watermark, log.end_offset))
+            self._refresh_voters()
         self._send_fetch()
 
     def _truncate(self, offset: int) -> None:
@@ -783,6 +970,8 @@ class RaftNode:
                 f"member {self.id} told to truncate to {offset}, below its high watermark {self._hw}"
             )
         self._log.truncate_to(offset)
+        self._voter_changes = [(o, v) for o, v in self._voter_changes if o < offset]
+        self._refresh_voters()
         self._out_ops.append(TruncateTo(offset))
 
     def _on_fetch_snapshot_response(self, response: FetchSnapshotResponse) -> None:
@@ -803,14 +992,17 @@ class RaftNode:
         self._fetch_deadline = self._now + self._fetch_timeout()
         buffer.extend(response.chunk)
         if len(buffer) >= response.total_size:
-            snapshot = Snapshot(snapshot_id, bytes(buffer))
+            snapshot = Snapshot(snapshot_id, bytes(buffer), response.voters)
             self._snapshot_fetch = None
             self._snapshot = snapshot
             self._log.reset(snapshot_id)
+            self._base_voters = snapshot.voters
+            self._voter_changes = []
             self._out_ops.append(SaveSnapshot(snapshot, reset_log=True))
             self._out_snapshot_to_load = snapshot
             self._hw = max(self._hw, snapshot_id.end_offset)
             self._applied = max(self._applied, snapshot_id.end_offset)
+            self._refresh_voters()
         self._send_fetch()
 
     # ------------------------------------------------------------------ plumbing

@@ -5,7 +5,9 @@ The core never imports this module; a shell loads the state here to build a `Raf
 
     quorum-state               msgpack {epoch, voted_id, leader_id}, replaced atomically (tmp, fsync, rename)
     log/                       the metadata log (hotstate.log), one record per entry: msgpack [kind, data]
-    snapshot-<end>-<epoch>     the latest snapshot: CRC32C + msgpack [end, epoch, reset_log, data]
+    snapshot-<end>-<epoch>     the latest snapshot: CRC32C + msgpack [end, epoch, reset_log, data, voters]
+                               (voters: the sorted voter set at `end`, or nil for the bootstrap set;
+                               files written before it existed have four fields)
 
 Write order: quorum state, then each log operation in turn (a snapshot is durable before the log below it
 is dropped), then one fsync of the log. Loading repairs the one gap a crash can leave, a snapshot saved
@@ -145,9 +147,10 @@ class RaftStorage:
             if len(raw) < 4 or int.from_bytes(raw[:4], "big") != crc32c.crc32c(raw[4:]):
                 # Written with tmp+fsync+rename, so damage means the disk lost it: fall back to an older one.
                 continue
-            end, epoch, reset_log, data = msgpack.unpackb(raw[4:])
+            end, epoch, reset_log, data, *rest = msgpack.unpackb(raw[4:])
+            voters = frozenset(rest[0]) if rest and rest[0] is not None else None
             self._snapshot_path = path
-            return Snapshot(SnapshotId(end, epoch), data), bool(reset_log)
+            return Snapshot(SnapshotId(end, epoch), data, voters), bool(reset_log)
         return None, False
 
     # ------------------------------------------------------------------ writing
@@ -193,7 +196,8 @@ class RaftStorage:
         _atomic_write(self.directory / QUORUM_STATE_FILE, payload)
 
     def _write_snapshot(self, snapshot: Snapshot, reset_log: bool) -> None:
-        body = msgpack.packb([snapshot.id.end_offset, snapshot.id.epoch, reset_log, snapshot.data])
+        voters = sorted(snapshot.voters) if snapshot.voters is not None else None
+        body = msgpack.packb([snapshot.id.end_offset, snapshot.id.epoch, reset_log, snapshot.data, voters])
         path = self.directory / f"{SNAPSHOT_PREFIX}{snapshot.id.end_offset:020d}-{snapshot.id.epoch:010d}"
         _atomic_write(path, crc32c.crc32c(body).to_bytes(4, "big") + body)
         previous, self._snapshot_path = self._snapshot_path, path

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import signal
 import ssl
 import sys
@@ -44,6 +43,7 @@ from hotstate.controller.requests import (
     error_response,
 )
 from hotstate.protocol.cluster import DescribeClusterRequest
+from hotstate.protocol.voters import VotersError, VotersRequest, VotersResponse
 from hotstate.protocol.wire import MESSAGES, ForwardedControllerRequest
 from hotstate.query.tokens import cluster_tag
 from hotstate.raft.messages import (
@@ -85,6 +85,7 @@ from hotstate.server.raft_driver import RaftDriver, monotonic_ms
 from hotstate.server.replicas import ReplicaManager
 from hotstate.server.serving import LocalReads
 from hotstate.server.suspects import Suspects, probe_after_hint
+from hotstate.server.voters import VOTERS_FORWARD_TIMEOUT_S, VoterAdmin
 from hotstate.server.writer_metadata import (
     NOT_READY_REFUSES,
     answer_table_metadata,
@@ -201,6 +202,7 @@ class Server:
         self.pool: PeerPool | None = None
         self.metadata: MetadataPublisher | None = None
         self.controller: ControllerHost | None = None
+        self.voter_admin: VoterAdmin | None = None
         self.lifecycle: ServerLifecycle | None = None
         self.replicas: ReplicaManager | None = None
         self.liveness: Liveness | None = None
@@ -344,6 +346,17 @@ class Server:
             forward=self._forward,
             clock=monotonic_ms,
         )
+        self.voter_admin = VoterAdmin(
+            self.driver, lambda: metadata.image, forward=self._forward_voters, clock=monotonic_ms
+        )
+        if config.is_controller and config.find_voter(config.node_id) is None:
+            log.info(
+                "server %d is a controller but not among the bootstrap voters (controller.quorum.voters): "
+                "it is %s (add it with `hotstate cluster voters add %d`)",
+                config.node_id,
+                "a voter" if self.driver.node.is_voter else "an observer of the metadata log until added",
+                config.node_id,
+            )
         self.rpc = RpcServer(
             config.rpc.host,
             config.rpc.port,
@@ -487,6 +500,9 @@ class Server:
 
         node = self.driver.node
         address = self._voter_addresses.get(node_id)
+        registered = self.metadata.image.servers.get(node_id) if self.metadata is not None else None
+        if address is None and registered is not None:  # a voter added since the bootstrap (KIP-853)
+            address = (registered.rpc.host, registered.rpc.port)
         if node.role is RaftRole.FOLLOWER and node.leader_id == node_id and address is not None:
             result = await probe_after_hint(*address, back)
             if result is ProbeResult.REFUSED:
@@ -561,6 +577,8 @@ class Server:
             return await self.controller.handle(message.request, forwarded=True)
         if isinstance(message, DescribeClusterRequest):
             return describe(self.driver.node, self.metadata.image)
+        if isinstance(message, VotersRequest) and self.voter_admin is not None:
+            return await self.voter_admin.handle(message)
         if isinstance(message, CONTROLLER_REQUESTS):
             return await self.controller.handle(message)
         if isinstance(message, replica_messages.TableMetadataRequest):
@@ -622,6 +640,7 @@ class Server:
             lambda: driver.node.leader_id,
             metadata.not_ready,
             self.controller.handle,
+            voters=self.voter_admin.handle if self.voter_admin is not None else None,
             console=ConsoleContext(
                 config.node_id,
                 config.cluster_id,
@@ -683,8 +702,22 @@ class Server:
             )
         return cast(ControllerResponse, reply)
 
+    async def _forward_voters(self, leader_id: int, request: VotersRequest) -> VotersResponse:
+        assert self.pool is not None
+        try:
+            reply = await self.pool.request(leader_id, request, VOTERS_FORWARD_TIMEOUT_S)
+        except NOT_SENT as error:  # never sent: certainly not applied
+            return VotersResponse(
+                VotersError.NOT_LEADER, f"leader {leader_id} unreachable: {error}", leader_id
+            )
+        except RpcError as error:
+            return VotersResponse(
+                VotersError.TIMEOUT, f"forwarded to leader {leader_id}, answer lost: {error}", leader_id
+            )
+        return cast(VotersResponse, reply)
+
     async def _to_controller(self, request: ControllerRequest) -> ControllerResponse:
-        assert self.controller is not None and self.driver is not None and self.pool is not None
+        assert self.controller is not None and self.driver is not None
         reply = await self.controller.handle(request)
         node = self.driver.node
         if (
@@ -692,18 +725,15 @@ class Server:
             and node.leader_id is None
             and not node.is_voter
         ):
-            # A broker-only server that has not registered yet knows no leader, and the voters cannot answer
-            # its metadata fetches before they know its address, which registering gives them: ask a
-            # voter, which hands the request to its leader, as for any client.
-            voters = [v for v in self._voter_addresses if v != self.config.node_id]
-            try:
-                answer = await self.pool.request(random.choice(voters), request, FORWARD_TIMEOUT_S)
-            except NOT_SENT as error:
-                return error_response(request, ControllerError.NOT_CONTROLLER, f"no voter reached: {error}")
-            except RpcError as error:
-                lost = f"asked a voter, answer lost: {error}"
-                return error_response(request, ControllerError.TIMEOUT, lost)
-            return cast(ControllerResponse, answer)
+            # An observer the voters cannot reach yet (not a bootstrap voter, not registered: no address
+            # for it, so their Raft answers are dropped) never learns the leader by itself. Its
+            # registration, answered on its own connection, gives the cluster its address: ask each
+            # bootstrap voter in turn; the leader takes it.
+            for voter in sorted(self._voter_addresses):
+                if voter != self.config.node_id:
+                    reply = await self._forward(voter, request)
+                    if getattr(reply, "error", None) is not ControllerError.NOT_CONTROLLER:
+                        break
         return reply
 
 

@@ -75,6 +75,8 @@ class RaftDriver:
             self.node.leader_id,
         )
         self._stopping = False
+        # (offset, epoch, future): resolved with whether the entry at offset committed with that epoch.
+        self._commit_waiters: list[tuple[int, int, asyncio.Future[bool]]] = []
 
     # ------------------------------------------------------------------ inputs from the rest of the server
     def deliver(self, message: Message) -> None:
@@ -92,6 +94,27 @@ class RaftDriver:
         # An input like a message: handled by the loop between Readies, never in the middle of one.
         self._gone_leaders.append(leader_id)
         self._wake.set()
+
+    def add_voter(self, node_id: int) -> tuple[int, int]:
+        """KIP-853 AddVoter on the leader: the (offset, epoch) of the VOTERS entry. Raises NotLeaderError or
+        ReconfigurationError (with the reason)."""
+        offset = self.node.add_voter(node_id, self._clock())
+        self._wake.set()
+        return offset, self.node.epoch
+
+    def remove_voter(self, node_id: int) -> tuple[int, int]:
+        offset = self.node.remove_voter(node_id, self._clock())
+        self._wake.set()
+        return offset, self.node.epoch
+
+    async def committed(self, offset: int, epoch: int) -> bool:
+        """Wait until the entry at `offset` commits: True if it is the one of `epoch` (not lost to another
+        leader). Also resolves False when a snapshot from the leader covers it (the outcome is unknown)."""
+        if self.node.high_watermark > offset and self.node.log.start_offset <= offset:
+            return self.node.log.entry(offset).epoch == epoch
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._commit_waiters.append((offset, epoch, future))
+        return await future
 
     def next_proposal_offset(self) -> int:
         return self.node.log.end_offset + self.node.pending_proposals
@@ -159,7 +182,23 @@ class RaftDriver:
                 self._send(message)
             if ready.committed or ready.snapshot_to_load is not None:
                 self._on_committed(ready.committed, ready.snapshot_to_load)
+                if self._commit_waiters:
+                    self._release_commit_waiters(ready.committed, ready.snapshot_to_load)
             node.advance(ready)
+
+    def _release_commit_waiters(self, committed: Sequence[Entry], snapshot: Snapshot | None) -> None:
+        epochs = {entry.offset: entry.epoch for entry in committed}
+        still = []
+        for offset, epoch, future in self._commit_waiters:
+            if future.done():
+                continue
+            if offset in epochs:
+                future.set_result(epochs[offset] == epoch)
+            elif snapshot is not None and snapshot.id.end_offset > offset:
+                future.set_result(False)
+            else:
+                still.append((offset, epoch, future))
+        self._commit_waiters = still
 
     def _notice_role(self) -> None:
         current = (self.node.role, self.node.epoch, self.node.leader_id)

@@ -130,10 +130,12 @@ _IDENTITY: Final = (
         shape="`ID@HOST:PORT,...`",
         required="ID@HOST:PORT,ID@HOST:PORT,...",
         doc=(
-            "The voters of the metadata quorum, the same list on every server (brokers use it to find the "
-            "controllers). A controller must be in it, with the port of its rpc listener; a broker-only "
-            "server must not be. Ids and addresses are unique; hosts must be addresses other servers can "
-            "connect to (no `0.0.0.0`)."
+            "The bootstrap voters of the metadata quorum, the same list on every server (brokers use it to "
+            "find the controllers); once the quorum is reconfigured (`hotstate cluster voters add|remove`) "
+            "the voter set in the metadata log wins. A controller in it has the port of its rpc listener; "
+            "a controller not in it starts as an observer until it is added as a voter; a broker-only "
+            "server must not be in it. Ids and addresses are unique; hosts must be addresses other servers "
+            "can connect to (no `0.0.0.0`)."
         ),
     ),
     Setting(

@@ -37,9 +37,35 @@ class ForgetsVote(RaftNode):
         )
 
 
+class ConcurrentVoterChanges(RaftNode):
+    """Starts a membership change while another is uncommitted, or before its own epoch has committed:
+    the majorities of the sets at either end need not overlap."""
+
+    def _reconfiguration_problem(self) -> str | None:
+        return None
+
+
+class VotersAtCommit(RaftNode):
+    """Uses a VOTERS entry only once it is committed (not when appended): the leader counts a change's own
+    commit with the old set, and a new voter learns it counts only after the others do."""
+
+    def _voters_in_effect(self) -> frozenset[int]:
+        committed = [voters for offset, voters in self._voter_changes if offset < self._hw]
+        if committed:
+            return committed[-1]
+        return self._base_voters if self._base_voters is not None else self._bootstrap_voters
+
+
+# The membership rules (KIP-853 in raft/node.py); the runner passes them seeds that reconfigure.
+BROKEN_VOTER_RULES: dict[str, type[RaftNode]] = {
+    "concurrent-voter-changes": ConcurrentVoterChanges,
+    "voters-at-commit": VotersAtCommit,
+}
+
 BROKEN_RULES: dict[str, type[RaftNode]] = {
     "grant-shorter-log": GrantsShorterLog,
     "hw-without-majority": CommitsWithoutMajority,
     "skip-own-epoch-rule": SkipsOwnEpochRule,
     "forget-vote": ForgetsVote,
+    **BROKEN_VOTER_RULES,
 }

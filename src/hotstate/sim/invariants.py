@@ -5,7 +5,10 @@
 - a member's HW never decreases (within one incarnation: a restarted member relearns it);
 - committed entries are identical wherever a member counts them as committed, every new leader's log holds
   all of them, and every state machine's digest equals the reference digest at its applied offset;
-- a majority of voters hold every committed entry on disk, so no crash can take one back.
+- every majority of the voters includes a member that holds every committed entry on disk, so no crash
+  can take one back (with an odd number of voters: a majority of them hold it). The voters are those of the
+  latest committed VOTERS entry (the bootstrap set before any): while a change of one voter is uncommitted,
+  the leader counts with the new set, and any majority of the new set meets every majority of the old one.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from dataclasses import dataclass, field
 import msgpack
 
 from hotstate.raft.node import RaftNode, RaftRole
-from hotstate.raft.records import Entry, Snapshot
+from hotstate.raft.records import Entry, EntryKind, Snapshot, decode_voters
 from hotstate.sim.disk import SimDisk
 from hotstate.sim.state_machine import GENESIS, HashChainStateMachine, chain
 
@@ -108,6 +111,8 @@ class Checker:
             elif offset == len(self.committed):
                 self.committed.append(entry)
                 self.digests.append(chain(self.digest_at(offset), entry))
+                if entry.kind is EntryKind.VOTERS:
+                    self.voters = decode_voters(entry.data)
             else:
                 raise InvariantViolation(f"member {member} committed offset {offset} past a gap")
         watch.hw_checked = core.high_watermark
@@ -169,7 +174,8 @@ class Checker:
                 self._extend_disk_match(member, disks[member])
             if watch.disk_match_end >= limit:
                 holders += 1
-        if holders < len(self.voters) // 2 + 1:
+        count = len(self.voters)
+        if holders <= count - (count // 2 + 1):
             raise InvariantViolation(
-                f"only {holders} of {len(self.voters)} voters hold the {limit} committed entries on disk"
+                f"only {holders} of {count} voters hold the {limit} committed entries on disk"
             )

@@ -35,6 +35,8 @@ class FaultProfile:
     # A crashed leader's connections close: followers probe it and, refused, stand at once
     # (RaftNode.leader_gone) up to this long after the crash. 0: they wait for their fetch timeout.
     leader_gone_max_ms: int = 0
+    # Mean gap between AddVoter/RemoveVoter attempts on the leader during the faults; 0 = a fixed quorum.
+    reconfigure_every_ms: int = 0
 
     @staticmethod
     def from_seed(seed: int, voters: int, observers: int) -> FaultProfile:
@@ -74,6 +76,8 @@ class FaultProfile:
             ),
             # Drawn last, so a seed's other choices are what they were before this existed.
             leader_gone_max_ms=rng.choice([0, 2, 20]),
+            # After that (the same reason): a third of the seeds keep the voters of their shape.
+            reconfigure_every_ms=rng.choice([0, 150, 500]),
         )
 
     @staticmethod

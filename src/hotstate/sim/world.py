@@ -14,7 +14,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hotstate.raft.messages import Message, VoteResponse
-from hotstate.raft.node import NotLeaderError, ProposalRejectedError, RaftNode, RaftRole, RaftSafetyError
+from hotstate.raft.node import (
+    NotLeaderError,
+    ProposalRejectedError,
+    RaftNode,
+    RaftRole,
+    RaftSafetyError,
+    ReconfigurationError,
+)
 from hotstate.raft.ready import Ready
 from hotstate.sim.disk import SimDisk
 from hotstate.sim.invariants import Checker, InvariantViolation
@@ -46,7 +53,8 @@ MAX_SLEEP_MS = 100
     _CRASH_MEMBER,
     _CRASH_LEADER,
     _LEADER_GONE,
-) = range(EVENT_KINDS_USED, EVENT_KINDS_USED + 5)
+    _RECONFIGURE,
+) = range(EVENT_KINDS_USED, EVENT_KINDS_USED + 6)
 
 # Proposals go on this long into the calm period, so that recovery is also tested under load.
 PROPOSALS_INTO_CALM_MS = 500
@@ -84,6 +92,7 @@ class RunStats:
     committed: int = 0
     proposals: int = 0
     leader_crashes: int = 0
+    voter_changes: int = 0  # AddVoter/RemoveVoter the leader accepted
     # Simulated ms from a leader's crash to the next leader (of a higher epoch) being elected.
     failover_ms: list[int] = field(default_factory=list)
     log: list[str] = field(default_factory=list)
@@ -114,6 +123,9 @@ class World:
         self.rng = self.kernel.rng
         # Its own stream: a seed without leader_gone probes runs exactly as it did before they existed.
         self.probe_rng = self.kernel.stream("world-probes")
+        # Membership changes draw from their own stream too: until the first change lands, a seed runs as
+        # it did with a fixed quorum.
+        self.voters_rng = self.kernel.stream("world-voters")
         voter_ids = list(range(1, profile.voters + 1))
         observer_ids = list(range(profile.voters + 1, profile.voters + profile.observers + 1))
         self.voters = frozenset(voter_ids)
@@ -138,6 +150,8 @@ class World:
             self.kernel.schedule(self.kernel.gap(profile.crash_every_ms), CRASH, 0, None)
         if profile.partition_every_ms:
             self.kernel.schedule(self.kernel.gap(profile.partition_every_ms), PARTITION, 0, None)
+        if profile.reconfigure_every_ms:
+            self.kernel.schedule(self._reconfigure_gap(), _RECONFIGURE, 0, None)
         try:
             self.kernel.run(end, self._handle, stop=lambda: self._converged)
             self.stats.events = self.kernel.events_run
@@ -211,6 +225,11 @@ class World:
                 self.kernel.schedule(
                     self.now + self.rng.randint(1, self.profile.propose_every_ms), _PROPOSE, 0, None
                 )
+        elif kind == _RECONFIGURE:
+            if self._calm:
+                return
+            self._reconfigure()
+            self.kernel.schedule(self.now + self._reconfigure_gap(), _RECONFIGURE, 0, None)
         elif kind == CALM:
             self._calm = True
             self.kernel.partition = None
@@ -458,6 +477,41 @@ class World:
         self.stats.proposals += 1
         if leader.writing is None:
             self._after_input(leader)
+
+    def _reconfigure_gap(self) -> int:
+        return 1 + int(self.voters_rng.expovariate(1 / self.profile.reconfigure_every_ms))
+
+    def _reconfigure(self) -> None:
+        """Ask the leader to add an observer or remove a voter (itself included), sometimes twice in a row:
+        the second must be refused while the first is uncommitted. Refusals are part of the workload."""
+        leader = self._current_leader()
+        if leader is None:
+            return
+        core = leader.core
+        assert core is not None
+        rng = self.voters_rng
+        # Between 2 (3 for a 5-voter shape) and every member; a 1-voter quorum stalls on any crash.
+        fewest = 2 if self.profile.voters <= 3 else 3
+        for _ in range(2 if rng.random() < 0.3 else 1):
+            voters = sorted(core.voters)
+            others = sorted(set(self.members) - core.voters)
+            add = bool(others) and (len(voters) <= fewest or rng.random() < 0.5)
+            if not add and len(voters) <= fewest:
+                return
+            node_id = others[rng.randrange(len(others))] if add else voters[rng.randrange(len(voters))]
+            try:
+                offset = (core.add_voter if add else core.remove_voter)(node_id, self.now)
+            except (NotLeaderError, ReconfigurationError):
+                return
+            self.stats.voter_changes += 1
+            self._log(
+                f"leader {leader.id} {'adds' if add else 'removes'} voter {node_id} at {offset}: "
+                f"voters {sorted(core.voters)}"
+            )
+            if leader.writing is None:
+                self._after_input(leader)
+            if leader.core is not core or core.role is not RaftRole.LEADER:
+                return
 
     def _current_leader(self) -> Member | None:
         """The up member leading the highest epoch (a deposed leader may not know it yet)."""

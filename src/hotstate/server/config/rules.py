@@ -22,13 +22,8 @@ def _membership_problem(values: Mapping[str, Any]) -> ConfigError | None:
     voters: tuple[Voter, ...] = values["controller.quorum.voters"]
     me = next((voter for voter in voters if voter.node_id == node_id), None)
     listed = ",".join(str(voter) for voter in voters)
-    if controller and me is None:
-        return ConfigError(
-            "controller.quorum.voters",
-            listed,
-            f"must include this node (node.id={node_id}) because process.roles includes controller: "
-            f"add {node_id}@HOST:PORT, or make the node broker-only",
-        )
+    # A controller not listed is no error: it starts as an observer of the metadata log and becomes a voter
+    # once added (`hotstate cluster voters add`, KIP-853); the server says so when it starts.
     if controller and me is not None and me.port != rpc.port:
         return ConfigError(
             "controller.quorum.voters",

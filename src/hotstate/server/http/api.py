@@ -45,6 +45,7 @@ from hotstate.server.http.queries import (
 )
 from hotstate.server.http.servers import add_server_routes
 from hotstate.server.http.tables import Controller, TableContext, add_table_routes
+from hotstate.server.http.voters import Voters, add_voter_routes
 from hotstate.server.liveness import Liveness
 from hotstate.server.raft_driver import monotonic_ms
 from hotstate.server.replicas import ReplicaManager
@@ -71,6 +72,7 @@ class HttpContext:
     auth: HttpAuth | None = None  # who may ask what (server/http/auth.py); None: anyone
     # The standbys of a table created over HTTP without a count (num.standby.replicas).
     default_standby_replicas: int = 1
+    voters: Voters | None = None  # quorum membership (server/http/voters.py)
 
 
 def build_app(ctx: HttpContext) -> QueryRoutes:
@@ -135,6 +137,9 @@ def build_app(ctx: HttpContext) -> QueryRoutes:
     )
     add_table_routes(app, table_context)
     add_server_routes(app, table_context)
+
+    if ctx.voters is not None:
+        add_voter_routes(app, ctx.voters)
 
     @app.get("/v1/lag", summary="The lags this server knows, per server and partition (KIP-535)")
     async def lags() -> Response:

@@ -2,7 +2,8 @@
 
 Every HTTP request but `/healthcheck` and the console's static page (`/ui`, `/ui/*`) must carry HTTP Basic
 (a user of the credentials file) or a bearer token; `POST /v1/tables` and `DELETE /v1/tables/NAME` need
-the `admin` role, everything else `read`. Refusals have ksqlDB's shapes: 401 (error_code 40100, with
+the `admin` role, and so do `POST /v1/cluster/voters` and `DELETE /v1/cluster/voters/ID`; everything else
+`read`. Refusals have ksqlDB's shapes: 401 (error_code 40100, with
 `WWW-Authenticate` for Basic and Bearer) and 403 (40300); each is counted in `/metrics` by reason
 (`missing`, `bad_credentials`, `forbidden`). No password or token is ever logged.
 
@@ -83,7 +84,11 @@ def needed_role(method: str, path: str) -> HttpRole | None:
         return None
     if (path == "/v1/tables" or path.startswith("/v1/tables/")) and method not in ("GET", "HEAD"):
         return "admin"
-    if path.startswith("/v1/servers/") and method not in ("GET", "HEAD"):
+    if (
+        path.startswith("/v1/servers/")
+        or path == "/v1/cluster/voters"
+        or path.startswith("/v1/cluster/voters/")
+    ) and method not in ("GET", "HEAD"):
         return "admin"
     return "read"
 
