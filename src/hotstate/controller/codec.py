@@ -18,6 +18,7 @@ from hotstate.controller.records import (
     RegisterServer,
     TableBatch,
     TableValueColumns,
+    TableWindow,
     TableWriters,
     UnfenceServer,
     UnregisterServer,
@@ -30,6 +31,7 @@ for type_id, cls in (
     (1, Endpoint),
     (2, KeyColumn),
     (3, ValueColumn),
+    (4, TableWindow),
     (10, RegisterServer),
     (11, UnregisterServer),
     (12, FenceServer),
@@ -44,8 +46,8 @@ for type_id, cls in (
     (100, MetadataBatch),
 ):
     RECORDS.register(type_id, cls)
-# Version 2 appended writer_racks; version-1 records (without it) still decode.
-RECORDS.register(20, CreateTable, version=2)
+# Version 2 appended writer_racks, version 3 window; older records (without them) still decode.
+RECORDS.register(20, CreateTable, version=3)
 
 
 def encode_batch(batch: MetadataBatch) -> bytes:

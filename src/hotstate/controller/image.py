@@ -25,6 +25,7 @@ from hotstate.controller.records import (
     RegisterServer,
     TableBatch,
     TableValueColumns,
+    TableWindow,
     TableWriters,
     UnfenceServer,
     UnregisterServer,
@@ -67,6 +68,8 @@ class TableInfo:
     batch_positions: tuple[int, ...] = ()
     # Its value columns as its latest writer declared them (TableValueColumns); () when none did.
     value_columns: tuple[ValueColumn, ...] = ()
+    # A windowed table's windows (CreateTable.window); None: not windowed.
+    window: TableWindow | None = None
 
     @classmethod
     def created(cls, record: CreateTable) -> TableInfo:
@@ -79,6 +82,7 @@ class TableInfo:
             record.key_columns,
             record.acceptable_lag,
             tuple(sorted(set(record.writer_racks))),
+            window=record.window,
         )
 
     def create_record(self) -> CreateTable:
@@ -92,6 +96,7 @@ class TableInfo:
             self.key_columns,
             self.acceptable_lag,
             self.writer_racks,
+            self.window,
         )
 
 

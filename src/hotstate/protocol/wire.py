@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hotstate.controller.records import Endpoint, KeyColumn, ValueColumn
+from hotstate.controller.records import Endpoint, KeyColumn, TableWindow, ValueColumn
 from hotstate.controller.requests import (
     AlterPartitionRequest,
     AlterPartitionResponse,
@@ -91,6 +91,7 @@ for type_id, cls in (
     (77, SetValueColumnsRequest),
     (78, SetValueColumnsResponse),
     (79, ValueColumn),
+    (80, TableWindow),
     # Cluster status (100-)
     (100, DescribeClusterRequest),
     (101, ServerStatus),
@@ -121,8 +122,8 @@ for type_id, cls in (
     (176, replica.ProducePartitionsResponse),
 ):
     MESSAGES.register(type_id, cls)
-# Version 2 appended writer_rack.
-MESSAGES.register(64, CreateTableRequest, version=2)
+# Version 2 appended writer_rack, version 3 window.
+MESSAGES.register(64, CreateTableRequest, version=3)
 # Version 2 appended known_offset and max_wait_ms (the metadata watch).
 MESSAGES.register(162, replica.TableMetadataRequest, version=2)
 # Version 2 appended produce_max_bytes.

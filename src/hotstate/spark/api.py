@@ -17,7 +17,8 @@ from hotstate.spark.sink import (
     delete_marker,
     without_column,
 )
-from hotstate.spark.table import TableDefinition, ensure_table, key_columns_for, value_columns_for
+from hotstate.spark.table import TableDefinition, ensure_table
+from hotstate.spark.windows import table_columns
 from hotstate.tls import PemTexts, TlsFilesError
 
 __all__ = ["last_batch", "materialize", "parse_cluster", "writer_rack"]
@@ -100,9 +101,8 @@ def materialize(
     tls = material.context()
     marker = delete_marker(df.schema, key, delete_column, delete_when)
     stored = without_column(df.schema, marker)
-    definition = TableDefinition(
-        table, partitions, standby_replicas, key_columns_for(stored, key), acceptable_lag
-    )
+    key_columns, value_columns, window = table_columns(df, stored, key)
+    definition = TableDefinition(table, partitions, standby_replicas, key_columns, acceptable_lag, window)
     rack = writer_rack(df.sparkSession)
     ensure_table(
         servers,
@@ -110,7 +110,7 @@ def materialize(
         secret,
         definition,
         rack=rack,
-        values=value_columns_for(stored, key),
+        values=value_columns,
         tls=tls,
     )
     config = config_for_schema(
@@ -123,6 +123,7 @@ def materialize(
         deadline_s=write_deadline_s,
         tls=material,
         deletes=marker,
+        window=None if window is None else window.column,
     )
     writer = (
         df.writeStream.outputMode("update")

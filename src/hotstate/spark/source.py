@@ -57,7 +57,8 @@ from hotstate.spark.sink import (
     upsert_rows,
     without_column,
 )
-from hotstate.spark.table import TableDefinition, ensure_table, key_columns_for, value_columns_for
+from hotstate.spark.table import TableDefinition, ensure_table
+from hotstate.spark.windows import table_columns
 from hotstate.tls import PemTexts
 
 __all__ = [
@@ -249,12 +250,15 @@ def _sink_config(settings: WriteSettings, schema: StructType, *, complete: bool 
     except DeleteColumnError as error:
         raise OptionError(f"option 'deleteColumn': {error}") from None
     stored = without_column(schema, marker)
+    # No DataFrame here, only its schema: a window's kind is TIME (SESSION for a session window).
+    key_columns, value_columns, window = table_columns(None, stored, settings.key)
     definition = TableDefinition(
         settings.table,
         settings.partitions,
         settings.standby_replicas,
-        key_columns_for(stored, settings.key),
+        key_columns,
         settings.acceptable_lag,
+        window,
     )
     if (settings, definition) not in _ensured:
         ensure_table(
@@ -263,7 +267,7 @@ def _sink_config(settings: WriteSettings, schema: StructType, *, complete: bool 
             settings.secret,
             definition,
             rack=settings.rack,
-            values=value_columns_for(stored, settings.key),
+            values=value_columns,
             tls=settings.tls.context(),
         )
         _ensured.add((settings, definition))
@@ -278,6 +282,7 @@ def _sink_config(settings: WriteSettings, schema: StructType, *, complete: bool 
         tls=settings.tls,
         deletes=marker,
         complete=complete,
+        window=None if window is None else window.column,
     )
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from hotstate.controller.image import MetadataImage, TableInfo
 from hotstate.controller.records import KEY_SQL_TYPES, KeyColumn, KeyType
-from hotstate.protocol.keys import KeyValue, partition_for
+from hotstate.protocol.keys import KeyValue, partition_for, window_suffix
 from hotstate.query.plan import InvalidKeyValueError, key_component
 from hotstate.routing.lags import LagTable
 
@@ -68,7 +68,7 @@ def locate(
     alive: Callable[[int], bool],
 ) -> dict[str, Any]:
     """Which partition holds `key`, and who holds that partition, as this server sees it now."""
-    partition = partition_for(key, table.partitions)
+    partition = partition_for(key, table.partitions, window_suffix(table.key_columns))
     parts = image.partitions.get(table.table_id, ())
     part = parts[partition] if partition < len(parts) else None
 
