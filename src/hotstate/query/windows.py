@@ -159,6 +159,8 @@ def windowed_query(query: PullQuery, table: TableInfo) -> tuple[PullQuery, Windo
     start_tests: list[tuple[Op, tuple[bytes, ...]]] = []
     end_tests: list[tuple[Op, tuple[bytes, ...]]] = []
     pinned = _key_pinned(others, table)
+    # With the key and WINDOWSTART pinned, WINDOWEND = t pins the last key column: a point lookup.
+    start_pinned = pinned and any(c.column == WINDOW_START and c.op is Op.EQ for c in bounds)
     for condition in bounds:
         values = tuple(_instant(value, condition.column) for value in condition.values)
         if condition.column == WINDOW_END and size is not None:
@@ -167,7 +169,9 @@ def windowed_query(query: PullQuery, table: TableInfo) -> tuple[PullQuery, Windo
             condition = Condition(WINDOW_START, condition.op, shifted)
         else:
             condition = Condition(condition.column, condition.op, values)
-        if condition.column == WINDOW_START and pinned:
+        if (condition.column == WINDOW_START and pinned) or (
+            condition.column == WINDOW_END and start_pinned and condition.op is Op.EQ
+        ):
             planned.append(condition)
             continue
         column = start_column if condition.column == WINDOW_START else end_column
