@@ -202,3 +202,46 @@ def test_a_struct_key_that_is_not_a_window_is_refused_naming_the_column(
             cluster_id="c",
             secret="s",
         )
+
+
+def test_the_write_format_takes_a_window_key_in_append_mode(
+    spark: SparkSession, start_cluster: StartCluster, tmp_path: Path
+) -> None:
+    hs.register(spark)
+    running = start_cluster(3)
+    cluster = running.cluster
+    source = tmp_path / "in"
+    drop_file(source, _events(ROUND_1))
+    events = spark.readStream.schema(EVENTS).json(str(source)).withWatermark("ts", "10 minutes")
+    query = (
+        _windowed(events, None)
+        .writeStream.format("hotstate")
+        .outputMode("append")  # each window once, when the watermark has passed its end
+        .option("table", "finished")
+        .option("key", "user,window")
+        .option("partitions", 2)
+        .option("cluster", ",".join(f"{h}:{p}" for h, p in cluster.addresses()))
+        .option("clusterId", cluster.cluster_id)
+        .option("secret", cluster.secret)
+        .option("checkpointLocation", str(tmp_path / "chk"))
+        .start()
+    )
+    try:
+        query.processAllAvailable()
+        drop_file(source, _events(ON_TIME + LATE_BUT_KEPT + TOO_LATE))
+        query.processAllAvailable()
+        drop_file(
+            source, _events([("u9", 60.0, 1)])
+        )  # moves the watermark to 00:50: every window before ends
+        query.processAllAvailable()
+        assert query.exception() is None
+        expected = _batch(spark, ROUND_1 + ON_TIME + LATE_BUT_KEPT, None)
+        assert _wait_equal(running, "finished", expected) == expected
+    finally:
+        query.stop()
+    with hotstate.Client(_servers(running), timeout_s=10.0) as client:
+        [described] = [t for t in client.tables() if t["name"] == "finished"]
+    # The write format sees the schema, not the query: the window's size is not known.
+    assert described["window"]["kind"] == "TIME" and described["window"]["size_us"] is None
+    rows = _query(running, f"SELECT * FROM finished WHERE user = 'u0' AND WINDOWEND = '{_at(5)}'")
+    assert [(r["user"], _instant(r["WINDOWSTART"])) for r in rows] == [("u0", T0)]
