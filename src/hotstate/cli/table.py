@@ -325,13 +325,20 @@ def _key_text(columns: tuple[KeyColumn, ...]) -> str:
 
 
 def window_text(window: dict[str, Any]) -> str:
-    """A windowed table's window from GET /v1/tables, e.g. HOPPING size 10m slide 5m, of column window."""
+    """The window of GET /v1/tables, e.g. HOPPING size 10 min slide 5 min, of column window."""
     parts = [str(window["kind"])]
     for field in ("size", "slide", "retention"):
         micros = window.get(f"{field}_us")
         if micros is not None and (field != "slide" or window["kind"] == "HOPPING"):
-            parts.append(f"{field} {micros / 1_000_000:g}s")
+            parts.append(f"{field} {_duration(int(micros))}")
     return f"{' '.join(parts)}, of column {window['column']} (key columns WINDOWSTART, WINDOWEND)"
+
+
+def _duration(micros: int) -> str:
+    for unit, size in (("d", 86_400_000_000), ("h", 3_600_000_000), ("min", 60_000_000)):
+        if micros % size == 0:
+            return f"{micros // size} {unit}"
+    return f"{micros / 1_000_000:g} s"
 
 
 def print_table(table: dict[str, Any], lags: dict[str, Any], console: Console) -> None:
