@@ -95,6 +95,7 @@ WRITE_OPTIONS = (
     "tlsKey",
     "deleteColumn",
     "deleteValue",
+    "retention",
 )
 DEFAULT_PAGE_SIZE = 10_000
 MAX_PAGE_SIZE = 100_000  # what one query returns at most (query.execute.MAX_ROWS)
@@ -189,6 +190,8 @@ class WriteSettings:
     # deleteColumn (a boolean column: true deletes), or with deleteValue the string marking a delete.
     delete_column: str | None = None
     delete_value: str | None = None
+    # A windowed table's retention, an interval such as "2 hours" (materialize's `retention`).
+    retention: str | None = None
 
 
 def write_settings(options: Mapping[str, str]) -> WriteSettings:
@@ -232,6 +235,7 @@ def write_settings(options: Mapping[str, str]) -> WriteSettings:
         tls=tls,
         delete_column=(given.get("deleteColumn") or "").strip() or None,
         delete_value=given.get("deleteValue"),
+        retention=(given.get("retention") or "").strip() or None,
     )
 
 
@@ -251,7 +255,7 @@ def _sink_config(settings: WriteSettings, schema: StructType, *, complete: bool 
         raise OptionError(f"option 'deleteColumn': {error}") from None
     stored = without_column(schema, marker)
     # No DataFrame here, only its schema: a window's kind is TIME (SESSION for a session window).
-    key_columns, value_columns, window = table_columns(None, stored, settings.key)
+    key_columns, value_columns, window = table_columns(None, stored, settings.key, settings.retention)
     definition = TableDefinition(
         settings.table,
         settings.partitions,

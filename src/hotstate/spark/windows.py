@@ -12,6 +12,7 @@ otherwise the table records a window of kind TIME, size unknown.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Sequence
 
@@ -169,12 +170,25 @@ def windowed_table(
 
 
 def table_columns(
-    df: DataFrame | None, schema: StructType, key: str | Sequence[str]
+    df: DataFrame | None, schema: StructType, key: str | Sequence[str], retention: str | None = None
 ) -> tuple[tuple[KeyColumn, ...], tuple[ValueColumn, ...], TableWindow | None]:
     """The key columns, value columns and window of the table a writer of `schema` (the delete column left
-    out) keyed by `key` writes: a window struct key column stored as its bounds, last in the key."""
+    out) keyed by `key` writes: a window struct key column stored as its bounds, last in the key.
+    `retention`: an interval such as "2 hours" (windows that ended longer than that before the newest
+    window end are deleted); only for a windowed table."""
     stored, names, window = windowed_table(df, schema, key)
     keys = key_columns_for(stored, names)
     if window is not None:
         keys = windowed_key_columns(keys)
+    if retention is not None:
+        if window is None:
+            raise TableDefinitionError(
+                f"retention {retention!r}: only a windowed table (a window(...) key column) has a retention"
+            )
+        micros = _interval_us(retention)
+        if micros is None:
+            raise TableDefinitionError(
+                f"retention {retention!r}: give an interval such as '2 hours' or '30 minutes'"
+            )
+        window = dataclasses.replace(window, retention_us=micros)
     return keys, value_columns_for(stored, names), window
