@@ -133,7 +133,8 @@ def windowed_query(query: PullQuery, table: TableInfo) -> tuple[PullQuery, Windo
     """`query` as the key planner takes it on `table` (see the module docstring), and the filter of what
     it leaves to the scanned keys (None: nothing)."""
     if table.window is None:
-        _refuse_bounds(query, table)
+        if _may_name_bounds(query):
+            _refuse_bounds(query, table)
         return query, None
     columns = None if query.columns is None else _columns(query.columns, table)
     bounds: list[Condition] = []
@@ -181,6 +182,18 @@ def windowed_query(query: PullQuery, table: TableInfo) -> tuple[PullQuery, Windo
     if not start_tests and not end_tests:
         return rewritten, None
     return rewritten, WindowFilter(tuple(start_tests), tuple(end_tests))
+
+
+_BOUND_LENGTHS = frozenset(len(name) for name in _BOUNDS)
+
+
+def _may_name_bounds(query: PullQuery) -> bool:
+    """Whether a name of the query might be a window bound: cheap, as every query on every table asks."""
+    for predicate in query.conditions:
+        for name in (predicate.column,) if type(predicate) is Condition else predicate.columns:  # type: ignore[union-attr]
+            if len(name) in _BOUND_LENGTHS or "." in name:
+                return True
+    return any(len(name) in _BOUND_LENGTHS or "." in name for name in query.columns or ())
 
 
 def _refuse_bounds(query: PullQuery, table: TableInfo) -> None:
