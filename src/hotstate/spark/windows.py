@@ -13,6 +13,7 @@ otherwise the table records a window of kind TIME, size unknown.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 from collections.abc import Sequence
 
@@ -53,6 +54,9 @@ _UNIT_US = {
     "week": 7 * 86_400_000_000,
 }
 _INTERVAL_PART = re.compile(r"(-?\d+(?:\.\d+)?)\s*(microsecond|millisecond|second|minute|hour|day|week)s?")
+
+
+log = logging.getLogger(__name__)
 
 
 class WindowKeyError(TableDefinitionError):
@@ -118,6 +122,11 @@ def table_window(df: DataFrame | None, column: str, schema: StructType) -> Table
     return TableWindow(column, "HOPPING", size, slide)
 
 
+def _has_watermark(df: DataFrame) -> bool:
+    plan = _logical_plan(df)
+    return not plan or "EventTimeWatermark" in plan  # no plan to read: nothing to warn about
+
+
 def _logical_plan(df: DataFrame | None) -> str:
     """The unresolved logical plan's text: it still names window(...) calls the analyzer rewrites. "" when
     there is none to read (Spark Connect has no JVM handle here)."""
@@ -180,6 +189,13 @@ def table_columns(
     keys = key_columns_for(stored, names)
     if window is not None:
         keys = windowed_key_columns(keys)
+    if window is not None and df is not None and not _has_watermark(df):
+        log.warning(
+            "window key column %r without a watermark (withWatermark): Spark keeps every window in its state "
+            "and updates any window a late row falls in; the table keeps every window%s",
+            window.column,
+            "" if retention is None else f" that ended less than {retention} before the newest",
+        )
     if retention is not None:
         if window is None:
             raise TableDefinitionError(
