@@ -11,7 +11,7 @@ from hotstate.controller.image import TableInfo
 from hotstate.controller.records import KeyColumn, KeyType, TableWindow
 from hotstate.protocol.keys import encode_key, partition_for, window_suffix
 from hotstate.query.execute import plain_work
-from hotstate.query.plan import KeyLookup, KeyRange, QueryPlan, plan
+from hotstate.query.plan import FullScan, KeyLookup, KeyRange, QueryPlan, plan
 from hotstate.query.sql import QueryError, parse
 from hotstate.query.windows import NotWindowedError, WindowFilter
 
@@ -89,7 +89,8 @@ def test_windowend_of_a_fixed_size_window_plans_as_windowstart() -> None:
     )
     assert by_end.access == by_start.access and by_end.window_filter is None
     between = planned(
-        "SELECT * FROM clicks WHERE user = 'a' AND window.end BETWEEN '2026-01-01T00:10:00' AND '2026-01-01T00:20:00'",
+        "SELECT * FROM clicks WHERE user = 'a' "
+        "AND window.end BETWEEN '2026-01-01T00:10:00' AND '2026-01-01T00:20:00'",
         TUMBLING,
     )
     access = between.access
@@ -128,10 +129,11 @@ def test_windowend_of_a_session_window_filters_the_keys_windows() -> None:
 
 def test_windowstart_without_the_key_scans_every_partition_and_filters() -> None:
     query = planned(
-        "SELECT * FROM clicks WHERE WINDOWSTART >= '2026-01-01T00:10:00' AND WINDOWSTART < '2026-01-01T00:20:00'",
+        "SELECT * FROM clicks "
+        "WHERE WINDOWSTART >= '2026-01-01T00:10:00' AND WINDOWSTART < '2026-01-01T00:20:00'",
         TUMBLING,
     )
-    assert isinstance(query.access, KeyRange | type(query.access))
+    assert isinstance(query.access, FullScan)
     assert len(plain_work(query, TUMBLING, None)) == 8
     window_filter = query.window_filter
     assert isinstance(window_filter, WindowFilter)
@@ -164,5 +166,5 @@ def test_window_bounds_on_a_table_that_is_not_windowed_are_an_error_saying_so(sq
 def test_a_bound_compared_with_something_not_a_time_is_an_error_naming_it() -> None:
     with pytest.raises(QueryError, match="WINDOWSTART must be compared with a TIMESTAMP"):
         planned("SELECT * FROM clicks WHERE user = 'a' AND WINDOWSTART >= 'yesterday'", TUMBLING)
-    with pytest.raises(QueryError, match="its window is window.start"):
+    with pytest.raises(QueryError, match=r"its window is window\.start"):
         planned("SELECT * FROM clicks WHERE user = 'a' AND other.start >= 1", TUMBLING)
