@@ -245,3 +245,48 @@ def test_the_write_format_takes_a_window_key_in_append_mode(
     assert described["window"]["kind"] == "TIME" and described["window"]["size_us"] is None
     rows = _query(running, f"SELECT * FROM finished WHERE user = 'u0' AND WINDOWEND = '{_at(5)}'")
     assert [(r["user"], _instant(r["WINDOWSTART"])) for r in rows] == [("u0", T0)]
+
+
+def test_a_session_window_table_is_queried_by_its_end(
+    spark: SparkSession, start_cluster: StartCluster, tmp_path: Path
+) -> None:
+    hs.register(spark)
+    running = start_cluster(3)
+    cluster = running.cluster
+    source = tmp_path / "in"
+    # u0: a session 00:00-00:07 (gap 5 minutes after 00:02), then one from 00:20; u1: one from 00:01.
+    drop_file(source, _events([("u0", 0, 1), ("u0", 2, 2), ("u0", 20, 3), ("u1", 1, 4)]))
+    events = spark.readStream.schema(EVENTS).json(str(source)).withWatermark("ts", "10 minutes")
+    sessions = events.groupBy(F.session_window("ts", "5 minutes"), "user").agg(F.count("*").alias("clicks"))
+    # Spark refuses update mode for session windows: the write format in append mode writes each session
+    # once the watermark has passed its end.
+    query = (
+        sessions.writeStream.format("hotstate")
+        .outputMode("append")
+        .option("table", "sessions")
+        .option("key", "user,session_window")
+        .option("partitions", 2)
+        .option("cluster", ",".join(f"{h}:{p}" for h, p in cluster.addresses()))
+        .option("clusterId", cluster.cluster_id)
+        .option("secret", cluster.secret)
+        .option("checkpointLocation", str(tmp_path / "chk"))
+        .start()
+    )
+    try:
+        query.processAllAvailable()
+        drop_file(source, _events([("u9", 60.0, 5)]))  # the watermark passes every session above
+        query.processAllAvailable()
+        assert query.exception() is None
+    finally:
+        query.stop()
+    with hotstate.Client(_servers(running), timeout_s=10.0) as client:
+        [described] = [t for t in client.tables() if t["name"] == "sessions"]
+        assert described["window"]["kind"] == "SESSION" and described["window"]["column"] == "session_window"
+    rows = _query(running, "SELECT * FROM sessions WHERE user = 'u0'")
+    assert [(_instant(r["WINDOWSTART"]), _instant(r["WINDOWEND"]), r["clicks"]) for r in rows] == [
+        (T0, T0 + dt.timedelta(minutes=7), 2),
+        (T0 + dt.timedelta(minutes=20), T0 + dt.timedelta(minutes=25), 1),
+    ]
+    # A session's end is no fixed distance from its start: WINDOWEND filters the key's sessions.
+    sql = f"SELECT user, clicks FROM sessions WHERE user = 'u0' AND session_window.end <= '{_at(10)}'"
+    assert _query(running, sql) == [{"user": "u0", "clicks": 2}]
