@@ -168,3 +168,15 @@ def test_a_bound_compared_with_something_not_a_time_is_an_error_naming_it() -> N
         planned("SELECT * FROM clicks WHERE user = 'a' AND WINDOWSTART >= 'yesterday'", TUMBLING)
     with pytest.raises(QueryError, match=r"its window is window\.start"):
         planned("SELECT * FROM clicks WHERE user = 'a' AND other.start >= 1", TUMBLING)
+
+
+def test_several_window_starts_of_a_key_filter_its_windows() -> None:
+    sql = (
+        "SELECT * FROM clicks WHERE user = 'a' "
+        "AND WINDOWSTART IN ('2026-01-01T00:10:00', '2026-01-01T00:20:00', TIMESTAMP '2026-01-01 00:10:00')"
+    )
+    query = planned(sql, TUMBLING)
+    assert isinstance(query.access, KeyRange) and query.access.partition is not None
+    window_filter = query.window_filter
+    assert window_filter is not None
+    assert [m for m in range(0, 40, 5) if window_filter.keep(key("a", m, m + 5))] == [10, 20]

@@ -1,7 +1,8 @@
 """Windowed tables with real Spark (local[2]) against a real local cluster: a tumbling and a sliding window
 with a watermark and late data; the rows served equal a batch groupBy(window, user) over the input Spark
 accepted; a key's windows come back in start order from one partition; WINDOWSTART ranges; the data source
-reads the window back as Spark's struct."""
+reads the window back as Spark's struct; the write format in append mode, with a tumbling and a session
+window; a struct key that is not a window refused naming it."""
 
 from __future__ import annotations
 

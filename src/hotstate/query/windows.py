@@ -170,7 +170,9 @@ def windowed_query(query: PullQuery, table: TableInfo) -> tuple[PullQuery, Windo
             condition = Condition(WINDOW_START, condition.op, shifted)
         else:
             condition = Condition(condition.column, condition.op, values)
-        if (condition.column == WINDOW_START and pinned) or (
+        # The planner reads one key range: several WINDOWSTART values filter the key's windows instead.
+        several = condition.op is Op.IN and len(set(values)) > 1
+        if (condition.column == WINDOW_START and pinned and not several) or (
             condition.column == WINDOW_END and start_pinned and condition.op is Op.EQ
         ):
             planned.append(condition)
