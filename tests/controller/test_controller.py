@@ -14,6 +14,7 @@ from hotstate.controller.records import (
     KeyType,
     MetadataBatch,
     NoOp,
+    TableWindow,
     UnfenceServer,
 )
 from hotstate.controller.requests import (
@@ -436,3 +437,46 @@ def test_value_columns_are_the_latest_writers_and_survive_a_snapshot() -> None:
         reply = harness.handle(bad).reply
         assert reply.error is error and fragment in reply.message, reply
     assert harness.image.tables["clicks"].value_columns == grown
+
+
+WINDOW_KEY = (
+    KeyColumn("user", KeyType.STRING),
+    KeyColumn("WINDOWSTART", KeyType.WINDOW_START),
+    KeyColumn("WINDOWEND", KeyType.WINDOW_END),
+)
+
+
+def test_a_windowed_table_keeps_its_window_through_the_log_and_a_snapshot() -> None:
+    from hotstate.controller.codec import decode_batch, encode_batch
+    from hotstate.controller.snapshot import decode_snapshot, encode_snapshot
+
+    harness = three_brokers()
+    window = TableWindow("window", "HOPPING", 600_000_000, 300_000_000)
+    decision = harness.handle(CreateTableRequest("w", 2, 0, WINDOW_KEY, None, window=window))
+    assert decision.reply.error is ControllerError.NONE
+    assert harness.image.tables["w"].window == window
+    [batch] = decision.batches
+    assert decode_batch(encode_batch(batch)) == batch
+    assert decode_snapshot(encode_snapshot(harness.image)).tables["w"].window == window
+
+
+def test_window_bounds_and_windows_that_do_not_fit_are_refused() -> None:
+    harness = three_brokers()
+    tumbling = TableWindow("window", "TUMBLING", 60_000_000, 60_000_000)
+    user = KeyColumn("user", KeyType.STRING)
+    for request, fragment in [
+        (CreateTableRequest("t", 1, 0, WINDOW_KEY, None), "a window bound in a table without a window"),
+        (CreateTableRequest("t", 1, 0, (user,), None, window=tumbling), "ends in one WINDOW_START"),
+        (CreateTableRequest("t", 1, 0, WINDOW_KEY[::-1], None, window=tumbling), "ends in one WINDOW_START"),
+        (
+            CreateTableRequest("t", 1, 0, WINDOW_KEY, None, window=TableWindow("window", "WEEKLY")),
+            "window kind 'WEEKLY'",
+        ),
+        (
+            CreateTableRequest("t", 1, 0, WINDOW_KEY, None, window=TableWindow("window", "TUMBLING", 0, 0)),
+            "window size 0 us",
+        ),
+    ]:
+        reply = harness.handle(request).reply
+        assert reply.error is ControllerError.INVALID_REQUEST and fragment in reply.message, reply.message
+    assert "t" not in harness.image.tables

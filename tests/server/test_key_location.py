@@ -104,3 +104,28 @@ def test_what_is_not_a_key_of_the_table_is_refused_naming_why(
 ) -> None:
     with pytest.raises(KeyLocationError, match=message.replace("(", r"\(").replace(")", r"\)")):
         encoded_key(table, path_key, params)
+
+
+def test_a_windowed_key_is_located_by_the_key_alone_where_all_its_windows_live() -> None:
+    from hotstate.controller.records import TableWindow
+    from hotstate.protocol.keys import window_suffix
+
+    key = (
+        KeyColumn("user", KeyType.STRING),
+        KeyColumn("WINDOWSTART", KeyType.WINDOW_START),
+        KeyColumn("WINDOWEND", KeyType.WINDOW_END),
+    )
+    windowed = TableInfo(
+        "w", 9, 8, 1, key, None, window=TableWindow("window", "TUMBLING", 60_000_000, 60_000_000)
+    )
+    alone = encoded_key(windowed, "u7", {})
+    named = encoded_key(windowed, None, {"user": "u7"})
+    full = encoded_key(
+        windowed,
+        None,
+        {"user": "u7", "WINDOWSTART": "2026-01-01T00:00:00", "WINDOWEND": "2026-01-01T00:01:00"},
+    )
+    written = encode_key(("u7", dt.datetime(2026, 1, 1), dt.datetime(2026, 1, 1, 0, 1)))
+    assert full == written
+    partitions = {partition_for(k, 8, window_suffix(key)) for k in (alone, named, full)}
+    assert partitions == {partition_for(encode_key(("u7",)), 8)}

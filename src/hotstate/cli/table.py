@@ -328,6 +328,23 @@ def _key_text(columns: tuple[KeyColumn, ...]) -> str:
     return ", ".join(f"{c.name}:{c.type.name}" for c in columns)
 
 
+def window_text(window: dict[str, Any]) -> str:
+    """The window of GET /v1/tables, e.g. HOPPING size 10 min slide 5 min, of column window."""
+    parts = [str(window["kind"])]
+    for field in ("size", "slide", "retention"):
+        micros = window.get(f"{field}_us")
+        if micros is not None and (field != "slide" or window["kind"] == "HOPPING"):
+            parts.append(f"{field} {_duration(int(micros))}")
+    return f"{' '.join(parts)}, of column {window['column']} (key columns WINDOWSTART, WINDOWEND)"
+
+
+def _duration(micros: int) -> str:
+    for unit, size in (("d", 86_400_000_000), ("h", 3_600_000_000), ("min", 60_000_000)):
+        if micros % size == 0:
+            return f"{micros // size} {unit}"
+    return f"{micros / 1_000_000:g} s"
+
+
 def print_table(table: dict[str, Any], lags: dict[str, Any], console: Console) -> None:
     name = str(table["name"])
     key = ", ".join(f"{c['name']}:{c['type']}" for c in table.get("key_columns", ()))
@@ -343,6 +360,9 @@ def print_table(table: dict[str, Any], lags: dict[str, Any], console: Console) -
     )
     values = ", ".join(f"{c['name']}:{c['type']}" for c in table.get("value_columns", ()))
     console.print(f"value columns: {escape(values) or 'not declared'}", highlight=False)
+    window = table.get("window")
+    if window:
+        console.print(f"window: {escape(window_text(window))}", highlight=False)
     view = Table(title=f"{name}: partitions")
     for column in ("partition", "active", "standbys", "warmups", "isr", "epoch", "lag per replica (records)"):
         view.add_column(column)

@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 from typing import cast
 
-from hotstate.controller.records import KeyColumn, ValueColumn
+from hotstate.controller.records import KeyColumn, TableWindow, ValueColumn
 from hotstate.controller.requests import (
     CommitBatchRequest,
     CommitBatchResponse,
@@ -117,10 +117,11 @@ class AdminClient:
         key_columns: tuple[KeyColumn, ...],
         acceptable_lag: int | None = None,
         writer_rack: str | None = None,
+        window: TableWindow | None = None,
         deadline_s: float = 10.0,
     ) -> CreateTableResponse:
         request = CreateTableRequest(
-            name, partitions, standby_replicas, key_columns, acceptable_lag, writer_rack
+            name, partitions, standby_replicas, key_columns, acceptable_lag, writer_rack, window
         )
         reply = await self._controller_call(request, deadline_s)
         assert isinstance(reply, CreateTableResponse)
@@ -167,11 +168,12 @@ class AdminClient:
         key_columns: tuple[KeyColumn, ...],
         acceptable_lag: int | None = None,
         writer_rack: str | None = None,
+        window: TableWindow | None = None,
         deadline_s: float = 10.0,
     ) -> StageTableResponse:
         """Stage a new, empty generation of `name` for an overwrite (the table keeps serving meanwhile)."""
         request = StageTableRequest(
-            name, partitions, standby_replicas, key_columns, acceptable_lag, writer_rack
+            name, partitions, standby_replicas, key_columns, acceptable_lag, writer_rack, window
         )
         reply = await self._controller_call(request, deadline_s)
         assert isinstance(reply, StageTableResponse)

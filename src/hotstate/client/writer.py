@@ -63,6 +63,7 @@ from hotstate.protocol.keys import (
     key_from_row,
     partition_for,
     partitions_of,
+    window_suffix,
 )
 from hotstate.protocol.rows import encode_row, encode_tombstone, row_keys
 from hotstate.protocol.wire import MESSAGES
@@ -473,6 +474,7 @@ class TableWriter:
         """The rows (and deletes) encoded and grouped by partition, in order; WriteError naming the first
         row or key that cannot be sent."""
         by_partition: dict[int, list[bytes]] = {}
+        suffix = window_suffix(meta.key_columns)
         for index, row in enumerate(rows):
             try:
                 if isinstance(row, Delete):
@@ -491,7 +493,7 @@ class TableWriter:
                     f"row {index} of {self.table}: {len(encoded):,} bytes encoded, the limit is {max_row:,} "
                     "(the servers' produce.max.bytes: one Produce carries at most that many row bytes)",
                 )
-            by_partition.setdefault(partition_for(key, len(meta.partitions)), []).append(encoded)
+            by_partition.setdefault(partition_for(key, len(meta.partitions), suffix), []).append(encoded)
         return by_partition
 
     # ------------------------------------------------------------------ pipelined, in order
@@ -1016,7 +1018,9 @@ def _encode_in_bulk(
     if max(map(len, encoded), default=0) > max_row:
         return None
     groups: list[list[bytes]] = [[] for _ in meta.partitions]
-    for partition, row in zip(partitions_of(keys, len(groups)), encoded, strict=True):
+    for partition, row in zip(
+        partitions_of(keys, len(groups), window_suffix(meta.key_columns)), encoded, strict=True
+    ):
         groups[partition].append(row)
     return {partition: group for partition, group in enumerate(groups) if group}
 

@@ -20,6 +20,7 @@ from hotstate.controller.records import (
     ReplaceTable,
     TableBatch,
     TableValueColumns,
+    TableWindow,
     TableWriters,
     UnfenceServer,
     UnregisterServer,
@@ -32,6 +33,7 @@ for type_id, cls in (
     (1, Endpoint),
     (2, KeyColumn),
     (3, ValueColumn),
+    (4, TableWindow),
     (10, RegisterServer),
     (11, UnregisterServer),
     (12, FenceServer),
@@ -48,8 +50,9 @@ for type_id, cls in (
     (100, MetadataBatch),
 ):
     RECORDS.register(type_id, cls)
-# Version 2 appended writer_racks, version 3 staging_for; older records (without them) still decode.
-RECORDS.register(20, CreateTable, version=3)
+# Version 2 appended writer_racks, version 3 staging_for and loaded_positions, version 4 window; older
+# records (without them) still decode.
+RECORDS.register(20, CreateTable, version=4)
 
 
 def encode_batch(batch: MetadataBatch) -> bytes:

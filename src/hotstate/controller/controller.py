@@ -25,6 +25,8 @@ from hotstate.controller.partition_rules import IsrRefusal, alter_isr, elect_aft
 from hotstate.controller.placement import place_table
 from hotstate.controller.reassign import ReassignJob, reassignment_records
 from hotstate.controller.records import (
+    WINDOW_KEY_TYPES,
+    WINDOW_KINDS,
     CreateTable,
     DeleteTable,
     DrainServer,
@@ -38,6 +40,7 @@ from hotstate.controller.records import (
     ReplaceTable,
     TableBatch,
     TableValueColumns,
+    TableWindow,
     TableWriters,
     UnfenceServer,
     UnregisterServer,
@@ -524,6 +527,7 @@ class QuorumController:
             request.key_columns,
             request.acceptable_lag,
             writer_racks,
+            window=request.window,
         )
         info = TableInfo.created(create)
         try:
@@ -614,6 +618,7 @@ class QuorumController:
             request.key_columns,
             request.acceptable_lag,
             request.writer_rack,
+            window=request.window,
         )
         problem = _invalid_table(create)
         current = self._view.tables.get(request.name)
@@ -643,6 +648,7 @@ class QuorumController:
             request.acceptable_lag,
             writer_racks,
             staging_for=request.name,
+            window=request.window,
         )
         try:
             placement = place_table(self._view, TableInfo.created(record), self.config.assignor)
@@ -749,6 +755,9 @@ def _invalid_table(request: CreateTableRequest) -> str | None:
         return f"key_columns {names}: names must be distinct"
     if request.acceptable_lag is not None and request.acceptable_lag < 0:
         return f"acceptable_lag={request.acceptable_lag}: must be >= 0 or unset"
+    problem = invalid_window(request.key_columns, request.window)
+    if problem is not None:
+        return problem
     if request.writer_rack is not None:
         return _invalid_rack(request.writer_rack)
     return None
@@ -756,6 +765,31 @@ def _invalid_table(request: CreateTableRequest) -> str | None:
 
 def _keys(columns: tuple[KeyColumn, ...]) -> str:
     return "(" + ", ".join(f"{c.name} {c.type.name}" for c in columns) + ")"
+
+
+def invalid_window(key_columns: tuple[KeyColumn, ...], window: TableWindow | None) -> str | None:
+    """Why a table's window and key columns do not fit together: a window needs the key to end in exactly
+    one WINDOW_START then one WINDOW_END column (what the partition hash leaves out), and no other."""
+    types = [c.type for c in key_columns]
+    bounds = [i for i, kind in enumerate(types) if kind in WINDOW_KEY_TYPES]
+    if window is None:
+        if bounds:
+            return f"key column {key_columns[bounds[0]].name!r}: a window bound in a table without a window"
+        return None
+    if types[-2:] != list(WINDOW_KEY_TYPES) or len(bounds) != 2:
+        return (
+            "a windowed table's key ends in one WINDOW_START and then one WINDOW_END column, and has no other"
+        )
+    if window.kind not in WINDOW_KINDS:
+        return f"window kind {window.kind!r}: must be one of {', '.join(WINDOW_KINDS)}"
+    for name, value in (
+        ("size", window.size_us),
+        ("slide", window.slide_us),
+        ("retention", window.retention_us),
+    ):
+        if value is not None and value <= 0:
+            return f"window {name} {value} us: must be positive or unset"
+    return None
 
 
 def _invalid_value_columns(columns: tuple[ValueColumn, ...], key: tuple[KeyColumn, ...]) -> str | None:

@@ -27,6 +27,7 @@ from hotstate.controller.records import (
     ReplaceTable,
     TableBatch,
     TableValueColumns,
+    TableWindow,
     TableWriters,
     UnfenceServer,
     UnregisterServer,
@@ -77,6 +78,8 @@ class TableInfo:
     # Where the overwrite that made this generation ended, per partition (ReplaceTable.positions): the
     # least store position a replica serves it from. () for a table made by CreateTable.
     loaded_positions: tuple[int, ...] = ()
+    # A windowed table's windows (CreateTable.window); None: not windowed.
+    window: TableWindow | None = None
 
     @property
     def staged(self) -> bool:
@@ -95,6 +98,7 @@ class TableInfo:
             tuple(sorted(set(record.writer_racks))),
             staging_for=record.staging_for,
             loaded_positions=record.loaded_positions,
+            window=record.window,
         )
 
     def create_record(self) -> CreateTable:
@@ -110,6 +114,7 @@ class TableInfo:
             self.writer_racks,
             self.staging_for,
             self.loaded_positions,
+            self.window,
         )
 
 

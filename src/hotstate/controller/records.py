@@ -17,6 +17,11 @@ class KeyType(IntEnum):
     BOOL = 4
     BYTES = 5
     TIMESTAMP = 6
+    # A windowed table's window bounds (Spark's `window` / `session_window` struct, split): timestamps in
+    # the key order, always the last two key columns, and left out of the partition hash
+    # (protocol.keys.window_suffix) so a key's windows share one partition and sit together in start order.
+    WINDOW_START = 7
+    WINDOW_END = 8
 
 
 # The SQL name of each key type, as pull-query answers, GET /v1/tables and `hotstate table describe` show
@@ -28,9 +33,14 @@ KEY_SQL_TYPES = {
     KeyType.BOOL: "BOOLEAN",
     KeyType.BYTES: "BYTES",
     KeyType.TIMESTAMP: "TIMESTAMP",
+    KeyType.WINDOW_START: "TIMESTAMP",
+    KeyType.WINDOW_END: "TIMESTAMP",
 }
-_KEY_TYPE_NAMES = {key_type.name: key_type for key_type in KeyType} | {
-    name: key_type for key_type, name in KEY_SQL_TYPES.items()
+WINDOW_KEY_TYPES = (KeyType.WINDOW_START, KeyType.WINDOW_END)
+TIMESTAMP_KEY_TYPES = (KeyType.TIMESTAMP, *WINDOW_KEY_TYPES)
+# A window's bounds are named by what made the table (TableWindow), never by a declared type name.
+_KEY_TYPE_NAMES = {key_type.name: key_type for key_type in KeyType if key_type not in WINDOW_KEY_TYPES} | {
+    name: key_type for key_type, name in KEY_SQL_TYPES.items() if key_type not in WINDOW_KEY_TYPES
 }
 KEY_TYPE_NAMES = ", ".join(_KEY_TYPE_NAMES)
 
@@ -91,6 +101,24 @@ class KeyColumn:
     type: KeyType
 
 
+# What made a windowed table's windows (TableWindow.kind): ksqlDB's window types, and TIME for a window
+# whose size Spark's plan does not tell (a window column computed some other way).
+WINDOW_KINDS = ("TUMBLING", "HOPPING", "SESSION", "TIME")
+
+
+@dataclass(frozen=True, slots=True)
+class TableWindow:
+    """A windowed table: its key ends in the WINDOW_START and WINDOW_END columns, split from the Spark struct
+    column `column` (`window`, `session_window`) by its writer, which reads it back as that struct."""
+
+    column: str
+    kind: str  # one of WINDOW_KINDS
+    size_us: int | None = None  # TUMBLING and HOPPING: the window's length; None when not known
+    slide_us: int | None = None  # HOPPING: how far apart windows start (TUMBLING: size_us)
+    # Windows that ended more than this before the newest window end seen are deleted; None: kept.
+    retention_us: int | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class CreateTable:
     name: str
@@ -106,6 +134,8 @@ class CreateTable:
     staging_for: str = ""
     # Version 3. Where the load that made this generation ended, per partition (ReplaceTable.positions).
     loaded_positions: tuple[int, ...] = ()
+    # A windowed table's windows (its last two key columns are their bounds); None: not windowed. Version 4.
+    window: TableWindow | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 
-from hotstate.controller.records import Endpoint, KeyColumn, ValueColumn
+from hotstate.controller.records import Endpoint, KeyColumn, TableWindow, ValueColumn
 
 
 class ControllerError(IntEnum):
@@ -74,6 +74,8 @@ class CreateTableRequest:
     acceptable_lag: int | None
     # The creating writer's rack (a Spark sink's spark.hotstate.rack): placed with it in mind. Version 2.
     writer_rack: str | None = None
+    # A windowed table (its key's last two columns are WINDOW_START, WINDOW_END). Version 3.
+    window: TableWindow | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +186,8 @@ class StageTableRequest:
     key_columns: tuple[KeyColumn, ...]
     acceptable_lag: int | None
     writer_rack: str | None = None
+    # A windowed table's windows (as CreateTableRequest.window); None: not windowed.
+    window: TableWindow | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,7 @@ from typing import Any, TypeAlias
 
 import mmh3
 
-from hotstate.controller.records import KeyColumn, KeyType
+from hotstate.controller.records import TIMESTAMP_KEY_TYPES, KeyColumn, KeyType
 
 __all__ = [
     "InvalidKeyError",
@@ -50,6 +50,7 @@ __all__ = [
     "key_from_row",
     "partition_for",
     "prefix_end",
+    "window_suffix",
 ]
 
 KeyValue: TypeAlias = bool | int | float | str | bytes | dt.datetime | None
@@ -272,17 +273,35 @@ def decode_key(data: bytes) -> tuple[KeyValue, ...]:
 # --- partitioning and ranges ----------------------------------------------------------------------------
 
 
-def partition_for(encoded_key: bytes, partitions: int) -> int:
-    """The partition of a key: murmur3_32 (seed 0, unsigned) of its encoding, modulo the partition count."""
+# A window bound is a TIMESTAMP component: its type code and 8 bytes.
+WINDOW_BOUND_BYTES = 9
+
+
+def window_suffix(key_columns: Sequence[KeyColumn]) -> int:
+    """How many trailing bytes of an encoded key the partition hash leaves out: a windowed table's two
+    window bounds (always its last key columns, fixed-width), so every window of a key lands in the
+    partition of the key's other columns; 0 for any other table."""
+    if key_columns and key_columns[-1].type is KeyType.WINDOW_END:
+        return 2 * WINDOW_BOUND_BYTES
+    return 0
+
+
+def partition_for(encoded_key: bytes, partitions: int, suffix: int = 0) -> int:
+    """The partition of a key: murmur3_32 (seed 0, unsigned) of its encoding, less its last `suffix` bytes
+    (`window_suffix`), modulo the partition count."""
     if partitions < 1:
         raise ValueError(f"partitions must be at least 1, got {partitions}")
+    if suffix:
+        encoded_key = encoded_key[: max(len(encoded_key) - suffix, 0)]
     return mmh3.hash(encoded_key, 0, signed=False) % partitions
 
 
-def partitions_of(encoded_keys: Sequence[bytes], partitions: int) -> tuple[int, ...]:
+def partitions_of(encoded_keys: Sequence[bytes], partitions: int, suffix: int = 0) -> tuple[int, ...]:
     """`partition_for` of each key, in one pass (an IN list's keys)."""
     if partitions < 1:
         raise ValueError(f"partitions must be at least 1, got {partitions}")
+    if suffix:
+        encoded_keys = [key[: max(len(key) - suffix, 0)] for key in encoded_keys]
     murmur = mmh3.hash
     if len(encoded_keys) == 1:  # a point lookup
         return (murmur(encoded_keys[0], 0, signed=False) % partitions,)
@@ -345,6 +364,8 @@ _PASS_THROUGH: dict[KeyType, type] = {
     KeyType.BOOL: bool,
     KeyType.BYTES: bytes,
     KeyType.TIMESTAMP: dt.datetime,
+    KeyType.WINDOW_START: dt.datetime,
+    KeyType.WINDOW_END: dt.datetime,
 }
 
 
@@ -383,7 +404,7 @@ def _coerce_value(column: KeyColumn, value: object) -> KeyValue:
         if isinstance(value, bytes | bytearray):
             return value if type(value) is bytes else bytes(value)
         raise InvalidKeyError(name, value, "must be bytes or a bytearray (BYTES)")
-    if kind is KeyType.TIMESTAMP:
+    if kind in TIMESTAMP_KEY_TYPES:
         if isinstance(value, dt.datetime):
             return value
         raise InvalidKeyError(name, value, "must be a datetime.datetime (TIMESTAMP)")

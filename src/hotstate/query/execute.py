@@ -353,13 +353,16 @@ def _plain_work(
     start, end = (access.start, access.end) if isinstance(access, KeyRange) else (None, None)
     assert isinstance(access, KeyRange | FullScan)
     # One row past the LIMIT tells whether more follow (the answer's cursor); a LIMIT above what one query
-    # returns reads no more than that (and fits the wire).
+    # returns reads no more than that (and fits the wire). Rows a window filter drops do not count.
     limit = None if query_plan.limit is None else min(query_plan.limit + 1, MAX_ROWS + 1)
+    if query_plan.window_filter is not None:
+        limit = None
+    one = access.partition if isinstance(access, KeyRange) else None
     return {
         partition: PartitionQueryRequest(
             table.name, partition, (), True, start, end, limit, max_lag, table_id=table.table_id
         )
-        for partition in range(table.partitions)
+        for partition in (range(table.partitions) if one is None else (one,))
     }
 
 
@@ -450,6 +453,9 @@ def merge_rows(
     # order by key alone; a sort in C beats a merge in Python at every size one query returns (each
     # partition sends at most `limit` + 1 items).
     merged = sources[0] if len(sources) == 1 else sorted(itertools.chain.from_iterable(sources), key=_KEY)
+    if query_plan.window_filter is not None:
+        keep = query_plan.window_filter.keep
+        merged = [item for item in merged if keep(item[0])]
     items = merged[:limit]
     if query_plan.limit is None and len(items) > MAX_ROWS:
         raise QueryError("bad_request", f"more than {MAX_ROWS} rows: add a LIMIT or narrow the key range")

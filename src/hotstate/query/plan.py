@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TypeAlias
 
 from hotstate.controller.image import TableInfo
-from hotstate.controller.records import KeyColumn, KeyType
+from hotstate.controller.records import TIMESTAMP_KEY_TYPES, KeyColumn, KeyType
 from hotstate.protocol.keys import (
     InvalidKeyError,
     KeyEncodeError,
@@ -29,6 +29,7 @@ from hotstate.protocol.keys import (
     partitions_of,
     short_repr,
     str_components,
+    window_suffix,
 )
 from hotstate.query.scan import ScanSpec, spec_of_conditions
 from hotstate.query.sql import (
@@ -41,6 +42,7 @@ from hotstate.query.sql import (
     UnsupportedQueryError,
     parse_timestamp,
 )
+from hotstate.query.windows import WindowFilter, range_partition, windowed_query
 
 __all__ = [
     "Access",
@@ -96,6 +98,8 @@ class KeyRange:
 
     start: bytes | None
     end: bytes | None
+    # The one partition holding the range (a windowed table's key: query.windows); None: every partition.
+    partition: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +117,8 @@ class QueryPlan:
     limit: int | None
     # A scan (query/scan.py): what the replicas evaluate over the rows `access` reads; None: plain reads.
     scan: ScanSpec | None = None
+    # A windowed table's bounds the key order cannot answer, checked on the scanned keys (query.windows).
+    window_filter: WindowFilter | None = None
 
 
 NOTHING = KeyLookup((), ())
@@ -153,17 +159,20 @@ def plan(query: PullQuery, table: TableInfo, *, max_keys: int = 10_000) -> Query
     """How to read `query`'s rows from `table` (looked up by the caller, e.g. with find_table)."""
     if query.table.casefold() != table.name.casefold():
         raise TableMismatchError(f"the query reads table {query.table!r}, not {table.name!r}")
+    query, window_filter = windowed_query(query, table)
     spec = query.scan
     if spec is None:
         try:
-            return QueryPlan(_access(query.conditions, table, max_keys), query.columns, query.limit)
+            access = _access(query.conditions, table, max_keys)
+            return QueryPlan(access, query.columns, query.limit, window_filter=window_filter)
         except TooManyKeysError:
             raise
         except UnsupportedQueryError:
             # A WHERE the key alone cannot answer (a non-key column, a key column out of order): a scan
             # whose replicas evaluate all of it.
             spec = spec_of_conditions(query.conditions, query.columns)
-    return QueryPlan(scan_access(query.conditions, table, max_keys), None, query.limit, spec)
+    access = scan_access(query.conditions, table, max_keys)
+    return QueryPlan(access, None, query.limit, spec, window_filter)
 
 
 def scan_access(conditions: Sequence[Predicate], table: TableInfo, max_keys: int) -> Access:
@@ -287,7 +296,7 @@ def general_access(conditions: Sequence[Predicate], table: TableInfo, max_keys: 
             encoded = sorted({row[0] for row in assignments})
         else:
             encoded = sorted({b"".join(row[index] for index in range(len(key))) for row in assignments})
-        return KeyLookup(tuple(encoded), partitions_of(encoded, table.partitions))
+        return KeyLookup(tuple(encoded), partitions_of(encoded, table.partitions, window_suffix(key)))
     if not assignments:
         return NOTHING
     if len(assignments) > 1:
@@ -297,7 +306,11 @@ def general_access(conditions: Sequence[Predicate], table: TableInfo, max_keys: 
             f"({_names(key)}); on only the leading key columns, give each one value"
         )
     prefix = b"".join(assignments[0][index] for index in range(prefix_length))
-    return _range(prefix, bounds[prefix_length])
+    access = _range(prefix, bounds[prefix_length])
+    partition = range_partition(table, assignments[0], prefix_length)
+    if isinstance(access, KeyRange) and partition is not None:
+        return KeyRange(access.start, access.end, partition)
+    return access
 
 
 def _check_prefix_shape(
@@ -416,7 +429,7 @@ def _bounds(condition: Condition) -> list[tuple[Op, KeyValue]]:
 
 def key_component(column: KeyColumn, value: KeyValue) -> bytes:
     """The value coerced to the column's type, encoded as one key component."""
-    if column.type is KeyType.TIMESTAMP and isinstance(value, str):
+    if column.type in TIMESTAMP_KEY_TYPES and isinstance(value, str):
         try:
             value = parse_timestamp(value)
         except ValueError:
@@ -428,7 +441,9 @@ def key_component(column: KeyColumn, value: KeyValue) -> bytes:
 
 
 def _expected(column: KeyColumn) -> str:
-    return _EXPECTED.get(column.type, column.type.name)
+    return _EXPECTED.get(
+        KeyType.TIMESTAMP if column.type in TIMESTAMP_KEY_TYPES else column.type, column.type.name
+    )
 
 
 def _resolver(key: Sequence[KeyColumn]) -> Callable[[str], int]:

@@ -377,8 +377,21 @@ def _column_name(node: exp.Column, table: str) -> str:
         _present(value) for name, value in node.args.items() if name not in ("this", "table")
     ):
         raise UnsupportedQueryError(f"column names may have only the table as qualifier: {_show(node)}")
+    field = _window_field(node, table)
+    if field is not None:
+        return field
     _check_qualifier(node, table)
     return _identifier(node.this)
+
+
+def _window_field(node: exp.Column, table: str) -> str | None:
+    """`window.start` / `window.end` (Spark's window struct's fields, any struct name but the table's) as
+    that dotted name, which query.windows maps to WINDOWSTART / WINDOWEND of a windowed table."""
+    qualifier = node.args.get("table")
+    if not isinstance(qualifier, exp.Identifier) or _identifier(qualifier).casefold() == table.casefold():
+        return None
+    field = _identifier(node.this)
+    return f"{_identifier(qualifier)}.{field}" if field.casefold() in ("start", "end") else None
 
 
 def _check_qualifier(node: exp.Column, table: str) -> None:

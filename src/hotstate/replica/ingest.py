@@ -27,6 +27,7 @@ from hotstate.protocol.keys import (
     key_from_row,
     partition_for,
     partitions_of,
+    window_suffix,
 )
 from hotstate.protocol.rows import decode_entry, encode_record, encode_records, entry_keys
 
@@ -52,7 +53,7 @@ def _fast(
     """The records when every entry is good; None when any is not (or anything unusual turns up)."""
     try:
         keys, values = entry_keys(rows, key_columns)
-        found = partitions_of(keys, partitions)
+        found = partitions_of(keys, partitions, window_suffix(key_columns))
     except _BAD_ENTRY:
         return None
     if found.count(partition) != len(found):
@@ -64,6 +65,7 @@ def _one_by_one(
     rows: Sequence[bytes], key_columns: Sequence[KeyColumn], partitions: int, partition: int, table: str
 ) -> tuple[list[bytes], str | None]:
     records = []
+    suffix = window_suffix(key_columns)
     for index, entry_bytes in enumerate(rows):
         what = "row"
         try:
@@ -75,7 +77,7 @@ def _one_by_one(
                 key = encode_key(key_from_row(entry, key_columns))
         except ValueError as error:  # InvalidKeyError, RowDecodeError, Key*Error: each names the problem
             return [], f"{what} {index} of {table}: {error}"
-        found = partition_for(key, partitions)
+        found = partition_for(key, partitions, suffix)
         if found != partition:
             return [], (
                 f"{what} {index} of {table}: its key belongs to partition {found}, "

@@ -41,7 +41,7 @@ from hotstate.log.batch import HEADER_SIZE, RecordBatch
 from hotstate.log.errors import CorruptLogError
 from hotstate.log.log import FsyncPolicy, Log
 from hotstate.protocol.replica_state import ReplicaState
-from hotstate.protocol.rows import decode_records
+from hotstate.protocol.rows import decode_records, encode_tombstone
 from hotstate.replica.batchlog import BatchLog
 from hotstate.replica.core import (
     AdvanceStart,
@@ -73,6 +73,7 @@ from hotstate.replica.messages import (
     ReplicaError,
     ReplicaMessage,
 )
+from hotstate.replica.retention import RetentionSweep
 from hotstate.replica.shell import Effects, ReplicaShell
 from hotstate.replica.store import Store, StoreCorruptError, StoreError, StoreSnapshot
 from hotstate.replica.throttle import TokenBucket
@@ -84,6 +85,10 @@ from hotstate.server.raft_driver import monotonic_ms
 log = logging.getLogger(__name__)
 
 TICK_S = 0.01
+# Retention of windowed tables: each active sweeps one page of its keys this often, so expiry runs in
+# small steps beside the queries (a page's scan and its tombstones' write), never a stall.
+RETENTION_TICK_S = 0.5
+RETENTION_PAGE = 1000
 SNAPSHOT_CHUNK_BYTES = 1024 * 1024
 SNAPSHOT_IDLE_S = 60.0
 SNAPSHOT_REQUEST_TIMEOUT_S = 10.0
@@ -264,12 +269,14 @@ class ReplicaManager:
         self._snapshot_ids = itertools.count(1)
         self._tasks: set[asyncio.Task[None]] = set()
         self._ticker: asyncio.Task[None] | None = None
+        self._sweeps: dict[PartitionId, RetentionSweep] = {}
         self._closed = False
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         self._ticker = asyncio.create_task(self._tick_loop(), name="replica-ticks")
+        self._spawn(self._retention_loop(), "window-retention")
 
     async def stop(self) -> None:
         self._closed = True
@@ -577,6 +584,62 @@ class ReplicaManager:
             idle = time.monotonic() - SNAPSHOT_IDLE_S
             for snapshot_id in [i for i, s in self._served.items() if s.used_at < idle]:
                 self._served.pop(snapshot_id).snapshot.close()
+
+    # ------------------------------------------------------------------ retention of windowed tables
+    async def _retention_loop(self) -> None:
+        while True:
+            await asyncio.sleep(RETENTION_TICK_S)
+            for pid, replica in list(self.replicas.items()):
+                window = replica.table.window
+                if (
+                    window is None
+                    or window.retention_us is None
+                    or replica.core.role is not ReplicaRole.LEADER
+                ):
+                    self._sweeps.pop(pid, None)  # a new active sweeps from the start
+                    continue
+                try:
+                    await self._expire_page(replica, window.retention_us)
+                except Exception as error:  # the next tick tries again
+                    log.warning(
+                        "%s/%d: window retention step failed: %s",
+                        replica.table.name,
+                        replica.partition,
+                        error,
+                    )
+
+    async def _expire_page(self, replica: LocalReplica, retention_us: int) -> None:
+        """One step of a windowed partition's retention: a page of its keys read, and the windows that ended
+        more than the retention before the newest end seen deleted with tombstones through the log."""
+        sweep = self._sweeps.get(replica.pid)
+        if sweep is None or sweep.retention_us != retention_us:
+            sweep = self._sweeps[replica.pid] = RetentionSweep(retention_us)
+        try:
+            keys = [key for key, _ in replica.store.scan(sweep.start(), None, limit=RETENTION_PAGE)]
+        except StoreError as error:
+            self.read_failed(replica, error)
+            return
+        expired = sweep.page(keys, RETENTION_PAGE)
+        if not expired:
+            return
+        part = self.image.partitions.get(replica.table.table_id, ())[replica.partition]
+        rows = tuple(encode_tombstone(key) for key in expired)
+        started = self._start_produce(replica.table.name, replica.partition, part.leader_epoch, rows, 30_000)
+        answer = (
+            started if isinstance(started, ProduceResponse) else _produce_response(*(await _waited(started)))
+        )
+        if answer.error is not ReplicaError.NONE:
+            log.info(
+                "%s/%d: expired windows not deleted yet: %s",
+                replica.table.name,
+                replica.partition,
+                answer.message,
+            )
+            sweep.cursor = None  # start over: the page's windows are found again
+        else:
+            log.debug(
+                "%s/%d: %d expired windows deleted", replica.table.name, replica.partition, len(expired)
+            )
 
     # ------------------------------------------------------------------ inputs from peers
     def deliver(self, message: ReplicaMessage) -> None:
@@ -886,6 +949,13 @@ def open_replica_files(
 
 def _batch_bytes(batch: RecordBatch) -> int:
     return HEADER_SIZE + sum(len(record) for record in batch.records)
+
+
+async def _waited(
+    started: tuple[asyncio.Future[ProduceResult], LocalReplica],
+) -> tuple[ProduceResult, LocalReplica]:
+    waiter, replica = started
+    return await waiter, replica
 
 
 def replica_state(replica: LocalReplica) -> ReplicaState:

@@ -8,7 +8,7 @@ Pure functions of the image, but `answer_table_metadata`, which waits on the met
 from __future__ import annotations
 
 from hotstate.controller.image import MetadataImage
-from hotstate.protocol.keys import encode_key, key_from_row, partition_for
+from hotstate.protocol.keys import encode_key, key_from_row, partition_for, window_suffix
 from hotstate.protocol.rows import decode_row
 from hotstate.replica.messages import (
     MAX_METADATA_WATCH_MS,
@@ -39,7 +39,7 @@ def metadata_for_key(image: MetadataImage, table_name: str, key_row: bytes) -> M
         key = encode_key(key_from_row(decode_row(key_row), table.key_columns))
     except ValueError as error:  # InvalidKeyError, RowDecodeError, KeyEncodeError
         return MetadataForKeyResponse(ReplicaError.INVALID_ROW, f"key for {table_name}: {error}")
-    partition = partition_for(key, table.partitions)
+    partition = partition_for(key, table.partitions, window_suffix(table.key_columns))
     parts = image.partitions.get(table.table_id, ())
     if partition >= len(parts):
         return MetadataForKeyResponse(ReplicaError.UNKNOWN_PARTITION, f"partition {partition} not assigned")

@@ -17,7 +17,8 @@ from hotstate.spark.sink import (
     delete_marker,
     without_column,
 )
-from hotstate.spark.table import TableDefinition, ensure_table, key_columns_for, value_columns_for
+from hotstate.spark.table import TableDefinition, ensure_table
+from hotstate.spark.windows import table_columns
 from hotstate.tls import PemTexts, TlsFilesError
 
 __all__ = ["last_batch", "materialize", "parse_cluster", "writer_rack"]
@@ -54,6 +55,7 @@ def materialize(
     query_name: str | None = None,
     delete_column: str | None = None,
     delete_when: tuple[str, bool | int | str] | None = None,
+    retention: str | None = None,
     _after_write: AfterWrite | None = None,
 ) -> StreamingQuery:
     """Start a streaming query that keeps `df`'s result table in the hotstate table `table`.
@@ -83,6 +85,12 @@ def materialize(
     string column, an int an integer one, a bool a boolean one). A column that is missing, a key column or
     of another type is a DeleteColumnError naming it and its type, raised here, before the table is
     created or anything written.
+
+    Windowed tables: a key column may be Spark's `window(...)` / `session_window(...)` struct; it is
+    stored as the key columns WINDOWSTART and WINDOWEND, after the other keys (docs/spark.md).
+    `retention`: for such a table, an interval such as "2 hours": windows that ended longer than that
+    before the newest window end in their partition are deleted by the actives, a page at a time, and the
+    deletes replicated. Set when the table is created (a later job's retention does not change it).
     """
     if not df.isStreaming:
         raise ValueError("materialize needs a streaming DataFrame (spark.readStream...)")
@@ -100,9 +108,8 @@ def materialize(
     tls = material.context()
     marker = delete_marker(df.schema, key, delete_column, delete_when)
     stored = without_column(df.schema, marker)
-    definition = TableDefinition(
-        table, partitions, standby_replicas, key_columns_for(stored, key), acceptable_lag
-    )
+    key_columns, value_columns, window = table_columns(df, stored, key, retention)
+    definition = TableDefinition(table, partitions, standby_replicas, key_columns, acceptable_lag, window)
     rack = writer_rack(df.sparkSession)
     ensure_table(
         servers,
@@ -110,7 +117,7 @@ def materialize(
         secret,
         definition,
         rack=rack,
-        values=value_columns_for(stored, key),
+        values=value_columns,
         tls=tls,
     )
     config = config_for_schema(
@@ -123,6 +130,7 @@ def materialize(
         deadline_s=write_deadline_s,
         tls=material,
         deletes=marker,
+        window=None if window is None else window.column,
     )
     writer = (
         df.writeStream.outputMode("update")

@@ -78,6 +78,7 @@ def begin_overwrite(
                 key_columns=wanted.key_columns,
                 acceptable_lag=wanted.acceptable_lag,
                 writer_rack=rack,
+                window=wanted.window,
             )
             if reply.error is not ControllerError.NONE:
                 raise TableDefinitionError(

@@ -109,6 +109,17 @@ class TableShape:
     # The table's generation (its id, which an overwrite changes) when the read was planned; None: the
     # server does not say.
     generation: int | None = None
+    # A windowed table's window struct column (its key's last two columns, WINDOWSTART and WINDOWEND, are
+    # read back as that struct, as the writer's DataFrame had it); None: not windowed.
+    window: str | None = None
+
+    @property
+    def plain_keys(self) -> tuple[tuple[str, KeyType | None], ...]:
+        """The key columns a Spark row shows as they are (a window's bounds are its struct)."""
+        return self.key_columns[:-2] if self.window is not None else self.key_columns
+
+
+_WINDOW_TYPE = "struct<start:timestamp,end:timestamp>"
 
 
 class HotstateReadError(Exception):
@@ -129,12 +140,14 @@ def table_shape(settings: ReadSettings) -> TableShape:
     keys = tuple((str(c["name"]), key_type_named(str(c["type"]))) for c in table["key_columns"])
     values = tuple((str(c["name"]), str(c["type"])) for c in table.get("value_columns", ()))
     generation = table.get("generation")
+    window = table.get("window")
     return TableShape(
         str(table["name"]),
         int(table["partitions"]),
         keys,
         values,
         generation if isinstance(generation, int) else None,
+        None if not window else str(window["column"]),
     )
 
 
@@ -150,8 +163,10 @@ def infer_schema(settings: ReadSettings, shape: TableShape) -> StructType | str:
         )
     fields = [
         StructField(name, StringType() if kind is None else _KEY_TYPES[kind], False)
-        for name, kind in shape.key_columns
+        for name, kind in shape.plain_keys
     ]
+    if shape.window is not None:
+        fields.append(StructField(shape.window, _window_struct(), False))
     keys = {name.casefold() for name, _ in shape.key_columns}
     for index, column in enumerate(sample.columns):
         if column.casefold() not in keys:
@@ -164,9 +179,17 @@ def declared_schema(shape: TableShape) -> str:
     """The table's schema in Spark's DDL: key columns NOT NULL, then the declared value columns."""
     keys = [
         f"{_quoted(name)} {'string' if kind is None else _KEY_TYPES[kind].simpleString()} NOT NULL"
-        for name, kind in shape.key_columns
+        for name, kind in shape.plain_keys
     ]
+    if shape.window is not None:
+        keys.append(f"{_quoted(shape.window)} {_WINDOW_TYPE} NOT NULL")
     return ", ".join(keys + [f"{_quoted(name)} {type_name}" for name, type_name in shape.value_columns])
+
+
+def _window_struct() -> StructType:
+    return StructType(
+        [StructField("start", TimestampType(), True), StructField("end", TimestampType(), True)]
+    )
 
 
 def _quoted(name: str) -> str:
@@ -336,7 +359,13 @@ class TableReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         assert isinstance(partition, PartitionSplit)
         settings = self.settings
-        converters = [converter(f.dataType, f.name, settings.table) for f in self.schema.fields]
+        window = self.shape().window
+        converters = [
+            converter(f.dataType, f.name, settings.table)
+            if f.name != window
+            else converter(TimestampType(), f.name, settings.table)
+            for f in self.schema.fields
+        ]
         sql = _select(self.shape().name, self.where, settings.page_size)
         args = {"partitions": [partition.partition], **_query_args(settings)}
         after: str | None = None
@@ -344,7 +373,7 @@ class TableReader(DataSourceReader):
             while True:
                 page = _call(settings, functools.partial(client.query, sql, after=after, **args))
                 same_generation(self.shape(), page.consistency_token)
-                yield from _project(page, self.schema, converters)
+                yield from _project(page, self.schema, converters, window)
                 if page.cursor is None:
                     return
                 after = page.cursor
@@ -407,16 +436,30 @@ def _unavailable(settings: ReadSettings, error: Exception) -> str:
 
 
 def _project(
-    page: QueryResult, schema: StructType, converters: list[Callable[[object], object]]
+    page: QueryResult,
+    schema: StructType,
+    converters: list[Callable[[object], object]],
+    window: str | None = None,
 ) -> Iterator[tuple[Any, ...]]:
     exact = {name: index for index, name in enumerate(page.columns)}
     folded: dict[str, int] = {}
     for index, name in enumerate(page.columns):
         folded.setdefault(name.casefold(), index)
     indexes = [exact.get(f.name, folded.get(f.name.casefold())) for f in schema.fields]
-    plan = list(zip(indexes, converters, strict=True))
+    if window is None or window not in schema.names:
+        plan = list(zip(indexes, converters, strict=True))
+        for row in page.rows:
+            yield tuple(None if index is None else convert(row[index]) for index, convert in plan)
+        return
+    # The window struct is built from the answer's WINDOWSTART and WINDOWEND columns.
+    at = schema.names.index(window)
+    bounds = (folded.get("windowstart"), folded.get("windowend"))
     for row in page.rows:
-        yield tuple(None if index is None else convert(row[index]) for index, convert in plan)
+        values = [
+            None if i is None else convert(row[i]) for i, convert in zip(indexes, converters, strict=True)
+        ]
+        values[at] = tuple(None if i is None else converters[at](row[i]) for i in bounds)
+        yield tuple(values)
 
 
 # ------------------------------------------------------------------------------- JSON values to Spark

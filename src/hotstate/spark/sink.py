@@ -79,6 +79,7 @@ from hotstate.protocol.keys import encode_key, key_from_row
 from hotstate.protocol.rows import encode_tombstone
 from hotstate.query.tokens import cluster_tag, decode, merge
 from hotstate.spark.arrow_rows import NotEncodable, encode_arrow_batch
+from hotstate.spark.windows import WINDOW_END, WINDOW_START
 from hotstate.tls import PemTexts
 
 __all__ = [
@@ -221,6 +222,9 @@ class SinkConfig:
     # Spark's complete output mode: the batch is the whole result table, so every key of the table absent
     # from it is deleted at the batch's commit (`delete_absent`). Tasks then return the keys they wrote.
     complete: bool = False
+    # A windowed table's window struct column (spark.windows): each row's struct is stored as its bounds,
+    # key columns WINDOWSTART and WINDOWEND.
+    window: str | None = None
 
 
 # Spark types whose Arrow columns arrow_rows encodes (the same bytes as the Row path's dicts).
@@ -258,9 +262,12 @@ def config_for_schema(
     tls: PemTexts | None = None,
     deletes: DeleteMarker | None = None,
     complete: bool = False,
+    window: str | None = None,
 ) -> SinkConfig:
     complex_types = (StructType, ArrayType, MapType)
+    flat = [f for f in schema.fields if f.name != window]
     return SinkConfig(
+        window=window,
         deletes=deletes,
         complete=complete,
         tls=tls or PemTexts(),
@@ -272,8 +279,8 @@ def config_for_schema(
         deadline_s=deadline_s,
         columns=tuple(f.name for f in schema.fields),
         instant_columns=tuple(f.name for f in schema.fields if isinstance(f.dataType, TimestampType)),
-        nested=any(isinstance(f.dataType, complex_types) for f in schema.fields),
-        arrow=all(_arrow_type(f.dataType) for f in schema.fields),
+        nested=any(isinstance(f.dataType, complex_types) for f in flat),
+        arrow=all(_arrow_type(f.dataType) for f in flat),
     )
 
 
@@ -480,7 +487,7 @@ def upsert_arrow(
     keys: list[bytes] = []
     try:
         for batch in batches:
-            stored, deletes = split_marker(config, batch)
+            stored, deletes = split_marker(config, window_bounds(config, batch))
             for partition, encoded in encode_arrow_batch(
                 stored, meta.key_columns, len(meta.partitions), deletes=deletes, keys_out=keys
             ).items():
@@ -493,6 +500,19 @@ def upsert_arrow(
         return _run(config, lambda writer: writer.upsert_encoded(by_partition, deadline_s=config.deadline_s))
     except WriteError as error:
         raise _in_batch(config, batch_id, error) from None
+
+
+def window_bounds(config: SinkConfig, batch: pa.RecordBatch) -> pa.RecordBatch:
+    """The batch with its window struct column replaced by the window's bounds (WINDOWSTART, WINDOWEND)."""
+    if config.window is None:
+        return batch
+    window = batch.column(config.window)
+    if window.null_count:
+        raise NotEncodable(f"window column {config.window!r} holds a null")
+    names = [name for name in batch.schema.names if name != config.window]
+    columns = [batch.column(name) for name in names]
+    start, end = window.field("start"), window.field("end")
+    return pa.RecordBatch.from_arrays([*columns, start, end], names=[*names, WINDOW_START, WINDOW_END])
 
 
 def split_marker(config: SinkConfig, batch: pa.RecordBatch) -> tuple[pa.RecordBatch, pa.Array | None]:
@@ -566,6 +586,14 @@ def as_dict(config: SinkConfig, row: Row | tuple[object, ...]) -> dict[str, obje
         value = out.get(name)
         if isinstance(value, dt.datetime) and value.tzinfo is None:
             out[name] = value.astimezone(dt.UTC)  # a naive datetime's astimezone reads it as local time
+    if config.window is not None:
+        window = out.pop(config.window, None)
+        if window is not None:  # a null window is left for the key check to name
+            for bound, name in (("start", WINDOW_START), ("end", WINDOW_END)):
+                value = window[bound]
+                if isinstance(value, dt.datetime) and value.tzinfo is None:
+                    value = value.astimezone(dt.UTC)  # Spark's TimestampType: naive local time
+                out[name] = value
     return out
 
 

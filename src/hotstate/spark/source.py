@@ -67,7 +67,8 @@ from hotstate.spark.sink import (
     upsert_rows,
     without_column,
 )
-from hotstate.spark.table import TableDefinition, ensure_table, key_columns_for, value_columns_for
+from hotstate.spark.table import TableDefinition, ensure_table
+from hotstate.spark.windows import table_columns
 from hotstate.tls import PemTexts
 
 __all__ = [
@@ -106,6 +107,7 @@ WRITE_OPTIONS = (
     "tlsKey",
     "deleteColumn",
     "deleteValue",
+    "retention",
 )
 DEFAULT_PAGE_SIZE = 10_000
 MAX_PAGE_SIZE = 100_000  # what one query returns at most (query.execute.MAX_ROWS)
@@ -200,6 +202,8 @@ class WriteSettings:
     # deleteColumn (a boolean column: true deletes), or with deleteValue the string marking a delete.
     delete_column: str | None = None
     delete_value: str | None = None
+    # A windowed table's retention, an interval such as "2 hours" (materialize's `retention`).
+    retention: str | None = None
 
 
 def write_settings(options: Mapping[str, str]) -> WriteSettings:
@@ -243,6 +247,7 @@ def write_settings(options: Mapping[str, str]) -> WriteSettings:
         tls=tls,
         delete_column=(given.get("deleteColumn") or "").strip() or None,
         delete_value=given.get("deleteValue"),
+        retention=(given.get("retention") or "").strip() or None,
     )
 
 
@@ -265,12 +270,15 @@ def _sink_config(
     except DeleteColumnError as error:
         raise OptionError(f"option 'deleteColumn': {error}") from None
     stored = without_column(schema, marker)
+    # No DataFrame here, only its schema: a window's kind is TIME (SESSION for a session window).
+    key_columns, value_columns, window = table_columns(None, stored, settings.key, settings.retention)
     definition = TableDefinition(
         settings.table,
         settings.partitions,
         settings.standby_replicas,
-        key_columns_for(stored, settings.key),
+        key_columns,
         settings.acceptable_lag,
+        window,
     )
     staged = None
     if overwrite:
@@ -278,7 +286,7 @@ def _sink_config(
             _cluster(settings),
             definition,
             rack=settings.rack,
-            values=value_columns_for(stored, settings.key),
+            values=value_columns,
             tls=settings.tls.context(),
         )
     elif (settings, definition) not in _ensured:
@@ -288,7 +296,7 @@ def _sink_config(
             settings.secret,
             definition,
             rack=settings.rack,
-            values=value_columns_for(stored, settings.key),
+            values=value_columns,
             tls=settings.tls.context(),
         )
         _ensured.add((settings, definition))
@@ -303,6 +311,7 @@ def _sink_config(
         tls=settings.tls,
         deletes=marker,
         complete=complete,
+        window=None if window is None else window.column,
     )
     return config, staged
 

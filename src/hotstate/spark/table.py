@@ -32,7 +32,7 @@ from pyspark.sql.types import (
 
 from hotstate.client.admin import AdminClient, OutcomeUnknownError
 from hotstate.client.writer import TableWriter
-from hotstate.controller.records import KeyColumn, KeyType, ValueColumn, key_type_named
+from hotstate.controller.records import KeyColumn, KeyType, TableWindow, ValueColumn, key_type_named
 from hotstate.controller.requests import ControllerError, CreateTableResponse
 from hotstate.protocol.cluster_token import cluster_token
 
@@ -68,6 +68,7 @@ class TableDefinition:
     standby_replicas: int | None  # None: not known (a server without HTTP answered)
     key_columns: tuple[KeyColumn, ...]
     acceptable_lag: int | None
+    window: TableWindow | None = None
 
     def matches(self, other: TableDefinition) -> bool:
         unknown = self.standby_replicas is None or other.standby_replicas is None
@@ -77,14 +78,44 @@ class TableDefinition:
             and (unknown or self.standby_replicas == other.standby_replicas)
             and self.key_columns == other.key_columns
             and self.acceptable_lag == other.acceptable_lag
+            and _same_window(self.window, other.window)
         )
 
     def describe(self) -> str:
         keys = ", ".join(f"{c.name} {c.type.name}" for c in self.key_columns)
+        window = "" if self.window is None else f", window={describe_window(self.window)}"
         return (
             f"(key: {keys}; partitions={self.partitions}, standby_replicas={self.standby_replicas}, "
-            f"acceptable_lag={self.acceptable_lag})"
+            f"acceptable_lag={self.acceptable_lag}{window})"
         )
+
+
+def _same_window(a: TableWindow | None, b: TableWindow | None) -> bool:
+    # Retention is a setting of the table, not of its shape: a job may change it.
+    if a is None or b is None:
+        return a is b
+    return (a.column, a.kind, a.size_us, a.slide_us) == (b.column, b.kind, b.size_us, b.slide_us)
+
+
+def describe_window(window: TableWindow) -> str:
+    """A window as `describe` shows it, e.g. HOPPING(size 10 minutes, slide 5 minutes) of `window`."""
+    parts = []
+    if window.size_us is not None:
+        parts.append(f"size {_duration(window.size_us)}")
+    if window.kind == "HOPPING" and window.slide_us is not None:
+        parts.append(f"slide {_duration(window.slide_us)}")
+    if window.retention_us is not None:
+        parts.append(f"retention {_duration(window.retention_us)}")
+    shown = f"({', '.join(parts)})" if parts else ""
+    return f"{window.kind}{shown} of {window.column!r}"
+
+
+def _duration(micros: int) -> str:
+    for unit, size in (("day", 86_400_000_000), ("hour", 3_600_000_000), ("minute", 60_000_000)):
+        if micros % size == 0:
+            count = micros // size
+            return f"{count} {unit}{'s' if count != 1 else ''}"
+    return f"{micros / 1_000_000:g} seconds"
 
 
 def key_columns_for(schema: StructType, key: str | Sequence[str]) -> tuple[KeyColumn, ...]:
@@ -104,6 +135,11 @@ def key_columns_for(schema: StructType, key: str | Sequence[str]) -> tuple[KeyCo
             )
         kind = next((k for spark_type, k in _KEY_TYPES if isinstance(field.dataType, spark_type)), None)
         if kind is None:
+            if isinstance(field.dataType, StructType):
+                raise TableDefinitionError(
+                    f"key column {name!r} has type {field.dataType.simpleString()}: a struct key column "
+                    "must be a window (window(...) or session_window(...))"
+                )
             raise TableDefinitionError(
                 f"key column {name!r} has type {field.dataType.simpleString()}, which cannot be a key "
                 f"(supported: {_SUPPORTED})"
@@ -166,7 +202,7 @@ async def _ensure_table(
             raise TableDefinitionError(
                 f"cannot create table {wanted.name!r}: {reply.error.name}: {reply.message}"
             )
-        existing = await _existing(admin, servers, cluster_id, secret, wanted.name, tls)
+        existing = await _existing(admin, servers, cluster_id, secret, wanted, tls)
         if not existing.matches(wanted):
             raise TableDefinitionError(
                 f"table {wanted.name!r} exists with another definition: it is {existing.describe()}, "
@@ -208,11 +244,12 @@ async def _existing(
     servers: Sequence[tuple[str, int]],
     cluster_id: str,
     secret: str,
-    name: str,
+    wanted: TableDefinition,
     tls: ssl.SSLContext | None = None,
 ) -> TableDefinition:
     """The existing table's definition: from GET /v1/tables of a server that has HTTP (the only answer
     that names standby_replicas), else from the RPC table metadata, with the standby count unknown."""
+    name = wanted.name
     status = await admin.describe()
     http = [f"{s.http_host}:{s.http_port}" for s in status.servers if s.http_host and s.http_port]
     if http:
@@ -226,7 +263,10 @@ async def _existing(
                     return _from_http(table)
     async with TableWriter(servers, name, cluster_id=cluster_id, secret=secret, tls=tls) as writer:
         meta = await writer.metadata()
-    return TableDefinition(name, len(meta.partitions), None, meta.key_columns, meta.acceptable_lag)
+    # The RPC metadata has the key's types, not the window's shape: a windowed key is taken as the one wanted.
+    windowed = bool(meta.key_columns) and meta.key_columns[-1].type is KeyType.WINDOW_END
+    window = wanted.window if windowed else None
+    return TableDefinition(name, len(meta.partitions), None, meta.key_columns, meta.acceptable_lag, window)
 
 
 async def _create(admin: AdminClient, wanted: TableDefinition, rack: str | None) -> CreateTableResponse:
@@ -237,6 +277,7 @@ async def _create(admin: AdminClient, wanted: TableDefinition, rack: str | None)
         key_columns=wanted.key_columns,
         acceptable_lag=wanted.acceptable_lag,
         writer_rack=rack,
+        window=wanted.window,
     )
 
 
@@ -259,8 +300,21 @@ def _http_tables(servers: list[str], tls: ssl.SSLContext | None, token: str) -> 
 
 def _from_http(table: dict[str, Any]) -> TableDefinition:
     keys = tuple(KeyColumn(c["name"], _key_type(c["type"])) for c in table["key_columns"])
+    shown = table.get("window")
+    window = None
+    if shown is not None:
+        window = TableWindow(
+            shown["column"],
+            shown["kind"],
+            shown.get("size_us"),
+            shown.get("slide_us"),
+            shown.get("retention_us"),
+        )
+        # GET /v1/tables shows the bounds' SQL type (TIMESTAMP); a window's key ends in them.
+        *others, start, end = keys
+        keys = (*others, KeyColumn(start.name, KeyType.WINDOW_START), KeyColumn(end.name, KeyType.WINDOW_END))
     return TableDefinition(
-        table["name"], table["partitions"], table["standby_replicas"], keys, table["acceptable_lag"]
+        table["name"], table["partitions"], table["standby_replicas"], keys, table["acceptable_lag"], window
     )
 
 

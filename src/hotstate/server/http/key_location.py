@@ -12,12 +12,13 @@ this server's view: the coordinator of a query sent elsewhere still routes it as
 from __future__ import annotations
 
 import binascii
+import datetime as dt
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from hotstate.controller.image import MetadataImage, TableInfo
 from hotstate.controller.records import KEY_SQL_TYPES, KeyColumn, KeyType
-from hotstate.protocol.keys import KeyValue, partition_for
+from hotstate.protocol.keys import KeyValue, partition_for, window_suffix
 from hotstate.query.plan import InvalidKeyValueError, key_component
 from hotstate.routing.lags import LagTable
 
@@ -29,16 +30,19 @@ class KeyLocationError(ValueError):
 def encoded_key(table: TableInfo, path_key: str | None, params: Mapping[str, str]) -> bytes:
     """The encoded key a request names: `path_key` for a one-column key, else one parameter per column.
     A value is the text a URL carries, read as the column's type (INT and FLOAT as numbers, BOOL as
-    true/false, BYTES as hex, TIMESTAMP as ISO-8601)."""
+    true/false, BYTES as hex, TIMESTAMP as ISO-8601). A windowed table's key may leave out the window's
+    bounds: every window of a key lives where the key does (the partition hash leaves them out)."""
     columns = table.key_columns
+    windowed = window_suffix(columns) > 0
+    plain = columns[:-2] if windowed else columns
     if path_key is not None:
-        if len(columns) != 1:
+        if len(plain) != 1:
             names = ", ".join(c.name for c in columns)
             raise KeyLocationError(
                 f"{table.name} has a compound key ({names}): name each column, "
                 f"/v1/tables/{table.name}/keys?{'&'.join(f'{c.name}=...' for c in columns)}"
             )
-        texts = {columns[0].name: path_key}
+        texts = {plain[0].name: path_key}
     else:
         texts = dict(params)
     unknown = sorted(set(texts) - {c.name for c in columns})
@@ -50,6 +54,9 @@ def encoded_key(table: TableInfo, path_key: str | None, params: Mapping[str, str
     parts = []
     for column in columns:
         text = texts.get(column.name)
+        if text is None and windowed and column not in plain:
+            parts.append(key_component(column, _ANY_INSTANT))  # not hashed: any bound will do
+            continue
         if text is None:
             raise KeyLocationError(f"key column {column.name!r} of {table.name} is missing")
         try:
@@ -57,6 +64,9 @@ def encoded_key(table: TableInfo, path_key: str | None, params: Mapping[str, str
         except InvalidKeyValueError as error:
             raise KeyLocationError(str(error)) from None
     return b"".join(parts)
+
+
+_ANY_INSTANT = dt.datetime(1970, 1, 1)
 
 
 def locate(
@@ -68,7 +78,7 @@ def locate(
     alive: Callable[[int], bool],
 ) -> dict[str, Any]:
     """Which partition holds `key`, and who holds that partition, as this server sees it now."""
-    partition = partition_for(key, table.partitions)
+    partition = partition_for(key, table.partitions, window_suffix(table.key_columns))
     parts = image.partitions.get(table.table_id, ())
     part = parts[partition] if partition < len(parts) else None
 

@@ -25,7 +25,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from hotstate.controller.image import MetadataImage
-from hotstate.controller.records import KEY_SQL_TYPES, KEY_TYPE_NAMES, KeyColumn, key_type_named
+from hotstate.controller.records import KEY_SQL_TYPES, KEY_TYPE_NAMES, KeyColumn, TableWindow, key_type_named
 from hotstate.controller.requests import (
     ControllerError,
     ControllerRequest,
@@ -152,6 +152,19 @@ def add_table_routes(app: FastAPI, ctx: TableContext) -> None:
         return _response(await _change(ctx, DeleteTableRequest(name), name))
 
 
+def window_json(window: TableWindow | None) -> dict[str, Any] | None:
+    """A table's window as GET /v1/tables shows it (null: not windowed)."""
+    if window is None:
+        return None
+    return {
+        "column": window.column,
+        "kind": window.kind,
+        "size_us": window.size_us,
+        "slide_us": window.slide_us,
+        "retention_us": window.retention_us,
+    }
+
+
 def describe(image: MetadataImage, name: str) -> dict[str, Any]:
     """A table as GET /v1/tables lists it."""
     table = image.tables[name]
@@ -164,6 +177,8 @@ def describe(image: MetadataImage, name: str) -> dict[str, Any]:
         "standby_replicas": table.standby_replicas,
         "acceptable_lag": table.acceptable_lag,
         "writer_racks": list(table.writer_racks),
+        # A windowed table (its key ends in WINDOWSTART, WINDOWEND): kind, and size and slide where known.
+        "window": window_json(table.window),
         # The last Spark batch its sink committed (null: none yet): a query's min_batch.
         "last_batch": table.batch_id if table.batch_id >= 0 else None,
         # Its table id, which an overwrite changes (a new generation): a reader in pages compares it with
