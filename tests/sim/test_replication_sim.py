@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -11,6 +14,7 @@ from hotstate.controller.image import PartitionInfo
 from hotstate.controller.partition_rules import ReplicaEnds
 from hotstate.controller.records import PartitionChange
 from hotstate.replica.core import ReplicaCore, ReplicaRole
+from hotstate.routing.attempts import Attempts
 from hotstate.routing.freshness import EndWitness, local_lag, served_lag
 from hotstate.routing.lags import LagTable
 from hotstate.sim.broken_replica import BROKEN_REPLICA_RULES, BROKEN_SHELLS
@@ -58,6 +62,11 @@ def test_every_invariant_holds_for_every_seed(start: int) -> None:
     # reach it (routing/attempts.py's WaitForToken).
     assert sum(s.answered_with_token for s in stats) > 50 * CHUNK
     assert sum(s.token_waits for s in stats) > 0
+    # Forwards unanswered past their peer's hedge delay are hedged to the next replica (routing/hedging.py,
+    # as server/coordinator.py does), hedges answer first, and the slower copy's answer is dropped.
+    assert sum(s.hedged for s in stats) > 10 * CHUNK
+    assert sum(s.hedge_won for s in stats) > 5 * CHUNK
+    assert sum(1 for s in stats if s.late_answers) >= CHUNK // 5
 
 
 @pytest.mark.parametrize("rule", sorted(BROKEN_SHELLS))
@@ -155,6 +164,69 @@ def test_a_replica_that_serves_behind_the_token_is_caught(monkeypatch: pytest.Mo
             assert "a query whose token names the committed position" in failure.reason
             return
     pytest.fail("no seed in 0..19 caught a replica serving behind the query's token")
+
+
+def _hedges_to_the_same_replica(attempts: Attempts) -> Attempts:
+    """Broken: the hedge's copy goes on from the candidate being tried, not the next one."""
+    copy = _HEDGED(attempts)
+    copy.index -= 1
+    return copy
+
+
+def _hedge_drops_the_bound(attempts: Attempts) -> Attempts:
+    """Broken: the hedge asks the next replica without the query's staleness bound or token."""
+    copy = _HEDGED(attempts)
+    copy.spec = dataclasses.replace(copy.spec, max_lag=None, min_position=0)
+    return copy
+
+
+_HEDGED = Attempts.hedged
+
+
+@pytest.mark.parametrize(
+    ("broken", "reason"),
+    [
+        (_hedges_to_the_same_replica, "hedged to the same replica"),
+        (_hedge_drops_the_bound, "whose token names|a read bounded by"),
+    ],
+    ids=lambda v: v.__name__[1:] if callable(v) else "",
+)
+def test_a_broken_hedge_is_caught(
+    monkeypatch: pytest.MonkeyPatch, broken: Callable[[Attempts], Attempts], reason: str
+) -> None:
+    """The simulator hedges with the coordinator's own state machine (`Attempts.hedged`): a hedge must go to
+    another replica, and its answer must still meet the query's bound and token."""
+    monkeypatch.setattr(Attempts, "hedged", broken)
+    for seed in range(10):
+        try:
+            run_seed(seed)
+        except ReplicationSimFailure as failure:
+            assert re.search(reason, failure.reason)
+            return
+    pytest.fail("no seed in 0..9 caught the broken hedge")
+
+
+def test_a_late_answer_sent_after_the_first_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hedged query has two answers on their way: the first to reach the coordinator is the client's, and
+    the slower one is dropped. A shell that hands the slower one over as well is caught."""
+    replied = clients.Queries.replied
+
+    def also_late(queries: clients.Queries, ask: Any, reply: Any) -> None:
+        query = ask.query
+        if query.done and not ask.ended and ask not in query.asks and isinstance(reply, clients._Served):
+            ask.ended = True
+            queries._deliver(query, reply, hedge=ask.hedge)
+            return
+        replied(queries, ask, reply)
+
+    monkeypatch.setattr(clients.Queries, "replied", also_late)
+    for seed in range(10):
+        try:
+            run_seed(seed)
+        except ReplicationSimFailure as failure:
+            assert "answered twice" in failure.reason
+            return
+    pytest.fail("no seed in 0..9 caught a late answer handed to the client")
 
 
 def test_a_seed_replays_exactly() -> None:
