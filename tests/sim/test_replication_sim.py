@@ -9,10 +9,12 @@ from typing import Any
 
 import pytest
 
+from hotstate.assignor import Placement
+from hotstate.controller import reassign
 from hotstate.controller.evidence import ProbeResult
 from hotstate.controller.image import PartitionInfo
 from hotstate.controller.partition_rules import ReplicaEnds
-from hotstate.controller.records import PartitionChange
+from hotstate.controller.records import PartitionAssignment, PartitionChange
 from hotstate.replica.core import ReplicaCore, ReplicaRole
 from hotstate.routing.attempts import Attempts
 from hotstate.routing.freshness import EndWitness, local_lag, served_lag
@@ -32,8 +34,12 @@ CHUNK = 50
 # epoch, so when the replica was added back before its server learned of the removal, its old core (or a
 # fetch sent before it was closed) fetched its way back into the ISR in that epoch; the server then deleted
 # the replica's log and store while it was in the committed ISR (a later election could pick it: every
-# acknowledged write lost). Fixed by bumping the leader epoch whenever a step drops a replica.
-PARTITION_STEP_REGRESSIONS = (47, 434, 619, 940, 1847, 1980, 2026, 2413)
+# acknowledged write lost). Fixed by bumping the leader epoch whenever a step drops a replica. The seeds
+# that found it (the first eight) no longer reach that schedule with the old rule since the real
+# QuorumController and pump run here (they still run, as seeds that reassign under stale metadata); 564
+# does (found by searching, with the old rule, the seeds that reassign often under stale metadata).
+PARTITION_STEP_REGRESSIONS = (47, 434, 619, 940, 1847, 1980, 2026, 2413, 564)
+PARTITION_STEP_REPLAYS = (564,)
 
 
 @pytest.mark.parametrize("start", range(0, SEEDS, CHUNK), ids=lambda s: f"seeds{s}-{s + CHUNK - 1}")
@@ -94,9 +100,29 @@ def test_every_invariant_holds_when_hw_news_waits_for_data(hw_delay_ms: int) -> 
     assert sum(s.answered_by_standby for s in stats) > 50 * CHUNK
 
 
+_STEP = reassign.partition_step
+
+
+def _drops_without_a_new_epoch(part: PartitionInfo, placed: Placement) -> PartitionAssignment | None:
+    """The step before the fix: one that drops a replica (and leaves the active) keeps the leader epoch."""
+    record = _STEP(part, placed)
+    if record is not None and record.active == part.active:
+        return dataclasses.replace(record, leader_epoch=part.leader_epoch)
+    return record
+
+
 @pytest.mark.parametrize("seed", PARTITION_STEP_REGRESSIONS)
 def test_a_dropped_replica_added_back_never_fetches_its_way_into_the_isr(seed: int) -> None:
     assert run_seed(seed).reassign_steps > 0
+
+
+@pytest.mark.parametrize("seed", PARTITION_STEP_REPLAYS)
+def test_the_old_step_rule_fails_its_regression_seed(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    """The seed replays the bug with the old rule: the re-added replica is in the ISR holding nothing."""
+    monkeypatch.setattr(reassign, "partition_step", _drops_without_a_new_epoch)
+    with pytest.raises(ReplicationSimFailure) as broken:
+        run_seed(seed)
+    assert re.search(r"ISR .* has replica \d+ holding \d+ < HW", broken.value.reason)
 
 
 def test_a_reassignment_moves_the_active_to_a_new_replica_and_drops_the_old_one() -> None:
