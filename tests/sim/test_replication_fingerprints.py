@@ -15,16 +15,19 @@ from hotstate.sim.replication import ReplicationProfile, ReplicationWorld
 # servers' own (replica/shell.py): its deferred store write is an event of its own (with the deferral
 # turned off, the shell gave exactly the fingerprints the simulator's own pump gave), then by the real
 # QuorumController replacing the simulator's model of it (a registered server stays fenced until its image
-# passes its registration, as in the real cluster; the trace notes each record).
+# passes its registration, as in the real cluster; the trace notes each record), then by hedged forwards
+# (a forwarded answer travels back to the coordinator as an event of its own, the first to arrive wins;
+# hedges are sent, raced and noted in the trace; the counters gained forwards, hedged, hedge_won and
+# late_answers).
 FINGERPRINTS = {
-    0: "2d1e6be6d25a4e31",
-    1: "08240079fa88b475",
-    2: "a43499bd7643502e",
-    3: "266e56ef81fb68a6",
-    5: "215db0f22630e361",
-    7: "46c465f4d41c6484",
-    9: "010ae57edaf93cfd",
-    13: "7be8ea4ffc323248",
+    0: "edaeefa491a416dc",
+    1: "9e3eb056c83d88ab",
+    2: "ce6bc45ec815d43e",
+    3: "c5d953318327b62a",
+    5: "d688b9aa189ed382",
+    7: "d077167ef90bbd9a",
+    9: "4dc19aea29465929",
+    13: "ac3d49fefdc5097a",
 }
 
 

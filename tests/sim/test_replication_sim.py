@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
+from hotstate.assignor import Placement
+from hotstate.controller import reassign
 from hotstate.controller.evidence import ProbeResult
 from hotstate.controller.image import PartitionInfo
 from hotstate.controller.partition_rules import ReplicaEnds
-from hotstate.controller.records import PartitionChange
+from hotstate.controller.records import PartitionAssignment, PartitionChange
 from hotstate.replica.core import ReplicaCore, ReplicaRole
+from hotstate.routing.attempts import Attempts
 from hotstate.routing.freshness import EndWitness, local_lag, served_lag
 from hotstate.routing.lags import LagTable
 from hotstate.sim.broken_replica import BROKEN_REPLICA_RULES, BROKEN_SHELLS
@@ -28,8 +34,12 @@ CHUNK = 50
 # epoch, so when the replica was added back before its server learned of the removal, its old core (or a
 # fetch sent before it was closed) fetched its way back into the ISR in that epoch; the server then deleted
 # the replica's log and store while it was in the committed ISR (a later election could pick it: every
-# acknowledged write lost). Fixed by bumping the leader epoch whenever a step drops a replica.
-PARTITION_STEP_REGRESSIONS = (47, 434, 619, 940, 1847, 1980, 2026, 2413)
+# acknowledged write lost). Fixed by bumping the leader epoch whenever a step drops a replica. The seeds
+# that found it (the first eight) no longer reach that schedule with the old rule since the real
+# QuorumController and pump run here (they still run, as seeds that reassign under stale metadata); 564
+# does (found by searching, with the old rule, the seeds that reassign often under stale metadata).
+PARTITION_STEP_REGRESSIONS = (47, 434, 619, 940, 1847, 1980, 2026, 2413, 564)
+PARTITION_STEP_REPLAYS = (564,)
 
 
 @pytest.mark.parametrize("start", range(0, SEEDS, CHUNK), ids=lambda s: f"seeds{s}-{s + CHUNK - 1}")
@@ -58,6 +68,11 @@ def test_every_invariant_holds_for_every_seed(start: int) -> None:
     # reach it (routing/attempts.py's WaitForToken).
     assert sum(s.answered_with_token for s in stats) > 50 * CHUNK
     assert sum(s.token_waits for s in stats) > 0
+    # Forwards unanswered past their peer's hedge delay are hedged to the next replica (routing/hedging.py,
+    # as server/coordinator.py does), hedges answer first, and the slower copy's answer is dropped.
+    assert sum(s.hedged for s in stats) > 10 * CHUNK
+    assert sum(s.hedge_won for s in stats) > 5 * CHUNK
+    assert sum(1 for s in stats if s.late_answers) >= CHUNK // 5
 
 
 @pytest.mark.parametrize("rule", sorted(BROKEN_SHELLS))
@@ -85,9 +100,29 @@ def test_every_invariant_holds_when_hw_news_waits_for_data(hw_delay_ms: int) -> 
     assert sum(s.answered_by_standby for s in stats) > 50 * CHUNK
 
 
+_STEP = reassign.partition_step
+
+
+def _drops_without_a_new_epoch(part: PartitionInfo, placed: Placement) -> PartitionAssignment | None:
+    """The step before the fix: one that drops a replica (and leaves the active) keeps the leader epoch."""
+    record = _STEP(part, placed)
+    if record is not None and record.active == part.active:
+        return dataclasses.replace(record, leader_epoch=part.leader_epoch)
+    return record
+
+
 @pytest.mark.parametrize("seed", PARTITION_STEP_REGRESSIONS)
 def test_a_dropped_replica_added_back_never_fetches_its_way_into_the_isr(seed: int) -> None:
     assert run_seed(seed).reassign_steps > 0
+
+
+@pytest.mark.parametrize("seed", PARTITION_STEP_REPLAYS)
+def test_the_old_step_rule_fails_its_regression_seed(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    """The seed replays the bug with the old rule: the re-added replica is in the ISR holding nothing."""
+    monkeypatch.setattr(reassign, "partition_step", _drops_without_a_new_epoch)
+    with pytest.raises(ReplicationSimFailure) as broken:
+        run_seed(seed)
+    assert re.search(r"ISR .* has replica \d+ holding \d+ < HW", broken.value.reason)
 
 
 def test_a_reassignment_moves_the_active_to_a_new_replica_and_drops_the_old_one() -> None:
@@ -155,6 +190,69 @@ def test_a_replica_that_serves_behind_the_token_is_caught(monkeypatch: pytest.Mo
             assert "a query whose token names the committed position" in failure.reason
             return
     pytest.fail("no seed in 0..19 caught a replica serving behind the query's token")
+
+
+def _hedges_to_the_same_replica(attempts: Attempts) -> Attempts:
+    """Broken: the hedge's copy goes on from the candidate being tried, not the next one."""
+    copy = _HEDGED(attempts)
+    copy.index -= 1
+    return copy
+
+
+def _hedge_drops_the_bound(attempts: Attempts) -> Attempts:
+    """Broken: the hedge asks the next replica without the query's staleness bound or token."""
+    copy = _HEDGED(attempts)
+    copy.spec = dataclasses.replace(copy.spec, max_lag=None, min_position=0)
+    return copy
+
+
+_HEDGED = Attempts.hedged
+
+
+@pytest.mark.parametrize(
+    ("broken", "reason"),
+    [
+        (_hedges_to_the_same_replica, "hedged to the same replica"),
+        (_hedge_drops_the_bound, "whose token names|a read bounded by"),
+    ],
+    ids=lambda v: v.__name__[1:] if callable(v) else "",
+)
+def test_a_broken_hedge_is_caught(
+    monkeypatch: pytest.MonkeyPatch, broken: Callable[[Attempts], Attempts], reason: str
+) -> None:
+    """The simulator hedges with the coordinator's own state machine (`Attempts.hedged`): a hedge must go to
+    another replica, and its answer must still meet the query's bound and token."""
+    monkeypatch.setattr(Attempts, "hedged", broken)
+    for seed in range(10):
+        try:
+            run_seed(seed)
+        except ReplicationSimFailure as failure:
+            assert re.search(reason, failure.reason)
+            return
+    pytest.fail("no seed in 0..9 caught the broken hedge")
+
+
+def test_a_late_answer_sent_after_the_first_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hedged query has two answers on their way: the first to reach the coordinator is the client's, and
+    the slower one is dropped. A shell that hands the slower one over as well is caught."""
+    replied = clients.Queries.replied
+
+    def also_late(queries: clients.Queries, ask: Any, reply: Any) -> None:
+        query = ask.query
+        if query.done and not ask.ended and ask not in query.asks and isinstance(reply, clients._Served):
+            ask.ended = True
+            queries._deliver(query, reply, hedge=ask.hedge)
+            return
+        replied(queries, ask, reply)
+
+    monkeypatch.setattr(clients.Queries, "replied", also_late)
+    for seed in range(10):
+        try:
+            run_seed(seed)
+        except ReplicationSimFailure as failure:
+            assert "answered twice" in failure.reason
+            return
+    pytest.fail("no seed in 0..9 caught a late answer handed to the client")
 
 
 def test_a_seed_replays_exactly() -> None:

@@ -19,8 +19,11 @@ replica only while the metadata it last learned lists it, as the real server doe
 when it is added and deletes the replica's log and store when it is removed. Every server heartbeats the
 others and reports its replica's lag, and clients send pull queries to any server, which routes them with
 the real heartbeat status, lag table, router and lag rules and goes through the candidates with the
-coordinator's own state machine (`routing/attempts.py`: attempt timeouts, waits for a consistency token);
-some queries carry the end of the last acknowledged write as their token. Those draw from their own random
+coordinator's own state machine (`routing/attempts.py`: attempt timeouts, waits for a consistency token)
+and hedging policy (`routing/hedging.py`): a forward unanswered past its peer's hedge delay (the p95 of the
+answer times that coordinator measured) goes to the next candidate as well, the first answer to reach the
+coordinator wins and the other is dropped; some queries carry the end of the last acknowledged write as
+their token. Those draw from their own random
 stream, so the replicas do what they would without them (they only shift when the controller, which acts
 after every event, takes its session decisions).
 
@@ -36,7 +39,9 @@ Invariants, checked after every event:
   at most at the highest HW and holds the committed value at its position, and a bounded read is served
   only by a replica that heard the partition's end since it opened (an active knows its own HW) and is
   within the bound of the highest committed end it heard; a query whose token names a committed position
-  is answered by a store at or past it.
+  is answered by a store at or past it (a hedge's answer is checked against what the client asked);
+- a query is answered once (a hedged query's slower answer is dropped), and a forward is hedged at most
+  once, no sooner than its hedge delay, to another replica, within the coordinator's hedge budget.
 After the faults stop (a reassignment under way is finished, none is started), every replica of the final
 replica set must converge to the same store holding every acknowledged write, and no other node may hold
 anything.

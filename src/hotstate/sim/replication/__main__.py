@@ -51,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
             f"reassignment steps, {stats.active_moves} moving the active, {stats.replicas_removed} replicas "
             f"deleted; {stats.probe_fences} fenced on a refused probe; {stats.queries} queries, "
             f"{stats.answered} answered ({stats.answered_bounded} bounded, {stats.answered_by_standby} by a "
-            f"standby), {stats.unserved} unserved, {stats.lag_unknown} times a replica's lag was unknown"
+            f"standby, {stats.hedge_won} by a hedge), {stats.unserved} unserved, {stats.lag_unknown} times a "
+            f"replica's lag was unknown; {stats.hedged} of {stats.forwards} forwards hedged"
         )
         return 0
     started = time.monotonic()

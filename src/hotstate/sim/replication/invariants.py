@@ -16,6 +16,7 @@ from hotstate.log.batch import RecordBatch
 from hotstate.replica.core import ReplicaRole
 
 if TYPE_CHECKING:
+    from hotstate.routing.hedging import HedgePolicy
     from hotstate.sim.replication.controller import SimController
     from hotstate.sim.replication.world import Node
 
@@ -34,6 +35,7 @@ class Checker:
         self.acked: list[tuple[int, tuple[bytes, ...]]] = []
         # key -> [(offset, value)] of the committed records: what a store at a position holds for a key.
         self.key_history: dict[bytes, list[tuple[int, bytes]]] = {}
+        self.answered: dict[int, tuple[int, bytes, bytes | None]] = {}  # query -> (replica, key, value)
 
     def after_event(self) -> None:
         c = self.controller
@@ -190,6 +192,52 @@ class Checker:
                 f"replica {node.id} ({core.role.value}) answered a read bounded by {max_lag} from its "
                 f"store at {position}, having heard that {max(heard)} records are committed"
             )
+
+    def hedged(
+        self,
+        query: int,
+        asked: int,
+        hedge_to: int,
+        *,
+        hedges_before: int,
+        waited_ms: float,
+        delay_ms: float | None,
+        policy: HedgePolicy,
+        forwards: int,
+    ) -> None:
+        """A forward to `asked` was hedged to `hedge_to` (routing/hedging.py's rules): only a forward sent
+        with a hedge delay, once it is unanswered past that delay, at most once, to another replica, and
+        within the coordinator's hedge budget (`max_percent` of its forwards, plus the burst)."""
+        if delay_ms is None or waited_ms < delay_ms:
+            raise ReplicationInvariantViolation(
+                f"query {query}: the forward to {asked} was hedged after {waited_ms} ms, before its hedge "
+                f"delay ({delay_ms} ms)"
+            )
+        if hedges_before:
+            raise ReplicationInvariantViolation(
+                f"query {query}: the forward to {asked} was hedged {hedges_before + 1} times"
+            )
+        if hedge_to == asked:
+            raise ReplicationInvariantViolation(
+                f"query {query}: the forward to {asked} was hedged to the same replica"
+            )
+        config = policy.config
+        budget = config.burst + forwards * config.max_percent / 100
+        if policy.hedges > budget + 1e-9:
+            raise ReplicationInvariantViolation(
+                f"{policy.hedges} hedges for {forwards} forwards, over the budget of {budget}"
+            )
+
+    def delivered(self, query: int, replica: int, key: bytes, value: bytes | None) -> None:
+        """A query's answer reached its client: once, the first answer to reach its coordinator (a hedged
+        query has two on their way; the slower is dropped, never sent after the first or in its place)."""
+        first = self.answered.get(query)
+        if first is not None:
+            raise ReplicationInvariantViolation(
+                f"query {query} answered twice: by {first[0]} with {first[2]!r}, then by {replica} with "
+                f"{value!r}"
+            )
+        self.answered[query] = (replica, key, value)
 
     def converged(self, desired: Placement | None) -> None:
         """After the calm: the reassignment under way (`desired`) is done, every replica's store is the

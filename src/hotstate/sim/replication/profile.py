@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 from dataclasses import dataclass
 
 from hotstate.replica.core import ReplicaConfig
 from hotstate.routing.heartbeat import HeartbeatConfig
+from hotstate.routing.hedging import HedgeConfig
 from hotstate.sim.kernel import EVENT_KINDS_USED
 
 # The simulator's own event kinds, after the kernel's.
@@ -28,7 +30,8 @@ from hotstate.sim.kernel import EVENT_KINDS_USED
     QUERY_REPLY,
     QUERY_RETRY,
     APPLY,
-) = range(EVENT_KINDS_USED, EVENT_KINDS_USED + 16)
+    HEDGE,
+) = range(EVENT_KINDS_USED, EVENT_KINDS_USED + 17)
 SESSION_TIMEOUT_MS = 300
 TABLE_ID, PARTITION_ID = 1, 0  # the one partition simulated
 TABLE = "t"
@@ -38,6 +41,12 @@ HEARTBEATS = HeartbeatConfig(send_interval_ms=20, check_interval_ms=40, window_m
 QUERY_BOUNDS = (None, None, 0, 0, 0, 3, 30)
 # The share of queries that carry a consistency token (the end of the last acknowledged write).
 TOKEN_QUERIES = 0.3
+# The share of queries with hedging off (the `hedging` query property): they never hedge, and a slow peer
+# keeps its place in their routes.
+UNHEDGED_QUERIES = 0.1
+# The servers' hedging settings (query.hedge.*, routing/hedging.py), their delays in ms of the query clock
+# below: a hedge waits 1 to 20 simulated ms, about a forward's round trip on the simulated network.
+HEDGING = HedgeConfig()
 # The query path's clock (routing/attempts.py: attempt timeouts, token waits, the query's deadline, in
 # seconds) runs this many times faster than the simulated one, whose timeouts are scaled down about as much:
 # a forward to a server that is not connected is given up after 30 simulated ms, a query after 1 s.
@@ -52,6 +61,12 @@ def query_clock(now_ms: int) -> float:
 def sim_ms(seconds: float) -> int:
     """A span of the query path's clock, in simulated ms (at least 1)."""
     return max(1, round(seconds * 1000 / QUERY_CLOCK))
+
+
+def sim_ms_after(query_ms: float) -> int:
+    """The simulated ms to wait for at least `query_ms` of the query clock to pass (at least 1): a hedge
+    must never leave before its delay."""
+    return max(1, math.ceil(query_ms / QUERY_CLOCK))
 
 
 @dataclass(frozen=True, slots=True)

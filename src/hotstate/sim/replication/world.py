@@ -34,6 +34,7 @@ from hotstate.replica.messages import ReplicaMessage
 from hotstate.replica.shell import Effects, LogPort, ReplicaShell, StorePort
 from hotstate.routing.freshness import EndWitness, served_lag
 from hotstate.routing.heartbeat import HeartbeatStatus
+from hotstate.routing.hedging import HedgePolicy
 from hotstate.routing.lags import LagTable
 from hotstate.sim.disk import SimDiskLog, SimStore
 from hotstate.sim.kernel import (
@@ -57,6 +58,8 @@ from hotstate.sim.replication.profile import (
     BEAT,
     BEAT_CHECK,
     HEARTBEATS,
+    HEDGE,
+    HEDGING,
     ISR,
     LAG_ARRIVE,
     LAG_REPORTS,
@@ -111,6 +114,10 @@ class Node:
     info: PartitionInfo | None = None
     status: HeartbeatStatus | None = None
     lags: LagTable = field(default_factory=LagTable)
+    # Its coordinator's hedging policy (the latencies it measured, the hedge budget) and the forwards it
+    # sent, lost with the process too.
+    hedging: HedgePolicy = field(default_factory=lambda: HedgePolicy(HEDGING))
+    forwards: int = 0
     witness: EndWitness | None = None  # what the open core heard of the partition's end
     # The invariants' record of the committed offsets the replica heard of since it opened: the HWs in the
     # fetch answers its core took, and in the newest report of each other server (arrival, HW or None).
@@ -145,6 +152,10 @@ class Stats:
     answered_with_token: int = 0
     token_waits: int = 0  # rounds that waited for a replica to reach the query's token
     token_ahead: int = 0  # queries failed as asking beyond the partition's end (a deposed active said so)
+    forwards: int = 0  # forwards sent by coordinators (their hedges not counted)
+    hedged: int = 0  # forwards hedged: unanswered past their peer's hedge delay, sent to the next replica
+    hedge_won: int = 0  # queries answered by a hedge first
+    late_answers: int = 0  # answers that reached a coordinator after the query had its answer: dropped
     log: list[str] = field(default_factory=list)
 
 
@@ -316,11 +327,13 @@ class ReplicationWorld:
             self.kernel.schedule(self.now + gap, QUERY, 0, None)
         elif kind == SERVE:
             assert node is not None
-            self.queries.serve(node, *payload)
+            self.queries.serve(node, payload)
         elif kind == QUERY_REPLY:
             self.queries.replied(*payload)
         elif kind == QUERY_RETRY:
             self.queries.retry(payload)
+        elif kind == HEDGE:
+            self.queries.hedge_due(payload)
         elif kind == CALM:
             self.calm = True
             self._heal()
@@ -339,6 +352,8 @@ class ReplicationWorld:
         # Every node of the pool is a registered server of the image.
         node.status.set_peers((n for n in self.nodes if n != node.id), self.now)
         node.lags = LagTable()
+        node.hedging = HedgePolicy(HEDGING)
+        node.forwards = 0
         node.report_hws = {}
         node.meta_offset = 0
         self.note(f"node {node.id} starts: store at {node.store.position}, log end {node.disk.end}")
