@@ -288,6 +288,14 @@ def test_bad_inputs_are_refused_before_anything_is_written(running: Cluster, tmp
         "the export of table 'small' has key (k STRING)",
     )
     assert running.rows("other_key") == []
+    # Same key, other value columns.
+    running.create("other_values", (KeyColumn("k", KeyType.STRING),), (ValueColumn("v", "string"),), 2)
+    _refused(
+        running.cli("import", str(good), "--table", "other_values"),
+        "table 'other_values' declares value columns (v string)",
+        "the export of table 'small' has (v bigint)",
+    )
+    assert running.rows("other_values") == []
 
     # A newer format version.
     newer = tmp_path / "newer"

@@ -33,7 +33,7 @@ import math
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -544,7 +544,18 @@ def plan_import(directory: Path, table: str | None, existing: Sequence[Mapping[s
                 f"({', '.join(f'{c.name} {c.type.name}' for c in keys)}): import into another table "
                 "(--table NAME) or drop this one"
             )
+        declared = tuple((str(c["name"]), str(c["type"])) for c in found.get("value_columns", ()))
+        if declared and declared != tuple((c.name, c.type) for c in values):
+            raise BackupError(
+                f"table {target!r} declares value columns ({_columns_text(declared)}), the export of "
+                f"table {source!r} has ({_columns_text((c.name, c.type) for c in values)}): import into "
+                "another table (--table NAME) or drop this one"
+            )
     return ImportPlan(directory, manifest, target, keys, values, partitions, files)
+
+
+def _columns_text(columns: Iterable[tuple[str, str]]) -> str:
+    return ", ".join(f"{name} {kind}" for name, kind in columns)
 
 
 def _known_key(name: str) -> KeyType:
