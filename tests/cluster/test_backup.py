@@ -27,6 +27,9 @@ from hotstate.controller.records import KeyColumn, KeyType, ValueColumn
 from hotstate.controller.requests import ControllerError
 from hotstate.query import tokens
 
+# One worker runs the whole module (make test: --dist loadgroup), so its one cluster is started once.
+pytestmark = pytest.mark.xdist_group("backup")
+
 # Every key type, then every value type the docs list (Spark's names, as a Spark writer declares them).
 KEYS = (
     KeyColumn("name", KeyType.STRING),
@@ -279,6 +282,18 @@ def test_bad_inputs_are_refused_before_anything_is_written(running: Cluster, tmp
     _refused(running.cli("export", "small", str(taken)), "exists", str(taken))
     assert [p.name for p in taken.iterdir()] == ["mine.txt"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["good", "taken"]
+
+    # A table whose value columns nobody declared: no types to write, so no export.
+    async def undeclared() -> None:
+        async with running.cluster.admin() as admin:
+            made = await admin.create_table(
+                "untyped", partitions=1, standby_replicas=0, key_columns=(KeyColumn("k", KeyType.STRING),)
+            )
+            assert made.error is ControllerError.NONE, made
+
+    asyncio.run(undeclared())
+    _refused(running.cli("export", "untyped", str(tmp_path / "untyped")), "no declared value columns")
+    assert not (tmp_path / "untyped").exists()
 
     # Files of another table: its key columns are not the target's.
     running.create("other_key", (KeyColumn("id", KeyType.INT),), (ValueColumn("v", "bigint"),), 2)

@@ -346,6 +346,15 @@ def export_table(
         raise BackupError(f"table {table!r}: {error}") from None
     tag = _tag_of(start.consistency_token)
     pinned = start.consistency_token
+    have = {partition for _, partition in tokens.decode(pinned, tag)}
+    for partition in sorted(set(range(partitions)) - have):  # a scan the planner cut short of it
+        where = client.query(
+            f"SELECT * FROM `{table}` LIMIT 1",
+            partitions=[partition],
+            standby_reads=False,
+            consistency_token=pinned,
+        )
+        pinned = where.consistency_token
 
     parent = directory.parent
     parent.mkdir(parents=True, exist_ok=True)
