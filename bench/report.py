@@ -525,6 +525,45 @@ def spark_sink(data: Mapping[str, Any]) -> Section:
     )
 
 
+def bulk_load(data: Mapping[str, Any]) -> Section:
+    base, hot = data["baseline_single_rocksdb"], data["hotstate"]
+    lookups = hot["point_lookups_during_load"]
+    disk = ", ".join(f"server {node}: {fmt(size)}" for node, size in hot["bytes_on_disk_per_server"].items())
+    return Section(
+        f'{fmt(data["rows"])} rows ({data["row"]}) from Parquet through `df.write.format("hotstate")` '
+        f"into 3 servers, {data['partitions']} partitions with 1 standby, beside one local RocksDB store "
+        "written the same rows in the same run.",
+        [
+            Table(
+                ("load", "rows/s", "seconds"),
+                [
+                    ("single local RocksDB", base["rows_per_s"], base["seconds"]),
+                    ("hotstate (Spark batch writer)", hot["rows_per_s"], hot["seconds"]),
+                ],
+            ),
+            Table(
+                ("point lookups during the load", "count", "failed", "p50 ms", "p99 ms", "max ms"),
+                [
+                    (
+                        "",
+                        lookups["count"],
+                        lookups["failed"],
+                        lookups["p50_ms"],
+                        lookups["p99_ms"],
+                        lookups["max_ms"],
+                    )
+                ],
+            ),
+        ],
+        [
+            f"Ratio to the single RocksDB write: {fmt(data['ratio_vs_single_rocksdb'])} "
+            f"(goal {data['goals']['ratio_vs_single_rocksdb']}).",
+            f"Every replica in sync {fmt(hot['replicas_in_sync_after_s'])} s after the load returned.",
+            f"Bytes on disk: {disk} (the single store: {fmt(base['bytes_on_disk'])}).",
+        ],
+    )
+
+
 def gray_failure(data: Mapping[str, Any]) -> Section:
     rows = []
     for fault, modes in data["results"].items():
@@ -683,6 +722,7 @@ def chaos(data: Mapping[str, Any]) -> Section:
 
 FORMATTERS: dict[str, Formatter] = {
     "assignor": assignor,
+    "bulk_load": bulk_load,
     "chaos": chaos,
     "cross_rack": cross_rack,
     "freshness": freshness,

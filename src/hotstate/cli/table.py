@@ -1,4 +1,4 @@
-"""`hotstate table create | list | describe | drop`: table administration without Python.
+"""`hotstate table create | list | describe | drop | export | import`: table administration without Python.
 
 The commands talk to the servers' RPC port with the admin client, so they need the cluster's id and
 secret: `--cluster HOST:PORT` (repeatable or comma-separated; any subset of the servers, in any order),
@@ -191,7 +191,7 @@ def _check(action: str, reply: Any) -> None:
 
 
 def register(app: typer.Typer, *, default_dir: Path) -> None:
-    """Add `table create | list | describe | drop` to the `hotstate` command."""
+    """Add `table create | list | describe | drop | export | import` to the `hotstate` command."""
     table_app = typer.Typer(help="Create, list, describe and drop tables.", no_args_is_help=True)
     app.add_typer(table_app, name="table")
 
@@ -322,6 +322,146 @@ def register(app: typer.Typer, *, default_dir: Path) -> None:
         )
         _check(f"cannot drop table {name!r}", reply)
         _out().print(f"dropped table {escape(name)}", highlight=False)
+
+    @table_app.command("export")
+    def export(
+        name: Annotated[str, typer.Argument(help="the table's name")],
+        directory_out: Annotated[Path, typer.Argument(help="a directory to create: the export")],
+        token: Annotated[
+            str | None,
+            typer.Option("--token", help="export at least at this consistency token (e.g. a writer's)"),
+        ] = None,
+        page_rows: Annotated[
+            int,
+            typer.Option(
+                "--page-rows",
+                min=1,
+                max=100_000,
+                help="rows per query; a partition read in one page is exact however fast it is written",
+            ),
+        ] = 100_000,
+        cluster: ClusterOption = None,
+        cluster_id: ClusterIdOption = None,
+        secret: SecretOption = None,
+        directory: DirOption = default_dir,
+        ca: CaOption = None,
+        cert: CertOption = None,
+        key_file: KeyOption = None,
+        user: UserOption = None,
+        password: PasswordOption = None,
+        auth_token: AuthTokenOption = None,
+    ) -> None:
+        """Write the table to a new directory as Parquet, every partition at one consistency token, with a
+        manifest (docs/operations.md)."""
+        from hotstate.client.backup import BackupError, export_table
+        from hotstate.client.query import Client, ClusterUnreachable, QueryFailed, Unavailable
+
+        if directory_out.exists():
+            raise _fail(f"export directory {str(directory_out)!r} exists: name a new one")
+        target = _target(cluster, cluster_id, secret, directory, ca, cert, key_file)
+        http = _http_addresses(target)
+        try:
+            with Client(
+                http,
+                timeout_s=30.0,
+                tls=target.tls.ca if target.tls else None,
+                **Credentials(user, password, auth_token).client_args(cluster, directory),
+            ) as client:
+                result = export_table(client, name, directory_out, token=token, page_rows=page_rows)
+        except (BackupError, QueryFailed, ClusterUnreachable, Unavailable) as error:
+            raise _fail(f"cannot export table {name!r}: {error}") from error
+        exactness = "exact at its token" if result.exact else "NOT exact: see positions_read in the manifest"
+        _out().print(
+            f"exported table {escape(name)}: {result.rows} rows, "
+            f"{result.manifest['partitions']} partitions, to {escape(str(directory_out))} ({exactness}); "
+            f"token {result.token}",
+            highlight=False,
+        )
+
+    @table_app.command("import")
+    def import_(
+        directory_in: Annotated[Path, typer.Argument(help="an export's directory")],
+        table: Annotated[
+            str | None, typer.Option("--table", "-t", help="load into this table (default: the export's)")
+        ] = None,
+        standby_replicas: Annotated[
+            int | None,
+            typer.Option(
+                "--standby-replicas", help="standbys per partition of a table created (default: the export's)"
+            ),
+        ] = None,
+        cluster: ClusterOption = None,
+        cluster_id: ClusterIdOption = None,
+        secret: SecretOption = None,
+        directory: DirOption = default_dir,
+        ca: CaOption = None,
+        cert: CertOption = None,
+        key_file: KeyOption = None,
+        user: UserOption = None,
+        password: PasswordOption = None,
+        auth_token: AuthTokenOption = None,
+    ) -> None:
+        """Load an export into a table (created with the export's key, value columns and partitions when
+        missing); everything is checked before anything is written."""
+        from hotstate.client.backup import BackupError, plan_import, write_rows
+        from hotstate.client.query import Client, ClusterUnreachable, QueryFailed
+        from hotstate.client.writer import TableWriter, WriteError
+
+        target = _target(cluster, cluster_id, secret, directory, ca, cert, key_file)
+        http = _http_addresses(target)
+        try:
+            with Client(
+                http,
+                timeout_s=30.0,
+                tls=target.tls.ca if target.tls else None,
+                **Credentials(user, password, auth_token).client_args(cluster, directory),
+            ) as client:
+                existing = client.tables()
+            plan = plan_import(directory_in, table, existing)
+        except (BackupError, QueryFailed, ClusterUnreachable) as error:
+            raise _fail(f"cannot import {str(directory_in)!r}: {error}") from error
+        exists = any(t.get("name") == plan.table for t in existing)
+        standbys = standby_replicas
+        if standbys is None:
+            standbys = int(plan.manifest.get("standby_replicas") or 0)
+
+        async def load(admin: AdminClient) -> str:
+            if not exists:
+                made = await admin.create_table(
+                    plan.table,
+                    partitions=plan.partitions,
+                    standby_replicas=standbys,
+                    key_columns=plan.key_columns,
+                )
+                _check(f"cannot create table {plan.table!r}", made)
+            declared = await admin.set_value_columns(plan.table, plan.value_columns)
+            _check(f"cannot declare the value columns of {plan.table!r}", declared)
+            async with TableWriter(
+                target.servers,
+                plan.table,
+                cluster_id=target.cluster_id,
+                secret=target.secret,
+                tls=_rpc_tls(target),
+            ) as writer:
+                try:
+                    return await write_rows(writer, plan)
+                except WriteError as error:
+                    raise _fail(f"import into {plan.table!r} failed: {error}") from error
+
+        written = _run(target, load)
+        _out().print(
+            f"imported {plan.rows} rows into table {escape(plan.table)} "
+            f"({'existing' if exists else 'created'}); token {written}",
+            highlight=False,
+        )
+
+
+def _http_addresses(target: Target) -> list[str]:
+    status = _run(target, lambda admin: admin.describe())
+    http = [f"{s.http_host}:{s.http_port}" for s in status.servers if s.http_host and s.http_port]
+    if not http:
+        raise _fail("no server of the cluster has an HTTP API to read tables with")
+    return http
 
 
 def _key_text(columns: tuple[KeyColumn, ...]) -> str:

@@ -1,0 +1,290 @@
+"""Benchmark of a bulk load through the Spark batch writer -> bench/results/bulk_load.json.
+
+ROWS rows of about 150 bytes (a string key, four value columns) are written to Parquet first, then:
+  baseline   the same rows read from the Parquet files, encoded as the writers encode them (key and row
+             codec) and applied in batches of BATCH to one local RocksDB store: no Spark, network, log or
+             replication (the figure to compare against, measured in the same run)
+  hotstate   `spark.read.parquet(dir).write.format("hotstate").mode("append")` (Spark local[2]) into a
+             local 3-server cluster, PARTITIONS partitions with 1 standby each (acks=all); rows/s over the
+             save() call
+Beside the load: the time from save() returning until every replica of every partition is at its
+active's position (in sync), the bytes on disk of each server's data directory after it, and the
+latency of point lookups (`SELECT * ... WHERE id = '...'` over HTTP, one at a time from a thread) made
+while the load ran: p50, p99 and max. The machine is shared: the bench waits (at most QUIET_WAIT_S) until
+other processes use under 0.4 cores before each measured part, and records what they used.
+
+`--rows` makes a short check run (write it elsewhere with `--out`); the issue's figure is at 10,000,000.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import json
+import os
+import platform
+import random
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from freshness import cpu_sample, others_cores, wait_quiet
+from hotstate.cli.local_cluster import LocalCluster
+from hotstate.client.query import Client
+from hotstate.controller.records import KeyColumn, KeyType
+from hotstate.controller.requests import ControllerError
+from hotstate.protocol.keys import encode_key
+from hotstate.protocol.rows import encode_row
+from hotstate.protocol.wire import MESSAGES
+from hotstate.replica.messages import LagInfoRequest, LagInfoResponse
+from hotstate.replica.store import Store
+from hotstate.rpc import PeerPool
+
+RESULTS = Path(__file__).parent / "results" / "bulk_load.json"
+ROWS = 10_000_000
+FILE_ROWS = 500_000
+BATCH = 10_000
+PARTITIONS = 8
+TABLE = "bulk"
+KEY = (KeyColumn("id", KeyType.STRING),)
+QUIET_WAIT_S = 60.0
+SYNC_TIMEOUT_S = 600.0
+
+
+def write_input(directory: Path, rows: int) -> int:
+    """Parquet files of `rows` rows; the mean encoded row size in bytes."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    directory.mkdir(parents=True)
+    filler = "x" * 60
+    for number, start in enumerate(range(0, rows, FILE_ROWS)):
+        ids = np.arange(start, min(start + FILE_ROWS, rows))
+        table = pa.table(
+            {
+                "id": pa.array([f"user-{i:010d}" for i in ids]),
+                "segment": pa.array([f"segment-{i % 97:02d}" for i in ids]),
+                "score": pa.array(ids * 0.25),
+                "visits": pa.array(ids % 1000),
+                "note": pa.array([f"{filler}{i % 10_000:05d}" for i in ids]),
+            }
+        )
+        pq.write_table(table, directory / f"part-{number:05d}.parquet")
+    sample = pq.read_table(next(iter(sorted(directory.iterdir())))).slice(0, 1000).to_pylist()
+    return round(statistics.mean(len(encode_key((r["id"],))) + len(encode_row(r)) for r in sample))
+
+
+def baseline_rocksdb(source: Path, store_dir: Path) -> dict[str, Any]:
+    """The same rows read, encoded and applied in batches to one local store."""
+    import pyarrow.parquet as pq
+
+    wait_quiet(QUIET_WAIT_S)
+    before = cpu_sample()
+    store = Store.open(store_dir)
+    position = 0
+    rows = 0
+    started = time.perf_counter()
+    for path in sorted(source.iterdir()):
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=BATCH):
+            records = [(encode_key((r["id"],)), encode_row(r)) for r in batch.to_pylist()]
+            position += len(records)
+            store.apply(records, position, 1)
+            rows += len(records)
+    elapsed = time.perf_counter() - started
+    store.close()
+    return {
+        "rows": rows,
+        "seconds": round(elapsed, 2),
+        "rows_per_s": round(rows / elapsed),
+        "bytes_on_disk": _bytes_under(store_dir),
+        "other_processes_cores": others_cores(before, cpu_sample()),
+    }
+
+
+def _bytes_under(directory: Path) -> int:
+    return sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
+
+
+class Lookups(threading.Thread):
+    """Point lookups one at a time until stopped: each one's latency in ms."""
+
+    def __init__(self, servers: list[str], rows: int) -> None:
+        super().__init__(daemon=True)
+        self.servers = servers
+        self.rows = rows
+        self.stop = threading.Event()
+        self.latencies: list[float] = []
+        self.failures = 0
+
+    def run(self) -> None:
+        chosen = random.Random(7)
+        with Client(self.servers, timeout_s=5.0) as client:
+            while not self.stop.is_set():
+                key = f"user-{chosen.randrange(self.rows):010d}"
+                started = time.perf_counter()
+                try:
+                    client.query(f"SELECT * FROM {TABLE} WHERE id = '{key}'")
+                except Exception:
+                    self.failures += 1
+                    continue
+                self.latencies.append((time.perf_counter() - started) * 1000)
+
+
+async def positions(cluster: LocalCluster, pool: PeerPool) -> dict[int, list[int]]:
+    """Per partition of the table: the store position of each replica the servers report."""
+    found: dict[int, list[int]] = {}
+    for server in cluster.servers:
+        try:
+            reply = await pool.request(server.node_id, LagInfoRequest(), 2.0)
+        except Exception:
+            continue
+        assert isinstance(reply, LagInfoResponse)
+        for info in reply.replicas:
+            if info.table == TABLE:
+                found.setdefault(info.partition, []).append(info.current_offset_position)
+    return found
+
+
+async def time_to_sync(cluster: LocalCluster, since: float) -> float:
+    """Seconds from `since` until every partition has its 2 replicas at one position."""
+    pool = PeerPool(0, cluster.cluster_id, cluster.secret, MESSAGES)
+    pool.update({s.node_id: ("127.0.0.1", s.rpc_port) for s in cluster.servers})
+    try:
+        while time.perf_counter() - since < SYNC_TIMEOUT_S:
+            found = await positions(cluster, pool)
+            if len(found) == PARTITIONS and all(len(p) == 2 and len(set(p)) == 1 for p in found.values()):
+                return time.perf_counter() - since
+            await asyncio.sleep(0.05)
+        raise TimeoutError(f"replicas not in sync within {SYNC_TIMEOUT_S} s")
+    finally:
+        await pool.close()
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 2) if ordered else 0.0
+
+
+def main(rows: int, out: Path) -> None:
+    import hotstate.spark as hs
+    from hotstate.spark.pipeline import build_session
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        source = root / "in"
+        row_bytes = write_input(source, rows)
+        input_bytes = _bytes_under(source)
+        baseline = baseline_rocksdb(source, root / "baseline")
+        print("baseline", baseline, flush=True)
+        cluster = LocalCluster.create(root / "cluster", 3)
+        cluster.write_configs()
+        cluster.save()
+        cluster.start_all()
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+        spark, _ = build_session("local[2]", 2, app_name="hotstate-bulk-load")
+        hs.register(spark)
+        try:
+            asyncio.run(cluster.wait_ready(30))
+
+            async def create() -> None:
+                # Made before the load so that lookups have a table from the start; the writer finds it
+                # with the definition it asks for.
+                async with cluster.admin(request_timeout_s=5.0) as admin:
+                    made = await admin.create_table(
+                        TABLE, partitions=PARTITIONS, standby_replicas=1, key_columns=KEY
+                    )
+                    assert made.error is ControllerError.NONE, made
+
+            asyncio.run(create())
+            frame = spark.read.parquet(str(source))
+            frame.count()  # the files' footers read and the JVM warm before the clock starts
+            lookups = Lookups(cluster.http_addresses(), rows)
+            wait_quiet(QUIET_WAIT_S)
+            before = cpu_sample()
+            lookups.start()
+            started = time.perf_counter()
+            (
+                frame.write.format("hotstate")
+                .mode("append")
+                .option("table", TABLE)
+                .option("key", "id")
+                .option("partitions", PARTITIONS)
+                .option("standbyReplicas", 1)
+                .option("cluster", ",".join(f"{h}:{p}" for h, p in cluster.addresses()))
+                .option("clusterId", cluster.cluster_id)
+                .option("secret", cluster.secret)
+                .save()
+            )
+            loaded = time.perf_counter()
+            lookups.stop.set()
+            lookups.join()
+            others = others_cores(before, cpu_sample())
+            sync_s = asyncio.run(time_to_sync(cluster, loaded))
+            with Client(cluster.http_addresses(), timeout_s=30.0) as client:
+                counted = sum(
+                    len(client.query(f"SELECT id FROM {TABLE} WHERE id = 'user-{i:010d}'").rows)
+                    for i in random.Random(3).sample(range(rows), min(rows, 200))
+                )
+            load_s = loaded - started
+            hotstate = {
+                "rows": rows,
+                "seconds": round(load_s, 2),
+                "rows_per_s": round(rows / load_s),
+                "replicas_in_sync_after_s": round(sync_s, 3),
+                "bytes_on_disk_per_server": {
+                    str(s.node_id): _bytes_under(s.directory(cluster.root)) for s in cluster.servers
+                },
+                "point_lookups_during_load": {
+                    "count": len(lookups.latencies),
+                    "failed": lookups.failures,
+                    "p50_ms": percentile(lookups.latencies, 0.5),
+                    "p99_ms": percentile(lookups.latencies, 0.99),
+                    "max_ms": percentile(lookups.latencies, 1.0),
+                },
+                "sampled_keys_found": f"{counted} of {min(rows, 200)}",
+                "other_processes_cores": others,
+            }
+            print("hotstate", hotstate, flush=True)
+        finally:
+            spark.stop()
+            for server in cluster.servers:
+                cluster.stop(server)
+    report = {
+        "benchmark": "bulk load: Parquet -> Spark batch writer (append) -> 3 servers, 1 standby "
+        "(see docstring)",
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "cpu_count": os.cpu_count(),
+        "note": "2 cores shared by Spark (local[2]), its Python workers, 3 servers and the lookups: "
+        "numbers are for this machine only",
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "load_average_1m": round(os.getloadavg()[0], 2),
+        "rows": rows,
+        "row": "id (key, 15-char string), segment (string), score (double), visits (bigint), note "
+        f"(65-char string): {row_bytes} bytes encoded (key + row)",
+        "input_parquet_bytes": input_bytes,
+        "partitions": PARTITIONS,
+        "baseline_single_rocksdb": baseline,
+        "hotstate": hotstate,
+        "ratio_vs_single_rocksdb": round(hotstate["rows_per_s"] / baseline["rows_per_s"], 3),
+        "goals": {"ratio_vs_single_rocksdb": ">= 0.4", "point_lookup_p99_ms": "< 20"},
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rows", type=int, default=ROWS, help="rows loaded")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="where the JSON goes")
+    args = parser.parse_args()
+    main(args.rows, args.out)
