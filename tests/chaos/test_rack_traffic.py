@@ -10,7 +10,8 @@ import pytest
 
 from hotstate.chaos.rack_traffic import RACK_NAMES, measure, one_table, per_rack_tables
 
-pytestmark = pytest.mark.usefixtures("netns_available")
+# One worker takes the whole module, so the measured runs (its module-scoped fixture) happen once.
+pytestmark = [pytest.mark.usefixtures("netns_available"), pytest.mark.xdist_group("rack_traffic")]
 
 ROWS = 3000
 ROW_BYTES = 250  # a row's key, columns and payload, before framing

@@ -22,6 +22,9 @@ from hotstate.controller.requests import ControllerError
 
 from .conftest import RunningCluster
 
+# One worker takes the whole module, so its module-scoped fixture starts once (--dist loadgroup).
+pytestmark = pytest.mark.xdist_group("client_routing")
+
 ROWS = 24
 KEYS = [f"u{i}" for i in range(ROWS)]
 

@@ -31,6 +31,9 @@ from hotstate.replica.core import ReplicaConfig
 
 from .conftest import RunningCluster
 
+# One worker takes the whole module, so its module-scoped fixture starts once (--dist loadgroup).
+pytestmark = pytest.mark.xdist_group("push_queries")
+
 BOUND = 40  # push.buffer.max.changes
 LIMIT = 8  # push.max.subscriptions
 RETENTION = 100  # replica.log.retention.records

@@ -22,6 +22,9 @@ from hotstate.controller.requests import ControllerError
 
 from .conftest import RunningCluster
 
+# One worker takes the whole module, so its module-scoped fixture starts once (--dist loadgroup).
+pytestmark = pytest.mark.xdist_group("scans")
+
 ROWS = 3000
 PARTITIONS = 6
 KEY = (KeyColumn("user", KeyType.STRING),)

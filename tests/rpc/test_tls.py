@@ -23,6 +23,9 @@ from hotstate.tls import TlsFilesError, client_context, server_context
 
 from .helpers import CLUSTER, SECRET, Ping, Pong, make_server, transport_registry
 
+# One worker takes the whole module, so its module-scoped fixture starts once (--dist loadgroup).
+pytestmark = pytest.mark.xdist_group("rpc_tls")
+
 REGISTRY = transport_registry()
 PAST = (dt.datetime(2020, 1, 1, tzinfo=dt.UTC), dt.datetime(2021, 1, 1, tzinfo=dt.UTC))
 
