@@ -225,18 +225,10 @@ class LocalReads:
         `scan`, which yields to the event loop between steps."""
         if request.program:
             return self.scan_now(request)
-        replica = self._replica_of(request)
-        if isinstance(replica, PartitionQueryResponse):
-            return replica
-        lag = served_lag(replica.core, replica.witness, self._lags, self.node_id)
-        state, position = replica_state(replica), replica.core.position
-        offset_lag = END_UNKNOWN if lag is None else lag
-        refusal = bound_refusal(request.max_lag, lag)
-        if refusal is not None:
-            return PartitionQueryResponse(ReplicaError.LAG_OVER_BOUND, refusal, state, position, offset_lag)
-        behind = token_refusal(replica.core, request.min_position)
-        if behind is not None:
-            return PartitionQueryResponse(*behind, state, position)
+        checked = self._checked(request)
+        if isinstance(checked, PartitionQueryResponse):
+            return checked
+        replica, state, position, offset_lag = checked
         store = replica.store
         items: tuple[tuple[bytes, bytes], ...]
         try:
