@@ -564,6 +564,78 @@ def bulk_load(data: Mapping[str, Any]) -> Section:
     )
 
 
+def scans(data: Mapping[str, Any]) -> Section:
+    bare = data["bare_loop"]
+    rows = [
+        (
+            name,
+            r["sql"],
+            r["seconds_median"],
+            r["rows_scanned_per_s_per_server"],
+            bare.get(name, {}).get("rows_per_s"),
+        )
+        for name, r in data["results"].items()
+    ]
+    idle, during = data["lookups_idle"], data["lookups_during_group"]
+    return Section(
+        f"{fmt(data['rows'])} rows of {data['row_bytes']} bytes on 3 servers, one standby; each question "
+        "through `/v1/query`, beside a bare Python loop over one local RocksDB (rocksdict iterator and the "
+        "same row decoding) in the same run.",
+        [
+            Table(
+                ("question", "SQL", "seconds (median)", "rows scanned/s per server", "bare loop rows/s"), rows
+            ),
+            Table(
+                ("point lookups", "count", "p50 ms", "p99 ms", "max ms"),
+                [
+                    ("idle", idle["n"], idle["p50_ms"], idle["p99_ms"], idle["max_ms"]),
+                    (
+                        "during GROUP BY scans",
+                        during["n"],
+                        during["p50_ms"],
+                        during["p99_ms"],
+                        during["max_ms"],
+                    ),
+                ],
+            ),
+        ],
+        [f"Goals met: {fmt(data['goals'])}.", f"DuckDB: {fmt(data.get('duckdb'))}."],
+    )
+
+
+def push(results: Mapping[str, Any]) -> Section:
+    data = results["results"]
+    kill = data.get("kill", {})
+    latency = data.get("latency_ms", {})
+    return Section(
+        f"{fmt(data.get('subscriptions'))} feeds on one server of 3 (mix {fmt(data.get('mix'))}) while "
+        f"writers produce changes ({fmt(data.get('rate_per_s'))}/s reached), then a kill -9 of that server.",
+        [
+            Table(
+                (
+                    "delivery latency p50 ms",
+                    "p99 ms",
+                    "memory per feed (bytes)",
+                    "CPU us per delivered change",
+                ),
+                [
+                    (
+                        latency.get("p50"),
+                        latency.get("p99"),
+                        data.get("memory_per_subscription_bytes"),
+                        data.get("cpu_us_per_delivered_change"),
+                    )
+                ],
+            ),
+            Table(
+                ("after the kill", "feeds resumed", "changes not received", "changes duplicated"),
+                [("", kill.get("feeds_resumed"), kill.get("changes_lost"), kill.get("changes_duplicated"))],
+            ),
+        ],
+        [f"Goal: {fmt(results.get('goal'))}; {fmt(data.get('changes_acked'))} changes acknowledged."],
+    )
+
+
 def gray_failure(data: Mapping[str, Any]) -> Section:
     rows = []
     for fault, modes in data["results"].items():
@@ -723,6 +795,8 @@ def chaos(data: Mapping[str, Any]) -> Section:
 FORMATTERS: dict[str, Formatter] = {
     "assignor": assignor,
     "bulk_load": bulk_load,
+    "push": push,
+    "scans": scans,
     "chaos": chaos,
     "cross_rack": cross_rack,
     "freshness": freshness,
