@@ -24,11 +24,11 @@ from hotstate.cli.table import (
     DirOption,
     KeyOption,
     SecretOption,
-    _check,
-    _fail,
-    _out,
-    _run,
-    _target,
+    admin_target,
+    check_reply,
+    fail,
+    run_admin,
+    stdout,
 )
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ def remove_app(default_dir: Path) -> typer.Typer:
     ) -> None:
         """Remove a broker for good: its replicas move to the other servers (keeping every partition's
         standbys), then it is unregistered; its node id is never used again."""
-        target = _target(cluster, cluster_id, secret, directory, ca, cert, key_file)
+        target = admin_target(cluster, cluster_id, secret, directory, ca, cert, key_file)
 
         async def work(admin: AdminClient) -> tuple[RemoveServerResponse, bool]:
             reply = await admin.remove_server(node_id)
@@ -68,14 +68,14 @@ def remove_app(default_dir: Path) -> typer.Typer:
                 return reply, reply.state == "removed"
             return reply, await _wait_removed(admin, node_id, timeout)
 
-        reply, removed = _run(target, work)
-        _check(f"cannot remove server {node_id}", reply)
+        reply, removed = run_admin(target, work)
+        check_reply(f"cannot remove server {node_id}", reply)
         if removed:
-            _out().print(f"server {node_id} removed: it is unregistered, and its node id is not used again")
+            stdout().print(f"server {node_id} removed: it is unregistered, and its node id is not used again")
         elif not wait:
-            _out().print(f"server {node_id} draining: its replicas are moving to the other servers")
+            stdout().print(f"server {node_id} draining: its replicas are moving to the other servers")
         else:
-            raise _fail(
+            raise fail(
                 f"server {node_id} still draining after {timeout:.0f} s (it goes on; run again to wait)"
             )
 
@@ -83,7 +83,7 @@ def remove_app(default_dir: Path) -> typer.Typer:
 
 
 async def _wait_removed(admin: AdminClient, node_id: int, timeout_s: float) -> bool:
-    out = _out()
+    console = stdout()
     end = time.monotonic() + timeout_s
     last = None
     while time.monotonic() < end:
@@ -94,7 +94,7 @@ async def _wait_removed(admin: AdminClient, node_id: int, timeout_s: float) -> b
         held = (server.actives, server.standbys)
         if held != last:
             left = f"{server.actives} active(s), {server.standbys} standby(s) left"
-            out.print(f"server {node_id} draining: {left}")
+            console.print(f"server {node_id} draining: {left}")
             last = held
         await asyncio.sleep(POLL_S)
     return False

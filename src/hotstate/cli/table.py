@@ -89,12 +89,12 @@ class Target:
     tls: Tls | None = None
 
 
-def _fail(message: str, code: int = 1) -> typer.Exit:
+def fail(message: str, code: int = 1) -> typer.Exit:
     Console(stderr=True, soft_wrap=True).print(f"[red]{escape(message)}[/red]")
     return typer.Exit(code)
 
 
-def _out() -> Console:
+def stdout() -> Console:
     # Made per command, not at import, so that output goes wherever sys.stdout is at the time.
     # Lines of text are not wrapped (scripts grep them); tables still fit the terminal.
     return Console(width=shutil.get_terminal_size((130, 24)).columns, soft_wrap=True)
@@ -118,7 +118,7 @@ def parse_key(specs: list[str]) -> tuple[KeyColumn, ...]:
     return tuple(columns)
 
 
-def _target(
+def admin_target(
     cluster: list[str] | None,
     cluster_id: str | None,
     secret: str | None,
@@ -128,25 +128,25 @@ def _target(
     key: Path | None = None,
 ) -> Target:
     if (cert is None) != (key is None):
-        raise _fail("--cert and --key-file go together (HOTSTATE_CLUSTER_CERT, HOTSTATE_CLUSTER_KEY)", 2)
+        raise fail("--cert and --key-file go together (HOTSTATE_CLUSTER_CERT, HOTSTATE_CLUSTER_KEY)", 2)
     if cert is not None and ca is None and cluster:
-        raise _fail("--cert needs --ca (HOTSTATE_CLUSTER_CA): a client certificate is shown over TLS", 2)
+        raise fail("--cert needs --ca (HOTSTATE_CLUSTER_CA): a client certificate is shown over TLS", 2)
     if cluster:
         from hotstate.spark.api import parse_cluster
 
         try:
             servers = list(parse_cluster(",".join(cluster)))
         except ValueError as error:
-            raise _fail(f"--{error}", 2) from error
+            raise fail(f"--{error}", 2) from error
         if not cluster_id or not secret:
-            raise _fail("--cluster needs --cluster-id and --secret (or HOTSTATE_CLUSTER_ID/_SECRET)", 2)
+            raise fail("--cluster needs --cluster-id and --secret (or HOTSTATE_CLUSTER_ID/_SECRET)", 2)
         return Target(servers, cluster_id, secret, Tls(ca, cert, key) if ca is not None else None)
     from hotstate.cli.local_cluster import LocalCluster
 
     try:
         local = LocalCluster.load(directory)
     except FileNotFoundError as error:
-        raise _fail(f"{error}; or name a server with --cluster HOST:PORT", 2) from error
+        raise fail(f"{error}; or name a server with --cluster HOST:PORT", 2) from error
     tls = Tls(ca, cert, key) if ca is not None else None
     if tls is None and local.tls is not None:
         own_cert, own_key = local.tls.client_files() if local.tls.client_auth else (None, None)
@@ -162,10 +162,10 @@ def _rpc_tls(target: Target) -> ssl.SSLContext | None:
     try:
         return client_context(ca_file=target.tls.ca, cert_file=target.tls.cert, key_file=target.tls.key)
     except TlsFilesError as error:
-        raise _fail(f"TLS: {error}", 2) from error
+        raise fail(f"TLS: {error}", 2) from error
 
 
-def _run(target: Target, work: Callable[[AdminClient], Awaitable[T]]) -> T:
+def run_admin(target: Target, work: Callable[[AdminClient], Awaitable[T]]) -> T:
     """`work` with an admin client of `target`; the client's failures as one line and exit 1."""
     from hotstate.client.admin import AdminClient, ClusterUnavailableError, OutcomeUnknownError
 
@@ -180,14 +180,14 @@ def _run(target: Target, work: Callable[[AdminClient], Awaitable[T]]) -> T:
     try:
         return asyncio.run(go())
     except (ClusterUnavailableError, OutcomeUnknownError) as error:
-        raise _fail(str(error)) from error
+        raise fail(str(error)) from error
 
 
-def _check(action: str, reply: Any) -> None:
-    from hotstate.controller.requests import ControllerError
-
-    if reply.error is not ControllerError.NONE:
-        raise _fail(f"{action}: {reply.message or reply.error.name}")
+def check_reply(action: str, reply: Any) -> None:
+    """Exit with `action` and the reason when `reply` (a controller's or the quorum's answer, whose error
+    enums both name success NONE) is a refusal."""
+    if reply.error.name != "NONE":
+        raise fail(f"{action}: {reply.message or reply.error.name}")
 
 
 def register(app: typer.Typer, *, default_dir: Path) -> None:
@@ -226,9 +226,9 @@ def register(app: typer.Typer, *, default_dir: Path) -> None:
         try:
             columns = parse_key(key)
         except ValueError as error:
-            raise _fail(str(error), 2) from error
-        target = _target(cluster, cluster_id, secret, directory, ca, cert, key_file)
-        reply = _run(
+            raise fail(str(error), 2) from error
+        target = admin_target(cluster, cluster_id, secret, directory, ca, cert, key_file)
+        reply = run_admin(
             target,
             lambda admin: admin.create_table(
                 name,
@@ -238,8 +238,8 @@ def register(app: typer.Typer, *, default_dir: Path) -> None:
                 acceptable_lag=acceptable_lag,
             ),
         )
-        _check(f"cannot create table {name!r}", reply)
-        _out().print(
+        check_reply(f"cannot create table {name!r}", reply)
+        stdout().print(
             f"created table {escape(name)} (id {reply.table_id}): {partitions} partitions, "
             f"{standby_replicas} standby replicas, key {escape(_key_text(columns))}",
             highlight=False,
@@ -256,11 +256,11 @@ def register(app: typer.Typer, *, default_dir: Path) -> None:
         key_file: KeyOption = None,
     ) -> None:
         """The tables' names, one a line."""
-        reply = _run(
-            _target(cluster, cluster_id, secret, directory, ca, cert, key_file),
+        reply = run_admin(
+            admin_target(cluster, cluster_id, secret, directory, ca, cert, key_file),
             lambda admin: admin.list_tables(),
         )
-        _check("cannot list tables", reply)
+        check_reply("cannot list tables", reply)
         for name in sorted(reply.tables):
             typer.echo(name)
 
@@ -281,11 +281,11 @@ def register(app: typer.Typer, *, default_dir: Path) -> None:
         """A table's definition, writer racks and last Spark batch, then each partition's replicas and
         their lags."""
         credentials = Credentials(user, password, auth_token)
-        target = _target(cluster, cluster_id, secret, directory, ca, cert, key_file)
-        status = _run(target, lambda admin: admin.describe())
+        target = admin_target(cluster, cluster_id, secret, directory, ca, cert, key_file)
+        status = run_admin(target, lambda admin: admin.describe())
         http = [f"{s.http_host}:{s.http_port}" for s in status.servers if s.http_host and s.http_port]
         if not http:
-            raise _fail("no server of the cluster has an HTTP API to describe tables with")
+            raise fail("no server of the cluster has an HTTP API to describe tables with")
         from hotstate.client.query import Client, ClusterUnreachable, QueryFailed
 
         try:
@@ -298,11 +298,11 @@ def register(app: typer.Typer, *, default_dir: Path) -> None:
                 tables = client.tables()
                 lags = client.lags()
         except (QueryFailed, ClusterUnreachable) as error:
-            raise _fail(str(error)) from error
+            raise fail(str(error)) from error
         found = next((t for t in tables if t.get("name") == name), None)
         if found is None:
-            raise _fail(f"no table {name!r} (tables: {', '.join(t['name'] for t in tables) or 'none'})")
-        print_table(found, lags.get("lags", {}), _out())
+            raise fail(f"no table {name!r} (tables: {', '.join(t['name'] for t in tables) or 'none'})")
+        print_table(found, lags.get("lags", {}), stdout())
 
     @table_app.command("drop")
     def drop(
@@ -316,12 +316,12 @@ def register(app: typer.Typer, *, default_dir: Path) -> None:
         key_file: KeyOption = None,
     ) -> None:
         """Delete a table and its rows on every server."""
-        reply = _run(
-            _target(cluster, cluster_id, secret, directory, ca, cert, key_file),
+        reply = run_admin(
+            admin_target(cluster, cluster_id, secret, directory, ca, cert, key_file),
             lambda admin: admin.delete_table(name),
         )
-        _check(f"cannot drop table {name!r}", reply)
-        _out().print(f"dropped table {escape(name)}", highlight=False)
+        check_reply(f"cannot drop table {name!r}", reply)
+        stdout().print(f"dropped table {escape(name)}", highlight=False)
 
     @table_app.command("export")
     def export(
@@ -357,8 +357,8 @@ def register(app: typer.Typer, *, default_dir: Path) -> None:
         from hotstate.client.query import Client, ClusterUnreachable, QueryFailed, Unavailable
 
         if directory_out.exists():
-            raise _fail(f"export directory {str(directory_out)!r} exists: name a new one")
-        target = _target(cluster, cluster_id, secret, directory, ca, cert, key_file)
+            raise fail(f"export directory {str(directory_out)!r} exists: name a new one")
+        target = admin_target(cluster, cluster_id, secret, directory, ca, cert, key_file)
         http = _http_addresses(target)
         try:
             with Client(
@@ -369,9 +369,9 @@ def register(app: typer.Typer, *, default_dir: Path) -> None:
             ) as client:
                 result = export_table(client, name, directory_out, token=token, page_rows=page_rows)
         except (BackupError, QueryFailed, ClusterUnreachable, Unavailable) as error:
-            raise _fail(f"cannot export table {name!r}: {error}") from error
+            raise fail(f"cannot export table {name!r}: {error}") from error
         exactness = "exact at its token" if result.exact else "NOT exact: see positions_read in the manifest"
-        _out().print(
+        stdout().print(
             f"exported table {escape(name)}: {result.rows} rows, "
             f"{result.manifest['partitions']} partitions, to {escape(str(directory_out))} ({exactness}); "
             f"token {result.token}",
@@ -407,7 +407,7 @@ def register(app: typer.Typer, *, default_dir: Path) -> None:
         from hotstate.client.query import Client, ClusterUnreachable, QueryFailed
         from hotstate.client.writer import TableWriter, WriteError
 
-        target = _target(cluster, cluster_id, secret, directory, ca, cert, key_file)
+        target = admin_target(cluster, cluster_id, secret, directory, ca, cert, key_file)
         http = _http_addresses(target)
         try:
             with Client(
@@ -419,7 +419,7 @@ def register(app: typer.Typer, *, default_dir: Path) -> None:
                 existing = client.tables()
             plan = plan_import(directory_in, table, existing)
         except (BackupError, QueryFailed, ClusterUnreachable) as error:
-            raise _fail(f"cannot import {str(directory_in)!r}: {error}") from error
+            raise fail(f"cannot import {str(directory_in)!r}: {error}") from error
         exists = any(t.get("name") == plan.table for t in existing)
         standbys = standby_replicas
         if standbys is None:
@@ -433,9 +433,9 @@ def register(app: typer.Typer, *, default_dir: Path) -> None:
                     standby_replicas=standbys,
                     key_columns=plan.key_columns,
                 )
-                _check(f"cannot create table {plan.table!r}", made)
+                check_reply(f"cannot create table {plan.table!r}", made)
             declared = await admin.set_value_columns(plan.table, plan.value_columns)
-            _check(f"cannot declare the value columns of {plan.table!r}", declared)
+            check_reply(f"cannot declare the value columns of {plan.table!r}", declared)
             async with TableWriter(
                 target.servers,
                 plan.table,
@@ -446,10 +446,10 @@ def register(app: typer.Typer, *, default_dir: Path) -> None:
                 try:
                     return await write_rows(writer, plan)
                 except WriteError as error:
-                    raise _fail(f"import into {plan.table!r} failed: {error}") from error
+                    raise fail(f"import into {plan.table!r} failed: {error}") from error
 
-        written = _run(target, load)
-        _out().print(
+        written = run_admin(target, load)
+        stdout().print(
             f"imported {plan.rows} rows into table {escape(plan.table)} "
             f"({'existing' if exists else 'created'}); token {written}",
             highlight=False,
@@ -457,10 +457,10 @@ def register(app: typer.Typer, *, default_dir: Path) -> None:
 
 
 def _http_addresses(target: Target) -> list[str]:
-    status = _run(target, lambda admin: admin.describe())
+    status = run_admin(target, lambda admin: admin.describe())
     http = [f"{s.http_host}:{s.http_port}" for s in status.servers if s.http_host and s.http_port]
     if not http:
-        raise _fail("no server of the cluster has an HTTP API to read tables with")
+        raise fail("no server of the cluster has an HTTP API to read tables with")
     return http
 
 

@@ -23,10 +23,10 @@ from hotstate.cli.table import (
     DirOption,
     KeyOption,
     SecretOption,
-    _fail,
-    _out,
-    _run,
-    _target,
+    admin_target,
+    check_reply,
+    run_admin,
+    stdout,
 )
 
 if TYPE_CHECKING:
@@ -35,17 +35,10 @@ if TYPE_CHECKING:
 NodeArgument = Annotated[int, typer.Argument(help="the server's node.id")]
 
 
-def _check(action: str, reply: VotersResponse) -> None:
-    from hotstate.protocol.voters import VotersError
-
-    if reply.error is not VotersError.NONE:
-        raise _fail(f"{action}: {reply.message or reply.error.name}")
-
-
 def _print(reply: VotersResponse) -> None:
-    out = _out()
+    console = stdout()
     pending = " (a change is not committed yet)" if reply.change_pending else ""
-    out.print(
+    console.print(
         f"leader {reply.leader_id}, epoch {reply.epoch}, high watermark {reply.high_watermark}{pending}",
         highlight=False,
     )
@@ -63,7 +56,7 @@ def _print(reply: VotersResponse) -> None:
             "yes" if observer.caught_up else "no",
             str(observer.last_fetch_ms_ago),
         )
-    out.print(table)
+    console.print(table)
 
 
 def register(app: typer.Typer, *, default_dir: Path) -> None:
@@ -85,9 +78,9 @@ def register(app: typer.Typer, *, default_dir: Path) -> None:
         key_file: KeyOption = None,
     ) -> None:
         """The voters, and the observers the leader sees fetching (with whether they have caught up)."""
-        target = _target(cluster, cluster_id, secret, directory, ca, cert, key_file)
-        reply = _run(target, lambda admin: admin.list_voters())
-        _check("cannot list the voters", reply)
+        target = admin_target(cluster, cluster_id, secret, directory, ca, cert, key_file)
+        reply = run_admin(target, lambda admin: admin.list_voters())
+        check_reply("cannot list the voters", reply)
         _print(reply)
 
     @voters_app.command("add")
@@ -102,10 +95,10 @@ def register(app: typer.Typer, *, default_dir: Path) -> None:
         key_file: KeyOption = None,
     ) -> None:
         """Make a caught-up observer with the controller role a voter (answered once committed)."""
-        target = _target(cluster, cluster_id, secret, directory, ca, cert, key_file)
-        reply = _run(target, lambda admin: admin.add_voter(node_id))
-        _check(f"cannot add voter {node_id}", reply)
-        _out().print(f"voter {node_id} added: voters {list(reply.voters)}", highlight=False)
+        target = admin_target(cluster, cluster_id, secret, directory, ca, cert, key_file)
+        reply = run_admin(target, lambda admin: admin.add_voter(node_id))
+        check_reply(f"cannot add voter {node_id}", reply)
+        stdout().print(f"voter {node_id} added: voters {list(reply.voters)}", highlight=False)
 
     @voters_app.command("remove")
     def remove(
@@ -119,7 +112,7 @@ def register(app: typer.Typer, *, default_dir: Path) -> None:
         key_file: KeyOption = None,
     ) -> None:
         """Take a voter out of the quorum (a leader that removes itself steps down once committed)."""
-        target = _target(cluster, cluster_id, secret, directory, ca, cert, key_file)
-        reply = _run(target, lambda admin: admin.remove_voter(node_id))
-        _check(f"cannot remove voter {node_id}", reply)
-        _out().print(f"voter {node_id} removed: voters {list(reply.voters)}", highlight=False)
+        target = admin_target(cluster, cluster_id, secret, directory, ca, cert, key_file)
+        reply = run_admin(target, lambda admin: admin.remove_voter(node_id))
+        check_reply(f"cannot remove voter {node_id}", reply)
+        stdout().print(f"voter {node_id} removed: voters {list(reply.voters)}", highlight=False)
