@@ -193,14 +193,10 @@ def _refusal(response: httpx.Response, server: str) -> QueryFailed:
     return _failure(response, server)
 
 
-class AsyncSubscription:
-    """`async for change in subscription`; `token`, `end_reason` and `resumes` say where it is."""
+class _Position:
+    """Where a subscription is, read from its FeedState: what both kinds of subscription show."""
 
-    def __init__(self, client: AsyncClient, state: FeedState, timeout_s: float) -> None:
-        self._client = client
-        self.state = state
-        self._timeout_s = timeout_s
-        self._changes = self._run()
+    state: FeedState
 
     @property
     def token(self) -> str | None:
@@ -213,6 +209,16 @@ class AsyncSubscription:
     @property
     def resumes(self) -> int:
         return self.state.resumes
+
+
+class AsyncSubscription(_Position):
+    """`async for change in subscription`; `token`, `end_reason` and `resumes` say where it is."""
+
+    def __init__(self, client: AsyncClient, state: FeedState, timeout_s: float) -> None:
+        self._client = client
+        self.state = state
+        self._timeout_s = timeout_s
+        self._changes = self._run()
 
     def __aiter__(self) -> AsyncSubscription:
         return self
@@ -265,7 +271,7 @@ class AsyncSubscription:
                 await asyncio.sleep(pause)
 
 
-class Subscription:
+class Subscription(_Position):
     """The blocking twin of AsyncSubscription: `for change in subscription`."""
 
     def __init__(self, client: Client, state: FeedState, timeout_s: float) -> None:
@@ -273,18 +279,6 @@ class Subscription:
         self.state = state
         self._timeout_s = timeout_s
         self._changes = self._run()
-
-    @property
-    def token(self) -> str | None:
-        return self.state.token
-
-    @property
-    def end_reason(self) -> str | None:
-        return self.state.end_reason
-
-    @property
-    def resumes(self) -> int:
-        return self.state.resumes
 
     def __iter__(self) -> Subscription:
         return self
