@@ -133,3 +133,33 @@ def test_parse_key_keeps_order_and_takes_any_case_and_sql_names() -> None:
         KeyColumn("x", KeyType.FLOAT),
         KeyColumn("ok", KeyType.BOOL),
     )
+
+
+def test_a_create_without_a_standby_count_takes_the_servers_num_standby_replicas(
+    start_cluster: StartCluster,
+) -> None:
+    # 2, not the CLI's old default of 1: an explicit count sent by the CLI would show as 1.
+    running = start_cluster(3, default_standby_replicas=2)
+    cluster = running.cluster
+    at = ["--dir", str(cluster.root)]
+    runner = CliRunner()
+    made = runner.invoke(app, ["table", "create", "clicks", "--key", "user:STRING", "-p", "2", *at])
+    assert made.exit_code == 0, made.output
+    assert "standby replicas as the server's num.standby.replicas" in " ".join(made.stdout.split())
+
+    async def by_admin() -> None:
+        async with cluster.admin() as admin:
+            created = await admin.create_table(
+                "views", partitions=2, key_columns=(KeyColumn("page", KeyType.STRING),)
+            )
+            assert created.table_id > 0, created
+            explicit = await admin.create_table(
+                "pages", partitions=2, standby_replicas=0, key_columns=(KeyColumn("page", KeyType.STRING),)
+            )
+            assert explicit.table_id > 0, explicit
+
+    running.run(by_admin())
+    for table, standbys in (("clicks", 2), ("views", 2), ("pages", 0)):
+        shown = runner.invoke(app, ["table", "describe", table, *at])
+        assert shown.exit_code == 0, shown.output
+        assert f"2 partitions, {standbys} standby replicas" in " ".join(shown.stdout.split()), shown.output

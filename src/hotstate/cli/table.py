@@ -204,8 +204,12 @@ def register(app: typer.Typer, *, default_dir: Path) -> None:
         ],
         partitions: Annotated[int, typer.Option("--partitions", "-p", help="how many partitions")] = 8,
         standby_replicas: Annotated[
-            int, typer.Option("--standby-replicas", help="standbys per partition")
-        ] = 1,
+            int | None,
+            typer.Option(
+                "--standby-replicas",
+                help="standbys per partition (default: the server's num.standby.replicas)",
+            ),
+        ] = None,
         acceptable_lag: Annotated[
             int | None,
             typer.Option(
@@ -239,9 +243,14 @@ def register(app: typer.Typer, *, default_dir: Path) -> None:
             ),
         )
         check_reply(f"cannot create table {name!r}", reply)
+        standbys = (
+            "standby replicas as the server's num.standby.replicas"
+            if standby_replicas is None
+            else f"{standby_replicas} standby replicas"
+        )
         stdout().print(
             f"created table {escape(name)} (id {reply.table_id}): {partitions} partitions, "
-            f"{standby_replicas} standby replicas, key {escape(_key_text(columns))}",
+            f"{standbys}, key {escape(_key_text(columns))}",
             highlight=False,
         )
 

@@ -113,13 +113,14 @@ class AdminClient:
         name: str,
         *,
         partitions: int,
-        standby_replicas: int,
+        standby_replicas: int | None = None,
         key_columns: tuple[KeyColumn, ...],
         acceptable_lag: int | None = None,
         writer_rack: str | None = None,
         window: TableWindow | None = None,
         deadline_s: float = 10.0,
     ) -> CreateTableResponse:
+        """`standby_replicas` None: the `num.standby.replicas` of the server that takes the request."""
         request = CreateTableRequest(
             name, partitions, standby_replicas, key_columns, acceptable_lag, writer_rack, window
         )

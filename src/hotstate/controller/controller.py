@@ -519,6 +519,7 @@ class QuorumController:
             )
         table_id = self._view.next_table_id
         writer_racks = () if request.writer_rack is None else (request.writer_rack,)
+        assert request.standby_replicas is not None  # _invalid_table refuses None
         create = CreateTable(
             request.name,
             table_id,
@@ -746,6 +747,9 @@ def _invalid_table(request: CreateTableRequest) -> str | None:
         return f"table name {request.name!r}: must match {TABLE_NAME.pattern}"
     if not 1 <= request.partitions <= MAX_PARTITIONS:
         return f"partitions={request.partitions}: must be 1..{MAX_PARTITIONS}"
+    if request.standby_replicas is None:
+        # The server that took the request fills in its num.standby.replicas; a controller never guesses.
+        return "standby_replicas: not given (the server taking the request fills in num.standby.replicas)"
     if not 0 <= request.standby_replicas <= MAX_STANDBYS:
         return f"standby_replicas={request.standby_replicas}: must be 0..{MAX_STANDBYS}"
     if not request.key_columns:

@@ -69,7 +69,9 @@ class ServerHeartbeatResponse:
 class CreateTableRequest:
     name: str
     partitions: int
-    standby_replicas: int
+    # None (version 4): the `num.standby.replicas` of the server that takes the request, which fills it in
+    # before the controller sees it, as it does for an HTTP create without one.
+    standby_replicas: int | None
     key_columns: tuple[KeyColumn, ...]
     acceptable_lag: int | None
     # The creating writer's rack (a Spark sink's spark.hotstate.rack): placed with it in mind. Version 2.

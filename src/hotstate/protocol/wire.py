@@ -140,8 +140,9 @@ for type_id, cls in (
     MESSAGES.register(type_id, cls)
 # Version 2 appended voters (KIP-853: a snapshot carries the voter set).
 MESSAGES.register(17, FetchSnapshotResponse, version=2)
-# Version 2 appended writer_rack, version 3 window.
-MESSAGES.register(64, CreateTableRequest, version=3)
+# Version 2 appended writer_rack, version 3 window; version 4 lets standby_replicas be None (the server that
+# takes the request applies its num.standby.replicas). A version 3 reader refuses version 4.
+MESSAGES.register(64, CreateTableRequest, version=4)
 # Version 2 appended draining.
 MESSAGES.register(101, ServerStatus, version=2)
 # Version 2 appended known_offset and max_wait_ms (the metadata watch).

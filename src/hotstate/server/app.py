@@ -16,7 +16,7 @@ import ssl
 import sys
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import cast
 
@@ -580,6 +580,9 @@ class Server:
         if isinstance(message, VotersRequest) and self.voter_admin is not None:
             return await self.voter_admin.handle(message)
         if isinstance(message, CONTROLLER_REQUESTS):
+            if isinstance(message, CreateTableRequest) and message.standby_replicas is None:
+                # As for an HTTP create: the server that takes the request applies its own default.
+                message = replace(message, standby_replicas=self.config.default_standby_replicas)
             return await self.controller.handle(message)
         if isinstance(message, replica_messages.TableMetadataRequest):
             return await answer_table_metadata(self.metadata, message, self.config.produce_max_bytes)

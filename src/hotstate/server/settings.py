@@ -522,9 +522,12 @@ _PLACEMENT: Final = (
         minimum=0,
         unit="replicas",
         doc=(
-            "The standbys per partition of a table created over HTTP (`POST /v1/tables`) without "
-            "`standby_replicas` (Kafka Streams' name; there every application sets it, here every table "
-            "may set its own). `hotstate table create` and the admin client name their count."
+            "The standbys per partition of a table created without a count: over HTTP (`POST /v1/tables` "
+            "without `standby_replicas`), with `hotstate table create` without `--standby-replicas`, or "
+            "with `AdminClient.create_table` without `standby_replicas` (Kafka Streams' name; there every "
+            "application sets it, here every table may set its own). Read by the server that takes the "
+            "request, so give every server the same value. The Spark sink always names its count (1 unless "
+            "`standby_replicas` says otherwise)."
         ),
     ),
     Setting(
