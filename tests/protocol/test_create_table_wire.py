@@ -6,8 +6,8 @@ from __future__ import annotations
 import msgpack
 import pytest
 
-from hotstate.controller.requests import CreateTableRequest
 from hotstate.controller.records import KeyColumn, KeyType
+from hotstate.controller.requests import CreateTableRequest
 from hotstate.protocol.wire import MESSAGES
 from hotstate.rpc.schema import DecodeError
 
