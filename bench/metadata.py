@@ -116,9 +116,10 @@ def snapshot_bench(partitions: int) -> dict[str, object]:
     ]
     for t in range(tables):
         batch: list[object] = [CreateTable(f"t{t}", t + 1, 1000, 1, KEY, None)]
-        batch.extend(
-            PartitionAssignment(t + 1, p, 1 + p % 3, (1 + (p + 1) % 3,), (), 0, (1, 2)) for p in range(1000)
-        )
+        for p in range(1000):
+            # Active on one server, its standby on the next, both in sync.
+            replicas = (1 + p % 3, 1 + (p + 1) % 3)
+            batch.append(PartitionAssignment(t + 1, p, replicas, replicas[0], (), 0, replicas, 0))
         batches.append(batch)  # type: ignore[arg-type]
     t0 = time.perf_counter()
     builder = ImageBuilder(MetadataImage.empty())

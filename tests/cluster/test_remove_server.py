@@ -198,7 +198,7 @@ def _scenario(running: RunningCluster) -> None:
                 assert "server_draining" in kinds and "server_unregistered" in kinds, kinds
                 assert kinds.index("server_draining") < kinds.index("server_unregistered"), kinds
 
-        # Asked again (client, HTTP, CLI): done already; a controller or an unknown server is refused.
+        # Asked again (client, HTTP, CLI): done already; a voter or an unknown server is refused.
         again = await admin.remove_server(REMOVED)
         assert again.error is ControllerError.NONE and again.state == "removed", again
         await admin.close()
@@ -209,7 +209,7 @@ def _scenario(running: RunningCluster) -> None:
             answer = await http.post(f"{base}/v1/servers/9/remove")
             assert answer.status_code == 404, answer.text
             answer = await http.post(f"{base}/v1/servers/1/remove")
-            assert answer.status_code == 400 and "controller" in answer.json()["message"], answer.text
+            assert answer.status_code == 400 and "voters remove 1" in answer.json()["message"], answer.text
         cli = [sys.executable, "-m", "hotstate.cli.main", "server", "remove"]
         done = await asyncio.to_thread(
             subprocess.run,
@@ -221,7 +221,7 @@ def _scenario(running: RunningCluster) -> None:
         refused = await asyncio.to_thread(
             subprocess.run, [*cli, "2", "--dir", str(running.cluster.root)], capture_output=True, text=True
         )
-        assert refused.returncode == 1 and "is a controller" in refused.stderr, refused
+        assert refused.returncode == 1 and "is a voter" in " ".join(refused.stderr.split()), refused
 
         # The process itself was told, and stopped for good.
 

@@ -147,7 +147,7 @@ def test_removing_a_server_that_would_leave_too_few_for_a_table_is_a_clear_error
     assert not cluster.image.servers[3].draining
 
 
-def test_unknown_servers_and_controllers_are_refused() -> None:
+def test_unknown_servers_and_voters_are_refused_and_a_controller_out_of_the_quorum_is_removed() -> None:
     cluster = settled_cluster()
     _, reply = records(cluster, RemoveServerRequest(9))
     assert reply.error is ControllerError.UNKNOWN_SERVER
@@ -156,8 +156,15 @@ def test_unknown_servers_and_controllers_are_refused() -> None:
             5, "a5", Endpoint("127.0.0.1", 9005), None, "az-b", (), ("broker", "controller")
         )
     )
-    _, reply = records(cluster, RemoveServerRequest(5))
-    assert reply.error is ControllerError.INVALID_REQUEST and "controller" in reply.message
+    cluster.controller.voters = frozenset({1, 5})
+    written, reply = records(cluster, RemoveServerRequest(5))
+    assert reply.error is ControllerError.INVALID_REQUEST and written == [NoOp()]
+    assert "voter of the metadata quorum" in reply.message
+    assert "`hotstate cluster voters remove 5`" in reply.message
+    # Out of the quorum (`cluster voters remove 5`), the same combined server is removed as a broker is.
+    cluster.controller.voters = frozenset({1})
+    written, reply = records(cluster, RemoveServerRequest(5))
+    assert reply.error is ControllerError.NONE and written == [UnregisterServer(5)], (reply, written)
 
 
 def test_a_dead_server_already_replaced_is_unregistered_at_once() -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from hotstate.assignor import Assignment, AssignorConfig, AssignorInternalError
@@ -130,8 +130,12 @@ class QuorumController:
         next_offset: int,
         fence_rule: FenceRule = fences_on_probe,
         elect_rule: ElectRule = elect_after_fence,
+        voters: Iterable[int] = (),
     ) -> None:
         self.config = config
+        # The metadata quorum's voters as the Raft leader has them (not in the image): the host sets them
+        # before each request. A voter is not removed as a server (`_removal_problem`).
+        self.voters = frozenset(voters)
         self._fence_rule = fence_rule
         self._elect_rule = elect_rule
         self._view = image
@@ -425,10 +429,13 @@ class QuorumController:
 
     def _removal_problem(self, node_id: int) -> str | None:
         server = self._view.servers[node_id]
-        if "controller" in server.roles:
+        if node_id in self.voters:
+            # Not done for the operator: leaving the quorum changes how many failures it survives (3
+            # voters to 2), which deserves its own decision, and a replacement voter should join first.
             return (
-                f"server {node_id} is a controller (a voter of the metadata quorum): only brokers can be "
-                "removed; take it out of the quorum first"
+                f"server {node_id} is a voter of the metadata quorum: take it out of the quorum first "
+                f"(`hotstate cluster voters remove {node_id}`, or DELETE /v1/cluster/voters/{node_id}; add "
+                "a replacement voter before if the quorum should keep its size), then remove the server"
             )
         holds = self._view.holds_replicas(node_id)
         if holds and self.config.reassign_interval_ms <= 0:

@@ -154,6 +154,7 @@ class ControllerHost:
                 )
             return await self._forward(leader, request)
         try:
+            controller.voters = frozenset(self._driver.node.voters)
             decision = controller.handle(request, self._clock(), self._driver.next_proposal_offset())
             self._propose(decision.batches)
             if decision.wait:

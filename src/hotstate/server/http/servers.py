@@ -4,8 +4,8 @@ The same request `hotstate server remove` and `AdminClient.remove_server` send: 
 active controller (forwarding if it is not the one). 202 with `{"server": N, "state": "draining"}` while
 the server's replicas move away, 200 with `"state": "removed"` once it is unregistered (at once for a dead
 server that holds nothing); asking again is harmless. 404 for an unknown server, 400 with the reason for a
-removal the controller refuses (a controller, too few brokers left, a partition that would be lost), 503
-when no controller answered, 504 when the outcome is unknown. docs/operations.md.
+removal the controller refuses (a voter of the metadata quorum, too few brokers left, a partition that would
+be lost), 503 when no controller answered, 504 when the outcome is unknown. docs/operations.md.
 """
 
 from __future__ import annotations
