@@ -4,11 +4,13 @@ GROUP BY/HAVING, ORDER BY ... LIMIT, their 400s, and a replica killed (-9) under
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
+import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -149,6 +151,65 @@ def test_mistakes_are_400s_and_the_server_stays_healthy(
     reply = _query(running, sql)
     assert reply.status_code == 400, reply.text[:500]
     assert fragment in reply.json()["message"], reply.text[:500]
+    assert _rows(running, "SELECT COUNT(*) FROM events") == [[ROWS]]
+
+
+# A scan that takes about a second per server: every row builds and rewrites strings of some 10 kB.
+SLOW_SCAN = (
+    "SELECT COUNT(*) FROM events WHERE LENGTH(REPLACE(REPLACE(REPLACE(CONCAT(user, '"
+    + "x" * 10_000
+    + "'), 'x', 'yy'), 'y', 'zz'), 'z', 'ww')) = 0"
+)
+
+
+def _scan_metrics(running: RunningCluster, node: int) -> tuple[float, float]:
+    """(partition scans running, scans cancelled so far) on server `node`, from its /metrics."""
+    text = httpx.get(f"{_base(running, node)}/metrics", timeout=5.0).text
+    found = {"running": 0.0, "cancelled": 0.0}
+    for line in text.splitlines():
+        if line.startswith("hotstate_partition_scans_running "):
+            found["running"] = float(line.split()[-1])
+        elif line.startswith('hotstate_partition_scans_cancelled_total{reason="client_gone"}'):
+            found["cancelled"] = float(line.split()[-1])
+    return found["running"], found["cancelled"]
+
+
+def _until(condition: Callable[[], bool], what: str, timeout: float = 15.0) -> None:
+    end = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < end, f"timed out waiting until {what}"
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("path", ["/v1/query", "/query-stream"])
+def test_a_client_that_goes_away_stops_its_scan_on_every_server(running: RunningCluster, path: str) -> None:
+    """/v1/query is answered by the direct HTTP/1.1 lane and /query-stream by the ASGI app: on both, a
+    client that disconnects mid-scan cancels the scan here and, by an RPC cancel, on the peers."""
+    peers = (2, 3)
+    before = {node: _scan_metrics(running, node)[1] for node in peers}
+    timeout = {"timeout_ms": 120_000}  # the scan must not end by its budget either
+    native = path == "/v1/query"
+    request = {"sql": SLOW_SCAN, **timeout} if native else {"sql": SLOW_SCAN, "properties": timeout}
+    body = json.dumps(request).encode()
+    scanning: list[int] = []
+
+    def a_peer_scans() -> bool:
+        scanning.extend(node for node in peers if _scan_metrics(running, node)[0] > 0)
+        return bool(scanning)
+
+    server = running.server(1)
+    with socket.create_connection(("127.0.0.1", server.http_port), timeout=10.0) as client:
+        client.sendall(
+            f"POST {path} HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        _until(a_peer_scans, "a peer scans", timeout=60.0)
+    # The socket is closed while a peer scans a partition that takes it a second or more: that scan
+    # stops, counted as cancelled (a scan that ran to its end is not).
+    peer = scanning[0]
+    _until(lambda: _scan_metrics(running, peer)[1] > before[peer], f"server {peer} cancelled its scan")
+    _until(lambda: all(_scan_metrics(running, node)[0] == 0 for node in (1, *peers)), "no scan runs", 60.0)
     assert _rows(running, "SELECT COUNT(*) FROM events") == [[ROWS]]
 
 
