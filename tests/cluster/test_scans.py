@@ -1,5 +1,6 @@
 """Scans through /v1/query between real server processes: filters on any column, expressions, aggregates,
-GROUP BY/HAVING, ORDER BY ... LIMIT, their 400s, and a replica killed (-9) under running aggregates."""
+GROUP BY/HAVING, ORDER BY ... LIMIT (also through /query, /query-stream, the client and the CLI), their 400s,
+a client that disconnects mid-scan, and a replica killed (-9) under running aggregates."""
 
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+from typer.testing import CliRunner
 
 import hotstate
 from hotstate.cli.local_cluster import LocalCluster
+from hotstate.cli.main import app as cli
 from hotstate.client.writer import TableWriter
 from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.controller.requests import ControllerError
@@ -113,7 +116,7 @@ def test_aggregates_group_by_having(running: RunningCluster) -> None:
     assert top == [[f"u{i:05d}", i * 0.5] for i in (ROWS - 1, ROWS - 2, ROWS - 3)]
 
 
-def test_ksqldb_endpoints_and_the_client_answer_scans(running: RunningCluster) -> None:
+def test_ksqldb_endpoints_the_client_and_the_cli_answer_scans(running: RunningCluster) -> None:
     sql = "SELECT region, COUNT(*) AS n, AVG(score) AS mean FROM events GROUP BY region ORDER BY region"
     expected = [
         [f"r{r}", len(range(r, ROWS, 7)), sum(i * 0.5 for i in range(r, ROWS, 7)) / len(range(r, ROWS, 7))]
@@ -130,6 +133,21 @@ def test_ksqldb_endpoints_and_the_client_answer_scans(running: RunningCluster) -
     assert list(frame.columns) == ["region", "n", "mean"]
     assert frame.values.tolist() == expected
     assert str(frame["n"].dtype).lower().startswith("int")
+    stream = httpx.post(f"{base}/query-stream", json={"sql": sql}, timeout=20.0)
+    assert stream.status_code == 200, stream.text[:500]
+    head, *lines = [json.loads(line) for line in stream.text.splitlines() if line.strip()]
+    assert head["columnNames"] == ["region", "n", "mean"]
+    assert head["columnTypes"] == ["STRING", "BIGINT", "DOUBLE"]
+    assert lines == expected
+    runner = CliRunner()
+    shown = runner.invoke(cli, ["query", sql, "--server", base.removeprefix("http://")])
+    assert shown.exit_code == 0, shown.output
+    assert all(f"r{r}" in shown.stdout for r in range(7)) and "mean" in shown.stdout
+    dumped = runner.invoke(cli, ["query", sql, "--json", "--server", base.removeprefix("http://")])
+    assert dumped.exit_code == 0, dumped.output
+    assert json.loads(dumped.stdout)["rows"] == expected
+    refused = runner.invoke(cli, ["query", "SELECT region FROM events GROUP BY clicks", "-s", base[7:]])
+    assert refused.exit_code == 1 and "must be in GROUP BY" in refused.stderr
 
 
 @pytest.mark.parametrize(
