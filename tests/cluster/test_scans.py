@@ -1,21 +1,26 @@
 """Scans through /v1/query between real server processes: filters on any column, expressions, aggregates,
-GROUP BY/HAVING, ORDER BY ... LIMIT, their 400s, and a replica killed (-9) under running aggregates."""
+GROUP BY/HAVING, ORDER BY ... LIMIT (also through /query, /query-stream, the client and the CLI), their 400s,
+a client that disconnects mid-scan, and a replica killed (-9) under running aggregates."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
+import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+from typer.testing import CliRunner
 
 import hotstate
 from hotstate.cli.local_cluster import LocalCluster
+from hotstate.cli.main import app as cli
 from hotstate.client.writer import TableWriter
 from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.controller.requests import ControllerError
@@ -111,7 +116,7 @@ def test_aggregates_group_by_having(running: RunningCluster) -> None:
     assert top == [[f"u{i:05d}", i * 0.5] for i in (ROWS - 1, ROWS - 2, ROWS - 3)]
 
 
-def test_ksqldb_endpoints_and_the_client_answer_scans(running: RunningCluster) -> None:
+def test_ksqldb_endpoints_the_client_and_the_cli_answer_scans(running: RunningCluster) -> None:
     sql = "SELECT region, COUNT(*) AS n, AVG(score) AS mean FROM events GROUP BY region ORDER BY region"
     expected = [
         [f"r{r}", len(range(r, ROWS, 7)), sum(i * 0.5 for i in range(r, ROWS, 7)) / len(range(r, ROWS, 7))]
@@ -128,6 +133,21 @@ def test_ksqldb_endpoints_and_the_client_answer_scans(running: RunningCluster) -
     assert list(frame.columns) == ["region", "n", "mean"]
     assert frame.values.tolist() == expected
     assert str(frame["n"].dtype).lower().startswith("int")
+    stream = httpx.post(f"{base}/query-stream", json={"sql": sql}, timeout=20.0)
+    assert stream.status_code == 200, stream.text[:500]
+    head, *lines = [json.loads(line) for line in stream.text.splitlines() if line.strip()]
+    assert head["columnNames"] == ["region", "n", "mean"]
+    assert head["columnTypes"] == ["STRING", "BIGINT", "DOUBLE"]
+    assert lines == expected
+    runner = CliRunner()
+    shown = runner.invoke(cli, ["query", sql, "--server", base.removeprefix("http://")])
+    assert shown.exit_code == 0, shown.output
+    assert all(f"r{r}" in shown.stdout for r in range(7)) and "mean" in shown.stdout
+    dumped = runner.invoke(cli, ["query", sql, "--json", "--server", base.removeprefix("http://")])
+    assert dumped.exit_code == 0, dumped.output
+    assert json.loads(dumped.stdout)["rows"] == expected
+    refused = runner.invoke(cli, ["query", "SELECT region FROM events GROUP BY clicks", "-s", base[7:]])
+    assert refused.exit_code == 1 and "must be in GROUP BY" in refused.stderr
 
 
 @pytest.mark.parametrize(
@@ -149,6 +169,65 @@ def test_mistakes_are_400s_and_the_server_stays_healthy(
     reply = _query(running, sql)
     assert reply.status_code == 400, reply.text[:500]
     assert fragment in reply.json()["message"], reply.text[:500]
+    assert _rows(running, "SELECT COUNT(*) FROM events") == [[ROWS]]
+
+
+# A scan that takes about a second per server: every row builds and rewrites strings of some 10 kB.
+SLOW_SCAN = (
+    "SELECT COUNT(*) FROM events WHERE LENGTH(REPLACE(REPLACE(REPLACE(CONCAT(user, '"
+    + "x" * 10_000
+    + "'), 'x', 'yy'), 'y', 'zz'), 'z', 'ww')) = 0"
+)
+
+
+def _scan_metrics(running: RunningCluster, node: int) -> tuple[float, float]:
+    """(partition scans running, scans cancelled so far) on server `node`, from its /metrics."""
+    text = httpx.get(f"{_base(running, node)}/metrics", timeout=5.0).text
+    found = {"running": 0.0, "cancelled": 0.0}
+    for line in text.splitlines():
+        if line.startswith("hotstate_partition_scans_running "):
+            found["running"] = float(line.split()[-1])
+        elif line.startswith('hotstate_partition_scans_cancelled_total{reason="client_gone"}'):
+            found["cancelled"] = float(line.split()[-1])
+    return found["running"], found["cancelled"]
+
+
+def _until(condition: Callable[[], bool], what: str, timeout: float = 15.0) -> None:
+    end = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < end, f"timed out waiting until {what}"
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("path", ["/v1/query", "/query-stream"])
+def test_a_client_that_goes_away_stops_its_scan_on_every_server(running: RunningCluster, path: str) -> None:
+    """/v1/query is answered by the direct HTTP/1.1 lane and /query-stream by the ASGI app: on both, a
+    client that disconnects mid-scan cancels the scan here and, by an RPC cancel, on the peers."""
+    peers = (2, 3)
+    before = {node: _scan_metrics(running, node)[1] for node in peers}
+    timeout = {"timeout_ms": 120_000}  # the scan must not end by its budget either
+    native = path == "/v1/query"
+    request = {"sql": SLOW_SCAN, **timeout} if native else {"sql": SLOW_SCAN, "properties": timeout}
+    body = json.dumps(request).encode()
+    scanning: list[int] = []
+
+    def a_peer_scans() -> bool:
+        scanning.extend(node for node in peers if _scan_metrics(running, node)[0] > 0)
+        return bool(scanning)
+
+    server = running.server(1)
+    with socket.create_connection(("127.0.0.1", server.http_port), timeout=10.0) as client:
+        client.sendall(
+            f"POST {path} HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        _until(a_peer_scans, "a peer scans", timeout=60.0)
+    # The socket is closed while a peer scans a partition that takes it a second or more: that scan
+    # stops, counted as cancelled (a scan that ran to its end is not).
+    peer = scanning[0]
+    _until(lambda: _scan_metrics(running, peer)[1] > before[peer], f"server {peer} cancelled its scan")
+    _until(lambda: all(_scan_metrics(running, node)[0] == 0 for node in (1, *peers)), "no scan runs", 60.0)
     assert _rows(running, "SELECT COUNT(*) FROM events") == [[ROWS]]
 
 

@@ -30,7 +30,7 @@ from hotstate.rpc import (
     UnknownPeer,
     encode_frame,
 )
-from hotstate.rpc.frames import Frame
+from hotstate.rpc.frames import Frame, encode_cancel
 from hotstate.rpc.handshake import ClientHandshake
 
 from .helpers import (
@@ -745,5 +745,70 @@ def test_request_soon_gives_what_request_gives_as_a_future() -> None:
             with pytest.raises(UnknownPeer):
                 await pool.request_soon(42, Ping(7), timeout=1)
             await pool.close()
+
+    run(main())
+
+
+class Stops:
+    """A handler that holds each Hold request until it is cancelled, and tells the test when it was."""
+
+    def __init__(self) -> None:
+        self._arrived: dict[int, asyncio.Future[None]] = {}
+        self._stopped: dict[int, asyncio.Future[None]] = {}
+
+    def _future(self, table: dict[int, asyncio.Future[None]], seq: int) -> asyncio.Future[None]:
+        if seq not in table:
+            table[seq] = asyncio.get_running_loop().create_future()
+        return table[seq]
+
+    async def handler(self, peer: PeerInfo, message: object) -> object | None:
+        if not isinstance(message, Hold):
+            return await echo_handler(peer, message)
+        self._future(self._arrived, message.seq).set_result(None)
+        try:
+            await asyncio.get_running_loop().create_future()  # until cancelled
+        finally:
+            self._future(self._stopped, message.seq).set_result(None)
+        return None
+
+    async def arrived(self, seq: int) -> None:
+        await asyncio.shield(self._future(self._arrived, seq))
+
+    async def stopped(self, seq: int) -> None:
+        await asyncio.shield(self._future(self._stopped, seq))
+
+
+def test_a_request_given_up_on_is_cancelled_at_the_server() -> None:
+    """A scan whose HTTP client went away must stop on every server: a request the client cancels (a
+    task's await, or `request_soon`'s future) cancels its handler at the server."""
+    stops = Stops()
+
+    async def main() -> None:
+        async with make_server(REGISTRY, handler=stops.handler) as server:
+            client = connection_to(server)
+            await client.connect(timeout=5)
+            task = asyncio.create_task(client.request(Hold(1), timeout=10))
+            await stops.arrived(1)
+            task.cancel()
+            await stops.stopped(1)
+            soon = client.request_soon(Hold(2), timeout=10)
+            await stops.arrived(2)
+            soon.cancel()
+            await stops.stopped(2)
+            assert await client.request(Ping(3), timeout=5) == Pong(3)  # the connection serves on
+            await client.close()
+
+    run(main())
+
+
+def test_a_cancel_for_no_running_request_is_ignored() -> None:
+    async def main() -> None:
+        async with make_server(REGISTRY) as server:
+            reader, writer, decoder = await raw_session(server.port)
+            writer.write(encode_cancel(999))
+            writer.write(encode_frame(FrameKind.REQUEST, 7, REGISTRY.to_wire(Ping(7))))
+            [frame] = await read_frames(reader, decoder, 1)
+            assert frame.kind is FrameKind.RESPONSE and frame.correlation_id == 7
+            writer.close()
 
     run(main())

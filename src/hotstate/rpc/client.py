@@ -28,7 +28,7 @@ from hotstate.rpc.errors import (
     RpcTimeout,
     UnknownPeer,
 )
-from hotstate.rpc.frames import DEFAULT_MAX_FRAME_BYTES, Frame, FrameKind, encode_frame
+from hotstate.rpc.frames import DEFAULT_MAX_FRAME_BYTES, Frame, FrameKind, encode_cancel, encode_frame
 from hotstate.rpc.handshake import ClientHandshake, HandshakeRefused, normalize_secret
 from hotstate.rpc.schema import TypeRegistry
 from hotstate.tls import describe_tls_error
@@ -139,6 +139,10 @@ class _ClientChannel(Channel):
             if self._write_paused:
                 await self.drain()
             return await future
+        except asyncio.CancelledError:
+            if cid in self._pending:  # given up on, not answered: the server may stop its work
+                self._send(encode_cancel(cid))
+            raise
         finally:
             timer.cancel()
             self._pending.pop(cid, None)
@@ -154,9 +158,10 @@ class _ClientChannel(Channel):
             return failed
         pending = self._pending
 
-        def settled(_: object) -> None:
+        def settled(done: asyncio.Future[Any]) -> None:
             timer.cancel()
-            pending.pop(cid, None)
+            if pending.pop(cid, None) is not None and done.cancelled():
+                self._send(encode_cancel(cid))  # given up on, not answered: the server may stop its work
 
         future.add_done_callback(settled)
         return future

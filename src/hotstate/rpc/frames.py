@@ -3,6 +3,10 @@ payload]`.
 
 `payload` is a registry's wire form for REQUEST / RESPONSE / ONEWAY (RESPONSE may carry nil: the handler
 returned None), `[code, message]` for ERROR, and a fixed list per handshake kind (see handshake.py).
+A cancel is a ONEWAY frame with a nil payload whose correlation id names a request the client has given up
+on (`encode_cancel`): the server stops its handler (a scan on every server a disconnected HTTP client's
+query reached). It is a ONEWAY rather than a kind of its own so that a server of an older version drops it
+as an undecodable one-way message instead of closing the connection.
 The decoder is incremental and distrustful: an oversized length is refused before anything is buffered
 for it, and every malformed input ends in `FrameError`, which closes that one connection.
 """
@@ -26,7 +30,9 @@ __all__ = [
     "Frame",
     "FrameDecoder",
     "FrameKind",
+    "encode_cancel",
     "encode_frame",
+    "is_cancel",
 ]
 
 PROTOCOL_VERSION = 1
@@ -74,6 +80,15 @@ def encode_frame(
             f"{kind.name} frame of {len(body)} bytes exceeds the limit of {max_frame_bytes} bytes"
         )
     return _HEADER.pack(len(body)) + body
+
+
+def encode_cancel(correlation_id: int) -> bytes:
+    """The frame asking the server to stop handling request `correlation_id` (see the module's docstring)."""
+    return encode_frame(FrameKind.ONEWAY, correlation_id, None)
+
+
+def is_cancel(frame: Frame) -> bool:
+    return frame.kind is FrameKind.ONEWAY and frame.payload is None and frame.correlation_id != 0
 
 
 def parse_body(body: bytes) -> Frame:

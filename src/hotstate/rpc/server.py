@@ -2,9 +2,12 @@
 
 Each connection must pass the handshake (handshake.py) within `handshake_timeout`, then may send REQUEST
 frames (answered by `handler` with RESPONSE or ERROR under the same correlation id, in whatever order they
-finish) and ONEWAY frames (given to `on_oneway`). A request whose payload does not decode is answered with
-an ERROR (code "bad_message") rather than a closed connection: the framing is intact, and closing would only
-turn a version skew into a reconnect loop.
+finish), ONEWAY frames (given to `on_oneway`) and cancels (frames.py: the named request's running handler
+is cancelled, nothing is answered; a cancel is read like any frame, so while a flooding client's connection
+is paused at the concurrency limit, its cancels wait with the rest).
+
+A request whose payload does not decode is answered with an ERROR (code "bad_message") rather than a
+closed connection: the framing is intact, and closing would only turn a version skew into a reconnect loop.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from hotstate.rpc.channel import (
     format_address,
 )
 from hotstate.rpc.errors import FrameError, RemoteError
-from hotstate.rpc.frames import DEFAULT_MAX_FRAME_BYTES, Frame, FrameKind, encode_frame
+from hotstate.rpc.frames import DEFAULT_MAX_FRAME_BYTES, Frame, FrameKind, encode_frame, is_cancel
 from hotstate.rpc.handshake import HandshakeRefused, ServerHandshake, normalize_secret
 from hotstate.rpc.schema import DecodeError, EncodeError, TypeRegistry
 from hotstate.tls import TlsListener
@@ -46,6 +49,8 @@ class _ServerChannel(Channel):
         self._timer: asyncio.TimerHandle | None = None
         self.peer: PeerInfo | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        # Running requests' correlation ids, by task (a cancel looks one up; cancels are rare).
+        self._requests: dict[asyncio.Task[None], int] = {}
         self._backlog: collections.deque[Frame] = collections.deque()
         self._in_flight = 0
         self._reading_paused = False
@@ -96,6 +101,9 @@ class _ServerChannel(Channel):
             logger.info("accepted connection from %s", self.peer)
 
     def _on_frame(self, frame: Frame) -> None:
+        if is_cancel(frame):  # handled here, not in a task of its own behind the concurrency limit
+            self._cancel(frame.correlation_id)
+            return
         if frame.kind is FrameKind.REQUEST or frame.kind is FrameKind.ONEWAY:
             if self._in_flight < self._server.max_concurrent_requests:
                 self._start(frame)
@@ -113,10 +121,20 @@ class _ServerChannel(Channel):
         self._in_flight += 1
         task = self._loop.create_task(self._serve(frame))
         self._tasks.add(task)
+        if frame.kind is FrameKind.REQUEST:
+            self._requests[task] = frame.correlation_id
         task.add_done_callback(self._finished)
+
+    def _cancel(self, cid: int) -> None:
+        for task, running in self._requests.items():
+            if running == cid:
+                logger.debug("request %d %s cancelled by the client", cid, self._who())
+                task.cancel()
+                return
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
+        self._requests.pop(task, None)
         self._in_flight -= 1
         if not task.cancelled() and task.exception() is not None:
             logger.error("request task %s failed", self._who(), exc_info=task.exception())

@@ -52,10 +52,12 @@ class LocalReads:
         scan_max_rows: int = 10_000_000,
         scan_max_concurrent: int = 4,
         scan_step_rows: int = 1000,
+        on_scan_cancelled: Callable[[], None] = lambda: None,
     ) -> None:
         """`replicas`: this server's replicas by (table id, partition) now (none on a server that holds
         none); `on_store_failure`: told of a store that failed under a read, after the read refused.
-        `scan_*`: the `query.scan.*` settings."""
+        `scan_*`: the `query.scan.*` settings; `on_scan_cancelled`: told of each scan stopped before its end
+        because nobody waits for its answer any more."""
         self.node_id = node_id
         self._image = image
         self._replicas = replicas
@@ -65,6 +67,7 @@ class LocalReads:
         self.scan_max_concurrent = scan_max_concurrent
         self.scan_step_rows = scan_step_rows
         self.scans = 0  # partition scans running now
+        self._on_scan_cancelled = on_scan_cancelled
 
     def serve_partitions(self, request: QueryPartitionsRequest) -> QueryPartitionsResponse:
         """Answer a coordinator's partitions from this server's replicas, each on its own."""
@@ -90,6 +93,9 @@ class LocalReads:
                 if answer is not None:
                     return answer
                 await asyncio.sleep(0)
+        except asyncio.CancelledError:  # its client went away (or its coordinator gave up)
+            self._on_scan_cancelled()
+            raise
         finally:
             steps.close()
 

@@ -282,6 +282,7 @@ def _refresh_gauges(ctx: HttpContext) -> None:
     metrics = ctx.metrics
     if ctx.feeds is not None:
         metrics.push_subscriptions.set(len(ctx.feeds))
+    metrics.scans_running.set(ctx.queries.reads.scans)
     metrics.replica_lag.clear()
     metrics.replica_position.clear()
     if ctx.replicas is not None:

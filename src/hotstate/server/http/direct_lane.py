@@ -123,6 +123,8 @@ class LimitedHttpToolsProtocol(Http2Handoff):
         self._direct: tuple[Endpoint, str] | None = None  # the request being read goes the direct lane
         self._direct_body: list[bytes] = []
         self._direct_size = 0
+        # The direct answer being made, if it had to wait (one at a time: a pipelined request queues).
+        self._answering: asyncio.Task[None] | None = None
 
     def _transport_for(self, transport: asyncio.Transport) -> asyncio.Transport:
         return cast(asyncio.Transport, JoinedWrites(transport, self.loop))
@@ -175,7 +177,7 @@ class LimitedHttpToolsProtocol(Http2Handoff):
                 self._write_answer(answer)
             else:
                 cycle = self.cycle = cast(Any, DirectCycle())
-                task = self.loop.create_task(self._answer_later(answer, cycle, self.url))
+                task = self._answering = self.loop.create_task(self._answer_later(answer, cycle, self.url))
                 task.add_done_callback(self.tasks.discard)
                 self.tasks.add(task)
         except Exception as error:  # never a stack trace in a body
@@ -184,6 +186,13 @@ class LimitedHttpToolsProtocol(Http2Handoff):
         finally:
             if token is not None:
                 CURRENT_USER.reset(token)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        answering = self._answering
+        if answering is not None and not answering.done():
+            # Nobody is left to read the answer: stop making it (a scan stops on every server it reached).
+            answering.cancel()
+        super().connection_lost(exc)
 
     async def _answer_later(self, answer: Awaitable[Answer], cycle: DirectCycle, url: bytes) -> None:
         """`url`: the request's, kept (self.url may hold a pipelined later request's by now)."""

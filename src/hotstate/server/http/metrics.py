@@ -137,6 +137,19 @@ class Metrics:
             ["reason"],
             registry=self.registry,
         )
+        self.scans_running = Gauge(
+            "hotstate_partition_scans_running",
+            "Partition scans (filters, aggregates, top-N) this server runs now (at most "
+            "query.scan.max.concurrent)",
+            registry=self.registry,
+        )
+        self.scans_cancelled = LoopCounter(
+            "hotstate_partition_scans_cancelled",
+            "Partition scans stopped before their end, by reason (client_gone: nobody waited for the answer "
+            "any more: the HTTP client disconnected, or the server that took the query gave up)",
+            "reason",
+            self.registry,
+        )
         self.peer_alive = Gauge(
             "hotstate_peer_alive",
             "Heartbeat status of each peer (1 alive, 0 down)",

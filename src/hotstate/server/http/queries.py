@@ -22,6 +22,7 @@ and timestamps as ISO-8601 strings.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import datetime as dt
 import decimal
@@ -360,7 +361,26 @@ async def answer_request(endpoint: Endpoint, receive: Receive) -> Answer | None:
     if body is None:
         return None
     answer = endpoint(body)
-    return answer if isinstance(answer, tuple) else await answer
+    return answer if isinstance(answer, tuple) else await unless_gone(answer, receive)
+
+
+async def unless_gone(answer: Awaitable[Answer], receive: Receive) -> Answer | None:
+    """`answer`, or None as soon as the client goes away, its making cancelled (a scan stops on every
+    server it reached). After the body, `receive` returns only once the client has gone."""
+    making = asyncio.ensure_future(answer)
+    gone = asyncio.ensure_future(_disconnected(receive))
+    try:
+        await asyncio.wait((making, gone), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not making.done():
+            making.cancel()
+    return making.result() if making.done() and not making.cancelled() else None
+
+
+async def _disconnected(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 async def read_body(receive: Receive, limit: int = MAX_BODY_BYTES) -> bytes | None:
