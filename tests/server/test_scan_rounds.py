@@ -169,6 +169,13 @@ class _Store:
             time.sleep(self.pause_s)
             yield item
 
+    def scan_chunks(
+        self, start: bytes | None, end: bytes | None, size: int, *, keys_only: bool = False
+    ) -> Iterator[list[Any]]:
+        items = self.scan(start, end)
+        while chunk := list(itertools.islice(items, size)):
+            yield [key for key, _ in chunk] if keys_only else chunk
+
 
 def _local(store: _Store, failures: list[object] | None = None, **settings: Any) -> LocalReads:
     reads = LocalReads(

@@ -678,8 +678,19 @@ _QUERIES: Final = (
         "scan_step_rows",
         unit="rows",
         doc=(
-            "A scan reads this many rows between yields to the event loop, so that lookups, heartbeats and "
-            "replication keep their latency while it runs (a step of 1,000 rows takes a few ms)."
+            "A scan reads at most this many rows between yields to the event loop, so that lookups, "
+            "heartbeats and replication keep their latency while it runs (see query.scan.step.ms, which "
+            "usually ends a step first)."
+        ),
+    ),
+    Setting(
+        "query.scan.step.ms",
+        "scan_step_ms",
+        unit="ms",
+        doc=(
+            "A scan yields to the event loop once a step has run this long (checked every 256 rows), or "
+            "after query.scan.step.rows rows, whichever comes first: a lookup waits at most about one step "
+            "of each scan running on its server (docs/queries.md, the cost model)."
         ),
     ),
 )
