@@ -21,7 +21,7 @@ import heapq
 import itertools
 import math
 import operator
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Final
@@ -345,19 +345,19 @@ class ScanRun:
         if mode == ROWS:
             kept = self.kept
             assert where is not None
-            matched = [item for item, row in zip(items, rows, strict=True) if where(row) is True]
+            matched = list(itertools.compress(items, _holds(where, rows)))
             kept.extend(matched[: self.program.keep - len(kept)])
         elif mode == TOP:
             self._feed_top(items, rows)
         elif where is None:
             self._accumulate(rows)
         elif self._counts_matches:
-            matches = sum(1 for row in rows if where(row) is True)
+            matches = sum(_holds(where, rows))
             states = self._groups.setdefault((), [0] * len(self.program.aggregates))
             for index in range(len(states)):
                 states[index] += matches
         else:
-            self._accumulate([row for row in rows if where(row) is True])
+            self._accumulate(itertools.compress(rows, _holds(where, rows)))
 
     def _decoded(self, items: Sequence[tuple[bytes, bytes]]) -> list[Any]:
         """The rows of `items` as structs of the program's columns (`Projection`)."""
@@ -393,10 +393,9 @@ class ScanRun:
 
     def _feed_top(self, items: Sequence[tuple[bytes, bytes]], rows: Sequence[Any]) -> None:
         where, order, top, items_order = self._where, self._order, self._top, self.program.order
+        pairs: Iterable[tuple[tuple[bytes, bytes], Any]] = zip(items, rows, strict=True)
         if where is not None:
-            pairs = [(item, row) for item, row in zip(items, rows, strict=True) if where(row) is True]
-        else:
-            pairs = list(zip(items, rows, strict=True))
+            pairs = itertools.compress(pairs, _holds(where, rows))
         worst, bound = self._worst, self._bound
         single = order[0] if len(order) == 1 else None
         descending = bool(items_order) and items_order[0].descending
@@ -520,6 +519,12 @@ class ScanRun:
             for key, states in self._groups.items()
         ]
         return (), pack({"scanned": self.scanned, "groups": groups})
+
+
+def _holds(where: Callable[[Any], object], rows: Iterable[Any]) -> Iterator[bool]:
+    """Whether `where` is TRUE (not NULL, not a non-boolean) for each row: maps in C, a Python frame
+    per row only for `where` itself."""
+    return map(operator.is_, map(where, rows), itertools.repeat(True))
 
 
 _NUMBERS: Final = (int, float)
