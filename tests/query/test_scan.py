@@ -274,11 +274,12 @@ def test_rows_lacking_a_column_or_naming_it_in_another_case_read_as_whole_rows_d
 
 
 def test_a_top_n_passes_over_rows_that_cannot_enter_and_keeps_ties_in_key_order() -> None:
-    rows = [{"g": i % 7, "x": (i * 37) % 101, "s": "a"} for i in range(3000)]
-    expected = sorted(range(3000), key=lambda i: (-rows[i]["x"], i))[:5]  # type: ignore[operator]
+    xs = [(i * 37) % 101 for i in range(3000)]
+    rows = [{"g": i % 7, "x": x, "s": "a"} for i, x in enumerate(xs)]
+    expected = sorted(range(3000), key=lambda i: (-xs[i], i))[:5]
     got = run("SELECT k FROM t ORDER BY x DESC LIMIT 5", rows, partitions=1, step=500)
     assert got.rows == [[i] for i in expected]
-    expected = sorted(range(3000), key=lambda i: (rows[i]["x"], i))[:5]  # type: ignore[index]
+    expected = sorted(range(3000), key=lambda i: (xs[i], i))[:5]
     got = run("SELECT k FROM t ORDER BY x LIMIT 5", rows, partitions=1, step=500)
     assert got.rows == [[i] for i in expected]
 

@@ -139,11 +139,11 @@ def test_scan_chunks_are_the_scan_in_lists_of_items_or_keys(filled: Store) -> No
     assert list(filled.scan_chunks(b"\x08", b"\xfe", 2)) == []
     with pytest.raises(ValueError, match="size"):
         filled.scan_chunks(None, None, 0)
-    chunks = filled.scan_chunks(None, None, 2)
-    assert next(chunks) == items[:2]
+    open_chunks = filled.scan_chunks(None, None, 2)
+    assert next(open_chunks) == items[:2]
     filled.close()
     with pytest.raises(StoreError, match="closed during a scan"):
-        next(chunks)
+        next(open_chunks)
 
 
 def test_scan_sees_the_store_as_of_the_call(filled: Store) -> None:
