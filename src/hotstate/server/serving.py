@@ -55,7 +55,7 @@ class LocalReads:
         scan_max_rows: int = 10_000_000,
         scan_max_concurrent: int = 4,
         scan_step_rows: int = 1000,
-        scan_step_ms: int = 2,
+        scan_step_ms: int = 1,
     ) -> None:
         """`replicas`: this server's replicas by (table id, partition) now (none on a server that holds
         none); `on_store_failure`: told of a store that failed under a read, after the read refused.

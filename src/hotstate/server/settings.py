@@ -679,8 +679,8 @@ _QUERIES: Final = (
         unit="rows",
         doc=(
             "A scan reads at most this many rows between yields to the event loop, so that lookups, "
-            "heartbeats and replication keep their latency while it runs (see query.scan.step.ms, which "
-            "usually ends a step first)."
+            "heartbeats and replication keep their latency while it runs (query.scan.step.ms may end a "
+            "step sooner)."
         ),
     ),
     Setting(
@@ -689,8 +689,8 @@ _QUERIES: Final = (
         unit="ms",
         doc=(
             "A scan yields to the event loop once a step has run this long (checked every 256 rows), or "
-            "after query.scan.step.rows rows, whichever comes first: a lookup waits at most about one step "
-            "of each scan running on its server (docs/queries.md, the cost model)."
+            "after query.scan.step.rows rows, whichever comes first: a lookup waits about one step of each "
+            "scan running on its server (docs/queries.md, the cost model)."
         ),
     ),
 )
