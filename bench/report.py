@@ -565,41 +565,100 @@ def bulk_load(data: Mapping[str, Any]) -> Section:
 
 
 def scans(data: Mapping[str, Any]) -> Section:
-    bare = data["bare_loop"]
+    bare, duck, local = data["bare_loop"], data.get("duckdb") or {}, data.get("in_process") or {}
+    threads = sorted(
+        {
+            key
+            for answer in duck.values()
+            if isinstance(answer, dict)
+            for key in answer
+            if key.startswith("threads_")
+        },
+        key=lambda key: int(key.split("_")[1]),
+    )
+
+    def duck_rate(name: str, key: str) -> object:
+        return (duck.get(name) or {}).get(key, {}).get("rows_per_s")
+
     rows = [
         (
             name,
             r["sql"],
-            r["seconds_median"],
-            r["rows_scanned_per_s_per_server"],
+            r.get("seconds_median"),
+            r.get("rows_scanned_per_s_per_server"),
             bare.get(name, {}).get("rows_per_s"),
+            *(duck_rate(name, key) for key in threads),
         )
         for name, r in data["results"].items()
     ]
-    idle, during = data["lookups_idle"], data["lookups_during_group"]
-    return Section(
-        f"{fmt(data['rows'])} rows of {data['row_bytes']} bytes on 3 servers, one standby; each question "
-        "through `/v1/query`, beside a bare Python loop over one local RocksDB (rocksdict iterator and the "
-        "same row decoding) in the same run.",
-        [
-            Table(
-                ("question", "SQL", "seconds (median)", "rows scanned/s per server", "bare loop rows/s"), rows
+    tables = [
+        Table(
+            (
+                "question",
+                "SQL",
+                "seconds (median)",
+                "rows scanned/s per server",
+                "bare loop rows/s",
+                *(f"DuckDB rows/s ({key.split('_')[1]} threads)" for key in threads),
             ),
+            rows,
+        )
+    ]
+    if local:
+        tables.append(
             Table(
-                ("point lookups", "count", "p50 ms", "p99 ms", "max ms"),
+                (
+                    "question",
+                    "hotstate rows per CPU s",
+                    "hotstate vs bare loop (same store)",
+                    "steps",
+                    "longest step ms (CPU)",
+                ),
                 [
-                    ("idle", idle["n"], idle["p50_ms"], idle["p99_ms"], idle["max_ms"]),
                     (
-                        "during GROUP BY scans",
-                        during["n"],
-                        during["p50_ms"],
-                        during["p99_ms"],
-                        during["max_ms"],
-                    ),
+                        name,
+                        r["hotstate_rows_per_cpu_s"],
+                        r["hotstate_vs_bare"],
+                        r["steps"],
+                        r["longest_step_ms"],
+                    )
+                    for name, r in local.items()
                 ],
-            ),
-        ],
-        [f"Goals met: {fmt(data['goals'])}.", f"DuckDB: {fmt(data.get('duckdb'))}."],
+                "In one process: the replica's scan steps over one Store holding every row, beside the bare "
+                "loop over the same store (CPU time; above 1 is faster than the bare loop).",
+            )
+        )
+    idle, during = data["lookups_idle"], data["lookups_during_group"]
+    tables.append(
+        Table(
+            ("point lookups", "count", "p50 ms", "p99 ms", "max ms"),
+            [
+                ("idle", idle["n"], idle["p50_ms"], idle["p99_ms"], idle["max_ms"]),
+                (
+                    "during GROUP BY scans",
+                    during["n"],
+                    during["p50_ms"],
+                    during["p99_ms"],
+                    during["max_ms"],
+                ),
+            ],
+        )
+    )
+    lines = [f"Goals met: {fmt(data['goals'])}."]
+    if "skipped" in duck:
+        lines.append(f"DuckDB: {duck['skipped']}.")
+    elif duck:
+        lines.append(
+            f"DuckDB {fmt(duck.get('version'))} reads a Parquet file of the same rows "
+            f"({fmt(duck.get('parquet_bytes'))} bytes) written by pyarrow; warm-up run, then the median."
+        )
+    return Section(
+        f"{fmt(data['rows'])} rows of {data['row_bytes']} bytes on 3 servers, one standby "
+        f"({fmt(data.get('cpu_count'))} cores); each question through `/v1/query`, beside a bare Python loop "
+        "over one local RocksDB (rocksdict iterator and the same row decoding) and DuckDB over Parquet, in "
+        "the same run.",
+        tables,
+        lines,
     )
 
 

@@ -16,8 +16,12 @@ warm-up run and then `--repeat` measured runs (the median is reported):
 - `bare_loop`: one Python process over one local RocksDB (rocksdict) holding all the rows under the same
   encoded keys: iterate, decode with hotstate's row codec in chunks of 1,000, and answer the same question
   with plain Python (a comparison, a counter, a dict of sums, heapq.nlargest).
-- `duckdb`: the same questions over a Parquet export of the same rows (skipped when duckdb is not
-  installed).
+- `in_process`: hotstate's own scan steps (`LocalReads`, the replica's code: decode only the program's
+  columns, evaluate, partial aggregates) over one hotstate `Store` holding every row, timed in this one
+  process beside the same bare loop over that store: the ratio without three servers sharing the cores.
+- `duckdb`: the same questions over a Parquet export of the same rows (pyarrow writes it), one thread and
+  all threads, a warm-up run then the median of `--repeat` (skipped when duckdb is not installed: the
+  bench extra has it).
 - `lookups_during_group`: point lookups on server 1 (keys whose active is there) while two clients run the
   GROUP BY in a loop: p50/p99/max latency, against the same lookups on an idle cluster. A scan yields to
   the event loop every `query.scan.step.rows` rows, so lookups should keep their latency (goal p99 < 10 ms);
@@ -28,6 +32,7 @@ the 2M-row GROUP BY answered in < 1.5 s end to end.
 
     python bench/scans.py                 # full run, writes bench/results/scans.json
     python bench/scans.py --quick         # harness check: 50,000 rows, 1 repeat, writes to /tmp
+    python bench/scans.py --quick --rows 20000   # a smaller harness check
 """
 
 from __future__ import annotations
@@ -268,11 +273,105 @@ def bare_loop(root: Path, rows: int) -> dict[str, Any]:
     return out
 
 
-def duckdb_baseline(root: Path, rows: int) -> dict[str, Any]:
+def in_process(root: Path, rows: int, repeat: int) -> dict[str, Any]:
+    """hotstate's replica scan steps over one Store, beside the bare loop over the same store, in this
+    process: CPU seconds (process time, so other processes on the machine count less), best of `repeat`,
+    and the longest step (thread CPU time) against query.scan.step.rows/ms."""
+    from hotstate.query.scan import program_for, spec_of_conditions
+    from hotstate.query.sql import parse
+    from hotstate.replica.messages import PartitionQueryRequest, ReplicaError
+    from hotstate.replica.store import Store
+    from hotstate.routing.lags import LagTable
+    from hotstate.server.serving import LocalReads
+
+    store = Store.open(root / "in-process")
+    position = 0
+    for first in range(0, rows, WRITE_BATCH):
+        batch = [row(i) for i in range(first, min(rows, first + WRITE_BATCH))]
+        position += 1
+        store.apply(sorted((encode_key((r["id"],)), encode_row(r)) for r in batch), position, 1)
+    reads = LocalReads(
+        1,
+        image=dict,
+        replicas=dict,
+        lags=LagTable(),
+        on_store_failure=lambda r, e: None,  # type: ignore[arg-type]
+    )
+    replica = type("Replica", (), {"store": store})()
+    reads._checked = lambda request: (replica, "active", position, 0)  # type: ignore[method-assign]
+
+    def request(sql: str) -> PartitionQueryRequest:
+        query = parse(sql)
+        spec = query.scan or spec_of_conditions(query.conditions, query.columns)
+        program = program_for(spec, query.limit, 10_000).encode()
+        return PartitionQueryRequest(TABLE, 0, (), True, None, None, None, None, 0, program=program)
+
+    def scan(sql: str) -> tuple[float, int]:
+        longest, steps = 0.0, 0
+        started = time.thread_time()
+        for answer in reads._scan_steps(request(sql)):
+            now = time.thread_time()
+            longest, steps = max(longest, now - started), steps + 1
+            if answer is not None:
+                assert answer.error is ReplicaError.NONE, answer.message
+            started = time.thread_time()
+        return longest, steps
+
+    def best(question: Callable[[], object]) -> float:
+        times = []
+        for _ in range(max(repeat, 2)):
+            started = time.process_time()
+            question()
+            times.append(time.process_time() - started)
+        return min(times)
+
+    bare = _bare_questions(store.scan_chunks)
+    out: dict[str, Any] = {}
+    for name, sql in QUERIES.items():
+        bare_s = best(bare[name])
+        hot_s = best(lambda sql=sql: scan(sql))  # type: ignore[misc]
+        longest, steps = scan(sql)
+        out[name] = {
+            "bare_cpu_s": bare_s,
+            "hotstate_cpu_s": hot_s,
+            "hotstate_vs_bare": bare_s / hot_s,
+            "hotstate_rows_per_cpu_s": rows / hot_s,
+            "steps": steps,
+            "longest_step_ms": longest * 1000,
+        }
+    store.close()
+    return out
+
+
+def _bare_questions(scan_chunks: Callable[..., Iterator[list[Any]]]) -> dict[str, Callable[[], object]]:
+    """The bare loop's questions over a store's chunks (`Store.scan_chunks`): decode whole rows, plain
+    Python."""
+
+    def chunks() -> Iterator[list[dict[str, object]]]:
+        for chunk in scan_chunks(None, None, 1000):
+            yield decode_rows([data for _, data in chunk])
+
+    def group() -> object:
+        sums: dict[object, int] = {}
+        for chunk in chunks():
+            for r in chunk:
+                sums[r["category"]] = sums.get(r["category"], 0) + r["clicks"]  # type: ignore[operator]
+        return len(sums)
+
+    return {
+        "filter": lambda: sum(1 for chunk in chunks() for r in chunk if r["clicks"] == 7),
+        "count": lambda: sum(map(len, scan_chunks(None, None, 1000, keys_only=True))),
+        "count_where": lambda: sum(1 for chunk in chunks() for r in chunk if r["amount"] >= 0),  # type: ignore[operator]
+        "group": group,
+        "top10": lambda: heapq.nlargest(10, (r["amount"] for chunk in chunks() for r in chunk)),  # type: ignore[type-var]
+    }
+
+
+def duckdb_baseline(root: Path, rows: int, repeat: int) -> dict[str, Any]:
     try:
         import duckdb
     except ImportError:
-        return {"skipped": "duckdb is not installed"}
+        return {"skipped": "duckdb is not installed (pip install -e '.[bench]')"}
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -285,14 +384,25 @@ def duckdb_baseline(root: Path, rows: int) -> dict[str, Any]:
         writer.write_table(batch)
     assert writer is not None
     writer.close()
-    out: dict[str, Any] = {}
-    connection = duckdb.connect()
-    for name, sql in QUERIES.items():
-        query = sql.replace("FROM scans", f"FROM read_parquet('{path}')")
-        started = time.perf_counter()
-        connection.execute(query).fetchall()
-        elapsed = time.perf_counter() - started
-        out[name] = {"seconds": elapsed, "rows_per_s": rows / elapsed}
+    out: dict[str, Any] = {"version": duckdb.__version__, "parquet_bytes": path.stat().st_size}
+    for threads in (1, os.cpu_count() or 1):
+        connection = duckdb.connect()
+        connection.execute(f"SET threads TO {threads}")
+        for name, sql in QUERIES.items():
+            query = sql.replace("FROM scans", f"FROM read_parquet('{path}')")
+            times = []
+            for attempt in range(repeat + 1):
+                started = time.perf_counter()
+                answer = connection.execute(query).fetchall()
+                if attempt:  # the first is the warm-up
+                    times.append(time.perf_counter() - started)
+            elapsed = statistics.median(times)
+            out.setdefault(name, {})[f"threads_{threads}"] = {
+                "seconds": elapsed,
+                "rows_per_s": rows / elapsed,
+                "rows_returned": len(answer),
+            }
+        connection.close()
     return out
 
 
@@ -305,7 +415,11 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="50,000 rows, 1 repeat, results to /tmp")
     args = parser.parse_args()
-    rows, repeat = (50_000, 1) if args.quick else (args.rows, args.repeat)
+    if args.quick:
+        rows = 50_000 if args.rows == parser.get_default("rows") else args.rows
+        repeat = 1
+    else:
+        rows, repeat = args.rows, args.repeat
     out_dir = Path(tempfile.gettempdir()) if args.quick else Path(__file__).parent / "results"
     with tempfile.TemporaryDirectory(prefix="hotstate-scans-") as scratch:
         root = Path(scratch)
@@ -331,7 +445,8 @@ def main() -> None:
                 for server in cluster.servers:
                     cluster.signal(server, signal.SIGKILL)
         bare = bare_loop(root, rows)
-        duck = duckdb_baseline(root, rows)
+        local = in_process(root, rows, repeat)
+        duck = duckdb_baseline(root, rows, repeat)
     goals = {
         "filter_1M_rows_per_s_per_server": results["filter"].get("rows_scanned_per_s_per_server", 0) >= 1e6,
         "count_1M_rows_per_s_per_server": results["count_where"].get("rows_scanned_per_s_per_server", 0)
@@ -342,6 +457,7 @@ def main() -> None:
             name: results[name].get("rows_scanned_per_s_per_server", 0) >= 0.8 * bare[name]["rows_per_s"]
             for name in QUERIES
         },
+        "in_process_vs_bare_loop_0_8x": {name: local[name]["hotstate_vs_bare"] >= 0.8 for name in QUERIES},
     }
     report = {
         "benchmark": "scans: filters on any column, COUNT(*), GROUP BY, top-10 (issue 27)",
@@ -357,6 +473,7 @@ def main() -> None:
         "lookups_during_group": during,
         "servers_alive_after": alive,
         "bare_loop": bare,
+        "in_process": local,
         "duckdb": duck,
         "goals": goals,
     }

@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hotstate.protocol.rows import (
+    Projection,
     RowDecodeError,
     RowEncodeError,
     decode_record,
@@ -347,3 +348,29 @@ def test_a_row_with_nan_or_infinity_may_hold_non_finite(values: list[float]) -> 
     data = encode_row({"a": values, "b": dict(enumerate(values))})
     if not all(math.isfinite(value) for value in values):
         assert may_hold_non_finite(data)
+
+
+def test_a_projection_decodes_only_its_columns_as_decode_row_reads_them() -> None:
+    row = {
+        "id": "k1",
+        "Amount": decimal.Decimal("1.50"),
+        "ts": dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
+        "when": dt.datetime(2026, 1, 1, 12, 30),
+        "nested": {"a": [1, {"b": None}]},
+        "name with space": 7,
+    }
+    data = encode_row(row)
+    projection = Projection(["ts", "Amount", "name with space", "nested", "when"])
+    [decoded] = projection.decode_many([data]) or [None]
+    whole = decode_row(data)
+    for name in projection.names:
+        assert projection.readers[name](decoded) == whole[name]
+    # A row without one of the names exactly (another case, or absent) is no struct: the caller reads it
+    # whole; so is anything that is not a row.
+    lacking = encode_row({"TS": 1, "Amount": 2, "name with space": 3, "nested": 4, "when": 5})
+    assert projection.decode(lacking) is None
+    assert projection.decode_many([data, lacking]) is None
+    assert projection.decode(b"\x93\x01\x02\x03") is None and projection.decode(b"\xc1") is None
+    struct = projection.of_row([1, 2, 3, 4, 5])
+    assert [projection.readers[name](struct) for name in projection.names] == [1, 2, 3, 4, 5]
+    assert Projection([]).decode_many([data, lacking]) is not None

@@ -246,3 +246,52 @@ def test_floats_and_non_finite() -> None:
     done = run("SELECT CAST(x AS DOUBLE) / 3 FROM t", rows)
     assert math.isclose(done.rows[0][0], 1 / 3)  # type: ignore[arg-type]
     assert not done.non_finite
+
+
+def test_rows_lacking_a_column_or_naming_it_in_another_case_read_as_whole_rows_do() -> None:
+    """A replica decodes only the program's columns, by their exact names; a row without one of them
+    exactly (absent, or `X` for `x`) is read as expressions read a whole row: case-insensitively, else
+    NULL. Mixed in one chunk with rows that have every name."""
+    rows: list[dict[str, object]] = [
+        {"g": 1, "x": 3, "s": "a"},
+        {"g": 1, "X": 5, "s": "b"},  # x by another case
+        {"g": 2, "s": "c"},  # no x at all
+        {"g": 2, "x": None, "s": "d"},
+        {"G": 2, "x": 7, "s": "e"},
+    ]
+    assert run("SELECT COUNT(*) FROM t WHERE x >= 3", rows, partitions=1, step=5).rows == [[3]]
+    assert run("SELECT s FROM t WHERE x = 5", rows, partitions=1, step=5).rows == [["b"]]
+    assert run(
+        "SELECT g, SUM(x), COUNT(x) FROM t GROUP BY g ORDER BY g", rows, partitions=1, step=5
+    ).rows == [
+        [1, 8, 2],
+        [2, 7, 1],
+    ]
+    assert run("SELECT s FROM t ORDER BY x DESC NULLS LAST LIMIT 2", rows, partitions=1, step=5).rows == [
+        ["e"],
+        ["b"],
+    ]
+
+
+def test_a_top_n_passes_over_rows_that_cannot_enter_and_keeps_ties_in_key_order() -> None:
+    xs = [(i * 37) % 101 for i in range(3000)]
+    rows = [{"g": i % 7, "x": x, "s": "a"} for i, x in enumerate(xs)]
+    expected = sorted(range(3000), key=lambda i: (-xs[i], i))[:5]
+    got = run("SELECT k FROM t ORDER BY x DESC LIMIT 5", rows, partitions=1, step=500)
+    assert got.rows == [[i] for i in expected]
+    expected = sorted(range(3000), key=lambda i: (xs[i], i))[:5]
+    got = run("SELECT k FROM t ORDER BY x LIMIT 5", rows, partitions=1, step=500)
+    assert got.rows == [[i] for i in expected]
+
+
+def test_a_count_of_every_row_reads_only_keys() -> None:
+    spec = parse("SELECT COUNT(*) FROM t").scan
+    assert spec is not None
+    scan = ScanRun(program_for(spec, None, MAX_ROWS))
+    assert scan.keys_only
+    scan.feed_keys([b"a", b"b"])
+    scan.feed([(b"c", b"not even a row")])
+    assert merge_partials(spec.aggregates, [scan.answer()[1]]) == {(): [3]}
+    spec = parse("SELECT COUNT(*) FROM t WHERE x > 1").scan
+    assert spec is not None
+    assert not ScanRun(program_for(spec, None, MAX_ROWS)).keys_only

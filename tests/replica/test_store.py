@@ -122,6 +122,30 @@ def test_scan_is_ordered_and_bounded(filled: Store) -> None:
     filled.close()
 
 
+def test_scan_chunks_are_the_scan_in_lists_of_items_or_keys(filled: Store) -> None:
+    items = list(filled.scan())
+    for size in (1, 2, 3, 7, 100):
+        chunks = list(filled.scan_chunks(None, None, size))
+        assert [item for chunk in chunks for item in chunk] == items
+        assert all(len(chunk) == size for chunk in chunks[:-1]) and 0 < len(chunks[-1]) <= size
+        keys = list(filled.scan_chunks(None, None, size, keys_only=True))
+        assert keys == [[key for key, _ in chunk] for chunk in chunks]
+    assert [k for c in filled.scan_chunks(b"\x03", b"\x07", 2) for k, _ in c] == [
+        b"\x03",
+        b"\x03\x00",
+        b"\x05",
+    ]
+    assert list(filled.scan_chunks(b"\x07", b"\x03", 2)) == []
+    assert list(filled.scan_chunks(b"\x08", b"\xfe", 2)) == []
+    with pytest.raises(ValueError, match="size"):
+        filled.scan_chunks(None, None, 0)
+    open_chunks = filled.scan_chunks(None, None, 2)
+    assert next(open_chunks) == items[:2]
+    filled.close()
+    with pytest.raises(StoreError, match="closed during a scan"):
+        next(open_chunks)
+
+
 def test_scan_sees_the_store_as_of_the_call(filled: Store) -> None:
     scan = filled.scan()
     assert next(scan) == (b"\x00", b"v0")

@@ -70,6 +70,10 @@ def test_a_scan_over_a_damaged_block_raises_instead_of_ending_early(tmp_path: Pa
     _flip_sst(path)
     with Store.open(path) as store, pytest.raises(StoreCorruptError, match="checksum mismatch"):
         list(store.scan())
+    with Store.open(path) as store, pytest.raises(StoreCorruptError, match="checksum mismatch"):
+        list(store.scan_chunks(None, None, 100))
+    with Store.open(path) as store, pytest.raises(StoreCorruptError, match="checksum mismatch"):
+        list(store.scan_chunks(None, None, 100, keys_only=True))
 
 
 def test_a_scan_that_reaches_its_end_or_limit_is_not_mistaken_for_damage(tmp_path: Path) -> None:
@@ -78,6 +82,8 @@ def test_a_scan_that_reaches_its_end_or_limit_is_not_mistaken_for_damage(tmp_pat
         assert len(list(store.scan())) == 2000
         assert len(list(store.scan(b"k005", b"k007"))) == 200
         assert len(list(store.scan(b"k005", limit=7))) == 7
+        assert sum(map(len, store.scan_chunks(None, None, 1000))) == 2000  # ends exactly at a chunk's end
+        assert sum(map(len, store.scan_chunks(b"k005", b"k007", 64, keys_only=True))) == 200
         assert list(store.scan(b"zzz")) == []
         rows = iter(store.scan(b"k001", b"k002"))
         first = next(rows)

@@ -158,6 +158,7 @@ class _Store:
     closed: bool = False
     close_after: int | None = None  # rows read before it is closed under the scan
     pause_s: float = 0.0  # a slow disk: this long per row read
+    keys_only: bool | None = None  # how the last scan_chunks was asked
 
     def scan(self, start: bytes | None = None, end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         for item in self.items:
@@ -168,6 +169,14 @@ class _Store:
             self.read += 1
             time.sleep(self.pause_s)
             yield item
+
+    def scan_chunks(
+        self, start: bytes | None, end: bytes | None, size: int, *, keys_only: bool = False
+    ) -> Iterator[list[Any]]:
+        self.keys_only = keys_only
+        items = self.scan(start, end)
+        while chunk := list(itertools.islice(items, size)):
+            yield [key for key, _ in chunk] if keys_only else chunk
 
 
 def _local(store: _Store, failures: list[object] | None = None, **settings: Any) -> LocalReads:
@@ -217,6 +226,28 @@ def test_a_local_scan_yields_to_the_event_loop_every_step() -> None:
     # The other task ran between every two steps: the loop never waited for the whole scan.
     assert ticked >= len(store.items) // 7
     assert reads.scans == 0
+
+
+def test_a_step_ends_after_query_scan_step_ms_before_its_rows() -> None:
+    """A slow store (1 ms a row): steps end on time, not after their 100,000 rows."""
+    store = _Store(_items(0) * 2, pause_s=0.001)
+    reads = _local(store, scan_step_rows=100_000, scan_step_ms=5)
+    steps = reads._scan_steps(_request("SELECT COUNT(*) FROM clicks WHERE n >= 0"))
+    yields = 0
+    for answer in steps:
+        if answer is not None:
+            break
+        yields += 1
+    assert answer is not None and answer.error is ReplicaError.NONE
+    assert yields >= len(store.items) // 256  # at least one per chunk of 256 rows (each takes > 5 ms)
+
+
+def test_a_count_of_every_row_reads_keys_not_values() -> None:
+    store = _Store(_items(0) * 3)
+    answer = asyncio.run(_local(store).scan(_request("SELECT COUNT(*) FROM clicks")))
+    assert answer.error is ReplicaError.NONE and store.keys_only is True
+    answer = asyncio.run(_local(store).scan(_request("SELECT COUNT(*) FROM clicks WHERE n >= 0")))
+    assert answer.error is ReplicaError.NONE and store.keys_only is False
 
 
 def test_scans_beyond_the_concurrency_cap_are_refused_as_busy() -> None:

@@ -31,9 +31,10 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import functools
+import operator
 import struct
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, cast
 
 import msgpack
@@ -51,6 +52,7 @@ from hotstate.protocol.keys import (
 
 __all__ = [
     "MAX_NESTING",
+    "Projection",
     "RowDecodeError",
     "RowEncodeError",
     "check_nesting",
@@ -300,6 +302,51 @@ def decode_rows(rows: Sequence[bytes]) -> list[dict[str, object]]:
     if len(out) == len(rows) and (not out or set(map(type, out)) == _ONLY_DICT):
         return out
     return [decode_row(data) for data in rows]  # raises on the first bad one, saying what is wrong
+
+
+class Projection:
+    """A decoder of only some columns of rows (`names`, matched exactly): a scan that reads 1 of 6 columns
+    decodes a row in a fifth of `decode_row`'s time, since msgspec skips the other fields without building
+    their values (a 60-character string, a timestamp). A row decodes to a struct whose fields are read by
+    `readers[name]` (a C attribute getter). `decode_many` gives None when any row lacks one of the names
+    exactly, as well as for bad bytes: the caller then takes such rows one by one (`decode`), and builds
+    the struct of a row that lacks a name from its full decoding (`of_row`), with its own lookup."""
+
+    __slots__ = ("_decode", "names", "readers", "type")
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.names = tuple(names)
+        fields = [f"c{index}" for index in range(len(self.names))]
+        # Required fields (no defaults): a missing column fails the decode, so no per-row check for one.
+        # gc=False: a struct of plain values cannot be in a cycle, and the collector need not track it.
+        self.type: type = msgspec.defstruct(
+            "ProjectedRow",
+            [(field, Any) for field in fields],
+            rename=dict(zip(fields, self.names, strict=True)),
+            gc=False,
+        )
+        self.readers: dict[str, Callable[[Any], object]] = {
+            name: operator.attrgetter(field) for name, field in zip(self.names, fields, strict=True)
+        }
+        self._decode = msgspec.msgpack.Decoder(self.type, ext_hook=_ext_hook).decode
+
+    def decode_many(self, rows: Sequence[bytes]) -> list[Any] | None:
+        """Every row's struct, or None when some row lacks a name or is not a row at all."""
+        try:
+            return list(map(self._decode, rows))
+        except (msgspec.DecodeError, RowDecodeError, ValueError, TypeError, OverflowError, RecursionError):
+            return None
+
+    def decode(self, data: bytes) -> Any | None:
+        """The row's struct, or None when the row does not hold every name exactly (or is no valid row)."""
+        try:
+            return self._decode(data)
+        except (msgspec.DecodeError, RowDecodeError, ValueError, TypeError, OverflowError, RecursionError):
+            return None
+
+    def of_row(self, values: Sequence[object]) -> Any:
+        """The struct of values given in the order of `names`."""
+        return self.type(*values)
 
 
 # What a Produce entry decodes to: a row (a map of columns) or a tombstone (the encoded key it deletes).

@@ -29,8 +29,10 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import math
+import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Final, TypeAlias
 
@@ -47,6 +49,7 @@ __all__ = [
     "ExpressionError",
     "Lit",
     "Node",
+    "column_value",
     "columns_of",
     "compare",
     "compile_expression",
@@ -646,6 +649,12 @@ def _lookup(row: Row, name: str) -> object:
     return None
 
 
+def column_value(row: Row, name: str) -> object:
+    """A column's value as expressions read it from a row: by its name, else case-insensitively, else
+    NULL."""
+    return _lookup(row, name)
+
+
 def _kind_name(value: object) -> str:
     return _kind_of_value(value) or type(value).__name__
 
@@ -888,9 +897,23 @@ def _piece_finder(piece: list[str | None]) -> Callable[[str, int], int]:
     return find
 
 
-def evaluator(node: Node) -> Eval:
-    """A function of a row that gives `node`'s value; raises EvalError."""
-    return _build(node)
+# How columns are read while `evaluator(node, readers)` builds: None for dict rows (by name, then
+# case-insensitively), else a reader per column name of a struct decoded with only those columns
+# (protocol.rows.Projection). Set only for the build, which is synchronous: a ContextVar keeps builds on
+# other threads apart; evaluation itself never reads it.
+_READERS: ContextVar[Mapping[str, Callable[[Any], object]] | None] = ContextVar("_READERS", default=None)
+
+
+def evaluator(node: Node, readers: Mapping[str, Callable[[Any], object]] | None = None) -> Eval:
+    """A function of a row that gives `node`'s value; raises EvalError. Rows are dicts of columns, or with
+    `readers` (one for each name `columns_of(node)` gives) whatever those read a column's value from."""
+    if readers is None:
+        return _build(node)
+    token = _READERS.set(readers)
+    try:
+        return _build(node)
+    finally:
+        _READERS.reset(token)
 
 
 def _build(node: Node) -> Eval:
@@ -908,7 +931,13 @@ def _build(node: Node) -> Eval:
 
 def _column(node: Col) -> Eval:
     name, path = node.name, node.path
-    if not path:  # the common case, kept to one dict lookup
+    readers = _READERS.get()
+    if readers is not None:
+        get = readers[name]
+        if not path:
+            return get
+
+    elif not path:  # the common case, kept to one dict lookup
 
         def top(row: Row) -> object:
             value = row.get(name, _MISSING)
@@ -916,10 +945,14 @@ def _column(node: Col) -> Eval:
 
         return top
 
+    else:
+
+        def get(row: Row) -> object:
+            value = row.get(name, _MISSING)
+            return _lookup(row, name) if value is _MISSING else value
+
     def read(row: Row) -> object:
-        value = row.get(name, _MISSING)
-        if value is _MISSING:
-            value = _lookup(row, name)
+        value = get(row)
         for field in path:
             if value is None:
                 return None
@@ -985,6 +1018,10 @@ def _comparison(op: str) -> Callable[[tuple[Node, ...]], Eval]:
 
     def build(args: tuple[Node, ...]) -> Eval:
         left, right = map(_build, args)
+        constant = args[1].value if isinstance(args[1], Lit) else _MISSING
+        simple = type(constant) in (int, float, str) and isinstance(args[0], Col) and not args[0].path
+        if op in ("=", "!=") and simple:
+            return _equals_constant(op == "=", left, constant)
         if op in ("=", "!="):
             want = op == "="
 
@@ -998,9 +1035,8 @@ def _comparison(op: str) -> Callable[[tuple[Node, ...]], Eval]:
 
             return equality
 
-        constant = args[1].value if isinstance(args[1], Lit) else _MISSING
-        if type(constant) in (int, float, str) and isinstance(args[0], Col) and not args[0].path:
-            return _against_constant(op, args[0].name, constant, test)
+        if simple:
+            return _against_constant(op, left, constant, test)
 
         def ordered(row: Row) -> object:
             a, b = left(row), right(row)
@@ -1015,15 +1051,16 @@ def _comparison(op: str) -> Callable[[tuple[Node, ...]], Eval]:
     return build
 
 
+# The operator module's functions, not lambdas: a C call rather than a Python frame per row.
 _PYTHON_ORDER: Final[dict[str, Callable[[Any, Any], bool]]] = {
-    "<": lambda a, b: a < b,
-    "<=": lambda a, b: a <= b,
-    ">": lambda a, b: a > b,
-    ">=": lambda a, b: a >= b,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
 }
 
 
-def _against_constant(op: str, name: str, constant: object, test: Callable[[int], bool]) -> Eval:
+def _against_constant(op: str, column: Eval, constant: object, test: Callable[[int], bool]) -> Eval:
     """`column op constant` for a number or string constant: the most common scan predicate, with the
     value's type checked once and compared in one step when it is the constant's (or both are numbers)."""
     number = type(constant) is not str
@@ -1031,9 +1068,7 @@ def _against_constant(op: str, name: str, constant: object, test: Callable[[int]
     python = _PYTHON_ORDER[op]
 
     def ordered(row: Row) -> object:
-        value = row.get(name, _MISSING)
-        if value is _MISSING:
-            value = _lookup(row, name)
+        value = column(row)
         if value is None:
             return None
         if type(value) in kinds:
@@ -1041,6 +1076,22 @@ def _against_constant(op: str, name: str, constant: object, test: Callable[[int]
         return test(compare(value, constant))
 
     return ordered
+
+
+def _equals_constant(want: bool, column: Eval, constant: object) -> Eval:
+    """`column = constant` (or `!=`, `want` False) for a number or string constant, as `equality` decides
+    it, in one step when the value is of the constant's type."""
+    kind = type(constant)
+
+    def equality(row: Row) -> object:
+        value = column(row)
+        if value is None:
+            return None
+        if type(value) is kind:
+            return (value == constant) is want
+        return _equal(value, constant) is want
+
+    return equality
 
 
 def _in(negate: bool) -> Callable[[tuple[Node, ...]], Eval]:

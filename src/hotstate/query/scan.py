@@ -21,18 +21,19 @@ import heapq
 import itertools
 import math
 import operator
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Final
 
-from hotstate.protocol.rows import decode_rows
+from hotstate.protocol.rows import Projection, decode_row, decode_rows
 from hotstate.query.expressions import (
     Call,
     Col,
     EvalError,
     Lit,
     Node,
+    column_value,
     columns_of,
     compare,
     decode_node,
@@ -262,13 +263,20 @@ class ScanRun:
         self.program = program
         self.scanned = 0
         self.max_scanned = max_scanned
-        self._where = None if program.where is None else evaluator(program.where)
+        # Only the columns the program names are decoded (protocol.rows.Projection), and its expressions
+        # read them from that struct: decoding whole rows was half of a scan's time.
+        names: set[str] = set()
+        for node in _program_nodes(program):
+            names |= columns_of(node)
+        self._projection = Projection(sorted(names))
+        readers = self._projection.readers
+        self._where = None if program.where is None else evaluator(program.where, readers)
         self.kept: list[tuple[bytes, bytes]] = []
         self._top: list[tuple[tuple[object, ...], bytes, bytes]] = []
-        self._order = [evaluator(item.node) for item in program.order]
+        self._order = [evaluator(item.node, readers) for item in program.order]
         self._order_key = _order_compare(program.order)
-        self._group = [evaluator(node) for node in program.group]
-        self._args = [None if a.arg is None else evaluator(a.arg) for a in program.aggregates]
+        self._group = [evaluator(node, readers) for node in program.group]
+        self._args = [None if a.arg is None else evaluator(a.arg, readers) for a in program.aggregates]
         self._groups: dict[tuple[object, ...], list[Any]] = {}
         self._updates = [
             (index, a.func, arg)
@@ -280,12 +288,17 @@ class ScanRun:
             and not program.group
             and all(a.func == "count_star" for a in program.aggregates)
         )
+        self._counts_matches = (
+            program.mode == AGGREGATE
+            and not program.group
+            and all(a.func == "count_star" for a in program.aggregates)
+        )
         self._worst: tuple[object, ...] | None = None  # of the top `keep` so far, once there are that many
+        # For a single numeric ORDER BY item: the worst kept row's value as its sort key holds it (negated
+        # when descending), so a row that cannot enter is passed over without building its key.
+        self._bound: int | float | None = None
         self._distinct = 0
         # Columns the query names that no row has shown yet: a name no row has is not a column.
-        names: set[str] = set()
-        for node in _program_nodes(program):
-            names |= columns_of(node)
         self._unseen = {name.casefold(): name for name in names}
 
     @property
@@ -293,38 +306,83 @@ class ScanRun:
         """Whether more rows can change the answer (a ROWS scan with all the rows it may send)."""
         return self.program.mode == ROWS and len(self.kept) >= self.program.keep
 
-    def feed(self, items: Sequence[tuple[bytes, bytes]]) -> None:
-        if not items or self.done:
-            return
-        self.scanned += len(items)
+    @property
+    def keys_only(self) -> bool:
+        """Whether the run needs only the keys of the rows (COUNT(*) of every row): `feed_keys` then."""
+        return self._count_only
+
+    def feed_keys(self, keys: Sequence[bytes]) -> None:
+        """`feed` for a `keys_only` run: the keys of the rows, without their values."""
+        if not self._count_only:
+            raise ValueError("this scan reads the rows' values: feed it the items")
+        self._count(len(keys))
+        states = self._groups.setdefault((), [0] * len(self.program.aggregates))
+        for index in range(len(states)):
+            states[index] += len(keys)
+
+    def _count(self, rows: int) -> None:
+        self.scanned += rows
         if self.max_scanned is not None and self.scanned > self.max_scanned:
             raise EvalError(
                 f"the query scanned more than {self.max_scanned:,} rows of one partition (the server's "
                 "query.scan.max.rows): narrow the WHERE on key columns"
             )
-        if self._count_only:  # COUNT(*) of every row: no row needs decoding
-            states = self._groups.setdefault((), [0] * len(self.program.aggregates))
-            for index in range(len(states)):
-                states[index] += len(items)
+
+    def feed(self, items: Sequence[tuple[bytes, bytes]]) -> None:
+        if not items or self.done:
             return
-        rows = decode_rows([row for _, row in items])
-        if self._unseen:
-            self._see(rows)
+        if self._count_only:  # COUNT(*) of every row: no row needs decoding
+            self.feed_keys([key for key, _ in items])
+            return
+        self._count(len(items))
         where = self._where
         mode = self.program.mode
+        if mode == ROWS and where is None:  # SELECT ... LIMIT n: the first rows, none decoded
+            kept = self.kept
+            kept.extend(items[: self.program.keep - len(kept)])
+            return
+        rows = self._decoded(items)
         if mode == ROWS:
-            keep, kept = self.program.keep, self.kept
-            for item, row in zip(items, rows, strict=True):
-                if where is None or where(row) is True:
-                    kept.append(item)
-                    if len(kept) >= keep:
-                        return
+            kept = self.kept
+            assert where is not None
+            matched = list(itertools.compress(items, _holds(where, rows)))
+            kept.extend(matched[: self.program.keep - len(kept)])
         elif mode == TOP:
             self._feed_top(items, rows)
+        elif where is None:
+            self._accumulate(rows)
+        elif self._counts_matches:
+            matches = sum(_holds(where, rows))
+            states = self._groups.setdefault((), [0] * len(self.program.aggregates))
+            for index in range(len(states)):
+                states[index] += matches
         else:
-            for row in rows:
-                if where is None or where(row) is True:
-                    self._accumulate(row)
+            self._accumulate(itertools.compress(rows, _holds(where, rows)))
+
+    def _decoded(self, items: Sequence[tuple[bytes, bytes]]) -> list[Any]:
+        """The rows of `items` as structs of the program's columns (`Projection`)."""
+        projection = self._projection
+        datas = [data for _, data in items]
+        rows = projection.decode_many(datas)
+        if rows is None:
+            return [self._decoded_one(data) for data in datas]
+        if self._unseen and rows:  # each row has every name exactly
+            self._unseen.clear()
+        return rows
+
+    def _decoded_one(self, data: bytes) -> Any:
+        """A row that lacks one of the program's columns exactly (or is no row: RowDecodeError, as
+        before), as its struct: each column as expressions read it from the whole row (case-insensitively,
+        NULL when absent)."""
+        projection = self._projection
+        row = projection.decode(data)
+        if row is not None:
+            self._unseen.clear()
+            return row
+        full = decode_row(data)
+        if self._unseen:
+            self._see((full,))
+        return projection.of_row([column_value(full, name) for name in projection.names])
 
     def _see(self, rows: Iterable[dict[str, object]]) -> None:
         for row in rows:
@@ -333,16 +391,32 @@ class ScanRun:
             if not self._unseen:
                 return
 
-    def _feed_top(self, items: Sequence[tuple[bytes, bytes]], rows: Sequence[dict[str, object]]) -> None:
+    def _feed_top(self, items: Sequence[tuple[bytes, bytes]], rows: Sequence[Any]) -> None:
         where, order, top, items_order = self._where, self._order, self._top, self.program.order
-        worst = self._worst
+        pairs: Iterable[tuple[tuple[bytes, bytes], Any]] = zip(items, rows, strict=True)
+        if where is not None:
+            pairs = itertools.compress(pairs, _holds(where, rows))
+        worst, bound = self._worst, self._bound
+        single = order[0] if len(order) == 1 else None
+        descending = bool(items_order) and items_order[0].descending
         try:
-            for (key, data), row in zip(items, rows, strict=True):
-                if where is None or where(row) is True:
-                    sort_key = sort_key_of([value(row) for value in order], items_order)
-                    # Items come in key order, so a row that only ties the worst kept one loses to it.
-                    if worst is None or sort_key < worst:
-                        top.append((sort_key, key, data))
+            for (key, data), row in pairs:
+                if single is not None:
+                    value = single(row)
+                    # Its key would be ((1, value or -value),): not below the worst's, it cannot enter.
+                    if (
+                        bound is not None
+                        and (type(value) is float or type(value) is int)
+                        and (-value if descending else value) >= bound
+                    ):
+                        continue
+                    values = [value]
+                else:
+                    values = [value_of(row) for value_of in order]
+                sort_key = sort_key_of(values, items_order)
+                # Items come in key order, so a row that only ties the worst kept one loses to it.
+                if worst is None or sort_key < worst:
+                    top.append((sort_key, key, data))
         except TypeError:
             raise EvalError(_unordered(items_order)) from None
         if len(top) > 2 * self.program.keep + 1024:
@@ -355,47 +429,58 @@ class ScanRun:
         except TypeError:
             raise EvalError(_unordered(self.program.order)) from None
         if keep and len(self._top) == keep:
-            self._worst = self._top[-1][0]
+            self._worst = worst = self._top[-1][0]
+            self._bound = None
+            if len(worst) == 1 and isinstance(worst[0], tuple) and len(worst[0]) == 2:
+                value = worst[0][1]
+                if type(value) is int or type(value) is float:
+                    self._bound = value
 
-    def _accumulate(self, row: dict[str, object]) -> None:
-        group = self._group
-        if not group:
-            key: tuple[object, ...] = ()
-        elif len(group) == 1:
-            key = (group[0](row),)
-        else:
-            key = tuple(value(row) for value in group)
-        states = self._groups.get(key)
-        if states is None:
-            for value in key:
-                if isinstance(value, list | dict):
-                    raise EvalError("GROUP BY on a list or struct value is not supported")
-            if len(self._groups) >= MAX_GROUPS:
-                raise EvalError(f"the GROUP BY makes more than {MAX_GROUPS:,} groups (the limit)")
-            states = self._groups[key] = [_initial(a.func) for a in self.program.aggregates]
-        for index, func, arg in self._updates:
-            if arg is None:
-                states[index] += 1
-                continue
-            value = arg(row)
-            if value is None:
-                continue
-            if func == "count":
-                states[index] += 1
-                continue
-            state = states[index]
-            kind = type(value)
-            if (
-                func == "sum"
-                and (kind is int or kind is float)
-                and (state is None or type(state) in _NUMBERS)
-            ):
-                states[index] = value if state is None else state + value
-            elif func in ("min", "max") and (state is None or type(state) is kind) and kind in _ORDERED:
-                if state is None or (value < state if func == "min" else value > state):  # type: ignore[operator]
-                    states[index] = value
+    def _accumulate(self, rows: Iterable[Any]) -> None:
+        group, groups, updates = self._group, self._groups, self._updates
+        single = group[0] if len(group) == 1 else None
+        for row in rows:
+            if single is not None:
+                key: tuple[object, ...] = (single(row),)
+            elif not group:
+                key = ()
             else:
-                states[index] = self._add(func, state, value)
+                key = tuple(value(row) for value in group)
+            states = groups.get(key)
+            if states is None:
+                states = self._new_group(key)
+            for index, func, arg in updates:
+                if arg is None:
+                    states[index] += 1
+                    continue
+                value = arg(row)
+                if value is None:
+                    continue
+                if func == "count":
+                    states[index] += 1
+                    continue
+                state = states[index]
+                kind = type(value)
+                if (
+                    func == "sum"
+                    and (kind is int or kind is float)
+                    and (state is None or type(state) in _NUMBERS)
+                ):
+                    states[index] = value if state is None else state + value
+                elif func in ("min", "max") and (state is None or type(state) is kind) and kind in _ORDERED:
+                    if state is None or (value < state if func == "min" else value > state):  # type: ignore[operator]
+                        states[index] = value
+                else:
+                    states[index] = self._add(func, state, value)
+
+    def _new_group(self, key: tuple[object, ...]) -> list[Any]:
+        for value in key:
+            if isinstance(value, list | dict):
+                raise EvalError("GROUP BY on a list or struct value is not supported")
+        if len(self._groups) >= MAX_GROUPS:
+            raise EvalError(f"the GROUP BY makes more than {MAX_GROUPS:,} groups (the limit)")
+        states = self._groups[key] = [_initial(a.func) for a in self.program.aggregates]
+        return states
 
     def _add(self, func: str, state: Any, value: object) -> Any:
         if func == "count":
@@ -434,6 +519,12 @@ class ScanRun:
             for key, states in self._groups.items()
         ]
         return (), pack({"scanned": self.scanned, "groups": groups})
+
+
+def _holds(where: Callable[[Any], object], rows: Iterable[Any]) -> Iterator[bool]:
+    """Whether `where` is TRUE (not NULL, not a non-boolean) for each row: maps in C, a Python frame
+    per row only for `where` itself."""
+    return map(operator.is_, map(where, rows), itertools.repeat(True))
 
 
 _NUMBERS: Final = (int, float)

@@ -21,6 +21,7 @@ store, either the complete old one or the complete new one:
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import shutil
 import struct
@@ -30,7 +31,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import cast
+from typing import Any, cast
 
 from rocksdict import (
     BlockBasedOptions,
@@ -231,15 +232,22 @@ class _Cursor:
 
     __slots__ = ("__weakref__", "_items", "_path")
 
-    def __init__(self, path: Path, items: Iterator[tuple[bytes, bytes]]) -> None:
+    def __init__(self, path: Path, items: Iterator[Any]) -> None:
         self._path = path
-        self._items: Iterator[tuple[bytes, bytes]] | None = items
+        self._items: Iterator[Any] | None = items
 
     def next_item(self) -> tuple[bytes, bytes] | None:
         # No caller may hold the iterator across a yield, or release() could not drop the last reference.
         if self._items is None:
             raise StoreError(self._path, "closed during a scan")
-        return next(self._items, None)
+        return cast(tuple[bytes, bytes] | None, next(self._items, None))
+
+    def next_chunk(self, size: int) -> list[Any]:
+        """Up to `size` more entries, taken from the iterator in C (islice): a Python frame per entry cost
+        a third of a whole scan of counted keys."""
+        if self._items is None:
+            raise StoreError(self._path, "closed during a scan")
+        return list(itertools.islice(self._items, size))
 
     def release(self) -> None:
         self._items = None
@@ -366,6 +374,42 @@ class Store:
         cursor = _Cursor(self._path, items)
         self._cursors.add(cursor)
         return self._scan(cursor, limit, start, end)
+
+    def scan_chunks(
+        self, start: bytes | None, end: bytes | None, size: int, *, keys_only: bool = False
+    ) -> Iterator[list[Any]]:
+        """`scan(start, end)` in lists of up to `size` (key, value) items (the last may be shorter, none is
+        empty), or of keys alone with `keys_only` (no value copied out of RocksDB: what a COUNT(*) needs).
+        A scan run in steps takes a list at a time, gathered in C rather than a Python frame per entry.
+        The same view and the same end-of-range check as `scan`."""
+        if size <= 0:
+            raise ValueError(f"size must be > 0, got {size}")
+        db = self._require_open()
+        if start is not None and end is not None and start >= end:
+            return iter(())
+        read_options = ReadOptions()
+        if end is not None:
+            read_options.set_iterate_upper_bound(end)
+        entries = (db.keys if keys_only else db.items)(from_key=start, read_opt=read_options)
+        cursor = _Cursor(self._path, entries)
+        self._cursors.add(cursor)
+        return self._chunks(cursor, size, start, end, keys_only)
+
+    def _chunks(
+        self, cursor: _Cursor, size: int, start: bytes | None, end: bytes | None, keys_only: bool
+    ) -> Iterator[list[Any]]:
+        try:
+            last: bytes | None = None
+            while True:
+                chunk = cursor.next_chunk(size)
+                if chunk:
+                    last = chunk[-1] if keys_only else chunk[-1][0]
+                    yield chunk
+                if len(chunk) < size:
+                    self._check_scan_end(start if last is None else last, last is not None, end)
+                    return
+        finally:
+            cursor.release()
 
     def _scan(
         self, cursor: _Cursor, limit: int | None, start: bytes | None, end: bytes | None

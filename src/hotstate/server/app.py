@@ -290,6 +290,7 @@ class Server:
                 scan_max_rows=config.scan_max_rows,
                 scan_max_concurrent=config.scan_max_concurrent,
                 scan_step_rows=config.scan_step_rows,
+                scan_step_ms=config.scan_step_ms,
                 on_scan_cancelled=self.metrics.scans_cancelled.labels("client_gone").inc,
             )
             self.queries = Coordinator(

@@ -12,10 +12,10 @@ A read never opens, closes or rebuilds a store: a store that fails under it is r
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import time
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
+from typing import Any, Final
 
 from hotstate.controller.image import MetadataImage
 from hotstate.protocol.replica_state import ReplicaState
@@ -36,6 +36,9 @@ from hotstate.server.replicas import LocalReplica, replica_state
 
 log = logging.getLogger(__name__)
 
+# The rows a scan feeds its program at a time, between reads of the clock (query.scan.step.ms).
+SCAN_CHUNK_ROWS: Final = 256
+
 # What a local replica serves: (state, position, offset lag, items).
 LocalRead = tuple[ReplicaState, int, int, tuple[tuple[bytes, bytes], ...]]
 
@@ -52,6 +55,7 @@ class LocalReads:
         scan_max_rows: int = 10_000_000,
         scan_max_concurrent: int = 4,
         scan_step_rows: int = 1000,
+        scan_step_ms: int = 1,
         on_scan_cancelled: Callable[[], None] = lambda: None,
     ) -> None:
         """`replicas`: this server's replicas by (table id, partition) now (none on a server that holds
@@ -66,6 +70,7 @@ class LocalReads:
         self.scan_max_rows = scan_max_rows
         self.scan_max_concurrent = scan_max_concurrent
         self.scan_step_rows = scan_step_rows
+        self.scan_step_ms = scan_step_ms
         self.scans = 0  # partition scans running now
         self._on_scan_cancelled = on_scan_cancelled
 
@@ -84,8 +89,9 @@ class LocalReads:
         return QueryPartitionsResponse(tuple(answers))
 
     async def scan(self, request: PartitionQueryRequest) -> PartitionQueryResponse:
-        """A scan (`request.program`) of one partition from this server's replica, `scan_step_rows` rows
-        at a time with a yield to the event loop after each, or a refusal."""
+        """A scan (`request.program`) of one partition from this server's replica, in steps of at most
+        `scan_step_rows` rows and about `scan_step_ms` with a yield to the event loop after each, or a
+        refusal."""
         steps = self._scan_steps(request)
         try:
             while True:
@@ -133,21 +139,37 @@ class LocalReads:
                 yield PartitionQueryResponse(ReplicaError.INVALID_REQUEST, f"bad scan program: {error}")
                 return
             store = replica.store
-            step = self.scan_step_rows
+            step_rows, step_s = self.scan_step_rows, self.scan_step_ms / 1000
+            # A step feeds chunks of at most SCAN_CHUNK_ROWS rows until it has fed step_rows or run for
+            # step_s, whichever comes first: a clock read per chunk, not per row.
+            chunk_rows = min(step_rows, SCAN_CHUNK_ROWS)
             try:
+                # Lists of (key, value) items, or of keys alone for a run that needs no values.
+                chunks: Iterator[list[Any]]
                 if request.scan:
-                    source = store.scan(request.start, request.end)
+                    chunks = store.scan_chunks(
+                        request.start, request.end, chunk_rows, keys_only=run.keys_only
+                    )
                 else:
                     values = store.get_many(request.keys)
-                    found = [(k, v) for k, v in zip(request.keys, values, strict=True) if v is not None]
-                    source = iter(found)
+                    found: list[Any] = [
+                        (k if run.keys_only else (k, v))
+                        for k, v in zip(request.keys, values, strict=True)
+                        if v is not None
+                    ]
+                    chunks = iter([found[at : at + chunk_rows] for at in range(0, len(found), chunk_rows)])
+                feed: Callable[[Any], None] = run.feed_keys if run.keys_only else run.feed
                 give_up = None if not program.budget_ms else time.monotonic() + program.budget_ms / 1000
-                while True:
-                    chunk = list(itertools.islice(source, step))
-                    run.feed(chunk)
-                    if len(chunk) < step or run.done:
+                fed, step_ends = 0, time.monotonic() + step_s
+                for chunk in chunks:
+                    feed(chunk)
+                    if run.done:
                         break
-                    if give_up is not None and time.monotonic() > give_up:
+                    fed += len(chunk)
+                    now = time.monotonic()
+                    if fed < step_rows and now < step_ends:
+                        continue
+                    if give_up is not None and now > give_up:
                         # The coordinator has given up on the query by now: scanning on helps nobody.
                         yield PartitionQueryResponse(
                             ReplicaError.TIMEOUT,
@@ -156,6 +178,7 @@ class LocalReads:
                         )
                         return
                     yield None
+                    fed, step_ends = 0, time.monotonic() + step_s
                 items, partial = run.answer()
             except EvalError as error:
                 yield PartitionQueryResponse(ReplicaError.BAD_QUERY, str(error), state, position, offset_lag)

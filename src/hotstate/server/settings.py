@@ -681,8 +681,19 @@ _QUERIES: Final = (
         "scan_step_rows",
         unit="rows",
         doc=(
-            "A scan reads this many rows between yields to the event loop, so that lookups, heartbeats and "
-            "replication keep their latency while it runs (a step of 1,000 rows takes a few ms)."
+            "A scan reads at most this many rows between yields to the event loop, so that lookups, "
+            "heartbeats and replication keep their latency while it runs (query.scan.step.ms may end a "
+            "step sooner)."
+        ),
+    ),
+    Setting(
+        "query.scan.step.ms",
+        "scan_step_ms",
+        unit="ms",
+        doc=(
+            "A scan yields to the event loop once a step has run this long (checked every 256 rows), or "
+            "after query.scan.step.rows rows, whichever comes first: a lookup waits about one step of each "
+            "scan running on its server (docs/queries.md, the cost model)."
         ),
     ),
 )

@@ -68,6 +68,7 @@ class ServerConfig:
     scan_max_rows: int = 10_000_000
     scan_max_concurrent: int = 4
     scan_step_rows: int = 1000
+    scan_step_ms: int = 1
     log_level: str = "INFO"
     rpc_tls: TlsFiles = field(default_factory=TlsFiles)
     http_tls: TlsFiles = field(default_factory=TlsFiles)
