@@ -414,3 +414,20 @@ def test_open_after_a_crash_in_destroy(tmp_path: Path) -> None:
     with Store.open(path) as store:
         assert (contents(store), store.position) == ([], 0)
     assert leftovers(path) == []
+
+
+# --- the write-time index (TTL by write time) ---------------------------------------------------------
+
+
+def test_write_times_follow_puts_and_deletes_and_survive_a_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "p"
+    with Store.open(path) as store:
+        store.apply([(b"a", b"1"), (b"b", b"2")], 2, 1, b"T1______")
+        store.apply([(b"a", b"3"), (b"b", None)], 4, 1, b"T2______")
+        store.apply([(b"c", b"4")], 5, 1)  # a table without the index: none written
+        assert store.written_many([b"a", b"b", b"c"]) == [b"T2______", None, None]
+        store.stamp_written([b"c"], b"T3______")
+        assert store.position == 5  # stamping is outside the log's position
+    with Store.open(path) as store:
+        assert store.written_many([b"a", b"c"]) == [b"T2______", b"T3______"]
+        assert contents(store) == [(b"a", b"3"), (b"c", b"4")]  # the index is no data

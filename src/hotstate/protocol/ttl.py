@@ -62,8 +62,8 @@ def parse_duration(text: str) -> int:
 
 
 def format_duration(micros: int) -> str:
-    """The shortest exact form parse_duration reads back, e.g. 7d, 90m, 1500ms."""
-    for unit in ("w", "d", "h", "m", "s", "ms"):
+    """The shortest exact form parse_duration reads back in units up to days, e.g. 7d, 90m, 1500ms."""
+    for unit in ("d", "h", "m", "s", "ms"):
         factor = _UNITS_US[unit]
         if micros % factor == 0:
             return f"{micros // factor}{unit}"
