@@ -154,3 +154,14 @@ def test_ttl_refusals_name_the_problem() -> None:
         checked_ttl(None, "at", KEYS, None, values)
     with pytest.raises(ValueError, match="no such column"):
         checked_ttl("1h", "gone", KEYS, None, values)
+
+
+def test_a_newest_end_learnt_from_writes_expires_windows_before_the_sweep_reaches_it() -> None:
+    sweep = RetentionSweep(WINDOWS)
+    keys = [key("a", m, m + 5) for m in range(0, 30, 5)]
+    assert window_page(sweep, keys, limit=1000) == keys[:3]  # newest end 30: ends below 20 expire
+    sweep.saw(window_end_us(key("z", 100, 105)))  # a newer window applied, in a page not read yet
+    assert window_page(sweep, keys, limit=1000) == keys
+    sweep.saw(None)
+    sweep.saw(0)  # never backwards
+    assert sweep.newest_us == window_end_us(key("z", 100, 105))

@@ -137,6 +137,12 @@ class RetentionSweep:
     cursor: bytes | None = None  # the last key of the previous page; None: from the first key
     newest_us: int | None = None
 
+    def saw(self, newest_us: int | None) -> None:
+        """A newest time learnt elsewhere (the window ends the replica applied since it opened): windows
+        start expiring as soon as a newer one is written, not once the sweep's page reaches it."""
+        if newest_us is not None and (self.newest_us is None or newest_us > self.newest_us):
+            self.newest_us = newest_us
+
     def start(self) -> bytes | None:
         """The first key the next page may hold (keys above the cursor)."""
         return None if self.cursor is None else self.cursor + b"\x00"
@@ -149,9 +155,7 @@ class RetentionSweep:
         over)."""
         self.cursor = keys[-1] if len(keys) >= limit and keys else None
         if self.rule.from_newest:
-            seen = max((t for t in times if t is not None), default=None)
-            if seen is not None and (self.newest_us is None or seen > self.newest_us):
-                self.newest_us = seen
+            self.saw(max((t for t in times if t is not None), default=None))
             if self.newest_us is None:
                 return []
             oldest_kept = self.newest_us - self.rule.limit_us

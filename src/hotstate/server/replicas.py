@@ -80,6 +80,7 @@ from hotstate.replica.retention import (
     expiry_times,
     pack_written,
     unpack_written,
+    window_end_us,
 )
 from hotstate.replica.shell import Effects, ReplicaShell
 from hotstate.replica.store import Store, StoreCorruptError, StoreError, StoreSnapshot
@@ -153,6 +154,9 @@ class LocalReplica:
     # A catch-up fetch held back by the move throttle (the newest the core asked for), sent when it may go.
     throttled_fetch: FetchRequest | None = None
     feeds: FeedsPort | None = None  # the server's push-query hub (server/feeds.py)
+    # A windowed table with a retention: the newest window end this replica applied since it opened (its
+    # sweep, once active, measures the retention from it and from what its pages show).
+    newest_end_us: int | None = None
     shell: ReplicaShell = field(init=False, repr=False)  # set by ReplicaManager._open
 
     @property
@@ -218,6 +222,10 @@ class _ReplicaStore:
         written = None
         if table.ttl is not None and table.ttl.column is None and table.window is None:
             written = pack_written(time.time_ns() // 1000)
+        elif table.window is not None and table.window.retention_us is not None:
+            newest = max((window_end_us(key) or 0 for key, row in decoded if row is not None), default=0)
+            if newest and (replica.newest_end_us is None or newest > replica.newest_end_us):
+                replica.newest_end_us = newest
         try:
             store.apply(decoded, batch.next_offset, batch.leader_epoch, written)
         except (OSError, StoreError) as error:
@@ -626,6 +634,8 @@ class ReplicaManager:
         sweep = self._sweeps.get(replica.pid)
         if sweep is None or sweep.rule != rule:
             sweep = self._sweeps[replica.pid] = RetentionSweep(rule)
+        if rule.from_newest:
+            sweep.saw(replica.newest_end_us)
         now_us = time.time_ns() // 1000
         try:
             page = list(replica.store.scan(sweep.start(), None, limit=RETENTION_PAGE))
