@@ -76,6 +76,8 @@ BLOCK_CACHE_BYTES = 64 << 20
 # would keep every WAL file alive; past this total RocksDB flushes it so old WAL files can go.
 MAX_TOTAL_WAL_BYTES = 4 * WRITE_BUFFER_BYTES
 MAX_OPEN_FILES = 256
+DELETION_WINDOW = 1000
+DELETION_TRIGGER = 500
 
 _block_cache: Cache | None = None
 _open_paths: set[Path] = set()
@@ -157,6 +159,11 @@ def _options() -> Options:
     options.set_max_open_files(MAX_OPEN_FILES)
     options.set_keep_log_file_num(2)
     options.set_max_log_file_size(1 << 20)
+    # Tables that delete what they write (deletes, TTL, window retention): an SST file where some
+    # DELETION_WINDOW consecutive entries hold DELETION_TRIGGER tombstones (or half its entries are
+    # tombstones) is marked for compaction at once, so deleted rows' space and the tombstones themselves
+    # go without waiting for the level to fill (RocksDB's CompactOnDeletionCollector).
+    options.add_compact_on_deletion_collector_factory(DELETION_WINDOW, DELETION_TRIGGER, 0.5)
     return options
 
 
