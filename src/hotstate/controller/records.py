@@ -123,7 +123,7 @@ class TableWindow:
 class TableTtl:
     """A plain (non-windowed) table's time to live: a row is deleted once `ttl_us` has passed since its
     timestamp column `column` (a TIMESTAMP key column, or a value column its writers declare `timestamp`),
-    or, with no column, since it was last written (replica.retention, docs/operations.md#ttl)."""
+    or, with no column, since it was last written (replica.retention; docs/operations.md, "Expiry")."""
 
     ttl_us: int
     column: str | None = None  # None: by write time

@@ -98,8 +98,8 @@ def materialize(
     TTL (plain tables): `ttl`, a duration such as "7d", "12h" or "30 minutes": a row is deleted once that
     long has passed since its `ttl_column` (a timestamp column, key or value), or, without one, since it
     was last written; the actives delete expired rows a page at a time and the deletes are replicated
-    (docs/spark.md#ttl). Set when the table is created. A bad duration, a windowed table (use
-    `retention`), or a column that is missing or not a timestamp is a ValueError raised here.
+    (docs/operations.md, "Expiry"). Set when the table is created. A bad duration, a windowed table
+    (use `retention`), or a column that is missing or not a timestamp is a ValueError raised here.
     """
     if not df.isStreaming:
         raise ValueError("materialize needs a streaming DataFrame (spark.readStream...)")
