@@ -637,6 +637,7 @@ class ReplicaManager:
         if rule.from_newest:
             sweep.saw(replica.newest_end_us)
         now_us = time.time_ns() // 1000
+        position = replica.store.position  # before the scan: whatever is applied during it is after this
         try:
             page = list(replica.store.scan(sweep.start(), None, limit=RETENTION_PAGE))
             keys = [key for key, _ in page]
@@ -652,10 +653,18 @@ class ReplicaManager:
             return 0
         rows = [row for _, row in page] if rule.reads_rows else None
         expired = sweep.page(keys, expiry_times(rule, keys, rows, written), RETENTION_PAGE, now_us)
+        if expired:
+            # Keys written (or deleted) after what the page read, in the log but not in the store yet, are
+            # left for the next pass: their tombstone must not overtake a rewrite. With no await between
+            # here and the tombstones' append, every write is either among these or after the tombstones.
+            pending = {
+                key
+                for batch in replica.core.records_from(position)
+                for key, _ in decode_records(batch.records[max(0, position - batch.base_offset) :])
+            }
+            expired = [key for key in expired if key not in pending]
         if not expired:
             return 0
-        # No await between the page's read and the tombstones' append: only a write already appended
-        # (not yet committed) when the page was read can be overtaken by its tombstone.
         part = self.image.partitions.get(replica.table.table_id, ())[replica.partition]
         rows_out = tuple(encode_tombstone(key) for key in expired)
         started = self._start_produce(
