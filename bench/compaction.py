@@ -41,6 +41,7 @@ from hotstate.client.writer import Delete, TableWriter
 from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.controller.requests import ControllerError
 from hotstate.protocol.rows import encode_row
+from hotstate.replica.core import ReplicaConfig
 
 TABLE = "churn"
 PARTITIONS = 6
@@ -171,6 +172,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--live", type=int, default=200_000, help="rows the table holds throughout")
     parser.add_argument("--settle-s", type=float, default=30.0)
+    parser.add_argument(
+        "--log-retention-records",
+        type=int,
+        default=None,
+        help="the servers' replica.log.retention.records (default: theirs, 100,000)",
+    )
     parser.add_argument("--quick", action="store_true", help="10,000 live rows, 5 s settle, results to /tmp")
     args = parser.parse_args()
     live, settle_s = (10_000, 5.0) if args.quick else (args.live, args.settle_s)
@@ -178,7 +185,10 @@ def main() -> None:
     row_bytes = len(encode_row(row(0)))
     with tempfile.TemporaryDirectory(prefix="hotstate-compaction-") as scratch:
         cluster = LocalCluster.create(Path(scratch) / "cluster", 3)
-        cluster.write_configs()
+        if args.log_retention_records is None:
+            cluster.write_configs()
+        else:
+            cluster.write_configs(replica=ReplicaConfig(log_retention_records=args.log_retention_records))
         cluster.save()
         sampler: Sampler | None = None
         try:
@@ -236,6 +246,7 @@ def main() -> None:
         "load_average_1m": os.getloadavg()[0],
         "python": platform.python_version(),
         "live_rows": live,
+        "log_retention_records": args.log_retention_records,
         "row_bytes": row_bytes,
         "rows_at_end": rows_at_end,
         "setup": setup,

@@ -100,6 +100,10 @@ RETENTION_TICK_S = 0.5
 RETENTION_BUSY_TICK_S = 0.02
 RETENTION_PAGE = 1000
 SNAPSHOT_CHUNK_BYTES = 1024 * 1024
+# A partition log gives space back a whole segment at a time once its start (replica.log.retention.records
+# below the store) has passed it: smaller segments than the log's 64 MiB default keep what a table that
+# deletes what it writes holds on disk close to the retention (bench/compaction.py).
+PARTITION_LOG_SEGMENT_BYTES = 16 * 1024 * 1024
 SNAPSHOT_IDLE_S = 60.0
 SNAPSHOT_REQUEST_TIMEOUT_S = 10.0
 # With the move throttle on, the bucket's burst and the most one catch-up answer may carry: a tenth of a
@@ -952,7 +956,7 @@ def open_replica_files(
         raise DamagedReplicaError(str(error)) from error
     try:
         store.verify()
-        plog = Log.open(directory / "log", fsync=fsync)
+        plog = Log.open(directory / "log", fsync=fsync, segment_bytes=PARTITION_LOG_SEGMENT_BYTES)
     except (StoreCorruptError, CorruptLogError) as error:
         store.close()
         raise DamagedReplicaError(str(error)) from error
