@@ -95,7 +95,7 @@ log = logging.getLogger(__name__)
 TICK_S = 0.01
 # Expiry (windowed tables' retention, plain tables' TTL): each active sweeps one page of its keys this
 # often, so expiry runs in small steps beside the queries (a page's scan and its tombstones' write), never
-# a stall; while pages find expired rows, the busy tick instead.
+# a stall; a partition whose last page found expired rows, at the busy tick instead.
 RETENTION_TICK_S = 0.5
 RETENTION_BUSY_TICK_S = 0.02
 RETENTION_PAGE = 1000
@@ -615,22 +615,29 @@ class ReplicaManager:
 
     # ------------------------------------------------------------------ expiry: window retention and TTL
     async def _retention_loop(self) -> None:
-        busy = False
+        due: dict[PartitionId, float] = {}  # when each partition's next page is
         while True:
-            # While pages keep finding expired rows the next step comes soon (a backlog drains at many
-            # pages a second); each step is still one page per partition, so queries run between them.
-            await asyncio.sleep(RETENTION_BUSY_TICK_S if busy else RETENTION_TICK_S)
-            busy = False
+            await asyncio.sleep(RETENTION_BUSY_TICK_S)
+            now = time.monotonic()
             for pid, replica in list(self.replicas.items()):
                 table = replica.table
                 rule = expiry_rule(table.key_columns, table.window, table.ttl)
                 if rule is None or replica.core.role is not ReplicaRole.LEADER:
                     self._sweeps.pop(pid, None)  # a new active sweeps from the start
+                    due.pop(pid, None)
                     continue
+                if due.get(pid, 0.0) > now:
+                    continue
+                deleted = 0
                 try:
-                    busy = await self._expire_page(replica, rule) > 0 or busy
+                    deleted = await self._expire_page(replica, rule)
                 except Exception as error:  # the next tick tries again
                     log.warning("%s/%d: expiry step failed: %s", replica.table.name, replica.partition, error)
+                # While its pages keep finding expired rows a partition's next step comes soon (a backlog
+                # drains at many pages a second); each step is still one page, so queries run between them.
+                due[pid] = time.monotonic() + (RETENTION_BUSY_TICK_S if deleted else RETENTION_TICK_S)
+            for pid in [pid for pid in due if pid not in self.replicas]:
+                del due[pid]
 
     async def _expire_page(self, replica: LocalReplica, rule: ExpiryRule) -> int:
         """One step of a partition's expiry: a page of its keys (and rows or write times, as the rule
