@@ -662,6 +662,99 @@ def scans(data: Mapping[str, Any]) -> Section:
     )
 
 
+def expiry(data: Mapping[str, Any]) -> Section:
+    idle, during = data["lookups_idle"], data["lookups_during_expiry"]
+    stalls = [
+        (
+            node,
+            s["expired_rows"],
+            s["idle"]["stall_exact_ms"] or s["idle"]["stall_at_most_ms"],
+            s["expiry"]["stall_exact_ms"] or s["expiry"]["stall_at_most_ms"],
+        )
+        for node, s in sorted(data["stalls_per_server"].items())
+    ]
+    return Section(
+        f"{fmt(data['rows'])} windowed rows of {data['row_bytes']} bytes on 3 servers, one standby, made "
+        "older than their retention at once; point lookups on another table through server 1, idle and "
+        "while the actives delete them, in the same run.",
+        [
+            Table(
+                ("expired rows", "seconds", "rows/s", "rows left per server"),
+                [
+                    (
+                        data["rows"],
+                        data["expiry_s"],
+                        data["expiry_rows_per_s"],
+                        fmt(list(data["rows_left_per_server"].values())),
+                    )
+                ],
+            ),
+            Table(
+                ("point lookups", "count", "p50 ms", "p99 ms", "max ms"),
+                [
+                    ("idle", idle["n"], idle["p50_ms"], idle["p99_ms"], idle["max_ms"]),
+                    ("during expiry", during["n"], during["p50_ms"], during["p99_ms"], during["max_ms"]),
+                ],
+            ),
+            Table(
+                ("server", "rows it expired", "longest loop stall idle ms", "longest loop stall expiring ms"),
+                stalls,
+                "a stall is how late a 10 ms timer fired; shown as its histogram bucket's upper bound "
+                "unless it was the server's longest yet",
+            ),
+        ],
+        [f"Lookup p99 during expiry / idle: {fmt(data['p99_ratio_during_vs_idle'])}."],
+    )
+
+
+def compaction(data: Mapping[str, Any]) -> Section:
+    rows = [
+        (
+            node,
+            p["replicas"],
+            p["live_bytes"],
+            p["start_bytes"],
+            p["peak_bytes"],
+            p["end_bytes"],
+            p["end_ratio"],
+            data["growth_second_half"].get(node),
+        )
+        for node, p in sorted(data["per_server"].items())
+    ]
+    total = data["total"]
+    return Section(
+        f"A table of {fmt(data['live_rows'])} rows of {data['row_bytes']} bytes (6 partitions, one standby) "
+        "whose writer replaces 10x its size (new keys written, the oldest deleted); every server's data "
+        "directory measured throughout.",
+        [
+            Table(
+                (
+                    "server",
+                    "replicas",
+                    "live bytes",
+                    "start bytes",
+                    "peak bytes",
+                    "end bytes",
+                    "end / live",
+                    "growth, second half",
+                ),
+                rows,
+            )
+        ],
+        [
+            f"Total: start {fmt(total['start_bytes'])}, peak {fmt(total['peak_bytes'])}, end "
+            f"{fmt(total['end_bytes'])} bytes, {fmt(total['end_ratio'])}x the live data. Flat: "
+            f"{fmt(data['flat'])}.",
+            "At the end, partition logs and stores: "
+            + "; ".join(
+                f"server {node}: logs {fmt(split['logs'])}, stores {fmt(split['stores'])} bytes"
+                for node, split in sorted(data.get("breakdown_end", {}).items())
+            )
+            + ".",
+        ],
+    )
+
+
 def push(results: Mapping[str, Any]) -> Section:
     data = results["results"]
     kill = data.get("kill", {})
@@ -856,6 +949,8 @@ FORMATTERS: dict[str, Formatter] = {
     "bulk_load": bulk_load,
     "push": push,
     "scans": scans,
+    "expiry": expiry,
+    "compaction": compaction,
     "chaos": chaos,
     "cross_rack": cross_rack,
     "freshness": freshness,

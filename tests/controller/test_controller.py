@@ -480,3 +480,56 @@ def test_window_bounds_and_windows_that_do_not_fit_are_refused() -> None:
         reply = harness.handle(request).reply
         assert reply.error is ControllerError.INVALID_REQUEST and fragment in reply.message, reply.message
     assert "t" not in harness.image.tables
+
+
+TTL_KEY = (KeyColumn("user", KeyType.STRING), KeyColumn("seen", KeyType.TIMESTAMP))
+
+
+def test_a_tables_ttl_goes_through_the_log_and_a_snapshot_and_old_records_still_decode() -> None:
+    import msgpack
+
+    from hotstate.controller.codec import RECORDS, decode_batch, encode_batch
+    from hotstate.controller.records import CreateTable, TableTtl
+    from hotstate.controller.snapshot import decode_snapshot, encode_snapshot
+
+    harness = three_brokers()
+    ttl = TableTtl(3_600_000_000, "seen")
+    decision = harness.handle(CreateTableRequest("t", 2, 0, TTL_KEY, None, ttl=ttl))
+    assert decision.reply.error is ControllerError.NONE
+    assert harness.image.tables["t"].ttl == ttl
+    [batch] = decision.batches
+    assert decode_batch(encode_batch(batch)) == batch
+    assert decode_snapshot(encode_snapshot(harness.image)).tables["t"].ttl == ttl
+    # A version 4 record (written before TTLs): no ttl field, decodes as a table without one.
+    record = CreateTable("old", 9, 1, 0, TTL_KEY, None)
+    type_id, version, fields = msgpack.unpackb(RECORDS.encode(record))
+    assert version == 5
+    old = RECORDS.decode(msgpack.packb([type_id, 4, fields[:-1]]))
+    assert old == record and isinstance(old, CreateTable) and old.ttl is None
+
+
+def test_ttls_that_do_not_fit_the_table_are_refused() -> None:
+    from hotstate.controller.records import TableTtl, ValueColumn
+    from hotstate.controller.requests import SetValueColumnsRequest
+
+    harness = three_brokers()
+    tumbling = TableWindow("window", "TUMBLING", 60_000_000, 60_000_000, 60_000_000)
+    for request, fragment in [
+        (CreateTableRequest("t", 1, 0, WINDOW_KEY, None, window=tumbling, ttl=TableTtl(1)), "retention"),
+        (CreateTableRequest("t", 1, 0, TTL_KEY, None, ttl=TableTtl(1, "user")), "not a TIMESTAMP"),
+        (CreateTableRequest("t", 1, 0, TTL_KEY, None, ttl=TableTtl(-5)), "must be positive"),
+    ]:
+        reply = harness.handle(request).reply
+        assert reply.error is ControllerError.INVALID_REQUEST and fragment in reply.message, reply.message
+    assert "t" not in harness.image.tables
+    # A value column as the ttl column: its writer's declaration is checked against it.
+    created = harness.handle(CreateTableRequest("t", 1, 0, TTL_KEY, None, ttl=TableTtl(1, "at"))).reply
+    assert created.error is ControllerError.NONE
+    for columns, fragment in [
+        ((ValueColumn("at", "string"),), "not a timestamp"),
+        ((ValueColumn("x", "timestamp"),), "no such column"),
+    ]:
+        reply = harness.handle(SetValueColumnsRequest("t", columns)).reply
+        assert reply.error is ControllerError.INVALID_REQUEST and fragment in reply.message, reply.message
+    ok = harness.handle(SetValueColumnsRequest("t", (ValueColumn("at", "timestamp"),))).reply
+    assert ok.error is ControllerError.NONE

@@ -861,3 +861,13 @@ def test_the_log_start_follows_the_store_keeping_the_retention_and_says_so_once(
     h.produce(1, [b"w"])  # applied 8, target 6: still inside [4, 7), the start stays
     starts = [op for op in h.log_ops(1) if isinstance(op, AdvanceStart)]
     assert starts == [AdvanceStart(1), AdvanceStart(2), AdvanceStart(4)]  # no op when the start stays
+
+
+def test_records_from_a_store_position_are_what_the_store_does_not_hold_yet() -> None:
+    h = started()
+    h.write(1, [b"a", b"b"])
+    h.settle()
+    assert h.stores[1].position == 2 and h.cores[1].records_from(2) == []
+    h.write(1, [b"c"])  # appended, not committed: the followers have not fetched it
+    assert [b.records for b in h.cores[1].records_from(2)] == [(b"c",)]
+    assert [r for b in h.cores[1].records_from(0) for r in b.records] == [b"a", b"b", b"c"]

@@ -438,3 +438,36 @@ def test_open_after_a_crash_in_destroy(tmp_path: Path) -> None:
     with Store.open(path) as store:
         assert (contents(store), store.position) == ([], 0)
     assert leftovers(path) == []
+
+
+# --- the write-time index (TTL by write time) ---------------------------------------------------------
+
+
+def test_write_times_follow_puts_and_deletes_and_survive_a_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "p"
+    with Store.open(path) as store:
+        store.apply([(b"a", b"1"), (b"b", b"2")], 2, 1, b"T1______")
+        store.apply([(b"a", b"3"), (b"b", None)], 4, 1, b"T2______")
+        store.apply([(b"c", b"4")], 5, 1)  # a table without the index: none written
+        assert store.written_many([b"a", b"b", b"c"]) == [b"T2______", None, None]
+        store.stamp_written([b"c"], b"T3______")
+        assert store.position == 5  # stamping is outside the log's position
+    with Store.open(path) as store:
+        assert store.written_many([b"a", b"c"]) == [b"T2______", b"T3______"]
+        assert contents(store) == [(b"a", b"3"), (b"c", b"4")]  # the index is no data
+
+
+def test_a_store_made_before_the_write_time_index_opens_and_gains_it(tmp_path: Path) -> None:
+    from rocksdict import Rdict
+
+    from hotstate.replica import store as store_module
+
+    path = tmp_path / "p"
+    options = store_module._options()
+    old = Rdict(str(path), options, column_families={store_module.META_COLUMN_FAMILY: options})
+    old[b"k"] = b"v"
+    old.close()
+    with Store.open(path) as store:
+        assert contents(store) == [(b"k", b"v")] and store.written_many([b"k"]) == [None]
+        store.apply([(b"k", b"w")], 1, 1, b"T1______")
+        assert store.written_many([b"k"]) == [b"T1______"]

@@ -164,3 +164,39 @@ def test_value_columns_are_inferred_from_a_sample() -> None:
     assert merged([{"a": 1}, {"b": 2.0}]) == MapType(StringType(), DoubleType(), True)
     assert merged([None, None]) is None
     assert merged(["x", 1]) == StringType()
+
+
+def test_a_writers_ttl_options_are_checked_against_its_schema_before_anything_is_sent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from hotstate.spark.source import _sink_config
+
+    for name in ("HOTSTATE_CLUSTER", "HOTSTATE_CLUSTER_ID", "HOTSTATE_CLUSTER_SECRET", "HOTSTATE_RACK"):
+        monkeypatch.delenv(name, raising=False)
+    given = {
+        "table": "t",
+        "key": "user",
+        "partitions": "2",
+        "cluster": "h:1",
+        "clusterId": "c",
+        "secret": "s",
+    }
+    schema = StructType(
+        [
+            StructField("user", StringType()),
+            StructField("at", TimestampType()),
+            StructField("local", TimestampNTZType()),
+            StructField("n", LongType()),
+        ]
+    )
+    settings = write_settings({**given, "ttl": "7d", "ttlColumn": "at"})
+    assert settings.ttl == "7d" and settings.ttl_column == "at"
+    # Refused from the schema alone: nothing is contacted (no server listens at h:1).
+    for options, message in [
+        ({"ttl": "7d", "ttlColumn": "n"}, "'n': of type bigint, not a timestamp"),
+        ({"ttl": "7d", "ttlColumn": "gone"}, "'gone': no such column"),
+        ({"ttl": "soon"}, "positive whole number and a unit"),
+        ({"ttlColumn": "at"}, "without a ttl"),
+    ]:
+        with pytest.raises(OptionError, match=message):
+            _sink_config(write_settings({**given, **options}), schema)

@@ -24,7 +24,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from hotstate.cli.query import AuthTokenOption, Credentials, PasswordOption, UserOption
-from hotstate.controller.records import KEY_TYPE_NAMES, KeyColumn, key_type_named
+from hotstate.controller.records import KEY_TYPE_NAMES, KeyColumn, TableTtl, key_type_named
+from hotstate.protocol.ttl import parse_duration
 
 if TYPE_CHECKING:
     from hotstate.client.admin import AdminClient
@@ -218,6 +219,19 @@ def register(app: typer.Typer, *, default_dir: Path) -> None:
                 help="most records a replica may be behind and still serve",
             ),
         ] = None,
+        ttl: Annotated[
+            str | None,
+            typer.Option(
+                "--ttl", help="rows expire this long after their --ttl-column (or last write), e.g. 7d"
+            ),
+        ] = None,
+        ttl_column: Annotated[
+            str | None,
+            typer.Option(
+                "--ttl-column",
+                help="the TIMESTAMP column (key or value) the ttl counts from; default: each row's write",
+            ),
+        ] = None,
         cluster: ClusterOption = None,
         cluster_id: ClusterIdOption = None,
         secret: SecretOption = None,
@@ -229,8 +243,11 @@ def register(app: typer.Typer, *, default_dir: Path) -> None:
         """Create a table (the controller places its partitions at once)."""
         try:
             columns = parse_key(key)
+            table_ttl = None if ttl is None else TableTtl(parse_duration(ttl), ttl_column)
         except ValueError as error:
             raise fail(str(error), 2) from error
+        if ttl is None and ttl_column is not None:
+            raise fail("--ttl-column needs --ttl (how long rows live), e.g. --ttl 7d", 2)
         target = admin_target(cluster, cluster_id, secret, directory, ca, cert, key_file)
         reply = run_admin(
             target,
@@ -240,6 +257,7 @@ def register(app: typer.Typer, *, default_dir: Path) -> None:
                 standby_replicas=standby_replicas,
                 key_columns=columns,
                 acceptable_lag=acceptable_lag,
+                ttl=table_ttl,
             ),
         )
         check_reply(f"cannot create table {name!r}", reply)
@@ -512,6 +530,10 @@ def print_table(table: dict[str, Any], lags: dict[str, Any], console: Console) -
     window = table.get("window")
     if window:
         console.print(f"window: {escape(window_text(window))}", highlight=False)
+    ttl = table.get("ttl")
+    if ttl:
+        since = f"column {ttl['column']}" if ttl.get("column") else "each row's last write"
+        console.print(f"ttl: {escape(str(ttl['ttl']))} after {escape(since)}", highlight=False)
     view = Table(title=f"{name}: partitions")
     for column in ("partition", "active", "standbys", "warmups", "isr", "epoch", "lag per replica (records)"):
         view.add_column(column)

@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 from typing import cast
 
-from hotstate.controller.records import KeyColumn, TableWindow, ValueColumn
+from hotstate.controller.records import KeyColumn, TableTtl, TableWindow, ValueColumn
 from hotstate.controller.requests import (
     CommitBatchRequest,
     CommitBatchResponse,
@@ -118,11 +118,12 @@ class AdminClient:
         acceptable_lag: int | None = None,
         writer_rack: str | None = None,
         window: TableWindow | None = None,
+        ttl: TableTtl | None = None,
         deadline_s: float = 10.0,
     ) -> CreateTableResponse:
         """`standby_replicas` None: the `num.standby.replicas` of the server that takes the request."""
         request = CreateTableRequest(
-            name, partitions, standby_replicas, key_columns, acceptable_lag, writer_rack, window
+            name, partitions, standby_replicas, key_columns, acceptable_lag, writer_rack, window, ttl
         )
         reply = await self._controller_call(request, deadline_s)
         assert isinstance(reply, CreateTableResponse)
@@ -170,11 +171,12 @@ class AdminClient:
         acceptable_lag: int | None = None,
         writer_rack: str | None = None,
         window: TableWindow | None = None,
+        ttl: TableTtl | None = None,
         deadline_s: float = 10.0,
     ) -> StageTableResponse:
         """Stage a new, empty generation of `name` for an overwrite (the table keeps serving meanwhile)."""
         request = StageTableRequest(
-            name, partitions, standby_replicas, key_columns, acceptable_lag, writer_rack, window
+            name, partitions, standby_replicas, key_columns, acceptable_lag, writer_rack, window, ttl
         )
         reply = await self._controller_call(request, deadline_s)
         assert isinstance(reply, StageTableResponse)

@@ -19,6 +19,7 @@ from hotstate.controller.records import (
     RegisterServer,
     ReplaceTable,
     TableBatch,
+    TableTtl,
     TableValueColumns,
     TableWindow,
     TableWriters,
@@ -34,6 +35,7 @@ for type_id, cls in (
     (2, KeyColumn),
     (3, ValueColumn),
     (4, TableWindow),
+    (5, TableTtl),
     (10, RegisterServer),
     (11, UnregisterServer),
     (12, FenceServer),
@@ -50,9 +52,9 @@ for type_id, cls in (
     (100, MetadataBatch),
 ):
     RECORDS.register(type_id, cls)
-# Version 2 appended writer_racks, version 3 staging_for and loaded_positions, version 4 window; older
-# records (without them) still decode.
-RECORDS.register(20, CreateTable, version=4)
+# Version 2 appended writer_racks, version 3 staging_for and loaded_positions, version 4 window, version 5
+# ttl; older records (without them) still decode.
+RECORDS.register(20, CreateTable, version=5)
 
 
 def encode_batch(batch: MetadataBatch) -> bytes:

@@ -76,6 +76,7 @@ from hotstate.controller.requests import (
     StageTableRequest,
     StageTableResponse,
 )
+from hotstate.protocol.ttl import invalid_ttl, invalid_ttl_value_columns
 
 log = logging.getLogger(__name__)
 
@@ -536,6 +537,7 @@ class QuorumController:
             request.acceptable_lag,
             writer_racks,
             window=request.window,
+            ttl=request.ttl,
         )
         info = TableInfo.created(create)
         try:
@@ -572,7 +574,9 @@ class QuorumController:
             return self._error(
                 SetValueColumnsResponse(ControllerError.UNKNOWN_TABLE, f"no table {request.table!r}")
             )
-        problem = _invalid_value_columns(request.value_columns, table.key_columns)
+        problem = _invalid_value_columns(request.value_columns, table.key_columns) or (
+            invalid_ttl_value_columns(table.ttl, table.key_columns, request.value_columns)
+        )
         if problem is not None:
             return self._error(SetValueColumnsResponse(ControllerError.INVALID_REQUEST, problem))
         if request.value_columns == table.value_columns:
@@ -627,6 +631,7 @@ class QuorumController:
             request.acceptable_lag,
             request.writer_rack,
             window=request.window,
+            ttl=request.ttl,
         )
         problem = _invalid_table(create)
         current = self._view.tables.get(request.name)
@@ -657,6 +662,7 @@ class QuorumController:
             writer_racks,
             staging_for=request.name,
             window=request.window,
+            ttl=request.ttl,
         )
         try:
             placement = place_table(self._view, TableInfo.created(record), self.config.assignor)
@@ -766,7 +772,9 @@ def _invalid_table(request: CreateTableRequest) -> str | None:
         return f"key_columns {names}: names must be distinct"
     if request.acceptable_lag is not None and request.acceptable_lag < 0:
         return f"acceptable_lag={request.acceptable_lag}: must be >= 0 or unset"
-    problem = invalid_window(request.key_columns, request.window)
+    problem = invalid_window(request.key_columns, request.window) or invalid_ttl(
+        request.key_columns, request.window, request.ttl
+    )
     if problem is not None:
         return problem
     if request.writer_rack is not None:

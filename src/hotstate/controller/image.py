@@ -26,6 +26,7 @@ from hotstate.controller.records import (
     RegisterServer,
     ReplaceTable,
     TableBatch,
+    TableTtl,
     TableValueColumns,
     TableWindow,
     TableWriters,
@@ -80,6 +81,8 @@ class TableInfo:
     loaded_positions: tuple[int, ...] = ()
     # A windowed table's windows (CreateTable.window); None: not windowed.
     window: TableWindow | None = None
+    # A plain table's time to live (CreateTable.ttl); None: none.
+    ttl: TableTtl | None = None
 
     @property
     def staged(self) -> bool:
@@ -99,6 +102,7 @@ class TableInfo:
             staging_for=record.staging_for,
             loaded_positions=record.loaded_positions,
             window=record.window,
+            ttl=record.ttl,
         )
 
     def create_record(self) -> CreateTable:
@@ -115,6 +119,7 @@ class TableInfo:
             self.staging_for,
             self.loaded_positions,
             self.window,
+            self.ttl,
         )
 
 

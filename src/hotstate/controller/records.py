@@ -120,6 +120,16 @@ class TableWindow:
 
 
 @dataclass(frozen=True, slots=True)
+class TableTtl:
+    """A plain (non-windowed) table's time to live: a row is deleted once `ttl_us` has passed since its
+    timestamp column `column` (a TIMESTAMP key column, or a value column its writers declare `timestamp`),
+    or, with no column, since it was last written (replica.retention; docs/operations.md, "Expiry")."""
+
+    ttl_us: int
+    column: str | None = None  # None: by write time
+
+
+@dataclass(frozen=True, slots=True)
 class CreateTable:
     name: str
     table_id: int
@@ -136,6 +146,8 @@ class CreateTable:
     loaded_positions: tuple[int, ...] = ()
     # A windowed table's windows (its last two key columns are their bounds); None: not windowed. Version 4.
     window: TableWindow | None = None
+    # A plain table's time to live; None: rows are kept until deleted. Version 5.
+    ttl: TableTtl | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 
-from hotstate.controller.records import Endpoint, KeyColumn, TableWindow, ValueColumn
+from hotstate.controller.records import Endpoint, KeyColumn, TableTtl, TableWindow, ValueColumn
 
 
 class ControllerError(IntEnum):
@@ -78,6 +78,8 @@ class CreateTableRequest:
     writer_rack: str | None = None
     # A windowed table (its key's last two columns are WINDOW_START, WINDOW_END). Version 3.
     window: TableWindow | None = None
+    # A plain table's time to live (records.TableTtl). Version 4.
+    ttl: TableTtl | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +192,8 @@ class StageTableRequest:
     writer_rack: str | None = None
     # A windowed table's windows (as CreateTableRequest.window); None: not windowed.
     window: TableWindow | None = None
+    # A plain table's time to live (as CreateTableRequest.ttl). Version 2.
+    ttl: TableTtl | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hotstate.controller.records import Endpoint, KeyColumn, TableWindow, ValueColumn
+from hotstate.controller.records import Endpoint, KeyColumn, TableTtl, TableWindow, ValueColumn
 from hotstate.controller.requests import (
     AlterPartitionRequest,
     AlterPartitionResponse,
@@ -101,13 +101,13 @@ for type_id, cls in (
     (77, SetValueColumnsRequest),
     (78, SetValueColumnsResponse),
     (79, ValueColumn),
-    (80, StageTableRequest),
     (81, StageTableResponse),
     (82, ReplaceTableRequest),
     (83, ReplaceTableResponse),
     (84, RemoveServerRequest),
     (85, RemoveServerResponse),
     (86, TableWindow),
+    (87, TableTtl),
     # Cluster status (100-)
     (100, DescribeClusterRequest),
     (102, DescribeClusterResponse),
@@ -140,9 +140,11 @@ for type_id, cls in (
     MESSAGES.register(type_id, cls)
 # Version 2 appended voters (KIP-853: a snapshot carries the voter set).
 MESSAGES.register(17, FetchSnapshotResponse, version=2)
-# Version 2 appended writer_rack, version 3 window; version 4 lets standby_replicas be None (the server that
-# takes the request applies its num.standby.replicas). A version 3 reader refuses version 4.
+# Version 2 appended writer_rack, version 3 window; version 4 appended ttl and lets standby_replicas be None
+# (the server that takes the request applies its num.standby.replicas). A version 3 reader refuses version 4.
 MESSAGES.register(64, CreateTableRequest, version=4)
+# Version 2 appended ttl.
+MESSAGES.register(80, StageTableRequest, version=2)
 # Version 2 appended draining.
 MESSAGES.register(101, ServerStatus, version=2)
 # Version 2 appended known_offset and max_wait_ms (the metadata watch).

@@ -253,6 +253,13 @@ class ReplicaCore:
     def log_end_offset(self) -> int:
         return self._log.end_offset
 
+    def records_from(self, offset: int) -> list[RecordBatch]:
+        """The log's records from `offset` (at least its start) to its end, as batches: what is appended
+        but not applied to the store yet, for a caller that reads the store at `offset` and must know what
+        will change it (the expiry sweep)."""
+        start = max(offset, self._log.start_offset)
+        return self._log.read_between(start, self._log.end_offset)
+
     @property
     def known_end_offset(self) -> int:
         """The partition's end as far as this replica knows: its own, or the active's last report."""

@@ -58,6 +58,12 @@ __all__ = [
 ]
 
 META_COLUMN_FAMILY = "hotstate.meta"
+# A TTL-by-write-time table's write-time index: key -> when the replica applied its last put (8 bytes,
+# replica.retention.pack_written), in the same WriteBatch as the row. Key-ordered like the data, so the
+# TTL sweep reads a page of it beside a page of rows; puts never read first (the new time overwrites the
+# old), so a write pays one 8-byte put. Snapshots do not carry it: keys without an entry are stamped by
+# the sweep when it first meets them (server.replicas), which can only make rows live longer.
+WRITTEN_COLUMN_FAMILY = "hotstate.written"
 _APPLIED_KEY = b"applied"
 _APPLIED = struct.Struct(">QQ")  # position, epoch
 _MAX_U64 = 2**64 - 1
@@ -71,6 +77,8 @@ BLOCK_CACHE_BYTES = 64 << 20
 # would keep every WAL file alive; past this total RocksDB flushes it so old WAL files can go.
 MAX_TOTAL_WAL_BYTES = 4 * WRITE_BUFFER_BYTES
 MAX_OPEN_FILES = 256
+DELETION_WINDOW = 1000
+DELETION_TRIGGER = 500
 
 _block_cache: Cache | None = None
 _open_paths: set[Path] = set()
@@ -152,13 +160,22 @@ def _options() -> Options:
     options.set_max_open_files(MAX_OPEN_FILES)
     options.set_keep_log_file_num(2)
     options.set_max_log_file_size(1 << 20)
+    # Tables that delete what they write (deletes, TTL, window retention): an SST file where some
+    # DELETION_WINDOW consecutive entries hold DELETION_TRIGGER tombstones (or half its entries are
+    # tombstones) is marked for compaction at once, so deleted rows' space and the tombstones themselves
+    # go without waiting for the level to fill (RocksDB's CompactOnDeletionCollector).
+    options.add_compact_on_deletion_collector_factory(DELETION_WINDOW, DELETION_TRIGGER, 0.5)
     return options
 
 
 def _open_rdict(path: Path) -> Rdict:
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        return Rdict(str(path), _options(), column_families={META_COLUMN_FAMILY: _options()})
+        return Rdict(
+            str(path),
+            _options(),
+            column_families={META_COLUMN_FAMILY: _options(), WRITTEN_COLUMN_FAMILY: _options()},
+        )
     except Exception as error:  # rocksdict raises bare Exceptions carrying RocksDB's status text
         raise _store_error(path, "cannot open", error) from None
 
@@ -260,6 +277,7 @@ class Store:
         self._path = path
         self._db: Rdict | None = db
         self._meta: ColumnFamily | None = db.get_column_family_handle(META_COLUMN_FAMILY)
+        self._written: ColumnFamily | None = db.get_column_family_handle(WRITTEN_COLUMN_FAMILY)
         self._position = position
         self._epoch = epoch
         self._write_options = WriteOptions()
@@ -316,15 +334,31 @@ class Store:
             raise StoreError(self._path, "closed")
         return self._db
 
-    def apply(self, records: Sequence[tuple[bytes, bytes | None]], position: int, epoch: int) -> None:
-        """Put (or delete, for a None value) every record and move to (position, epoch), atomically."""
+    def apply(
+        self,
+        records: Sequence[tuple[bytes, bytes | None]],
+        position: int,
+        epoch: int,
+        written: bytes | None = None,
+    ) -> None:
+        """Put (or delete, for a None value) every record and move to (position, epoch), atomically.
+        `written` (a TTL-by-write-time table's): the write-time index entry of every key put."""
         _check_position(position, epoch)
         batch = WriteBatch(raw_mode=True)
-        for key, value in records:
-            if value is None:
-                batch.delete(key)
-            else:
-                batch.put(key, value)
+        if written is None:
+            for key, value in records:
+                if value is None:
+                    batch.delete(key)
+                else:
+                    batch.put(key, value)
+        else:
+            for key, value in records:
+                if value is None:
+                    batch.delete(key)
+                    batch.delete(key, self._written)
+                else:
+                    batch.put(key, value)
+                    batch.put(key, written, self._written)
         batch.put(_APPLIED_KEY, _APPLIED.pack(position, epoch), self._meta)
         with self._lock:
             db = self._require_open()
@@ -344,6 +378,32 @@ class Store:
         except Exception as error:  # a block failing its checksum, an IO error
             raise _store_error(self._path, "read failed", error) from None
         return cast(bytes | None, value)
+
+    def written_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        """The write-time index entries of `keys` (None: no entry)."""
+        if not keys:
+            return []
+        db = self._require_open()
+        try:
+            values = db.get_column_family(WRITTEN_COLUMN_FAMILY).get(list(keys))
+        except Exception as error:
+            raise _store_error(self._path, "read failed", error) from None
+        return cast(list[bytes | None], values)
+
+    def stamp_written(self, keys: Sequence[bytes], written: bytes) -> None:
+        """Give `keys` (rows without an entry) a write-time index entry: local to this replica, outside
+        the log and the position (the index only delays expiry, it never decides a row's contents)."""
+        if not keys:
+            return
+        batch = WriteBatch(raw_mode=True)
+        for key in keys:
+            batch.put(key, written, self._written)
+        with self._lock:
+            db = self._require_open()
+            try:
+                db.write(batch, self._write_options)
+            except Exception as error:
+                raise _store_error(self._path, "write failed", error) from None
 
     def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
         if not keys:
@@ -506,6 +566,7 @@ class Store:
             for cursor in list(self._cursors):
                 cursor.release()
             self._meta = None
+            self._written = None
             self._db = None
             # Memtables to SST files: the next open replays no WAL, and verify() checks every row's block.
             with contextlib.suppress(Exception):

@@ -14,6 +14,7 @@ import logging
 import signal
 import ssl
 import sys
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -76,7 +77,7 @@ from hotstate.server.http.auth import HttpAuth, server_token
 from hotstate.server.http.control_metrics import ControlPlaneMetrics, ControlPlaneView, RaftView
 from hotstate.server.http.credentials import CredentialsError
 from hotstate.server.http.limits import HttpLimits
-from hotstate.server.http.metrics import Metrics
+from hotstate.server.http.metrics import LOOP_PROBE_S, Metrics
 from hotstate.server.http.status import describe
 from hotstate.server.lifecycle import ServerLifecycle
 from hotstate.server.liveness import Liveness
@@ -219,6 +220,19 @@ class Server:
         self.feeds: FeedHub | None = None  # push queries (server/feeds.py), brokers only
 
     # ------------------------------------------------------------------ start and stop
+    async def _probe_loop(self) -> None:
+        """Measure the event loop's stalls: how late a timer due every LOOP_PROBE_S fires (the metrics
+        hotstate_event_loop_stall_seconds and its max)."""
+        longest = 0.0
+        while True:
+            due = time.perf_counter() + LOOP_PROBE_S
+            await asyncio.sleep(LOOP_PROBE_S)
+            late = max(0.0, time.perf_counter() - due)
+            self.metrics.loop_stall.observe(late)
+            if late > longest:
+                longest = late
+                self.metrics.loop_stall_max.set(late)
+
     async def start(self) -> None:
         config = self.config
         data_dir = Path(config.data_dir)
@@ -402,6 +416,7 @@ class Server:
         self.driver.start()
         self.controller.start()
         self._tasks.append(asyncio.create_task(self.lifecycle.run(), name="lifecycle"))
+        self._tasks.append(asyncio.create_task(self._probe_loop(), name="loop-probe"))
         self._tasks.append(asyncio.create_task(self.console.run(), name="console"))
         log.info(
             "server %d up: rpc %s:%d, roles %s, rack %s, incarnation %s",

@@ -73,7 +73,15 @@ from hotstate.replica.messages import (
     ReplicaError,
     ReplicaMessage,
 )
-from hotstate.replica.retention import RetentionSweep
+from hotstate.replica.retention import (
+    ExpiryRule,
+    RetentionSweep,
+    expiry_rule,
+    expiry_times,
+    pack_written,
+    unpack_written,
+    window_end_us,
+)
 from hotstate.replica.shell import Effects, ReplicaShell
 from hotstate.replica.store import Store, StoreCorruptError, StoreError, StoreSnapshot
 from hotstate.replica.throttle import TokenBucket
@@ -85,11 +93,17 @@ from hotstate.server.raft_driver import monotonic_ms
 log = logging.getLogger(__name__)
 
 TICK_S = 0.01
-# Retention of windowed tables: each active sweeps one page of its keys this often, so expiry runs in
-# small steps beside the queries (a page's scan and its tombstones' write), never a stall.
+# Expiry (windowed tables' retention, plain tables' TTL): each active sweeps one page of its keys this
+# often, so expiry runs in small steps beside the queries (a page's scan and its tombstones' write), never
+# a stall; a partition whose last page found expired rows, at the busy tick instead.
 RETENTION_TICK_S = 0.5
+RETENTION_BUSY_TICK_S = 0.02
 RETENTION_PAGE = 1000
 SNAPSHOT_CHUNK_BYTES = 1024 * 1024
+# A partition log gives space back a whole segment at a time once its start (replica.log.retention.records
+# below the store) has passed it: smaller segments than the log's 64 MiB default keep what a table that
+# deletes what it writes holds on disk close to the retention (bench/compaction.py).
+PARTITION_LOG_SEGMENT_BYTES = 16 * 1024 * 1024
 SNAPSHOT_IDLE_S = 60.0
 SNAPSHOT_REQUEST_TIMEOUT_S = 10.0
 # With the move throttle on, the bucket's burst and the most one catch-up answer may carry: a tenth of a
@@ -144,6 +158,9 @@ class LocalReplica:
     # A catch-up fetch held back by the move throttle (the newest the core asked for), sent when it may go.
     throttled_fetch: FetchRequest | None = None
     feeds: FeedsPort | None = None  # the server's push-query hub (server/feeds.py)
+    # A windowed table with a retention: the newest window end this replica applied since it opened (its
+    # sweep, once active, measures the retention from it and from what its pages show).
+    newest_end_us: int | None = None
     shell: ReplicaShell = field(init=False, repr=False)  # set by ReplicaManager._open
 
     @property
@@ -203,8 +220,18 @@ class _ReplicaStore:
         store = replica.store
         first = max(store.position, batch.base_offset)
         decoded = decode_records(batch.records[first - batch.base_offset :])
+        table = replica.table
+        # A TTL-by-write-time table's write-time index: when this replica applied the batch (within the
+        # commit wait of the write on the active, which decides expiry).
+        written = None
+        if table.ttl is not None and table.ttl.column is None and table.window is None:
+            written = pack_written(time.time_ns() // 1000)
+        elif table.window is not None and table.window.retention_us is not None:
+            newest = max((window_end_us(key) or 0 for key, row in decoded if row is not None), default=0)
+            if newest and (replica.newest_end_us is None or newest > replica.newest_end_us):
+                replica.newest_end_us = newest
         try:
-            store.apply(decoded, batch.next_offset, batch.leader_epoch)
+            store.apply(decoded, batch.next_offset, batch.leader_epoch, written)
         except (OSError, StoreError) as error:
             raise _FilesFailed(error) from error
         # The partition's one tail: every push-query subscription here is fed from this call.
@@ -270,13 +297,14 @@ class ReplicaManager:
         self._tasks: set[asyncio.Task[None]] = set()
         self._ticker: asyncio.Task[None] | None = None
         self._sweeps: dict[PartitionId, RetentionSweep] = {}
+        self.expired_rows = 0  # rows this server's actives deleted by expiry (retention and TTL)
         self._closed = False
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         self._ticker = asyncio.create_task(self._tick_loop(), name="replica-ticks")
-        self._spawn(self._retention_loop(), "window-retention")
+        self._spawn(self._retention_loop(), "expiry")
 
     async def stop(self) -> None:
         self._closed = True
@@ -585,61 +613,89 @@ class ReplicaManager:
             for snapshot_id in [i for i, s in self._served.items() if s.used_at < idle]:
                 self._served.pop(snapshot_id).snapshot.close()
 
-    # ------------------------------------------------------------------ retention of windowed tables
+    # ------------------------------------------------------------------ expiry: window retention and TTL
     async def _retention_loop(self) -> None:
+        due: dict[PartitionId, float] = {}  # when each partition's next page is
         while True:
-            await asyncio.sleep(RETENTION_TICK_S)
+            await asyncio.sleep(RETENTION_BUSY_TICK_S)
+            now = time.monotonic()
             for pid, replica in list(self.replicas.items()):
-                window = replica.table.window
-                if (
-                    window is None
-                    or window.retention_us is None
-                    or replica.core.role is not ReplicaRole.LEADER
-                ):
+                table = replica.table
+                rule = expiry_rule(table.key_columns, table.window, table.ttl)
+                if rule is None or replica.core.role is not ReplicaRole.LEADER:
                     self._sweeps.pop(pid, None)  # a new active sweeps from the start
+                    due.pop(pid, None)
                     continue
+                if due.get(pid, 0.0) > now:
+                    continue
+                deleted = 0
                 try:
-                    await self._expire_page(replica, window.retention_us)
+                    deleted = await self._expire_page(replica, rule)
                 except Exception as error:  # the next tick tries again
-                    log.warning(
-                        "%s/%d: window retention step failed: %s",
-                        replica.table.name,
-                        replica.partition,
-                        error,
-                    )
+                    log.warning("%s/%d: expiry step failed: %s", replica.table.name, replica.partition, error)
+                # While its pages keep finding expired rows a partition's next step comes soon (a backlog
+                # drains at many pages a second); each step is still one page, so queries run between them.
+                due[pid] = time.monotonic() + (RETENTION_BUSY_TICK_S if deleted else RETENTION_TICK_S)
+            for pid in [pid for pid in due if pid not in self.replicas]:
+                del due[pid]
 
-    async def _expire_page(self, replica: LocalReplica, retention_us: int) -> None:
-        """One step of a windowed partition's retention: a page of its keys read, and the windows that ended
-        more than the retention before the newest end seen deleted with tombstones through the log."""
+    async def _expire_page(self, replica: LocalReplica, rule: ExpiryRule) -> int:
+        """One step of a partition's expiry: a page of its keys (and rows or write times, as the rule
+        needs) read, and the expired ones deleted with tombstones through the log. How many it deleted."""
         sweep = self._sweeps.get(replica.pid)
-        if sweep is None or sweep.retention_us != retention_us:
-            sweep = self._sweeps[replica.pid] = RetentionSweep(retention_us)
+        if sweep is None or sweep.rule != rule:
+            sweep = self._sweeps[replica.pid] = RetentionSweep(rule)
+        if rule.from_newest:
+            sweep.saw(replica.newest_end_us)
+        now_us = time.time_ns() // 1000
+        position = replica.store.position  # before the scan: whatever is applied during it is after this
         try:
-            keys = [key for key, _ in replica.store.scan(sweep.start(), None, limit=RETENTION_PAGE)]
+            page = list(replica.store.scan(sweep.start(), None, limit=RETENTION_PAGE))
+            keys = [key for key, _ in page]
+            written: list[int | None] = []
+            if rule.source == "written":
+                written = [unpack_written(entry) for entry in replica.store.written_many(keys)]
+                missing = [key for key, at in zip(keys, written, strict=True) if at is None]
+                if missing:  # rows that came by a snapshot, or from before the index: written now
+                    replica.store.stamp_written(missing, pack_written(now_us))
+                    written = [now_us if at is None else at for at in written]
         except StoreError as error:
             self.read_failed(replica, error)
-            return
-        expired = sweep.page(keys, RETENTION_PAGE)
+            return 0
+        rows = [row for _, row in page] if rule.reads_rows else None
+        expired = sweep.page(keys, expiry_times(rule, keys, rows, written), RETENTION_PAGE, now_us)
+        if expired:
+            # Keys written (or deleted) after what the page read, in the log but not in the store yet, are
+            # left for the next pass: their tombstone must not overtake a rewrite. With no await between
+            # here and the tombstones' append, every write is either among these or after the tombstones.
+            pending = {
+                key
+                for batch in replica.core.records_from(position)
+                for key, _ in decode_records(batch.records[max(0, position - batch.base_offset) :])
+            }
+            expired = [key for key in expired if key not in pending]
         if not expired:
-            return
+            return 0
         part = self.image.partitions.get(replica.table.table_id, ())[replica.partition]
-        rows = tuple(encode_tombstone(key) for key in expired)
-        started = self._start_produce(replica.table.name, replica.partition, part.leader_epoch, rows, 30_000)
+        rows_out = tuple(encode_tombstone(key) for key in expired)
+        started = self._start_produce(
+            replica.table.name, replica.partition, part.leader_epoch, rows_out, 30_000
+        )
         answer = (
             started if isinstance(started, ProduceResponse) else _produce_response(*(await _waited(started)))
         )
         if answer.error is not ReplicaError.NONE:
             log.info(
-                "%s/%d: expired windows not deleted yet: %s",
+                "%s/%d: expired rows not deleted yet: %s",
                 replica.table.name,
                 replica.partition,
                 answer.message,
             )
-            sweep.cursor = None  # start over: the page's windows are found again
-        else:
-            log.debug(
-                "%s/%d: %d expired windows deleted", replica.table.name, replica.partition, len(expired)
-            )
+            sweep.cursor = None  # start over: the page's rows are found again
+            return 0
+        self.expired_rows += len(expired)
+        log.debug("%s/%d: %d expired rows deleted", replica.table.name, replica.partition, len(expired))
+        return len(expired)
 
     # ------------------------------------------------------------------ inputs from peers
     def deliver(self, message: ReplicaMessage) -> None:
@@ -907,7 +963,7 @@ def open_replica_files(
         raise DamagedReplicaError(str(error)) from error
     try:
         store.verify()
-        plog = Log.open(directory / "log", fsync=fsync)
+        plog = Log.open(directory / "log", fsync=fsync, segment_bytes=PARTITION_LOG_SEGMENT_BYTES)
     except (StoreCorruptError, CorruptLogError) as error:
         store.close()
         raise DamagedReplicaError(str(error)) from error

@@ -9,6 +9,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
+from hotstate.protocol.ttl import checked_ttl
 from hotstate.spark.sink import (
     ENV_RACK,
     AfterWrite,
@@ -56,6 +57,8 @@ def materialize(
     delete_column: str | None = None,
     delete_when: tuple[str, bool | int | str] | None = None,
     retention: str | None = None,
+    ttl: str | None = None,
+    ttl_column: str | None = None,
     _after_write: AfterWrite | None = None,
 ) -> StreamingQuery:
     """Start a streaming query that keeps `df`'s result table in the hotstate table `table`.
@@ -91,6 +94,12 @@ def materialize(
     `retention`: for such a table, an interval such as "2 hours": windows that ended longer than that
     before the newest window end in their partition are deleted by the actives, a page at a time, and the
     deletes replicated. Set when the table is created (a later job's retention does not change it).
+
+    TTL (plain tables): `ttl`, a duration such as "7d", "12h" or "30 minutes": a row is deleted once that
+    long has passed since its `ttl_column` (a timestamp column, key or value), or, without one, since it
+    was last written; the actives delete expired rows a page at a time and the deletes are replicated
+    (docs/operations.md, "Expiry"). Set when the table is created. A bad duration, a windowed table
+    (use `retention`), or a column that is missing or not a timestamp is a ValueError raised here.
     """
     if not df.isStreaming:
         raise ValueError("materialize needs a streaming DataFrame (spark.readStream...)")
@@ -109,7 +118,10 @@ def materialize(
     marker = delete_marker(df.schema, key, delete_column, delete_when)
     stored = without_column(df.schema, marker)
     key_columns, value_columns, window = table_columns(df, stored, key, retention)
-    definition = TableDefinition(table, partitions, standby_replicas, key_columns, acceptable_lag, window)
+    table_ttl = checked_ttl(ttl, ttl_column, key_columns, window, value_columns)
+    definition = TableDefinition(
+        table, partitions, standby_replicas, key_columns, acceptable_lag, window, table_ttl
+    )
     rack = writer_rack(df.sparkSession)
     ensure_table(
         servers,

@@ -79,6 +79,7 @@ def begin_overwrite(
                 acceptable_lag=wanted.acceptable_lag,
                 writer_rack=rack,
                 window=wanted.window,
+                ttl=wanted.ttl,
             )
             if reply.error is not ControllerError.NONE:
                 raise TableDefinitionError(

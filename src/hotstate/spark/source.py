@@ -51,6 +51,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from hotstate.client.writer import WriteResult
+from hotstate.protocol.ttl import checked_ttl
 from hotstate.spark.api import ENV_CLUSTER, ENV_CLUSTER_ID, ENV_SECRET, parse_cluster, tls_texts
 from hotstate.spark.overwrite import Cluster, Overwrite, abandon_overwrite, begin_overwrite, finish_overwrite
 from hotstate.spark.reading import PushingTableReader, ReadSettings, TableReader, infer_schema, table_shape
@@ -108,6 +109,8 @@ WRITE_OPTIONS = (
     "deleteColumn",
     "deleteValue",
     "retention",
+    "ttl",
+    "ttlColumn",
 )
 DEFAULT_PAGE_SIZE = 10_000
 MAX_PAGE_SIZE = 100_000  # what one query returns at most (query.execute.MAX_ROWS)
@@ -204,6 +207,10 @@ class WriteSettings:
     delete_value: str | None = None
     # A windowed table's retention, an interval such as "2 hours" (materialize's `retention`).
     retention: str | None = None
+    # A plain table's time to live ("7d") and the timestamp column it counts from (materialize's `ttl`,
+    # `ttl_column`); no column: from each row's last write.
+    ttl: str | None = None
+    ttl_column: str | None = None
 
 
 def write_settings(options: Mapping[str, str]) -> WriteSettings:
@@ -248,6 +255,8 @@ def write_settings(options: Mapping[str, str]) -> WriteSettings:
         delete_column=(given.get("deleteColumn") or "").strip() or None,
         delete_value=given.get("deleteValue"),
         retention=(given.get("retention") or "").strip() or None,
+        ttl=(given.get("ttl") or "").strip() or None,
+        ttl_column=(given.get("ttlColumn") or "").strip() or None,
     )
 
 
@@ -272,6 +281,10 @@ def _sink_config(
     stored = without_column(schema, marker)
     # No DataFrame here, only its schema: a window's kind is TIME (SESSION for a session window).
     key_columns, value_columns, window = table_columns(None, stored, settings.key, settings.retention)
+    try:
+        ttl = checked_ttl(settings.ttl, settings.ttl_column, key_columns, window, value_columns)
+    except ValueError as error:
+        raise OptionError(f"options 'ttl', 'ttlColumn': {error}") from None
     definition = TableDefinition(
         settings.table,
         settings.partitions,
@@ -279,6 +292,7 @@ def _sink_config(
         key_columns,
         settings.acceptable_lag,
         window,
+        ttl,
     )
     staged = None
     if overwrite:

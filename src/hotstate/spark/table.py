@@ -32,7 +32,7 @@ from pyspark.sql.types import (
 
 from hotstate.client.admin import AdminClient, OutcomeUnknownError
 from hotstate.client.writer import TableWriter
-from hotstate.controller.records import KeyColumn, KeyType, TableWindow, ValueColumn, key_type_named
+from hotstate.controller.records import KeyColumn, KeyType, TableTtl, TableWindow, ValueColumn, key_type_named
 from hotstate.controller.requests import ControllerError, CreateTableResponse
 from hotstate.protocol.cluster_token import cluster_token
 
@@ -69,6 +69,9 @@ class TableDefinition:
     key_columns: tuple[KeyColumn, ...]
     acceptable_lag: int | None
     window: TableWindow | None = None
+    # Like a window's retention, a setting of the table given when it is created, not part of its shape:
+    # a later job's ttl neither changes nor contradicts it.
+    ttl: TableTtl | None = None
 
     def matches(self, other: TableDefinition) -> bool:
         unknown = self.standby_replicas is None or other.standby_replicas is None
@@ -278,6 +281,7 @@ async def _create(admin: AdminClient, wanted: TableDefinition, rack: str | None)
         acceptable_lag=wanted.acceptable_lag,
         writer_rack=rack,
         window=wanted.window,
+        ttl=wanted.ttl,
     )
 
 

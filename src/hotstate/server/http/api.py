@@ -286,6 +286,7 @@ def _refresh_gauges(ctx: HttpContext) -> None:
     metrics.replica_lag.clear()
     metrics.replica_position.clear()
     if ctx.replicas is not None:
+        metrics.expired_rows.set(ctx.replicas.expired_rows)
         for info in ctx.replicas.lag_info():
             metrics.replica_lag.labels(info.table, str(info.partition), info.state).set(info.offset_lag)
             metrics.replica_position.labels(info.table, str(info.partition)).set(info.current_offset_position)

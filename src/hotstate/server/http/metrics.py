@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 
+LOOP_PROBE_S = 0.01
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
@@ -154,6 +155,25 @@ class Metrics:
             "hotstate_peer_alive",
             "Heartbeat status of each peer (1 alive, 0 down)",
             ["peer"],
+            registry=self.registry,
+        )
+
+        # The event loop's stalls: how late a timer due every LOOP_PROBE_S fired (server.app's probe), so a
+        # step that held the loop (a scan page, an expiry page, a store write) shows as a late tick.
+        self.loop_stall = LoopHistogram(
+            "hotstate_event_loop_stall_seconds",
+            f"How late the event loop ran a timer due every {LOOP_PROBE_S * 1000:g} ms",
+            LATENCY_BUCKETS,
+            self.registry,
+        )
+        self.loop_stall_max = Gauge(
+            "hotstate_event_loop_stall_max_seconds",
+            "The longest event-loop stall since the server started",
+            registry=self.registry,
+        )
+        self.expired_rows = Gauge(
+            "hotstate_expired_rows",
+            "Rows this server's actives deleted by expiry (window retention and TTL) since it started",
             registry=self.registry,
         )
 

@@ -25,7 +25,14 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from hotstate.controller.image import MetadataImage
-from hotstate.controller.records import KEY_SQL_TYPES, KEY_TYPE_NAMES, KeyColumn, TableWindow, key_type_named
+from hotstate.controller.records import (
+    KEY_SQL_TYPES,
+    KEY_TYPE_NAMES,
+    KeyColumn,
+    TableTtl,
+    TableWindow,
+    key_type_named,
+)
 from hotstate.controller.requests import (
     ControllerError,
     ControllerRequest,
@@ -34,6 +41,7 @@ from hotstate.controller.requests import (
     DeleteTableRequest,
 )
 from hotstate.protocol.http_api import SERVER_NOT_READY
+from hotstate.protocol.ttl import format_duration, parse_duration
 from hotstate.routing.lags import LagTable
 from hotstate.server.http.key_location import KeyLocationError, encoded_key, locate
 from hotstate.server.http.openapi import documented_body
@@ -86,6 +94,16 @@ class CreateTableBody(BaseModel):
     )
     writer_rack: str | None = Field(
         default=None, description="the rack its writers run in, for rack-aware placement (KIP-925)"
+    )
+    ttl: str | None = Field(
+        default=None,
+        description="time to live of a plain table's rows, e.g. 7d, 12h, 30m; null: kept until deleted",
+        examples=["7d"],
+    )
+    ttl_column: str | None = Field(
+        default=None,
+        description="the TIMESTAMP column the ttl counts from (a key column, or a value column its "
+        "writers declare timestamp); null: from each row's last write",
     )
 
 
@@ -165,6 +183,13 @@ def window_json(window: TableWindow | None) -> dict[str, Any] | None:
     }
 
 
+def ttl_json(ttl: TableTtl | None) -> dict[str, Any] | None:
+    """A table's TTL as GET /v1/tables shows it (null: none)."""
+    if ttl is None:
+        return None
+    return {"ttl_us": ttl.ttl_us, "ttl": format_duration(ttl.ttl_us), "column": ttl.column}
+
+
 def describe(image: MetadataImage, name: str) -> dict[str, Any]:
     """A table as GET /v1/tables lists it."""
     table = image.tables[name]
@@ -179,6 +204,9 @@ def describe(image: MetadataImage, name: str) -> dict[str, Any]:
         "writer_racks": list(table.writer_racks),
         # A windowed table (its key ends in WINDOWSTART, WINDOWEND): kind, and size and slide where known.
         "window": window_json(table.window),
+        # A plain table's time to live (null: none): ttl_us, and the column it counts from (null: from
+        # each row's last write).
+        "ttl": ttl_json(table.ttl),
         # The last Spark batch its sink committed (null: none yet): a query's min_batch.
         "last_batch": table.batch_id if table.batch_id >= 0 else None,
         # Its table id, which an overwrite changes (a new generation): a reader in pages compares it with
@@ -255,6 +283,14 @@ def create_request(body: bytes, default_standby_replicas: int = 1) -> CreateTabl
         if key_type is None:
             raise _bad(f"key column {column.name!r}: unknown type {column.type!r} (types: {KEY_TYPE_NAMES})")
         columns.append(KeyColumn(column.name, key_type))
+    ttl = None
+    if spec.ttl is not None:
+        try:
+            ttl = TableTtl(parse_duration(spec.ttl), spec.ttl_column)
+        except ValueError as error:
+            raise _bad(f"ttl: {error}") from error
+    elif spec.ttl_column is not None:
+        raise _bad(f'ttl_column {spec.ttl_column!r} without a ttl: give the ttl too, e.g. "ttl": "7d"')
     return CreateTableRequest(
         spec.name,
         spec.partitions,
@@ -262,6 +298,7 @@ def create_request(body: bytes, default_standby_replicas: int = 1) -> CreateTabl
         tuple(columns),
         spec.acceptable_lag,
         spec.writer_rack,
+        ttl=ttl,
     )
 
 
