@@ -46,7 +46,8 @@ ROUND_PAUSE_S = 0.2
 class Change:
     """One item of a feed. `kind`: "snapshot" (a current row at the start), "change" (a committed change
     at `offset`, in leader epoch `epoch`), "resync_begin" (the partition's current rows follow, replacing
-    what was known of it) or "resync" (one of those rows). `row` None: the key was deleted."""
+    what was known of it) or "resync" (one of those rows). `row` None: the key was deleted, or (`left`)
+    its row no longer matches the feed's WHERE: either way it is out of the feed's view."""
 
     kind: str
     partition: int
@@ -54,6 +55,7 @@ class Change:
     row: dict[str, Any] | None
     offset: int | None = None
     epoch: int | None = None
+    left: bool = False
 
     @property
     def deleted(self) -> bool:
@@ -151,7 +153,15 @@ class FeedState:
                 return []  # had it before a resume
             positions[partition] = offset + 1
             return [
-                Change("change", partition, tuple(event["key"]), event["row"], offset, int(event["epoch"]))
+                Change(
+                    "change",
+                    partition,
+                    tuple(event["key"]),
+                    event["row"],
+                    offset,
+                    int(event["epoch"]),
+                    bool(event.get("left", False)),
+                )
             ]
         if kind == "resync":
             partition, position = int(event["partition"]), int(event["position"])

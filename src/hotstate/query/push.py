@@ -157,9 +157,7 @@ def feed_outputs(query: PullQuery, table: TableInfo) -> tuple[tuple[str, ...] | 
     if spec is None or spec.outputs is None:
         return query.columns, ()
     names = tuple(output.name for output in spec.outputs)
-    plain = all(
-        isinstance(o.node, Col) and not o.node.path and o.node.name == o.name for o in spec.outputs
-    )
+    plain = all(isinstance(o.node, Col) and not o.node.path and o.node.name == o.name for o in spec.outputs)
     return names, () if plain else spec.outputs
 
 

@@ -91,10 +91,12 @@ class FeedStream:
     def close(self) -> None:
         self.feed.close()
 
-    async def run(self, send: Send, receive: Receive) -> None:
+    async def run(self, send: Send, receive: Receive, abort: Callable[[], None] | None = None) -> None:
         try:
             await self._run(send, receive)
         except TimeoutError:
+            if abort is not None:
+                abort()  # not a close: that would wait for the unread data to leave first
             # A client that stopped reading: its feed ended (fell behind) long ago and even that could not
             # be written; the connection is dropped rather than held open for it.
             self.feed.hub.on_drop()
