@@ -1,6 +1,7 @@
-"""A feed's snapshot read in steps by its stream (server/feeds.py): never more than `step_rows` rows per
-event-loop turn, the changes that arrive meanwhile after it, and a store closed under it ending the feed
-without a `snapshot_end` (the subscriber takes the snapshot again)."""
+"""A feed's snapshot (and a resync) read in steps by its stream (server/feeds.py): never more than
+`step_rows` rows per event-loop turn, the changes that arrive meanwhile after it, a store closed under it
+ending the feed without a `snapshot_end` (the subscriber takes the snapshot again), and a resync sent in
+parts."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from hotstate.controller.image import TableInfo
 from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.protocol.keys import encode_key
 from hotstate.protocol.rows import encode_row
-from hotstate.query.feed import Change, End, EndReason, SnapshotEnd, SnapshotRow
-from hotstate.query.tokens import cluster_tag
+from hotstate.query.feed import Change, End, EndReason, Resync, SnapshotEnd, SnapshotRow
+from hotstate.query.tokens import cluster_tag, encode
 from hotstate.replica.core import ReplicaRole
 from hotstate.replica.store import StoreError
 from hotstate.server.feeds import Feed, FeedHub
@@ -46,14 +47,14 @@ class _Store:
         return items()
 
 
-def _hub(store: _Store, step: int) -> FeedHub:
+def _hub(store: _Store, step: int, log_start: int = 0) -> FeedHub:
     replica = SimpleNamespace(
         store=store,
         table=TABLE,
         partition=0,
         installing=False,
         core=SimpleNamespace(role=ReplicaRole.LEADER, log_end_offset=store.position),
-        log=SimpleNamespace(start_offset=0),
+        log=SimpleNamespace(start_offset=log_start),
     )
     image: Any = SimpleNamespace(tables={"t": TABLE}, partitions={})
     return FeedHub(
@@ -104,5 +105,30 @@ def test_a_store_closed_under_the_snapshot_ends_the_feed_without_its_end() -> No
         end = events[-1]
         assert isinstance(end, End) and end.reason is EndReason.REPLICA_GONE
         assert len(hub) == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_resync_is_read_in_parts_and_the_feeds_position_moves_with_its_last() -> None:
+    async def scenario() -> None:
+        store = _Store(250)
+        hub = _hub(store, step=100, log_start=5)  # the log no longer holds what follows position 1
+        token = encode({(1, 0): 1}, cluster_tag("c"))
+        feed = hub.open("SELECT * FROM t WHERE v >= 100 EMIT CHANGES", {"from_token": token})
+        assert isinstance(feed, Feed)
+        assert store.read == 0
+        parts = []
+        for _ in range(3):
+            events = await feed.next_events(1.0)
+            assert len(events) == 1 and isinstance(events[0], Resync)
+            parts.append(events[0])
+        assert store.read == 250
+        assert [(len(p.rows), p.more, p.continued) for p in parts] == [
+            (0, True, False),
+            (100, True, True),
+            (50, False, True),
+        ]
+        assert {p.position for p in parts} == {10} and feed.subscription.positions == {0: 10}
+        feed.close()
 
     asyncio.run(scenario())

@@ -13,7 +13,7 @@ subscribes again, on the next server of its list, from those positions, and drop
 every change is delivered exactly once. Where the log no longer holds the changes after a position (a
 retention, a replica rebuilt), the server sends the partition's current rows instead: a `kind`
 "resync_begin" marker for the partition, then its rows as `kind` "resync" (a key of that partition held
-before and missing among them was deleted meanwhile). A dropped table ends the iteration
+before and missing among them was deleted meanwhile; a large resync comes in parts, one marker for all). A dropped table ends the iteration
 (`subscription.end_reason == "dropped"`). `subscription.token` is where it is: `from_token=` resumes there
 later.
 """
@@ -168,10 +168,12 @@ class FeedState:
             positions = self._positions()
             if position < positions.get(partition, 0):
                 return []
-            positions[partition] = position
-            return [Change("resync_begin", partition, (), None)] + [
-                Change("resync", partition, tuple(r["key"]), r["row"]) for r in event["rows"]
-            ]
+            if not event.get("more"):  # its last part (a resume before it takes the whole resync again)
+                positions[partition] = position
+            rows = [Change("resync", partition, tuple(r["key"]), r["row"]) for r in event["rows"]]
+            if event.get("continued"):
+                return rows
+            return [Change("resync_begin", partition, (), None), *rows]
         if kind == "progress":
             self._advance(event["positions"])
             return []

@@ -50,6 +50,7 @@ __all__ = [
     "End",
     "EndReason",
     "FeedIndex",
+    "PendingResync",
     "Progress",
     "Resync",
     "SnapshotEnd",
@@ -116,12 +117,27 @@ class SnapshotEnd:
 @dataclass(frozen=True, slots=True)
 class Resync:
     """The log no longer holds what followed the subscriber's position on `partition` (or it is too far
-    behind to replay): its current rows (of the feed's keys) at `position` instead of the changes."""
+    behind to replay): its current rows (of the feed's keys) at `position` instead of the changes. Read in
+    steps, it comes in parts: the first replaces what the subscriber held of the partition, each but the
+    last has `more`, the ones after the first are `continued`."""
 
     partition: int
     position: int
     epoch: int
     rows: tuple[tuple[bytes, bytes], ...]
+    more: bool = False
+    continued: bool = False
+
+
+@dataclass(slots=True)
+class PendingResync:
+    """A resync whose rows (of the partition at `position`) are still to be read, a step at a time."""
+
+    partition: int
+    position: int
+    epoch: int
+    rows: Iterator[tuple[bytes, bytes]]
+    started: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +181,7 @@ class Subscription:
         "positions",
         "queue",
         "reported",
+        "resyncs",
         "subscription_id",
         "touched",
     )
@@ -196,12 +213,20 @@ class Subscription:
         # A snapshot still to be read (`take`), and the keys changed meanwhile (their snapshot row is older).
         self.pending: Iterator[tuple[int, bytes, bytes]] | None = None
         self.touched: set[bytes] | None = None
+        self.resyncs: deque[PendingResync] = deque()  # read by `take` in steps, before the queue
 
     def start(
-        self, events: Iterable[Event], pending: Iterator[tuple[int, bytes, bytes]] | None = None
+        self,
+        events: Iterable[Event],
+        pending: Iterator[tuple[int, bytes, bytes]] | None = None,
+        resyncs: Sequence[PendingResync] = (),
     ) -> None:
         """Its first events (current rows, resyncs, changes replayed from the log): not held to the bound.
-        `pending`: current rows (partition, key, row) to send before them all, read by `take` in steps."""
+        `pending`: current rows (partition, key, row) to send before them all, and `resyncs` (of other
+        partitions than the events'), read by `take` in steps."""
+        for resync in resyncs:
+            self.positions[resync.partition] = max(self.positions[resync.partition], resync.position)
+            self.resyncs.append(resync)
         for event in events:
             if isinstance(event, Change):
                 self.positions[event.partition] = event.position
@@ -312,7 +337,7 @@ class Subscription:
 
     def progress(self) -> Progress | None:
         """A Progress event when its positions moved since the last one (and it has nothing buffered)."""
-        if self.queue or self.pending is not None or self.ended is not None:
+        if self.waiting or self.ended is not None:
             return None
         if self.positions == self.reported:
             return None
@@ -322,7 +347,7 @@ class Subscription:
     @property
     def waiting(self) -> bool:
         """Whether it has something to send."""
-        return bool(self.queue) or self.pending is not None
+        return bool(self.queue) or self.pending is not None or bool(self.resyncs)
 
     def take(self, step: int = 1000) -> list[Event]:
         """What is to be sent: the next `step` rows read of a pending snapshot (those matching; maybe
@@ -334,15 +359,35 @@ class Subscription:
                 self.pending = None
                 self.touched = None
             return [SnapshotRow(p, k, r) for p, k, r in rows if self._admit_row(p, k, r)]
+        if self.resyncs:
+            return [self._resync_step(step)]
         events = list(self.queue)
         self.queue.clear()
         return events
+
+    def _resync_step(self, step: int) -> Resync:
+        pending = self.resyncs[0]
+        rows = list(itertools.islice(pending.rows, step))
+        more = len(rows) == step
+        if not more:
+            self.resyncs.popleft()
+        continued, pending.started = pending.started, True
+        partition = pending.partition
+        if self.filter.where is not None:
+            rows = [(k, r) for k, r in rows if self.filter.holds(r)]
+            if self.holding is not None:
+                if not continued:
+                    self.holding[partition] = set()
+                for k, _ in rows:
+                    self._hold(partition, k)
+        return Resync(partition, pending.position, pending.epoch, tuple(rows), more, continued)
 
     def break_off(self) -> None:
         """Its pending snapshot could not be read to the end: nothing of the start is sent (the subscriber
         takes the whole snapshot again)."""
         self.pending = None
         self.touched = None
+        self.resyncs.clear()
         self.queue.clear()
         if self.ended is not None:
             self.queue.append(self.ended)

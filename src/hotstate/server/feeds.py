@@ -34,6 +34,7 @@ from hotstate.query.feed import (
     EndReason,
     Event,
     FeedIndex,
+    PendingResync,
     Resync,
     SnapshotEnd,
     SnapshotRow,
@@ -97,14 +98,15 @@ class Feed:
         """What it has to send; after `idle_s` with nothing, a Progress event if its positions moved ([]
         if not). Ends with an End event (then nothing more comes)."""
         subscription = self.subscription
-        while subscription.pending is not None:
-            await asyncio.sleep(0)  # a step of the snapshot per turn of the event loop
+        while subscription.pending is not None or subscription.resyncs:
+            await asyncio.sleep(0)  # a step of the snapshot (or resync) per turn of the event loop
             try:
                 events = subscription.take(self.hub.step_rows)
             except StoreError as error:
                 subscription.break_off()
                 subscription.end(
-                    EndReason.REPLICA_GONE, f"this server's replica closed during the snapshot ({error})"
+                    EndReason.REPLICA_GONE,
+                    f"this server's replica closed while its current rows were read ({error})",
                 )
                 self.hub.wake(subscription)
                 return subscription.take()
@@ -121,6 +123,7 @@ class Feed:
 
     def close(self) -> None:
         self.subscription.pending = None  # its snapshot's iterator (and the RocksDB view) go now
+        self.subscription.resyncs.clear()
         self.hub.close(self)
 
 
@@ -243,6 +246,7 @@ class FeedHub:
         events: list[Event] = []
         positions: dict[int, int] = {}
         snapshots: list[Iterator[tuple[int, bytes, bytes]]] = []
+        resyncs: list[PendingResync] = []
         for partition in sorted(wanted.partitions):
             start = remote.get(partition)
             if start is not None:
@@ -256,13 +260,17 @@ class FeedHub:
                     snapshots.append(_snapshot_rows(replica, wanted))
             else:
                 positions[partition] = options.start[partition]
-                events.extend(self._replay(replica, wanted, options.start[partition]))
+                replayed = self._replay(replica, wanted, options.start[partition])
+                if isinstance(replayed, PendingResync):
+                    resyncs.append(replayed)
+                else:
+                    events.extend(replayed)
         subscription = Subscription(
             next(self._ids), wanted, positions, self.buffer_changes, known=options.start is None
         )
         if options.start is None:
             events.append(SnapshotEnd(dict(positions)))
-        subscription.start(events, itertools.chain.from_iterable(snapshots) if snapshots else None)
+        subscription.start(events, itertools.chain.from_iterable(snapshots) if snapshots else None, resyncs)
         subscription.reported = dict(positions)  # the header's token: where the feed starts
         feed = Feed(
             f"push-{self.node_id}-{next(_query_ids)}",
@@ -315,7 +323,7 @@ class FeedHub:
             )
         return found
 
-    def _replay(self, replica: LocalReplica, wanted: FeedFilter, start: int) -> list[Event]:
+    def _replay(self, replica: LocalReplica, wanted: FeedFilter, start: int) -> list[Event] | PendingResync:
         """What a subscriber at `start` of `replica`'s partition gets to reach the store's position: the
         changes from the log, a Resync when the log no longer holds them (or too many), nothing when the
         replica is behind `start` (the tail then skips what it had)."""
@@ -331,18 +339,18 @@ class FeedHub:
                 )
             return []
         if start < replica.log.start_offset:
-            return [_resync(replica, wanted)]
+            return _pending_resync(replica, wanted)
         try:
             records, reached = _read_log(replica, start, position, REPLAY_MAX_BYTES)
         except OffsetOutOfRangeError:
-            return [_resync(replica, wanted)]
+            return _pending_resync(replica, wanted)
         changes: list[Event] = [
             Change(partition, offset, epoch, key, row)
             for offset, epoch, key, row in records
             if wanted.matches(key)
         ]
         if reached < position or len(changes) > self.buffer_changes:
-            return [_resync(replica, wanted)]  # too far behind to replay change by change
+            return _pending_resync(replica, wanted)  # too far behind to replay change by change
         return changes
 
     # ---------------------------------------------------------------------------------- other servers
@@ -642,10 +650,16 @@ def _partition_of(replica: LocalReplica, key: bytes) -> bool:
     return partition_for(key, replica.table.partitions) == replica.partition
 
 
-def _resync(replica: LocalReplica, wanted: FeedFilter) -> Resync:
-    return Resync(
-        replica.partition, replica.store.position, replica.store.epoch, tuple(_current_rows(replica, wanted))
+def _pending_resync(replica: LocalReplica, wanted: FeedFilter) -> PendingResync:
+    """A resync of `replica`'s partition at the store's position now, its rows read later in steps (a
+    view opened now: a RocksDB iterator)."""
+    store = replica.store
+    rows = (
+        iter(_current_rows(replica, wanted))
+        if wanted.keys is not None
+        else store.scan(wanted.start, wanted.end)
     )
+    return PendingResync(replica.partition, store.position, store.epoch, rows)
 
 
 __all__ = ["End", "Feed", "FeedHub"]

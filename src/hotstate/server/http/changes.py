@@ -9,6 +9,8 @@ Native events (`/v1/changes`, and each SSE event's `data`, its `event` the type)
                                   (with "left": true, a filtered feed's row stopped matching its WHERE)
   {"type": "resync", "partition", "position", "epoch", "rows": [{"key", "row"}], "token"}
                                               the log no longer held the changes: the current rows instead
+                    (read in steps: each part but the last has "more": true, and its token the positions
+                    before the resync; the parts after the first have "continued": true)
   {"type": "progress", "positions", "token"}                    positions passed (changes not taken move them)
   {"type": "end", "reason", "final", "positions", "token", "message"}   the last event
 A change's position is its offset + 1; `token` is a consistency token of the positions so far, the
@@ -253,7 +255,8 @@ class FeedStream:
             body = {"type": "snapshot_end", "positions": dict(event.positions), "token": token}
             return [self._line("snapshot_end", body, token)]
         if isinstance(event, Resync):
-            self._sent[event.partition] = max(self._sent.get(event.partition, 0), event.position)
+            if not event.more:  # a resumed feed must not skip the parts still to come
+                self._sent[event.partition] = max(self._sent.get(event.partition, 0), event.position)
             token = feed.token(self._sent)
             body = {
                 "type": "resync",
@@ -263,6 +266,10 @@ class FeedStream:
                 "rows": [{"key": self._key(k), "row": self._row(r)} for k, r in event.rows],
                 "token": token,
             }
+            if event.more:
+                body["more"] = True
+            if event.continued:
+                body["continued"] = True
             return [self._line("resync", body, token)]
         if isinstance(event, Progress):
             self._sent.update(event.positions)
