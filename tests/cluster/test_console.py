@@ -2,8 +2,9 @@
 
 Debian's Chromium (`make chromium`) driven by Playwright for Python (its own browser download is never
 used). The page must load with no console errors, show every server in its rack and every partition's
-active and standby where /v1/tables says they are, and, within a few seconds of a kill -9, show the killed
-server down and its actives on the other servers. Screenshots of both states go to the test's tmp dir (and
+active and standby where /v1/tables says they are, follow the table's changes live (Server-Sent Events,
+filtered on a non-key column), and, within a few seconds of a kill -9, show the killed server down and its
+actives on the other servers. Screenshots of both states go to the test's tmp dir (and
 to $HOTSTATE_CONSOLE_SHOTS when set: docs/console.png is the failover one).
 """
 
@@ -229,7 +230,20 @@ def test_the_console_shows_servers_partitions_and_a_failover_in_a_real_browser(
             stats = page.locator(f'.server[data-server="{server.node_id}"]')
             expect(stats.locator('[data-stat="rows written"] dd')).to_have_text(rate)
         expect(page.locator('.events li[data-kind="table_created"]')).to_have_count(1)
+
+        # The live feed of the table's changes (Server-Sent Events), filtered on a non-key column.
+        expect(page.locator("#live-table option")).to_have_count(1, timeout=5_000)
+        page.select_option("#live-table", TABLE)
+        page.fill("#live-where", "v >= 0")
+        page.click("#live-follow")
+        expect(page.locator("#live-status")).to_have_attribute("data-state", "live", timeout=10_000)
+        upserts = page.locator('#live-changes li[data-kind="upsert"]')
+        expect(upserts.nth(4)).to_be_visible(timeout=10_000)  # the writer's changes, as they happen
+        expect(upserts.first.locator("code.row")).to_have_text(re.compile(r'^\{"k":"k[0-9]+","v":[0-9]+\}$'))
         healthy = shot(page, shots, "console-healthy.png")
+        page.click("#live-stop")
+        expect(page.locator("#live-status")).to_have_attribute("data-state", "stopped")
+        expect(page.locator("#live-follow")).to_be_enabled()
 
         running.kill(victim)
         killed_at = time.monotonic()

@@ -1,12 +1,15 @@
 """Push queries (`... EMIT CHANGES`) between real server processes, on one cluster for the module: per-key
 and range feeds through the Python client, /query-stream over HTTP/1.1 and HTTP/2 and Server-Sent Events;
-a resync from a position the log no longer holds; a subscriber that stops reading; the subscription limit;
-a dropped table; and (last: it kills a server) a kill -9 of the serving server while a writer writes,
-the client resuming on another server with every acknowledged change received exactly once."""
+a filtered feed (a WHERE on a non-key column, a computed column) whose rows leave and enter its view;
+a resync from a position the log no longer holds; a subscriber that stops reading, and one that never
+reads (dropped after push.send.timeout.ms); the subscription limit; a dropped table; and (last: it kills
+a server) a kill -9 of the serving server while a writer writes, the client resuming on another server
+with every acknowledged change received exactly once."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
 import socket
@@ -28,6 +31,7 @@ from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.controller.requests import ControllerError
 from hotstate.query.tokens import cluster_tag, encode
 from hotstate.replica.core import ReplicaConfig
+from hotstate.server.config import render_toml
 
 from .conftest import RunningCluster
 
@@ -38,6 +42,8 @@ BOUND = 40  # push.buffer.max.changes
 LIMIT = 8  # push.max.subscriptions
 RETENTION = 100  # replica.log.retention.records
 KEY = (KeyColumn("user", KeyType.STRING),)
+SEND_TIMEOUT_MS = 1500  # push.send.timeout.ms of server DROPPING only (the others keep the default)
+DROPPING = 2
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +54,15 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningCluster
         push_max_subscriptions=LIMIT,
         replica=ReplicaConfig(log_retention_records=RETENTION),
     )
+    dropping = next(s for s in local.servers if s.node_id == DROPPING)
+    config = local.config_for(
+        dropping,
+        push_buffer_max_changes=BOUND,
+        push_max_subscriptions=LIMIT,
+        push_send_timeout_ms=SEND_TIMEOUT_MS,
+        replica=ReplicaConfig(log_retention_records=RETENTION),
+    )
+    (dropping.directory(local.root) / "server.toml").write_text(render_toml(config))
     local.save()
     for server in local.servers:
         local.start(server)
@@ -165,6 +180,42 @@ def test_per_key_and_range_feeds_through_the_python_client(running: RunningClust
         await writer.close()
 
     running.run(scenario())
+
+
+def test_a_filtered_feed_is_a_filtered_view_rows_leave_and_enter_it(running: RunningCluster) -> None:
+    _table(running, "scored")
+    _upsert(running, "scored", [{"user": "a", "clicks": 7}, {"user": "b", "clicks": 1}])
+
+    async def scenario() -> list[tuple[str, tuple[Any, ...], Any, bool]]:
+        writer = _writer(running, "scored")
+        async with AsyncClient(_bases(running), timeout_s=20.0) as client:
+            sql = "SELECT user, clicks * 10 AS tens FROM scored WHERE clicks >= 5 EMIT CHANGES"
+            subscription, first = await _subscribe_ready(client, sql)
+            await writer.upsert([{"user": "b", "clicks": 2}])  # not in the view, and stays out: nothing
+            await writer.upsert([{"user": "a", "clicks": 3}])  # leaves the view
+            await writer.upsert([{"user": "b", "clicks": 9}])  # enters it
+            got = [first] + [await asyncio.wait_for(subscription.__anext__(), 10.0) for _ in range(2)]
+            await subscription.aclose()
+        await writer.close()
+        return [(c.kind, c.key, c.row, c.left) for c in got]
+
+    assert running.run(scenario()) == [
+        ("snapshot", ("a",), {"user": "a", "tens": 70}, False),
+        ("change", ("a",), None, True),
+        ("change", ("b",), {"user": "b", "tens": 90}, False),
+    ]
+    # The same filter over Server-Sent Events (the console's feed): only the matching row's snapshot.
+    with httpx.Client() as h1:
+        url = f"{_base(running, 3)}/v1/tables/scored/changes"
+        with h1.stream("GET", url, params={"where": "clicks >= 5"}, timeout=20.0) as response:
+            kinds = []
+            for line in response.iter_lines():
+                if line.startswith("data: "):
+                    event = json.loads(line[6:])
+                    kinds.append((event["type"], event.get("key")))
+                    if event["type"] == "snapshot_end":
+                        break
+    assert kinds == [("header", None), ("row", ["b"]), ("snapshot_end", None)]
 
 
 def _stream_lines(
@@ -367,6 +418,37 @@ def test_a_subscriber_that_stops_reading_is_told_it_fell_behind(running: Running
     assert 'hotstate_push_feeds_ended_total{reason="fell_behind"} 1.0' in httpx.get(f"{base}/metrics").text
 
 
+def test_a_client_that_never_reads_is_dropped_after_the_send_timeout(running: RunningCluster) -> None:
+    _table(running, "unread", partitions=1)
+    big = "x" * 50_000
+    # A snapshot of 6 MB: more than the socket buffers between server and client hold.
+    for start in range(0, 120, 40):
+        _upsert(running, "unread", [{"user": f"u{i}", "pad": big} for i in range(start, start + 40)])
+    base = _base(running, DROPPING)
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", running.server(DROPPING).http_port))
+    body = json.dumps({"sql": "SELECT * FROM unread EMIT CHANGES"}).encode()
+    sock.sendall(
+        b"POST /v1/changes HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        b"content-length: %d\r\n\r\n%s" % (len(body), body)
+    )
+    try:
+        end = time.monotonic() + 30.0
+        while "hotstate_push_clients_dropped_total 1.0" not in httpx.get(f"{base}/metrics").text:
+            assert time.monotonic() < end, "the client that never read was not dropped"
+            time.sleep(0.1)
+        sock.settimeout(20.0)
+        received = 0
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := sock.recv(1 << 20):
+                received += len(chunk)
+        assert received < 6_000_000  # the connection closed before the snapshot was all sent
+    finally:
+        sock.close()
+    assert "hotstate_push_subscriptions 0.0" in httpx.get(f"{base}/metrics").text
+
+
 def _dechunked(body: bytes) -> bytes:
     """An HTTP/1.1 chunked body's data."""
     out: list[bytes] = []
@@ -426,6 +508,9 @@ def test_bad_push_queries_are_refused_before_a_stream_starts(running: RunningClu
     assert changes(sql="SELECT * FROM nope EMIT CHANGES").status_code == 404
     assert "EMIT FINAL" in changes(sql="SELECT * FROM refusing EMIT FINAL").json()["message"]
     assert "LIMIT" in changes(sql="SELECT * FROM refusing LIMIT 2 EMIT CHANGES").json()["message"]
+    aggregate = changes(sql="SELECT COUNT(*) FROM refusing EMIT CHANGES")
+    assert aggregate.status_code == 400
+    assert "aggregates and GROUP BY are not supported on a push query" in aggregate.json()["message"]
     pull = httpx.post(f"{base}/v1/query", json={"sql": sql}, timeout=10.0)
     assert pull.status_code == 400 and "/query-stream" in pull.json()["message"]
 

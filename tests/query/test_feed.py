@@ -224,3 +224,18 @@ def test_the_client_state_drops_what_it_had_and_resumes_from_its_positions() -> 
     assert resumed is not None and decode(resumed, TAG) == {(7, 0): 5, (7, 1): 9}
     assert state.moved_on() == 0.0 and state.server == 2
     assert state.moved_on() > 0 and state.server == 0  # every server failed in a row: a pause
+
+
+def test_a_resync_in_parts_begins_once_and_moves_the_position_with_its_last_part() -> None:
+    state = FeedState("SELECT * FROM t EMIT CHANGES", encode({(7, 0): 1}, TAG), True, servers=1, first=0)
+    state.on_line(_line(type="header", token=encode({(7, 0): 1}, TAG), table_id=7))
+    first = state.on_line(
+        _line(type="resync", partition=0, position=9, epoch=2, rows=[{"key": ["a"], "row": {}}], more=True)
+    )
+    assert [c.kind for c in first] == ["resync_begin", "resync"] and state.positions == {0: 1}
+    rest = state.on_line(
+        _line(
+            type="resync", partition=0, position=9, epoch=2, rows=[{"key": ["b"], "row": {}}], continued=True
+        )
+    )
+    assert [(c.kind, c.key) for c in rest] == [("resync", ("b",))] and state.positions == {0: 9}

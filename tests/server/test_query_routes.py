@@ -58,7 +58,7 @@ class _Stream:
         self.chunks = chunks
         self.closed = False
 
-    async def run(self, send: Any, receive: Any) -> None:
+    async def run(self, send: Any, receive: Any, abort: Any = None) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"x/y")]})
         for chunk in self.chunks:
             await send({"type": "http.response.body", "body": chunk, "more_body": True})

@@ -13,9 +13,9 @@ subscribes again, on the next server of its list, from those positions, and drop
 every change is delivered exactly once. Where the log no longer holds the changes after a position (a
 retention, a replica rebuilt), the server sends the partition's current rows instead: a `kind`
 "resync_begin" marker for the partition, then its rows as `kind` "resync" (a key of that partition held
-before and missing among them was deleted meanwhile). A dropped table ends the iteration
-(`subscription.end_reason == "dropped"`). `subscription.token` is where it is: `from_token=` resumes there
-later.
+before and missing among them was deleted meanwhile; a large resync comes in parts, one marker for all). A
+dropped table ends the iteration (`subscription.end_reason == "dropped"`). `subscription.token` is where it
+is: `from_token=` resumes there later.
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ ROUND_PAUSE_S = 0.2
 class Change:
     """One item of a feed. `kind`: "snapshot" (a current row at the start), "change" (a committed change
     at `offset`, in leader epoch `epoch`), "resync_begin" (the partition's current rows follow, replacing
-    what was known of it) or "resync" (one of those rows). `row` None: the key was deleted."""
+    what was known of it) or "resync" (one of those rows). `row` None: the key was deleted, or (`left`)
+    its row no longer matches the feed's WHERE: either way it is out of the feed's view."""
 
     kind: str
     partition: int
@@ -54,6 +55,7 @@ class Change:
     row: dict[str, Any] | None
     offset: int | None = None
     epoch: int | None = None
+    left: bool = False
 
     @property
     def deleted(self) -> bool:
@@ -151,17 +153,27 @@ class FeedState:
                 return []  # had it before a resume
             positions[partition] = offset + 1
             return [
-                Change("change", partition, tuple(event["key"]), event["row"], offset, int(event["epoch"]))
+                Change(
+                    "change",
+                    partition,
+                    tuple(event["key"]),
+                    event["row"],
+                    offset,
+                    int(event["epoch"]),
+                    bool(event.get("left", False)),
+                )
             ]
         if kind == "resync":
             partition, position = int(event["partition"]), int(event["position"])
             positions = self._positions()
             if position < positions.get(partition, 0):
                 return []
-            positions[partition] = position
-            return [Change("resync_begin", partition, (), None)] + [
-                Change("resync", partition, tuple(r["key"]), r["row"]) for r in event["rows"]
-            ]
+            if not event.get("more"):  # its last part (a resume before it takes the whole resync again)
+                positions[partition] = position
+            rows = [Change("resync", partition, tuple(r["key"]), r["row"]) for r in event["rows"]]
+            if event.get("continued"):
+                return rows
+            return [Change("resync_begin", partition, (), None), *rows]
         if kind == "progress":
             self._advance(event["positions"])
             return []

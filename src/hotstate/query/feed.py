@@ -14,23 +14,43 @@ beyond its start; past that it ends with `FELL_BEHIND` at the position after its
 client resumes from there), so a subscriber that does not read costs a bounded amount of memory and never
 slows the writes or the other subscribers.
 
+A feed with a WHERE beyond its keys (a filtered view of the table) tests each change's new row once per
+group of subscriptions with the same condition (the verdict is kept on the change, by the condition's
+normalized text). A change whose row matches is sent; one whose row does not (an update that moves the row
+out of the filter, or a delete) is sent as a *left* change (row None, `left`) when the subscriber may hold
+the key, so a client-side cache of the feed stays equal to the filtered table. A subscription knows which
+keys its subscriber holds when it started from its snapshot or from nothing (`holding`: the keys it sent
+as matching, at most MAX_HELD); resumed from a token, or past MAX_HELD keys, it does not, and sends every
+non-matching change of its keys as a left change (one the subscriber may drop).
+
+A snapshot may be handed over as an iterator (`pending`) read `take`'s `step` rows at a time, ahead of
+everything queued, so a large table's snapshot is never read whole in one event-loop turn; the changes that
+arrive meanwhile are queued after it, and held to the bound.
+
 No sockets, clocks or tasks: server/feeds.py wakes the streams and writes the events.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 from hotstate.query.push import FeedFilter
 
+# A filtered subscription remembers at most this many keys its subscriber holds; beyond, it sends every
+# non-matching change of its keys as a left change instead of only those of keys it sent.
+MAX_HELD = 100_000
+
 __all__ = [
+    "MAX_HELD",
     "Change",
     "End",
     "EndReason",
     "FeedIndex",
+    "PendingResync",
     "Progress",
     "Resync",
     "SnapshotEnd",
@@ -47,12 +67,35 @@ class Change:
     offset: int
     epoch: int
     key: bytes
-    row: bytes | None  # None: the key was deleted
+    row: bytes | None  # None: the key was deleted (or, `left`, its row left the feed's filter)
+    left: bool = False
     encoded: dict[object, bytes] = field(default_factory=dict, repr=False, compare=False)
+    # Per filter (its normalized text): whether the row matches it, decided once for every feed sharing it.
+    verdicts: dict[str, bool] = field(default_factory=dict, repr=False, compare=False)
+    _left: Change | None = field(default=None, repr=False, compare=False)
 
     @property
     def position(self) -> int:
         return self.offset + 1
+
+    def holds(self, feed_filter: FeedFilter) -> bool:
+        """Whether the new row matches `feed_filter`'s WHERE (a delete never does)."""
+        text = feed_filter.where_text
+        if text is None:
+            return self.row is not None
+        verdict = self.verdicts.get(text)
+        if verdict is None:
+            verdict = self.verdicts[text] = self.row is not None and feed_filter.holds(self.row)
+        return verdict
+
+    def as_left(self) -> Change:
+        """This change as a filtered feed sends a row that does not match: its key left the view."""
+        if self.row is None and not self.left:
+            return self  # a delete is a delete
+        gone = self._left
+        if gone is None:
+            gone = self._left = Change(self.partition, self.offset, self.epoch, self.key, None, left=True)
+        return gone
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,12 +117,27 @@ class SnapshotEnd:
 @dataclass(frozen=True, slots=True)
 class Resync:
     """The log no longer holds what followed the subscriber's position on `partition` (or it is too far
-    behind to replay): its current rows (of the feed's keys) at `position` instead of the changes."""
+    behind to replay): its current rows (of the feed's keys) at `position` instead of the changes. Read in
+    steps, it comes in parts: the first replaces what the subscriber held of the partition, each but the
+    last has `more`, the ones after the first are `continued`."""
 
     partition: int
     position: int
     epoch: int
     rows: tuple[tuple[bytes, bytes], ...]
+    more: bool = False
+    continued: bool = False
+
+
+@dataclass(slots=True)
+class PendingResync:
+    """A resync whose rows (of the partition at `position`) are still to be read, a step at a time."""
+
+    partition: int
+    position: int
+    epoch: int
+    rows: Iterator[tuple[bytes, bytes]]
+    started: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,11 +171,32 @@ Event = Change | SnapshotRow | SnapshotEnd | Resync | Progress | End
 class Subscription:
     """One feed's state: its filter, its position per partition, its buffered events."""
 
-    __slots__ = ("bound", "ended", "filter", "limit", "positions", "queue", "reported", "subscription_id")
+    __slots__ = (
+        "bound",
+        "ended",
+        "filter",
+        "holding",
+        "limit",
+        "pending",
+        "positions",
+        "queue",
+        "reported",
+        "resyncs",
+        "subscription_id",
+        "touched",
+    )
 
     def __init__(
-        self, subscription_id: int, feed_filter: FeedFilter, positions: Mapping[int, int], bound: int
+        self,
+        subscription_id: int,
+        feed_filter: FeedFilter,
+        positions: Mapping[int, int],
+        bound: int,
+        *,
+        known: bool = True,
     ) -> None:
+        """`known`: the subscriber holds nothing of the feed but what it sends from now on (it starts from
+        a snapshot, or from nothing); False when it resumes from a token."""
         self.subscription_id = subscription_id
         self.filter = feed_filter
         # The next offset it takes, per partition of its filter.
@@ -127,16 +206,96 @@ class Subscription:
         self.limit = bound
         self.queue: deque[Event] = deque()
         self.ended: End | None = None
+        # A filtered feed: per partition, the keys its subscriber holds (None: not known).
+        self.holding: dict[int, set[bytes]] | None = None
+        if feed_filter.where is not None and known:
+            self.holding = {p: set() for p in feed_filter.partitions}
+        # A snapshot still to be read (`take`), and the keys changed meanwhile (their snapshot row is older).
+        self.pending: Iterator[tuple[int, bytes, bytes]] | None = None
+        self.touched: set[bytes] | None = None
+        self.resyncs: deque[PendingResync] = deque()  # read by `take` in steps, before the queue
 
-    def start(self, events: Iterable[Event]) -> None:
-        """Its first events (current rows, resyncs, changes replayed from the log): not held to the bound."""
+    def start(
+        self,
+        events: Iterable[Event],
+        pending: Iterator[tuple[int, bytes, bytes]] | None = None,
+        resyncs: Sequence[PendingResync] = (),
+    ) -> None:
+        """Its first events (current rows, resyncs, changes replayed from the log): not held to the bound.
+        `pending`: current rows (partition, key, row) to send before them all, and `resyncs` (of other
+        partitions than the events'), read by `take` in steps."""
+        for resync in resyncs:
+            self.positions[resync.partition] = max(self.positions[resync.partition], resync.position)
+            self.resyncs.append(resync)
         for event in events:
-            self.queue.append(event)
             if isinstance(event, Change):
                 self.positions[event.partition] = event.position
-            elif isinstance(event, Resync):
+                taken = self._through_filter(event)
+                if taken is not None:
+                    self.queue.append(taken)
+                continue
+            if isinstance(event, SnapshotRow):
+                if self._admit_row(event.partition, event.key, event.row):
+                    self.queue.append(event)
+                continue
+            if isinstance(event, Resync):
                 self.positions[event.partition] = max(self.positions[event.partition], event.position)
+                event = self._filtered_resync(event)
+            self.queue.append(event)
+        if pending is not None:
+            self.pending = pending
+            self.touched = set()
         self.limit = len(self.queue) + self.bound
+
+    def _admit_row(self, partition: int, key: bytes, row: bytes) -> bool:
+        """Whether a current row goes to the subscriber (it matches the filter); remembers it held."""
+        if self.filter.where is None:
+            return True
+        if not self.filter.holds(row):
+            return False
+        if self.touched is None or key not in self.touched:
+            self._hold(partition, key)
+        return True
+
+    def _filtered_resync(self, event: Resync) -> Resync:
+        if self.filter.where is None:
+            return event
+        rows = tuple((k, r) for k, r in event.rows if self.filter.holds(r))
+        if self.holding is not None:
+            self.holding[event.partition] = set()
+            for k, _ in rows:
+                self._hold(event.partition, k)
+        return Resync(event.partition, event.position, event.epoch, rows)
+
+    def _hold(self, partition: int, key: bytes) -> None:
+        holding = self.holding
+        if holding is None:
+            return
+        held = holding.setdefault(partition, set())
+        held.add(key)
+        if len(held) > MAX_HELD // max(1, len(holding)):
+            self.holding = None  # too many to remember: every non-matching change is sent as left
+
+    def _through_filter(self, change: Change) -> Change | None:
+        """What a change of its keys sends through its WHERE: the change, a left change, or nothing (a
+        row that neither matches nor was held)."""
+        feed_filter = self.filter
+        if feed_filter.where is None:
+            return change
+        if self.touched is not None:
+            self.touched.add(change.key)
+        if change.holds(feed_filter):
+            self._hold(change.partition, change.key)
+            return change
+        holding = self.holding
+        held = None if holding is None else holding.get(change.partition)
+        was_held = held is not None and change.key in held
+        if held is not None:
+            held.discard(change.key)
+        # Unknown, or a snapshot still to come may give it the key: it may hold it.
+        if was_held or holding is None or self.touched is not None:
+            return change.as_left()
+        return None
 
     def offer(self, change: Change) -> bool:
         """Take `change` if it is new to this subscription and matches; False if not taken (or it ended)."""
@@ -149,6 +308,10 @@ class Subscription:
         if not self.filter.matches(change.key):
             self.positions[partition] = change.position
             return False
+        taken = self._through_filter(change)
+        if taken is None:
+            self.positions[partition] = change.position
+            return False
         if len(self.queue) >= self.limit:
             self.end(
                 EndReason.FELL_BEHIND,
@@ -156,7 +319,7 @@ class Subscription:
                 "the table changes): resume from the positions given",
             )
             return False
-        self.queue.append(change)
+        self.queue.append(taken)
         self.positions[partition] = change.position
         return True
 
@@ -174,15 +337,60 @@ class Subscription:
 
     def progress(self) -> Progress | None:
         """A Progress event when its positions moved since the last one (and it has nothing buffered)."""
-        if self.queue or self.ended is not None or self.positions == self.reported:
+        if self.waiting or self.ended is not None:
+            return None
+        if self.positions == self.reported:
             return None
         self.reported = dict(self.positions)
         return Progress(self.reported)
 
-    def take(self) -> list[Event]:
+    @property
+    def waiting(self) -> bool:
+        """Whether it has something to send."""
+        return bool(self.queue) or self.pending is not None or bool(self.resyncs)
+
+    def take(self, step: int = 1000) -> list[Event]:
+        """What is to be sent: the next `step` rows read of a pending snapshot (those matching; maybe
+        none), else everything queued."""
+        pending = self.pending
+        if pending is not None:
+            rows = list(itertools.islice(pending, step))
+            if len(rows) < step:
+                self.pending = None
+                self.touched = None
+            return [SnapshotRow(p, k, r) for p, k, r in rows if self._admit_row(p, k, r)]
+        if self.resyncs:
+            return [self._resync_step(step)]
         events = list(self.queue)
         self.queue.clear()
         return events
+
+    def _resync_step(self, step: int) -> Resync:
+        pending = self.resyncs[0]
+        rows = list(itertools.islice(pending.rows, step))
+        more = len(rows) == step
+        if not more:
+            self.resyncs.popleft()
+        continued, pending.started = pending.started, True
+        partition = pending.partition
+        if self.filter.where is not None:
+            rows = [(k, r) for k, r in rows if self.filter.holds(r)]
+            if self.holding is not None:
+                if not continued:
+                    self.holding[partition] = set()
+                for k, _ in rows:
+                    self._hold(partition, k)
+        return Resync(partition, pending.position, pending.epoch, tuple(rows), more, continued)
+
+    def break_off(self) -> None:
+        """Its pending snapshot could not be read to the end: nothing of the start is sent (the subscriber
+        takes the whole snapshot again)."""
+        self.pending = None
+        self.touched = None
+        self.resyncs.clear()
+        self.queue.clear()
+        if self.ended is not None:
+            self.queue.append(self.ended)
 
 
 class FeedIndex:

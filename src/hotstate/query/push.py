@@ -2,21 +2,27 @@
 
 Pure: the statement is the pull query before `EMIT CHANGES`, parsed by the pull-query parser (so both take the
 same WHERE); the feed's filter is that query's plan (query/plan.py): the partitions it reads and which keys
-of them. The feed itself is query/feed.py, its shell server/feeds.py (docs/queries.md, "Push queries").
+of them, and, for a WHERE the key alone cannot answer, the scan's condition (query/expressions.py), which
+each change's new row is tested against. The feed itself is query/feed.py, its shell server/feeds.py
+(docs/queries.md, "Push queries").
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlglot.tokens import TokenType  # type: ignore[attr-defined]
 
 from hotstate.controller.image import TableInfo
+from hotstate.protocol.rows import RowDecodeError, decode_row
 from hotstate.query.dialect import PullDialect
 from hotstate.query.execute import IGNORED_PROPERTIES, QueryError
+from hotstate.query.expressions import Col, Eval, EvalError, Node, encode_node, evaluator
 from hotstate.query.plan import FullScan, KeyLookup, KeyRange, plan
 from hotstate.query.pull_query import PullQuery, UnsupportedQueryError
+from hotstate.query.scan import Output, ScanSpec
 from hotstate.query.sql import parse
 from hotstate.query.tokens import Positions, TokenError, decode
 
@@ -27,6 +33,7 @@ __all__ = [
     "FeedFilter",
     "PushOptions",
     "feed_filter",
+    "feed_outputs",
     "parse_push",
     "push_options",
     "split_emit",
@@ -76,29 +83,82 @@ def parse_push(sql: str) -> PullQuery:
 @dataclass(frozen=True, slots=True)
 class FeedFilter:
     """Which changes of a table a feed takes: those of `partitions` whose encoded key is one of `keys`
-    (a lookup), or within [start, end) (a range; None: unbounded)."""
+    (a lookup), or within [start, end) (a range; None: unbounded); and, with a `where`, whose row it holds
+    for (a row that stops matching *leaves* the feed's view: query/feed.py). `where_text` is the condition's
+    normalized text: feeds with the same one share each change's verdict."""
 
     partitions: frozenset[int]
     keys: frozenset[bytes] | None = None
     start: bytes | None = None
     end: bytes | None = None
+    where: Node | None = None
+    where_text: str | None = None
+    _test: Eval | None = field(default=None, compare=False, repr=False)
 
     def matches(self, key: bytes) -> bool:
         if self.keys is not None:
             return key in self.keys
         return (self.start is None or key >= self.start) and (self.end is None or key < self.end)
 
+    def holds(self, row: bytes) -> bool:
+        """Whether the WHERE holds for `row` (True without one). A row it cannot be evaluated on (a value
+        of another type, a row that does not decode) does not match: a feed has no one to fail a query to."""
+        test = self._test
+        if test is None:
+            return True
+        try:
+            return test(decode_row(row)) is True
+        except (EvalError, RowDecodeError, TypeError, ValueError):
+            return False
+
+
+def with_where(base: FeedFilter, where: Node | None) -> FeedFilter:
+    """`base` that also tests each row against `where`."""
+    if where is None:
+        return base
+    text = json.dumps(encode_node(where), separators=(",", ":"), default=str)
+    return FeedFilter(base.partitions, base.keys, base.start, base.end, where, text, evaluator(where))
+
 
 def feed_filter(query: PullQuery, table: TableInfo) -> FeedFilter:
-    """The filter of `query` on `table` (its key conditions planned as a pull query's are)."""
-    access = plan(query, table).access
+    """The filter of `query` on `table` (its key conditions planned as a pull query's are; the rest of its
+    WHERE tested on each row). Aggregates, GROUP BY and ORDER BY are refused (UnsupportedQueryError)."""
+    planned = plan(query, table)
+    access = planned.access
+    where = _where(planned.scan)
     if isinstance(access, KeyLookup):
-        return FeedFilter(frozenset(access.partitions), keys=frozenset(access.keys))
+        return with_where(FeedFilter(frozenset(access.partitions), keys=frozenset(access.keys)), where)
     every = frozenset(range(table.partitions))
     if isinstance(access, KeyRange):
-        return FeedFilter(every, start=access.start, end=access.end)
+        return with_where(FeedFilter(every, start=access.start, end=access.end), where)
     assert isinstance(access, FullScan)
-    return FeedFilter(every)
+    return with_where(FeedFilter(every), where)
+
+
+def _where(spec: ScanSpec | None) -> Node | None:
+    if spec is None:
+        return None
+    if spec.aggregating:
+        raise UnsupportedQueryError(
+            "aggregates and GROUP BY are not supported on a push query (EMIT CHANGES): a feed sends rows "
+            "as they change; run the aggregate as a pull query (without EMIT CHANGES)"
+        )
+    if spec.order:
+        raise UnsupportedQueryError(
+            "ORDER BY is not supported on a push query (EMIT CHANGES): changes come in log order"
+        )
+    return spec.where
+
+
+def feed_outputs(query: PullQuery, table: TableInfo) -> tuple[tuple[str, ...] | None, tuple[Output, ...]]:
+    """The feed's column names (None: every column) and, when SELECT computes any of them (an expression,
+    an alias, a struct field), its outputs to evaluate over each row (else ())."""
+    spec = plan(query, table).scan
+    if spec is None or spec.outputs is None:
+        return query.columns, ()
+    names = tuple(output.name for output in spec.outputs)
+    plain = all(isinstance(o.node, Col) and not o.node.path and o.node.name == o.name for o in spec.outputs)
+    return names, () if plain else spec.outputs
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,8 +5,11 @@ The replica manager (server/replicas.py) hands over every committed batch its re
 (`replica_gone`) and when the image changes (`on_image`: a dropped table). Nothing here reads RocksDB or
 the log per change: a subscription reads them once, when it starts, to take its snapshot or to replay the
 changes from its resume position up to the store's position, in the same event-loop turn as it joins the
-tail, so nothing falls between the two. The feed logic (what a subscription takes, its bound) is
-query/feed.py; the transports (/query-stream, /v1/changes, Server-Sent Events) are server/http/changes.py.
+tail, so nothing falls between the two. A local snapshot is a RocksDB iterator opened in that turn (a
+consistent view as of then) and read by the feed's stream `step_rows` rows at a time, with a yield to the
+event loop between steps, so a large table's snapshot never holds the server for long. The feed logic
+(what a subscription takes, its bound) is query/feed.py; the transports (/query-stream, /v1/changes,
+Server-Sent Events) are server/http/changes.py.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -31,16 +34,26 @@ from hotstate.query.feed import (
     EndReason,
     Event,
     FeedIndex,
+    PendingResync,
     Resync,
     SnapshotEnd,
     SnapshotRow,
     Subscription,
 )
 from hotstate.query.plan import UnknownTableError, find_table
-from hotstate.query.push import FeedFilter, PushOptions, feed_filter, parse_push, push_options
+from hotstate.query.push import (
+    FeedFilter,
+    PushOptions,
+    feed_filter,
+    feed_outputs,
+    parse_push,
+    push_options,
+)
+from hotstate.query.scan import Output
 from hotstate.query.tokens import encode
 from hotstate.replica.core import ReplicaRole
 from hotstate.replica.messages import FeedReadRequest, FeedReadResponse, ReplicaError
+from hotstate.replica.store import StoreError
 
 if TYPE_CHECKING:
     from hotstate.server.replicas import LocalReplica
@@ -70,6 +83,8 @@ class Feed:
     tag: bytes
     wake: asyncio.Event
     hub: FeedHub
+    # SELECT's computed columns (query/push.py's feed_outputs): evaluated over each row; (): none.
+    outputs: tuple[Output, ...] = ()
 
     @property
     def start_token(self) -> str:
@@ -83,6 +98,20 @@ class Feed:
         """What it has to send; after `idle_s` with nothing, a Progress event if its positions moved ([]
         if not). Ends with an End event (then nothing more comes)."""
         subscription = self.subscription
+        while subscription.pending is not None or subscription.resyncs:
+            await asyncio.sleep(0)  # a step of the snapshot (or resync) per turn of the event loop
+            try:
+                events = subscription.take(self.hub.step_rows)
+            except StoreError as error:
+                subscription.break_off()
+                subscription.end(
+                    EndReason.REPLICA_GONE,
+                    f"this server's replica closed while its current rows were read ({error})",
+                )
+                self.hub.wake(subscription)
+                return subscription.take()
+            if events:
+                return events
         if not subscription.queue:
             self.wake.clear()
             try:
@@ -93,6 +122,8 @@ class Feed:
         return subscription.take()
 
     def close(self) -> None:
+        self.subscription.pending = None  # its snapshot's iterator (and the RocksDB view) go now
+        self.subscription.resyncs.clear()
         self.hub.close(self)
 
 
@@ -106,7 +137,10 @@ class FeedHub:
         *,
         max_subscriptions: int,
         buffer_changes: int,
+        step_rows: int = 1000,
+        send_timeout_s: float = 60.0,
         on_end: Callable[[EndReason], object] = lambda reason: None,
+        on_drop: Callable[[], object] = lambda: None,
         request: RemoteRequest | None = None,
         alive: Callable[[int], bool] = lambda node_id: True,
     ) -> None:
@@ -116,6 +150,10 @@ class FeedHub:
         self._replicas = replicas
         self.max_subscriptions = max_subscriptions
         self.buffer_changes = buffer_changes
+        self.step_rows = max(1, step_rows)  # a snapshot's rows read per event-loop turn
+        # A write to a feed's client that waits this long drops its connection (push.send.timeout.ms).
+        self.send_timeout_s = send_timeout_s
+        self.on_drop = on_drop  # such a drop (metrics)
         self._on_end = on_end  # a feed the server ended (metrics)
         self._indexes: dict[PartitionId, FeedIndex] = {}
         self._feeds: dict[int, Feed] = {}  # by subscription id
@@ -147,6 +185,7 @@ class FeedHub:
         try:
             table = find_table(image.tables, query.table)
             wanted = feed_filter(query, table)
+            columns, outputs = feed_outputs(query, table)
         except UnknownTableError as error:
             raise QueryError("not_found", str(error)) from None
         except pull_query.QueryError as error:
@@ -156,8 +195,8 @@ class FeedHub:
         local = self._replicas()
         remote = [p for p in sorted(wanted.partitions) if not _usable(local.get((table.table_id, p)))]
         if not remote or self._request is None:
-            return self._register(table, query.columns, wanted, options, {})
-        return self._open_remote(table, query.columns, wanted, options, remote)
+            return self._register(table, columns, wanted, options, {}, outputs)
+        return self._open_remote(table, columns, wanted, options, remote, outputs)
 
     def _check_limit(self) -> None:
         if self._closed:
@@ -176,6 +215,7 @@ class FeedHub:
         wanted: FeedFilter,
         options: PushOptions,
         remote: list[int],
+        outputs: tuple[Output, ...],
     ) -> Feed:
         starts = {p: await self._remote_start(table, p, wanted, options) for p in remote}
         # A partition's tail here may be past where its start was read: read on up to it, then join the
@@ -186,7 +226,7 @@ class FeedHub:
             ]
             if not behind:
                 self._check_limit()
-                return self._register(table, columns, wanted, options, starts)
+                return self._register(table, columns, wanted, options, starts, outputs)
             for p in behind:
                 await self._remote_catch_up(table, p, wanted, starts[p])
         raise QueryError("unavailable", "the feed could not catch up with its partitions' tails")
@@ -198,12 +238,15 @@ class FeedHub:
         wanted: FeedFilter,
         options: PushOptions,
         remote: Mapping[int, RemoteStart],
+        outputs: tuple[Output, ...] = (),
     ) -> Feed:
         """The feed, joined to its partitions' tails: `remote` gives the start of those read from other
         servers, the local replicas give the others' (now: nothing may change between)."""
         replicas = self._local(table, wanted, self._image(), exclude=frozenset(remote))
         events: list[Event] = []
         positions: dict[int, int] = {}
+        snapshots: list[Iterator[tuple[int, bytes, bytes]]] = []
+        resyncs: list[PendingResync] = []
         for partition in sorted(wanted.partitions):
             start = remote.get(partition)
             if start is not None:
@@ -214,16 +257,20 @@ class FeedHub:
             if options.start is None:
                 positions[partition] = replica.store.position
                 if options.snapshot:
-                    events.extend(
-                        SnapshotRow(partition, key, row) for key, row in _current_rows(replica, wanted)
-                    )
+                    snapshots.append(_snapshot_rows(replica, wanted))
             else:
                 positions[partition] = options.start[partition]
-                events.extend(self._replay(replica, wanted, options.start[partition]))
-        subscription = Subscription(next(self._ids), wanted, positions, self.buffer_changes)
+                replayed = self._replay(replica, wanted, options.start[partition])
+                if isinstance(replayed, PendingResync):
+                    resyncs.append(replayed)
+                else:
+                    events.extend(replayed)
+        subscription = Subscription(
+            next(self._ids), wanted, positions, self.buffer_changes, known=options.start is None
+        )
         if options.start is None:
             events.append(SnapshotEnd(dict(positions)))
-        subscription.start(events)
+        subscription.start(events, itertools.chain.from_iterable(snapshots) if snapshots else None, resyncs)
         subscription.reported = dict(positions)  # the header's token: where the feed starts
         feed = Feed(
             f"push-{self.node_id}-{next(_query_ids)}",
@@ -233,6 +280,7 @@ class FeedHub:
             self.tag,
             asyncio.Event(),
             self,
+            outputs,
         )
         self._feeds[subscription.subscription_id] = feed
         for partition in wanted.partitions:
@@ -247,7 +295,7 @@ class FeedHub:
                 self._tails[pid] = asyncio.get_running_loop().create_task(
                     self._tail(table, partition), name=f"feed-tail-{pid}"
                 )
-        if subscription.queue:
+        if subscription.waiting:
             feed.wake.set()
         return feed
 
@@ -275,7 +323,7 @@ class FeedHub:
             )
         return found
 
-    def _replay(self, replica: LocalReplica, wanted: FeedFilter, start: int) -> list[Event]:
+    def _replay(self, replica: LocalReplica, wanted: FeedFilter, start: int) -> list[Event] | PendingResync:
         """What a subscriber at `start` of `replica`'s partition gets to reach the store's position: the
         changes from the log, a Resync when the log no longer holds them (or too many), nothing when the
         replica is behind `start` (the tail then skips what it had)."""
@@ -291,18 +339,18 @@ class FeedHub:
                 )
             return []
         if start < replica.log.start_offset:
-            return [_resync(replica, wanted)]
+            return _pending_resync(replica, wanted)
         try:
             records, reached = _read_log(replica, start, position, REPLAY_MAX_BYTES)
         except OffsetOutOfRangeError:
-            return [_resync(replica, wanted)]
+            return _pending_resync(replica, wanted)
         changes: list[Event] = [
             Change(partition, offset, epoch, key, row)
             for offset, epoch, key, row in records
             if wanted.matches(key)
         ]
         if reached < position or len(changes) > self.buffer_changes:
-            return [_resync(replica, wanted)]  # too far behind to replay change by change
+            return _pending_resync(replica, wanted)  # too far behind to replay change by change
         return changes
 
     # ---------------------------------------------------------------------------------- other servers
@@ -422,7 +470,7 @@ class FeedHub:
                 ]
                 self._tail_positions[pid] = answer.position
                 for subscription in index.offer(changes, answer.position):
-                    self._wake(subscription)
+                    self.wake(subscription)
         finally:
             if self._tails.get(pid) is asyncio.current_task():
                 del self._tails[pid]
@@ -434,7 +482,7 @@ class FeedHub:
             return
         for subscription in index.subscriptions():
             subscription.end(reason, f"partition {pid[1]}: {why}")
-            self._wake(subscription)
+            self.wake(subscription)
 
     async def serve_read(self, request: FeedReadRequest) -> FeedReadResponse:
         """A feed on another server reads this server's replica (its tail, or its start)."""
@@ -494,7 +542,7 @@ class FeedHub:
             Change(partition, first_offset + i, epoch, key, row) for i, (key, row) in enumerate(records)
         ]
         for subscription in index.offer(changes, next_offset):
-            self._wake(subscription)
+            self.wake(subscription)
 
     def replica_gone(self, pid: PartitionId, why: str) -> None:
         """`pid`'s replica here moved away, went offline or was rebuilt: its feeds resume elsewhere."""
@@ -503,7 +551,7 @@ class FeedHub:
             return
         for subscription in index.subscriptions():
             subscription.end(EndReason.REPLICA_GONE, f"this server's replica of partition {pid[1]} {why}")
-            self._wake(subscription)
+            self.wake(subscription)
 
     def on_image(self, image: MetadataImage) -> None:
         """Subscriptions to a table the image no longer has get their final event."""
@@ -511,7 +559,7 @@ class FeedHub:
         for feed in list(self._feeds.values()):
             if feed.table.table_id not in live:
                 feed.subscription.end(EndReason.DROPPED, f"table {feed.table.name!r} was dropped")
-                self._wake(feed.subscription)
+                self.wake(feed.subscription)
 
     def close_all(self) -> None:
         """The server is stopping: every feed ends, to resume on another server."""
@@ -520,7 +568,7 @@ class FeedHub:
             tail.cancel()
         for feed in list(self._feeds.values()):
             feed.subscription.end(EndReason.SHUTDOWN, f"server {self.node_id} is stopping")
-            self._wake(feed.subscription)
+            self.wake(feed.subscription)
 
     def close(self, feed: Feed) -> None:
         """The stream of `feed` ended (sent its End, or the client went): stop feeding it."""
@@ -539,7 +587,7 @@ class FeedHub:
                     if tail is not None:
                         tail.cancel()
 
-    def _wake(self, subscription: Subscription) -> None:
+    def wake(self, subscription: Subscription) -> None:
         feed = self._feeds.get(subscription.subscription_id)
         if feed is None:
             return
@@ -581,6 +629,15 @@ def _read_log(
     return records, reached
 
 
+def _snapshot_rows(replica: LocalReplica, wanted: FeedFilter) -> Iterator[tuple[int, bytes, bytes]]:
+    """`replica`'s current rows of `wanted` as (partition, key, row): the view is the store's now (the
+    iterator is opened in this call), however late it is read."""
+    partition = replica.partition
+    if wanted.keys is not None:
+        return ((partition, k, v) for k, v in _current_rows(replica, wanted))
+    return ((partition, k, v) for k, v in replica.store.scan(wanted.start, wanted.end))
+
+
 def _current_rows(replica: LocalReplica, wanted: FeedFilter) -> list[tuple[bytes, bytes]]:
     store = replica.store
     if wanted.keys is not None:
@@ -593,10 +650,16 @@ def _partition_of(replica: LocalReplica, key: bytes) -> bool:
     return partition_for(key, replica.table.partitions) == replica.partition
 
 
-def _resync(replica: LocalReplica, wanted: FeedFilter) -> Resync:
-    return Resync(
-        replica.partition, replica.store.position, replica.store.epoch, tuple(_current_rows(replica, wanted))
+def _pending_resync(replica: LocalReplica, wanted: FeedFilter) -> PendingResync:
+    """A resync of `replica`'s partition at the store's position now, its rows read later in steps (a
+    view opened now: a RocksDB iterator)."""
+    store = replica.store
+    rows = (
+        iter(_current_rows(replica, wanted))
+        if wanted.keys is not None
+        else store.scan(wanted.start, wanted.end)
     )
+    return PendingResync(replica.partition, store.position, store.epoch, rows)
 
 
 __all__ = ["End", "Feed", "FeedHub"]

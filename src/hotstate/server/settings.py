@@ -658,6 +658,16 @@ _QUERIES: Final = (
         ),
     ),
     Setting(
+        "push.send.timeout.ms",
+        "push_send_timeout_ms",
+        minimum=1,
+        unit="ms",
+        doc=(
+            "A push query's connection whose client reads nothing for this long (a write to it waits "
+            "that long) is dropped (`/metrics`: hotstate_push_clients_dropped_total)."
+        ),
+    ),
+    Setting(
         "query.scan.max.rows",
         "scan_max_rows",
         unit="rows",

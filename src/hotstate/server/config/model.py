@@ -76,6 +76,7 @@ class ServerConfig:
     http_max_connections: int = 512
     push_max_subscriptions: int = 10_000
     push_buffer_max_changes: int = 1000
+    push_send_timeout_ms: int = 60_000
     http_header_max_bytes: int = 64 * 1024
     http_request_timeout_ms: int = 30_000
     http_idle_timeout_ms: int = 30_000

@@ -1,11 +1,13 @@
 // hotstate console: polls this server's JSON API once a second and draws servers by rack, each table's
-// partitions x servers, rates and recent events. Everything from the API goes into the page as text
+// partitions x servers, rates and recent events; and follows one table's changes live over Server-Sent
+// Events (GET /v1/tables/{t}/changes: EventSource resumes from the last event's id when it reconnects). Everything from the API goes into the page as text
 // (textContent, createTextNode, setAttribute on fixed attribute names): never as HTML.
 "use strict";
 
 const POLL_MS = 1000;
 const EVENTS_SHOWN = 200;
 const ROWS_SHOWN = 256;
+const CHANGES_SHOWN = 100;
 
 const state = {
   lastSeq: 0,
@@ -86,6 +88,7 @@ async function poll() {
     // Tables only once the server's metadata has caught up (it answers 503 until then).
     const tables = cluster.ready ? await getJSON("/v1/tables") : null;
     takeEvents(events);
+    if (tables) liveTables(tables.tables);
     state.cluster = cluster;
     state.failures = 0;
     render(cluster, tables, lag, rates);
@@ -347,5 +350,106 @@ function renderEvents() {
   );
   list.replaceChildren(...items);
 }
+
+// ------------------------------------------------------------------ live changes (Server-Sent Events)
+
+const live = { source: null, table: null, count: 0 };
+
+function liveTables(tables) {
+  const select = byId("live-table");
+  const names = tables.map((t) => t.name).sort();
+  const shown = [...select.options].map((o) => o.value);
+  if (names.length === shown.length && names.every((n, i) => n === shown[i])) return;
+  const chosen = select.value;
+  select.replaceChildren(...names.map((n) => el("option", { value: n }, n)));
+  if (names.includes(chosen)) select.value = chosen;
+}
+
+function liveStatus(kind, text) {
+  const status = byId("live-status");
+  status.setAttribute("data-state", kind);
+  status.textContent = text;
+}
+
+function liveStop(why) {
+  if (live.source !== null) live.source.close();
+  live.source = null;
+  byId("live-stop").disabled = true;
+  byId("live-follow").disabled = false;
+  if (why) liveStatus("stopped", why);
+}
+
+function liveFollow(event) {
+  event.preventDefault();
+  const table = byId("live-table").value;
+  if (!table) return;
+  liveStop(null);
+  const params = new URLSearchParams();
+  const where = byId("live-where").value.trim();
+  if (where) params.set("where", where);
+  params.set("snapshot", byId("live-snapshot").checked ? "true" : "false");
+  live.table = table;
+  live.count = 0;
+  byId("live-changes").replaceChildren();
+  liveStatus("connecting", "connecting to " + table + "'s changes…");
+  const source = new EventSource("/v1/tables/" + encodeURIComponent(table) + "/changes?" + params.toString());
+  live.source = source;
+  byId("live-stop").disabled = false;
+  byId("live-follow").disabled = true;
+  const data = (e) => JSON.parse(e.data);
+  source.addEventListener("header", (e) => {
+    const header = data(e);
+    liveStatus("live", "following " + header.table + (where ? " where " + where : "") + " · " + plural(header.partitions.length, "partition"));
+  });
+  source.addEventListener("row", (e) => {
+    const row = data(e);
+    liveAdd("row", row.partition, null, row.key, row.row);
+  });
+  source.addEventListener("change", (e) => {
+    const change = data(e);
+    const kind = change.row === null ? (change.left ? "left" : "delete") : "upsert";
+    liveAdd(kind, change.partition, change.offset, change.key, change.row);
+  });
+  source.addEventListener("resync", (e) => {
+    const resync = data(e);
+    liveAdd("resync", resync.partition, resync.position, [], { rows: resync.rows.length });
+  });
+  source.addEventListener("end", (e) => {
+    const end = data(e);
+    if (end.final) {
+      liveStop("ended: " + end.reason + " (" + end.message + ")");
+    } else {
+      liveStatus("connecting", "the server ended the feed (" + end.reason + "): resuming…");
+    }
+  });
+  source.onerror = () => {
+    // EventSource reconnects by itself with Last-Event-ID (a resume); a refusal closes it for good.
+    if (live.source !== source) return;
+    if (source.readyState === EventSource.CLOSED) liveStop("the server refused the feed (check the WHERE) or went away");
+    else liveStatus("connecting", "connection lost: reconnecting…");
+  };
+}
+
+function liveAdd(kind, partition, offset, key, row) {
+  live.count += 1;
+  const list = byId("live-changes");
+  const item = el(
+    "li",
+    { "data-kind": kind, "data-partition": partition },
+    el("time", {}, fmtTime(Date.now())),
+    el("span", { class: "kind change-" + kind }, kind),
+    el("span", { class: "where" }, "p" + partition + (offset === null ? "" : "@" + offset)),
+    el("code", { class: "key" }, JSON.stringify(key)),
+    el("code", { class: "row" }, row === null ? "" : JSON.stringify(row))
+  );
+  list.prepend(item);
+  while (list.children.length > CHANGES_SHOWN) list.lastElementChild.remove();
+  if (live.source !== null && byId("live-status").getAttribute("data-state") === "live") {
+    byId("live-status").setAttribute("data-count", String(live.count));
+  }
+}
+
+byId("live-form").addEventListener("submit", liveFollow);
+byId("live-stop").addEventListener("click", () => liveStop("stopped"));
 
 poll();

@@ -6,8 +6,11 @@ Native events (`/v1/changes`, and each SSE event's `data`, its `event` the type)
   {"type": "row", "partition", "key", "row"}                    a current row (the feed's snapshot)
   {"type": "snapshot_end", "positions", "token"}                every change after these positions follows
   {"type": "change", "partition", "offset", "epoch", "key", "row"}   row null: the key was deleted
+                                  (with "left": true, a filtered feed's row stopped matching its WHERE)
   {"type": "resync", "partition", "position", "epoch", "rows": [{"key", "row"}], "token"}
                                               the log no longer held the changes: the current rows instead
+                    (read in steps: each part but the last has "more": true, and its token the positions
+                    before the resync; the parts after the first have "continued": true)
   {"type": "progress", "positions", "token"}                    positions passed (changes not taken move them)
   {"type": "end", "reason", "final", "positions", "token", "message"}   the last event
 A change's position is its offset + 1; `token` is a consistency token of the positions so far, the
@@ -31,6 +34,7 @@ from hotstate.controller.records import KEY_SQL_TYPES
 from hotstate.protocol.keys import decode_key
 from hotstate.protocol.rows import decode_row, may_hold_non_finite
 from hotstate.query.execute import QueryError
+from hotstate.query.expressions import EvalError, encode_node, evaluator
 from hotstate.query.feed import Change, End, Event, Progress, Resync, SnapshotEnd, SnapshotRow
 from hotstate.server.feeds import Feed, FeedHub
 from hotstate.server.http.asgi import Receive, Send
@@ -56,7 +60,6 @@ EVENT_STREAM = "text/event-stream"
 # A stream with nothing to send says where it is this often (a progress event), which also finds a client
 # that went away.
 IDLE_S = 1.0
-SEND_TIMEOUT_S = 60.0  # a write that waits this long for the client to read drops its connection
 KEEPALIVE_IDLE = 5  # idle periods without anything sent before a progress event says the same again
 CHANGES_FIELDS = ("sql", "from_token", "snapshot")
 
@@ -83,27 +86,34 @@ class FeedStream:
         undeclared = feed.columns is None and not table.value_columns
         self._columns_from_row = undeclared and media not in (NATIVE, SSE)
         self._sent: dict[int, int] = dict(feed.subscription.reported)
+        # SELECT's computed columns, evaluated over each row (none: the columns are read by name).
+        self._outputs = [(o.name, evaluator(o.node)) for o in feed.outputs]
+        self._projection = tuple(str(encode_node(o.node)) for o in feed.outputs)
 
     def close(self) -> None:
         self.feed.close()
 
-    async def run(self, send: Send, receive: Receive) -> None:
+    async def run(self, send: Send, receive: Receive, abort: Callable[[], None] | None = None) -> None:
         try:
             await self._run(send, receive)
         except TimeoutError:
+            if abort is not None:
+                abort()  # not a close: that would wait for the unread data to leave first
             # A client that stopped reading: its feed ended (fell behind) long ago and even that could not
             # be written; the connection is dropped rather than held open for it.
+            self.feed.hub.on_drop()
             log.info(
                 "push query %s: the client read nothing for %g s; dropping it",
                 self.feed.query_id,
-                SEND_TIMEOUT_S,
+                self.feed.hub.send_timeout_s,
             )
 
     async def _run(self, raw_send: Send, receive: Receive) -> None:
         feed = self.feed
+        timeout = feed.hub.send_timeout_s
 
         async def send(message: dict[str, Any]) -> None:
-            await asyncio.wait_for(raw_send(message), SEND_TIMEOUT_S)
+            await asyncio.wait_for(raw_send(message), timeout)
 
         content_type = {SSE: EVENT_STREAM, NATIVE: NDJSON}.get(self.media, self.media)
         headers = [(b"content-type", content_type.encode()), (b"cache-control", b"no-cache")]
@@ -221,10 +231,12 @@ class FeedStream:
                 "key": self._key(event.key),
                 "row": None if event.row is None else self._row(event.row),
             }
+            if event.left:
+                body["left"] = True
             if self.media == SSE:
                 return [self._line("change", body, feed.token(self._sent))]
             # Shared by every native subscriber with the same columns (one encoding per change).
-            memo = (NATIVE, tuple(self._columns) if feed.columns is not None else None)
+            memo = (NATIVE, tuple(self._columns) if feed.columns is not None else None, self._projection)
             encoded = event.encoded.get(memo)
             if encoded is None:
                 encoded = event.encoded[memo] = dumps(body) + b"\n"
@@ -243,7 +255,8 @@ class FeedStream:
             body = {"type": "snapshot_end", "positions": dict(event.positions), "token": token}
             return [self._line("snapshot_end", body, token)]
         if isinstance(event, Resync):
-            self._sent[event.partition] = max(self._sent.get(event.partition, 0), event.position)
+            if not event.more:  # a resumed feed must not skip the parts still to come
+                self._sent[event.partition] = max(self._sent.get(event.partition, 0), event.position)
             token = feed.token(self._sent)
             body = {
                 "type": "resync",
@@ -253,6 +266,10 @@ class FeedStream:
                 "rows": [{"key": self._key(k), "row": self._row(r)} for k, r in event.rows],
                 "token": token,
             }
+            if event.more:
+                body["more"] = True
+            if event.continued:
+                body["continued"] = True
             return [self._line("resync", body, token)]
         if isinstance(event, Progress):
             self._sent.update(event.positions)
@@ -298,9 +315,21 @@ class FeedStream:
         values = decode_row(row)
         if may_hold_non_finite(row):
             values = {k: plain_json(v) for k, v in values.items()}
+        if self._outputs:
+            return dict(zip(self._columns, self._computed(values), strict=True))
         if self.feed.columns is None:
             return values
         return {name: _value(values, name) for name in self._columns}
+
+    def _computed(self, row: Mapping[str, object]) -> list[object]:
+        """SELECT's values of `row`; one its expression fails on (a value of another type) is null."""
+        values: list[object] = []
+        for _, value in self._outputs:
+            try:
+                values.append(plain_json(value(row)))
+            except (EvalError, TypeError, ValueError):
+                values.append(None)
+        return values
 
     def _values(self, key: bytes, row: bytes | None) -> list[object]:
         named: dict[str, object]
@@ -310,6 +339,8 @@ class FeedStream:
             named = decode_row(row)
             if may_hold_non_finite(row):
                 named = {k: plain_json(v) for k, v in named.items()}
+            if self._outputs:
+                return self._computed(named)
         return [_value(named, name) for name in self._columns]
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import urllib.parse
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -39,8 +39,21 @@ from hotstate.server.http.queries import (
 log = logging.getLogger(__name__)
 
 
-async def send_answer(send: Send, receive: Receive, answer: Answer) -> None:
-    """An answer as ASGI messages: one JSON body, the delimited lines, or a stream (a push query's feed)."""
+# The ASGI scope extension through which a stream may abort its connection (limits.py sets it).
+ABORT_EXTENSION = "hotstate.abort"
+
+
+def aborter(scope: Mapping[str, Any]) -> Callable[[], None] | None:
+    """What aborts the request's connection (without flushing what is buffered for it), if known."""
+    found = scope.get("extensions", {}).get(ABORT_EXTENSION)
+    return found if callable(found) else None
+
+
+async def send_answer(
+    send: Send, receive: Receive, answer: Answer, abort: Callable[[], None] | None = None
+) -> None:
+    """An answer as ASGI messages: one JSON body, the delimited lines, or a stream (a push query's feed;
+    `abort`: what drops its connection at once, for a client that reads nothing)."""
     payload = answer[1]
     if isinstance(payload, bytes):
         await send_json(send, answer[0], payload)
@@ -48,7 +61,7 @@ async def send_answer(send: Send, receive: Receive, answer: Answer) -> None:
         await send_lines(send, payload)
     else:
         try:
-            await payload.run(send, receive)
+            await payload.run(send, receive, abort)
         finally:
             payload.close()
 
@@ -264,7 +277,7 @@ class QueryRoutes:
                     answer = internal_error(error)
                 if answer is None:  # the client has gone
                     return
-                await send_answer(send, receive, answer)
+                await send_answer(send, receive, answer, aborter(scope))
                 return
         if scope["type"] == "http" and scope["method"] == "GET" and self._events:
             path = scope["path"]
@@ -273,7 +286,7 @@ class QueryRoutes:
                 if table is not None:
                     opened = self._endpoints.changes_sse(table, scope["query_string"], scope["headers"])
                     answer = opened if isinstance(opened, tuple) else await opened
-                    await send_answer(send, receive, answer)
+                    await send_answer(send, receive, answer, aborter(scope))
                     return
         await self._app(scope, receive, send)
 

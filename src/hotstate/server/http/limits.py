@@ -74,6 +74,9 @@ class RequestLimits(HttpToolsProtocol):
         transport: asyncio.Transport = self.transport
         return transport
 
+    def _abort(self) -> None:
+        self.raw_transport().abort()
+
     def connection_lost(self, exc: Exception | None) -> None:
         if self.over_cap:  # never counted as a connection, nothing was set up
             return
@@ -82,6 +85,11 @@ class RequestLimits(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        # A push query's stream drops a client that reads nothing with this: closing would wait, forever,
+        # for the data buffered for it to be sent.
+        extensions: dict[str, object] = dict(self.scope.get("extensions") or {})
+        extensions["hotstate.abort"] = self._abort
+        self.scope["extensions"] = extensions  # type: ignore[typeddict-item]
         self._head_bytes = 0
         self._arm()
 

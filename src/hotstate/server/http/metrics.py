@@ -151,6 +151,11 @@ class Metrics:
             "reason",
             self.registry,
         )
+        self.push_dropped = Counter(
+            "hotstate_push_clients_dropped",
+            "Push-query connections dropped because the client read nothing for push.send.timeout.ms",
+            registry=self.registry,
+        )
         self.peer_alive = Gauge(
             "hotstate_peer_alive",
             "Heartbeat status of each peer (1 alive, 0 down)",

@@ -276,7 +276,8 @@ class QueryEndpoints:
 class StreamingBody(Protocol):
     """An answer written as it is made (a push query's feed, http/changes.py)."""
 
-    async def run(self, send: Send, receive: Receive) -> None: ...
+    async def run(self, send: Send, receive: Receive, abort: Callable[[], None] | None = None) -> None:
+        """`abort`: drops the connection at once (a client that reads nothing), where known."""
 
     def close(self) -> None: ...
 
