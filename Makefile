@@ -55,9 +55,11 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-# loadgroup: the Spark tests (xdist_group "spark") share one worker and its one SparkSession.
+# loadgroup: each xdist group runs whole on one worker; the Spark tests are two groups ("spark", "spark-2"),
+# one per worker, each with that worker's one SparkSession (tests/spark/conftest.py). --durations: the
+# slowest tests in every run's output, to see what the run's time goes to.
 pytest: $(STAMP) java chromium curl ksql-client net-tools
-	$(VENV)/bin/pytest -n 2 --dist loadgroup -q
+	$(VENV)/bin/pytest -n 2 --dist loadgroup -q --durations=40
 
 test: lint typecheck pytest
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -49,10 +50,51 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             or path in CLUSTER_FILES
             or hasattr(module, "LocalCluster")
         )
-        spark = "spark" in fixtures or "spark" in groups
+        spark = "spark" in fixtures or any(group.startswith("spark") for group in groups)
         if cluster:
             item.add_marker(pytest.mark.cluster)
         if spark:
             item.add_marker(pytest.mark.spark)
         if cluster or spark or path in SLOW_FILES:
             item.add_marker(pytest.mark.slow)
+    _slow_modules_first(items)
+
+
+def _slow_modules_first(items: list[pytest.Item]) -> None:
+    """Runs the modules holding a slow test before the others, each module's tests in their order.
+
+    `--dist loadgroup` hands out the groups first (most tests first), then single tests in this order,
+    each to the worker that runs out of work. Tests of tens of seconds (the demo, standalone Spark, the
+    sim soaks) handed out last keep one worker busy while the other has nothing left; handed out first,
+    the fast tests at the end even the two workers out. Whole modules move, so a module-scoped fixture
+    still starts once per worker."""
+    slow_paths = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_paths)
+
+
+# Per xdist worker (on the controller: each report names its worker): the time its tests took and when
+# its last one ended, printed at the end of the run, so a run's output shows whether a worker sat idle.
+_STARTED = time.monotonic()
+_busy_s: dict[str, float] = {}
+_done_at_s: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    node = getattr(report, "node", None)
+    gateway = getattr(node, "gateway", None)
+    if gateway is None:
+        return
+    worker = str(gateway.id)
+    _busy_s[worker] = _busy_s.get(worker, 0.0) + report.duration
+    _done_at_s[worker] = time.monotonic() - _STARTED
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _busy_s:
+        terminalreporter.write_line(
+            "xdist workers: "
+            + "; ".join(
+                f"{worker} ran tests for {_busy_s[worker]:.0f} s, done at {_done_at_s[worker]:.0f} s"
+                for worker in sorted(_busy_s)
+            )
+        )

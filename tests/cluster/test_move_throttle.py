@@ -18,16 +18,16 @@ from .conftest import StartCluster
 from .test_reassignment import _wait_placement
 from .test_replication import Probe, _create, _writer
 
-# 400 kB to move at 15 kB/s: about 27 s, where the same move unthrottled takes about 11 s (the controller's
-# reassignment steps), so a throttle not applied fails the bound below.
-RATE = 15_000  # bytes/s
+# 200 kB to move at 10 kB/s: about 20 s, where the same move unthrottled takes about 8 s (the controller's
+# reassignment steps, run every 500 ms here), so a throttle not applied fails the bound below (16 s).
+RATE = 10_000  # bytes/s
 PARTITIONS = 6
-ROWS = 600
+ROWS = 300
 VALUE = "x" * 1000
 
 
 def test_a_joining_server_s_copies_fetch_no_faster_than_the_throttle(start_cluster: StartCluster) -> None:
-    running = start_cluster(3, hold=(3,), move_throttle_bytes_per_sec=RATE)
+    running = start_cluster(3, hold=(3,), move_throttle_bytes_per_sec=RATE, reassign_interval_ms=500)
 
     async def scenario() -> None:
         await _create(running, "clicks", partitions=PARTITIONS, standbys=1)

@@ -1,5 +1,12 @@
-"""One SparkSession (local[2]) for the whole test session, and a real local hotstate cluster per test
-(the `start_cluster` fixture of tests/cluster)."""
+"""One SparkSession (local[2]) per test process (each xdist worker), and a real local hotstate cluster per
+test (the `start_cluster` fixture of tests/cluster).
+
+The tests using the session are split, by module, into two xdist groups of about equal run time: "spark"
+and "spark-2" (test_source.py and test_materialize.py). `--dist loadgroup` sends each group whole to one
+worker and, as the two groups hold the most tests, xdist hands them out first, one to each worker: each of
+the two workers starts one session, and neither spends the run on every Spark test in series while the
+other runs out of work (in one group they were the run's critical path). A new module joins either group,
+the one with less time (`--durations` in `make test`'s output)."""
 
 from __future__ import annotations
 

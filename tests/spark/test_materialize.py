@@ -28,7 +28,8 @@ from hotstate.spark.sink import AfterWrite, config_for_schema, write_arrow, writ
 from hotstate.spark.table import TableDefinition, TableDefinitionError, ensure_table, key_columns_for
 from spark.streams import SCHEMA, clicks, drop_file, recompute, table, wait_equal
 
-pytestmark = pytest.mark.xdist_group("spark")
+# The second of the two Spark groups, one per xdist worker (tests/spark/conftest.py says why).
+pytestmark = pytest.mark.xdist_group("spark-2")
 
 
 def _materialize(

@@ -21,7 +21,8 @@ from hotstate.spark.sink import config_for_schema, write_rows
 from hotstate.spark.table import TableDefinition, ensure_table, key_columns_for, value_columns_for
 from spark.streams import SCHEMA, clicks, drop_file, recompute, wait_equal
 
-pytestmark = pytest.mark.xdist_group("spark")
+# The second of the two Spark groups, one per xdist worker (tests/spark/conftest.py says why).
+pytestmark = pytest.mark.xdist_group("spark-2")
 
 
 @pytest.fixture(autouse=True)
