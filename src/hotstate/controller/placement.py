@@ -1,22 +1,69 @@
-"""Where a new table's partitions go: the rack-aware assignor (hotstate.assignor) over the live brokers.
+"""Where a new table's partitions go: incremental placement (hotstate.assignor.incremental) over the live
+brokers.
 
-The assignor sees every table, with the current placement as its previous assignment, so the new table
-is balanced against the load that is already there; only the new table's part of the answer is written.
-Existing partitions stay where they are here: moving them takes warmups and safe steps, which
-controller/reassign.py does once the cluster is settled; should balance make the assignor move one at
-create time, that is logged, not done.
+Only the new table is decided, against the replicas each broker holds now (`load_of`), so the time is
+linear in the new table's partitions whatever the cluster holds; nothing existing moves (balancing existing
+partitions is controller/reassign.py's job, with warmups and safe steps, once the cluster is settled).
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
+from dataclasses import dataclass
 
-from hotstate.assignor import Assignment, AssignorConfig, PartitionId, Placement, Server, Table, assign
-from hotstate.controller.image import MetadataImage, PartitionInfo, TableInfo
+from hotstate.assignor import AssignorConfig, PartitionId, Placement, Server, Table
+from hotstate.assignor.incremental import Load, place_new_table
+from hotstate.controller.image import MetadataImage, PartitionInfo, ServerInfo, TableInfo
 from hotstate.controller.records import PartitionAssignment
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementJob:
+    """The inputs of one new table's placement: plain immutable data, so a shell may run it off the event
+    loop (`run`), and the controller checks the answer against its view before writing it."""
+
+    image: MetadataImage  # immutable: the load is counted from it in `run`, off the loop too
+    brokers: tuple[ServerInfo, ...]
+    table: TableInfo
+    config: AssignorConfig
+
+    def run(self) -> list[PartitionAssignment]:
+        if not self.brokers:
+            return []
+        result = place_new_table(
+            [Server(str(b.node_id), b.rack, dict(b.tags)) for b in self.brokers],
+            assignor_table(self.table),
+            load_of(self.image),
+            self.config,
+        )
+        for note in result.notes:
+            log.info("placing table %r: %s", self.table.name, note)
+        records = []
+        for partition in range(self.table.partitions):
+            placed = result.partitions[PartitionId(self.table.name, partition)]
+            # A new partition has no state anywhere: every replica starts empty and in sync.
+            replicas = (int(placed.active), *(int(s) for s in placed.standbys))
+            records.append(
+                PartitionAssignment(
+                    self.table.table_id,
+                    partition,
+                    replicas,
+                    replicas[0],
+                    (),
+                    leader_epoch=0,
+                    isr=replicas,
+                    partition_epoch=0,
+                )
+            )
+        return records
+
+
+def placement_job(
+    image: MetadataImage, table: TableInfo, config: AssignorConfig | None = None
+) -> PlacementJob:
+    return PlacementJob(image, tuple(image.placement_brokers()), table, config or AssignorConfig())
 
 
 def place_table(
@@ -25,43 +72,23 @@ def place_table(
     """One assignment record per partition of `table`: an active on a live broker, standbys on other
     brokers spread over the `rack.aware.assignment.tags` (fewer than asked when there are not enough
     brokers), never on a draining one. Empty when there is no live broker."""
-    brokers = image.placement_brokers()
-    if not brokers:
-        return []
-    config = config or AssignorConfig()
-    # Existing partitions are not moved here, so make moving one never worth it to the assignor: a move
-    # saves at most one traffic cost for itself and one for the new partition taking its place. The new
-    # table is then placed against the load as it is, not against a rebalanced one that will not happen.
-    config = replace(config, non_overlap_cost=max(config.non_overlap_cost, 2 * config.traffic_cost + 1))
-    tables = [assignor_table(t) for t in image.tables.values() if t.name != table.name]
-    tables.append(assignor_table(table))
-    result = assign(
-        [Server(str(b.node_id), b.rack, dict(b.tags)) for b in brokers],
-        tables,
-        previous_placement(image, exclude=table.name),
-        None,
-        config,
-    )
-    log_moves_not_made(image, result, table.name)
-    records = []
-    for partition in range(table.partitions):
-        placed = result.partitions[PartitionId(table.name, partition)]
-        # A new partition has no state anywhere, so the assignor never gives it a warmup: every replica
-        # starts empty and in sync.
-        replicas = (int(placed.active), *(int(s) for s in placed.standbys))
-        records.append(
-            PartitionAssignment(
-                table.table_id,
-                partition,
-                replicas,
-                replicas[0],
-                (),
-                leader_epoch=0,
-                isr=replicas,
-                partition_epoch=0,
-            )
-        )
-    return records
+    return placement_job(image, table, config).run()
+
+
+def load_of(image: MetadataImage) -> Load:
+    """Actives and other copies per broker (as assignor server ids), over every partition of the image."""
+    actives: dict[str, int] = {}
+    standbys: dict[str, int] = {}
+    for parts in image.partitions.values():
+        for part in parts:
+            if part.active is not None:
+                key = str(part.active)
+                actives[key] = actives.get(key, 0) + 1
+            for r in part.replicas:
+                if r != part.active:
+                    key = str(r)
+                    standbys[key] = standbys.get(key, 0) + 1
+    return Load(actives, standbys)
 
 
 def assignor_table(table: TableInfo) -> Table:
@@ -88,21 +115,3 @@ def _placement_of(part: PartitionInfo) -> Placement:
     return Placement(
         str(part.active), tuple(str(s) for s in part.standbys), tuple(str(w) for w in part.warmups)
     )
-
-
-def log_moves_not_made(image: MetadataImage, result: Assignment, new_table: str) -> None:
-    wanted = 0
-    for pid, placed in result.partitions.items():
-        if pid.table == new_table:
-            continue
-        info = image.tables.get(pid.table)
-        parts = image.partitions.get(info.table_id, ()) if info else ()
-        if pid.partition < len(parts) and parts[pid.partition].active != int(placed.active):
-            wanted += 1
-    if wanted:
-        log.info(
-            "placing table %r: the assignor would also move %d existing active(s); existing partitions "
-            "are not reassigned",
-            new_table,
-            wanted,
-        )
