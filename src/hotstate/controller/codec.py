@@ -15,6 +15,7 @@ from hotstate.controller.records import (
     MetadataBatch,
     NoOp,
     PartitionAssignment,
+    PartitionBlock,
     PartitionChange,
     RegisterServer,
     ReplaceTable,
@@ -46,6 +47,7 @@ for type_id, cls in (
     (25, ReplaceTable),
     (30, PartitionAssignment),
     (31, PartitionChange),
+    (87, PartitionBlock),
     (40, NoOp),
     (100, MetadataBatch),
 ):

@@ -8,7 +8,7 @@ so a heartbeat-driven change does not copy a million partitions.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 
@@ -22,6 +22,7 @@ from hotstate.controller.records import (
     MetadataRecord,
     NoOp,
     PartitionAssignment,
+    PartitionBlock,
     PartitionChange,
     RegisterServer,
     ReplaceTable,
@@ -239,8 +240,11 @@ class ImageBuilder:
         for record in records:
             self.apply(record, offset)
 
-    def apply(self, record: MetadataRecord, offset: int) -> None:
-        """Apply one committed record found at `offset` of the metadata log."""
+    def apply(
+        self, record: MetadataRecord, offset: int, built: Sequence[PartitionInfo] | None = None
+    ) -> None:
+        """Apply one committed record found at `offset` of the metadata log. `built`: a PartitionBlock's
+        partitions, already built from it (off the event loop), so they are not built again here."""
         match record:
             case RegisterServer():
                 existing = self._servers_w().get(record.node_id)
@@ -332,6 +336,21 @@ class ImageBuilder:
                     parts[record.partition] = info
                 else:
                     log.warning("metadata offset %d: partition %d out of order", offset, record.partition)
+            case PartitionBlock():
+                parts = self._table_parts_w(record.table_id)
+                if parts is None:
+                    log.warning("metadata offset %d: partitions of unknown table %d", offset, record.table_id)
+                    return
+                if record.first > len(parts):
+                    log.warning("metadata offset %d: partition %d out of order", offset, record.first)
+                    return
+                try:
+                    block = list(built) if built is not None else block_partitions(record)
+                except ValueError as error:
+                    log.warning("metadata offset %d: %s", offset, error)
+                    return
+                end = record.first + len(block)
+                parts[record.first : min(end, len(parts))] = block
             case PartitionChange():
                 parts = self._table_parts_w(record.table_id)
                 if parts is None or record.partition >= len(parts):
@@ -395,6 +414,73 @@ class ImageBuilder:
         self._next_table_id = max(self._next_table_id, next_table_id)
 
 
+def partition_block(table_id: int, parts: Sequence[PartitionInfo]) -> PartitionBlock:
+    """`parts` (consecutive partitions of one table) as one columnar record."""
+    replicas: list[int] = []
+    isr: list[int] = []
+    warmups: list[int] = []
+    for part in parts:
+        replicas.extend(part.replicas)
+        isr.extend(part.isr)
+        warmups.extend(part.warmups)
+    return PartitionBlock(
+        table_id,
+        parts[0].partition if parts else 0,
+        tuple(-1 if p.active is None else p.active for p in parts),
+        tuple(p.leader_epoch for p in parts),
+        tuple(p.partition_epoch for p in parts),
+        tuple(len(p.replicas) for p in parts),
+        tuple(replicas),
+        tuple(len(p.isr) for p in parts),
+        tuple(isr),
+        tuple(len(p.warmups) for p in parts),
+        tuple(warmups),
+    )
+
+
+def block_partitions(block: PartitionBlock) -> list[PartitionInfo]:
+    """The partitions a PartitionBlock holds. Replica tuples repeat across partitions (a table over a few
+    servers has few distinct sets), so equal ones are shared rather than kept once per partition."""
+    n = len(block.actives)
+    columns = (
+        block.leader_epochs,
+        block.partition_epochs,
+        block.replica_counts,
+        block.isr_counts,
+        block.warmup_counts,
+    )
+    if any(len(column) != n for column in columns) or (
+        sum(block.replica_counts) != len(block.replicas)
+        or sum(block.isr_counts) != len(block.isr)
+        or sum(block.warmup_counts) != len(block.warmups)
+    ):
+        raise ValueError(f"partition block of table {block.table_id}: columns of different lengths")
+    shared: dict[tuple[int, ...], tuple[int, ...]] = {}
+    replicas = _slices(block.replicas, block.replica_counts, shared)
+    isr = _slices(block.isr, block.isr_counts, shared)
+    warmups = _slices(block.warmups, block.warmup_counts, shared)
+    table_id = block.table_id
+    first = block.first
+    return [
+        PartitionInfo(table_id, first + k, replicas[k], None if a < 0 else a, warmups[k], e, isr[k], pe)
+        for k, (a, e, pe) in enumerate(
+            zip(block.actives, block.leader_epochs, block.partition_epochs, strict=True)
+        )
+    ]
+
+
+def _slices(
+    flat: tuple[int, ...], counts: tuple[int, ...], shared: dict[tuple[int, ...], tuple[int, ...]]
+) -> list[tuple[int, ...]]:
+    out = []
+    at = 0
+    for count in counts:
+        piece = flat[at : at + count]
+        at += count
+        out.append(shared.setdefault(piece, piece))
+    return out
+
+
 def image_records(image: MetadataImage) -> list[MetadataRecord]:
     """Records that rebuild `image` from empty: what a metadata snapshot holds."""
     records: list[MetadataRecord] = []
@@ -421,17 +507,7 @@ def image_records(image: MetadataImage) -> list[MetadataRecord]:
             records.append(TableBatch(table.table_id, table.batch_id, table.batch_positions))
         if table.value_columns:
             records.append(TableValueColumns(table.table_id, table.value_columns))
-        for part in image.partitions.get(table.table_id, ()):
-            records.append(
-                PartitionAssignment(
-                    part.table_id,
-                    part.partition,
-                    part.replicas,
-                    part.active,
-                    part.warmups,
-                    part.leader_epoch,
-                    part.isr,
-                    part.partition_epoch,
-                )
-            )
+        parts = image.partitions.get(table.table_id, ())
+        if parts:
+            records.append(partition_block(table.table_id, parts))
     return records

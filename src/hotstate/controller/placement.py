@@ -13,25 +13,41 @@ from dataclasses import dataclass
 
 from hotstate.assignor import AssignorConfig, PartitionId, Placement, Server, Table
 from hotstate.assignor.incremental import Load, place_new_table
-from hotstate.controller.image import MetadataImage, PartitionInfo, ServerInfo, TableInfo
-from hotstate.controller.records import PartitionAssignment
+from hotstate.controller.image import MetadataImage, PartitionInfo, ServerInfo, TableInfo, partition_block
+from hotstate.controller.records import PartitionBlock
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
+class PreparedPlacement:
+    """A placement computed from a `PlacementJob`: the brokers it placed over, each partition's replicas
+    (active first), and the partitions as the image will hold them (built off the loop too)."""
+
+    brokers: tuple[int, ...]
+    table_id: int
+    replicas: tuple[tuple[int, ...], ...]
+    parts: tuple[PartitionInfo, ...]
+
+    def record(self) -> PartitionBlock:
+        return partition_block(self.table_id, self.parts)
+
+
+@dataclass(frozen=True, slots=True)
 class PlacementJob:
     """The inputs of one new table's placement: plain immutable data, so a shell may run it off the event
-    loop (`run`), and the controller checks the answer against its view before writing it."""
+    loop (`run`: about a second for 100,000 partitions, 2 cores); the controller checks the answer against
+    its view before writing it (`fits`)."""
 
     image: MetadataImage  # immutable: the load is counted from it in `run`, off the loop too
     brokers: tuple[ServerInfo, ...]
     table: TableInfo
     config: AssignorConfig
 
-    def run(self) -> list[PartitionAssignment]:
+    def run(self) -> PreparedPlacement:
+        broker_ids = tuple(b.node_id for b in self.brokers)
         if not self.brokers:
-            return []
+            return PreparedPlacement(broker_ids, self.table.table_id, (), ())
         result = place_new_table(
             [Server(str(b.node_id), b.rack, dict(b.tags)) for b in self.brokers],
             assignor_table(self.table),
@@ -40,39 +56,29 @@ class PlacementJob:
         )
         for note in result.notes:
             log.info("placing table %r: %s", self.table.name, note)
-        records = []
+        table_id = self.table.table_id
+        shared: dict[tuple[int, ...], tuple[int, ...]] = {}
+        rows = []
         for partition in range(self.table.partitions):
             placed = result.partitions[PartitionId(self.table.name, partition)]
-            # A new partition has no state anywhere: every replica starts empty and in sync.
             replicas = (int(placed.active), *(int(s) for s in placed.standbys))
-            records.append(
-                PartitionAssignment(
-                    self.table.table_id,
-                    partition,
-                    replicas,
-                    replicas[0],
-                    (),
-                    leader_epoch=0,
-                    isr=replicas,
-                    partition_epoch=0,
-                )
-            )
-        return records
+            rows.append(shared.setdefault(replicas, replicas))
+        # A new partition has no state anywhere: every replica starts empty and in sync, leader epoch 0.
+        parts = tuple(PartitionInfo(table_id, p, r, r[0], (), 0, r, 0) for p, r in enumerate(rows))
+        return PreparedPlacement(broker_ids, table_id, tuple(rows), parts)
+
+    def fits(self, image: MetadataImage, prepared: PreparedPlacement) -> bool:
+        """Whether `prepared` may be written to `image`: same placement brokers and table id (what others
+        created meanwhile only makes the load it balanced against a little stale)."""
+        return prepared.table_id == self.table.table_id and prepared.brokers == tuple(
+            b.node_id for b in image.placement_brokers()
+        )
 
 
 def placement_job(
     image: MetadataImage, table: TableInfo, config: AssignorConfig | None = None
 ) -> PlacementJob:
     return PlacementJob(image, tuple(image.placement_brokers()), table, config or AssignorConfig())
-
-
-def place_table(
-    image: MetadataImage, table: TableInfo, config: AssignorConfig | None = None
-) -> list[PartitionAssignment]:
-    """One assignment record per partition of `table`: an active on a live broker, standbys on other
-    brokers spread over the `rack.aware.assignment.tags` (fewer than asked when there are not enough
-    brokers), never on a draining one. Empty when there is no live broker."""
-    return placement_job(image, table, config).run()
 
 
 def load_of(image: MetadataImage) -> Load:
