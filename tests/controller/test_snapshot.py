@@ -173,3 +173,12 @@ def test_a_block_with_columns_of_different_lengths_is_skipped_not_applied() -> N
     builder = ImageBuilder(image)
     builder.apply(bad, 99)
     assert builder.build(100).partitions == image.partitions
+
+
+def test_a_batch_encoded_with_a_record_wired_ahead_is_the_same_bytes() -> None:
+    parts = replay(sample_batches()).partitions_of("clicks")
+    block = partition_block(1, parts)
+    batch = MetadataBatch((CreateTable("t", 1, 3, 1, (KeyColumn("k", KeyType.INT),), None), block))
+    wired = encode_batch(batch, {id(block): RECORDS.to_wire(block)})
+    assert wired == encode_batch(batch)
+    assert decode_batch(wired) == batch

@@ -81,7 +81,7 @@ from hotstate.controller.requests import (
 log = logging.getLogger(__name__)
 
 TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
-MAX_PARTITIONS = 10_000
+MAX_PARTITIONS = 1_000_000
 MAX_STANDBYS = 10
 # A Spark schema's worth: its columns, and a nested type's name (a struct of structs is long).
 MAX_VALUE_COLUMNS = 4096
@@ -577,7 +577,7 @@ class QuorumController:
             return self._error(
                 CreateTableResponse(ControllerError.INVALID_REQUEST, f"cannot place the table: {error}", -1)
             )
-        batch = self._propose((create, placed.record()), built=placed.parts)
+        batch = self._propose((create, placed.record), built=placed.parts)
         return Decision((batch,), CreateTableResponse(ControllerError.NONE, "", table_id))
 
     def _register_writer(self, request: RegisterWriterRequest) -> Decision:
@@ -690,7 +690,7 @@ class QuorumController:
             )
         # One overwrite at a time per table: the latest wins, and an earlier one's swap fails.
         superseded = tuple(DeleteTable(t.name, t.table_id) for t in self._view.staged_for(request.name))
-        batch = self._propose((*superseded, record, placed.record()), built=placed.parts)
+        batch = self._propose((*superseded, record, placed.record), built=placed.parts)
         replaced_id = -1 if current is None else current.table_id
         return Decision((batch,), StageTableResponse(ControllerError.NONE, "", table_id, name, replaced_id))
 

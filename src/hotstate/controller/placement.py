@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from hotstate.assignor import AssignorConfig, PartitionId, Placement, Server, Table
 from hotstate.assignor.incremental import Load, place_new_table
+from hotstate.controller.codec import RECORDS
 from hotstate.controller.image import MetadataImage, PartitionInfo, ServerInfo, TableInfo, partition_block
 from hotstate.controller.records import PartitionBlock
 
@@ -26,11 +28,9 @@ class PreparedPlacement:
 
     brokers: tuple[int, ...]
     table_id: int
-    replicas: tuple[tuple[int, ...], ...]
     parts: tuple[PartitionInfo, ...]
-
-    def record(self) -> PartitionBlock:
-        return partition_block(self.table_id, self.parts)
+    record: PartitionBlock  # the parts as the one record that writes them
+    wire: list[Any]  # the record in wire form (`RECORDS.to_wire`), for `encode_batch(..., wired)`
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,8 +46,7 @@ class PlacementJob:
 
     def run(self) -> PreparedPlacement:
         broker_ids = tuple(b.node_id for b in self.brokers)
-        if not self.brokers:
-            return PreparedPlacement(broker_ids, self.table.table_id, (), ())
+        # No broker: place_new_table raises ValueError, which the controller answers with.
         result = place_new_table(
             [Server(str(b.node_id), b.rack, dict(b.tags)) for b in self.brokers],
             assignor_table(self.table),
@@ -65,7 +64,8 @@ class PlacementJob:
             rows.append(shared.setdefault(replicas, replicas))
         # A new partition has no state anywhere: every replica starts empty and in sync, leader epoch 0.
         parts = tuple(PartitionInfo(table_id, p, r, r[0], (), 0, r, 0) for p, r in enumerate(rows))
-        return PreparedPlacement(broker_ids, table_id, tuple(rows), parts)
+        block = partition_block(table_id, parts)
+        return PreparedPlacement(broker_ids, table_id, parts, block, RECORDS.to_wire(block))
 
     def fits(self, image: MetadataImage, prepared: PreparedPlacement) -> bool:
         """Whether `prepared` may be written to `image`: same placement brokers and table id (what others

@@ -13,7 +13,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
 
 from hotstate.assignor import Assignment, AssignorInternalError
 from hotstate.controller.codec import encode_batch
@@ -170,7 +171,7 @@ class ControllerHost:
             decision = controller.handle(
                 request, self._clock(), self._driver.next_proposal_offset(), placed=placed
             )
-            self._propose(decision.batches)
+            self._propose(decision.batches, {id(placed.record): placed.wire} if placed is not None else None)
             if decision.wait:
                 await asyncio.wait_for(self._committed(self._last_proposed), self._request_timeout_s)
         except _NotController as error:
@@ -209,9 +210,11 @@ class ControllerHost:
         except (NotLeaderError, ProposalRejectedError) as error:
             self._deactivate(str(error))
 
-    def _propose(self, batches: Sequence[MetadataBatch]) -> None:
+    def _propose(
+        self, batches: Sequence[MetadataBatch], wired: Mapping[int, list[Any]] | None = None
+    ) -> None:
         for batch in batches:
-            offset, epoch = self._driver.propose(encode_batch(batch))
+            offset, epoch = self._driver.propose(encode_batch(batch, wired))
             self._proposed_epochs[offset] = epoch
             self._last_proposed = offset
 
