@@ -8,7 +8,7 @@ so a heartbeat-driven change does not copy a million partitions.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 
@@ -441,6 +441,12 @@ def partition_block(table_id: int, parts: Sequence[PartitionInfo]) -> PartitionB
 def block_partitions(block: PartitionBlock) -> list[PartitionInfo]:
     """The partitions a PartitionBlock holds. Replica tuples repeat across partitions (a table over a few
     servers has few distinct sets), so equal ones are shared rather than kept once per partition."""
+    return list(iter_block_partitions(block))
+
+
+def iter_block_partitions(block: PartitionBlock) -> Iterator[PartitionInfo]:
+    """`block_partitions` one at a time (a shell may build a big block in steps). Checks the columns first:
+    ValueError if their lengths disagree."""
     n = len(block.actives)
     columns = (
         block.leader_epochs,
@@ -455,30 +461,41 @@ def block_partitions(block: PartitionBlock) -> list[PartitionInfo]:
         or sum(block.warmup_counts) != len(block.warmups)
     ):
         raise ValueError(f"partition block of table {block.table_id}: columns of different lengths")
+    return _block_items(block)
+
+
+def _block_items(block: PartitionBlock) -> Iterator[PartitionInfo]:
     shared: dict[tuple[int, ...], tuple[int, ...]] = {}
-    replicas = _slices(block.replicas, block.replica_counts, shared)
-    isr = _slices(block.isr, block.isr_counts, shared)
-    warmups = _slices(block.warmups, block.warmup_counts, shared)
     table_id = block.table_id
-    first = block.first
-    return [
-        PartitionInfo(table_id, first + k, replicas[k], None if a < 0 else a, warmups[k], e, isr[k], pe)
-        for k, (a, e, pe) in enumerate(
-            zip(block.actives, block.leader_epochs, block.partition_epochs, strict=True)
+    partition = block.first
+    at_r = at_i = at_w = 0
+    replicas, isr, warmups = block.replicas, block.isr, block.warmups
+    for a, e, pe, nr, ni, nw in zip(
+        block.actives,
+        block.leader_epochs,
+        block.partition_epochs,
+        block.replica_counts,
+        block.isr_counts,
+        block.warmup_counts,
+        strict=True,
+    ):
+        r = replicas[at_r : at_r + nr]
+        i = isr[at_i : at_i + ni]
+        w = warmups[at_w : at_w + nw]
+        at_r += nr
+        at_i += ni
+        at_w += nw
+        yield PartitionInfo(
+            table_id,
+            partition,
+            shared.setdefault(r, r),
+            None if a < 0 else a,
+            shared.setdefault(w, w),
+            e,
+            shared.setdefault(i, i),
+            pe,
         )
-    ]
-
-
-def _slices(
-    flat: tuple[int, ...], counts: tuple[int, ...], shared: dict[tuple[int, ...], tuple[int, ...]]
-) -> list[tuple[int, ...]]:
-    out = []
-    at = 0
-    for count in counts:
-        piece = flat[at : at + count]
-        at += count
-        out.append(shared.setdefault(piece, piece))
-    return out
+        partition += 1
 
 
 def image_records(image: MetadataImage) -> list[MetadataRecord]:

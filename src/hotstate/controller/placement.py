@@ -9,13 +9,15 @@ partitions is controller/reassign.py's job, with warmups and safe steps, once th
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
+
+import msgpack
 
 from hotstate.assignor import AssignorConfig, PartitionId, Placement, Server, Table
 from hotstate.assignor.incremental import Load, place_new_table
 from hotstate.controller.codec import RECORDS
-from hotstate.controller.image import MetadataImage, PartitionInfo, ServerInfo, TableInfo, partition_block
+from hotstate.controller.image import MetadataImage, PartitionInfo, ServerInfo, TableInfo
 from hotstate.controller.records import PartitionBlock
 
 log = logging.getLogger(__name__)
@@ -45,27 +47,68 @@ class PlacementJob:
     config: AssignorConfig
 
     def run(self) -> PreparedPlacement:
-        broker_ids = tuple(b.node_id for b in self.brokers)
-        # No broker: place_new_table raises ValueError, which the controller answers with.
-        result = place_new_table(
-            [Server(str(b.node_id), b.rack, dict(b.tags)) for b in self.brokers],
-            assignor_table(self.table),
-            load_of(self.image),
-            self.config,
+        """Everything in the calling thread (a worker thread, or the loop for small tables)."""
+        return self.finish(place_encoded(self.inputs()))
+
+    def inputs(self) -> bytes:
+        """The placement's plain inputs, msgpack-encoded for `place_encoded` in another process. Counting
+        the load reads every partition of the image: call it off the loop too."""
+        load = load_of(self.image)
+        return msgpack.packb(
+            [
+                [[str(b.node_id), b.rack, [list(t) for t in b.tags]] for b in self.brokers],
+                [
+                    self.table.name,
+                    self.table.partitions,
+                    self.table.standby_replicas,
+                    list(self.table.writer_racks),
+                ],
+                [list(load.actives.items()), list(load.standbys.items())],
+                [[f.name, getattr(self.config, f.name)] for f in fields(self.config)],
+            ],
+            use_bin_type=True,
         )
-        for note in result.notes:
-            log.info("placing table %r: %s", self.table.name, note)
+
+    def finish(self, placed: bytes) -> PreparedPlacement:
+        """`place_encoded`'s answer as the partitions, their record and its wire form."""
+        width, flat = self.decode(placed)
+        return self.prepared(width, flat, self.partitions(width, flat, 0, len(flat) // width))
+
+    @staticmethod
+    def decode(placed: bytes) -> tuple[int, list[int]]:
+        width, flat = msgpack.unpackb(placed)
+        return width, flat
+
+    def partitions(self, width: int, flat: list[int], start: int, stop: int) -> list[PartitionInfo]:
+        """Partitions start..stop-1 of the answer (a shell may build them a few thousand at a time)."""
         table_id = self.table.table_id
+        out = []
         shared: dict[tuple[int, ...], tuple[int, ...]] = {}
-        rows = []
-        for partition in range(self.table.partitions):
-            placed = result.partitions[PartitionId(self.table.name, partition)]
-            replicas = (int(placed.active), *(int(s) for s in placed.standbys))
-            rows.append(shared.setdefault(replicas, replicas))
-        # A new partition has no state anywhere: every replica starts empty and in sync, leader epoch 0.
-        parts = tuple(PartitionInfo(table_id, p, r, r[0], (), 0, r, 0) for p, r in enumerate(rows))
-        block = partition_block(table_id, parts)
-        return PreparedPlacement(broker_ids, table_id, parts, block, RECORDS.to_wire(block))
+        for p in range(start, stop):
+            replicas = tuple(flat[p * width : (p + 1) * width])
+            r = shared.setdefault(replicas, replicas)
+            # A new partition has no state anywhere: every replica starts empty and in sync, epoch 0.
+            out.append(PartitionInfo(table_id, p, r, r[0], (), 0, r, 0))
+        return out
+
+    def prepared(self, width: int, flat: list[int], parts: list[PartitionInfo]) -> PreparedPlacement:
+        n = len(parts)
+        replicas = tuple(flat)
+        block = PartitionBlock(
+            self.table.table_id,
+            0,
+            tuple(flat[::width]),
+            (0,) * n,
+            (0,) * n,
+            (width,) * n,
+            replicas,
+            (width,) * n,
+            replicas,
+            (0,) * n,
+            (),
+        )
+        broker_ids = tuple(b.node_id for b in self.brokers)
+        return PreparedPlacement(broker_ids, self.table.table_id, tuple(parts), block, RECORDS.to_wire(block))
 
     def fits(self, image: MetadataImage, prepared: PreparedPlacement) -> bool:
         """Whether `prepared` may be written to `image`: same placement brokers and table id (what others
@@ -73,6 +116,31 @@ class PlacementJob:
         return prepared.table_id == self.table.table_id and prepared.brokers == tuple(
             b.node_id for b in image.placement_brokers()
         )
+
+
+def place_encoded(inputs: bytes) -> bytes:
+    """`PlacementJob.inputs` placed (pure: runs in any process): msgpack [replicas per partition, every
+    partition's replicas one after the other, active first]. Node ids are ints in and out."""
+    brokers, table, load, config = msgpack.unpackb(inputs)
+    name, partitions, standbys, writer_racks = table
+    settings: dict[str, Any] = {
+        key: tuple(value) if isinstance(value, list) else value for key, value in config
+    }
+    result = place_new_table(
+        [Server(node, rack, dict(tags)) for node, rack, tags in brokers],
+        Table(name, partitions, standbys, tuple(writer_racks)),
+        Load(dict(load[0]), dict(load[1])),
+        AssignorConfig(**settings),
+    )
+    for note in result.notes:
+        log.info("placing table %r: %s", name, note)
+    width = 1 + min(standbys, len(brokers) - 1)
+    flat: list[int] = []
+    for partition in range(partitions):
+        placed = result.partitions[PartitionId(name, partition)]
+        flat.append(int(placed.active))
+        flat.extend(int(s) for s in placed.standbys)
+    return msgpack.packb([width, flat], use_bin_type=True)
 
 
 def placement_job(

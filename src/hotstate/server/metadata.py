@@ -20,7 +20,8 @@ import logging
 from collections.abc import Callable, Sequence
 
 from hotstate.controller.codec import decode_batch
-from hotstate.controller.image import ImageBuilder, MetadataImage
+from hotstate.controller.image import ImageBuilder, MetadataImage, PartitionInfo, iter_block_partitions
+from hotstate.controller.records import PartitionBlock
 from hotstate.controller.snapshot import decode_snapshot, encode_snapshot
 from hotstate.raft.records import Entry, EntryKind, Snapshot
 
@@ -72,7 +73,10 @@ class MetadataPublisher:
         if size < PREPARE_OFF_LOOP_BYTES:
             return
         base = self.image
-        built = await asyncio.to_thread(_apply, base, entries, snapshot)
+        if snapshot is not None:
+            built = await asyncio.to_thread(_apply, base, entries, snapshot)
+        else:
+            built = await _apply_in_steps(base, entries)
         self._prepared = (base, entries, snapshot, built)
 
     def on_committed(self, entries: Sequence[Entry], snapshot: Snapshot | None) -> None:
@@ -203,6 +207,40 @@ class MetadataPublisher:
 # A commit this big is decoded and applied on a worker thread (`MetadataPublisher.prepare`): about 10 ms of
 # work on the loop at this size.
 PREPARE_OFF_LOOP_BYTES = 64 * 1024
+
+
+async def _apply_in_steps(image: MetadataImage, entries: Sequence[Entry]) -> tuple[MetadataImage, int]:
+    """`_apply` of entries on the loop, building a PartitionBlock's partitions a few thousand at a time
+    with a yield between steps: a thread building them would hold the GIL, and the loop wait for it."""
+    builder = ImageBuilder(image)
+    records = 0
+    for entry in entries:
+        if entry.kind is not EntryKind.DATA:
+            continue
+        batch = decode_batch(entry.data)
+        await asyncio.sleep(0)
+        for record in batch.records:
+            built: list[PartitionInfo] | None = None
+            if isinstance(record, PartitionBlock):
+                try:
+                    items = iter_block_partitions(record)
+                except ValueError:
+                    items = None  # the builder logs and skips it
+                if items is not None:
+                    built = []
+                    for part in items:
+                        built.append(part)
+                        if len(built) % BUILD_STEP_PARTITIONS == 0:
+                            await asyncio.sleep(0)
+            builder.apply(record, entry.offset, built)
+        records += len(batch.records)
+    if entries:
+        image = builder.build(entries[-1].offset + 1)
+    return image, records
+
+
+# Partitions of a PartitionBlock built per step on the loop (`_apply_in_steps`): a few ms each.
+BUILD_STEP_PARTITIONS = 1_000
 
 
 def _apply(
