@@ -465,6 +465,38 @@ def iter_block_partitions(block: PartitionBlock) -> Iterator[PartitionInfo]:
 
 
 def _block_items(block: PartitionBlock) -> Iterator[PartitionInfo]:
+    n = len(block.actives)
+    widths = set(block.replica_counts)
+    if (
+        len(widths) == 1
+        and 0 not in widths
+        and block.isr == block.replicas
+        and not block.warmups
+        and -1 not in block.actives
+    ):
+        # The common shape (every partition fully in sync, all with the same number of replicas): the
+        # replica tuples are cut in C, and the ISR is the same tuple.
+        (width,) = widths
+        return _uniform_items(block, width, n)
+    return _general_items(block)
+
+
+def _uniform_items(block: PartitionBlock, width: int, n: int) -> Iterator[PartitionInfo]:
+    shared: dict[tuple[int, ...], tuple[int, ...]] = {}
+    rows = (shared.setdefault(r, r) for r in zip(*[iter(block.replicas)] * width, strict=False))
+    table_id = block.table_id
+    for partition, r, a, e, pe in zip(
+        range(block.first, block.first + n),
+        rows,
+        block.actives,
+        block.leader_epochs,
+        block.partition_epochs,
+        strict=True,
+    ):
+        yield PartitionInfo(table_id, partition, r, a, (), e, r, pe)
+
+
+def _general_items(block: PartitionBlock) -> Iterator[PartitionInfo]:
     shared: dict[tuple[int, ...], tuple[int, ...]] = {}
     table_id = block.table_id
     partition = block.first
