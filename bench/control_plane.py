@@ -199,7 +199,7 @@ async def loop_stall(partitions: list[int], brokers: int = 100) -> list[dict[str
 async def _heartbeats(host: ControllerHost, brokers: int) -> None:
     """Every broker's heartbeat every 250 ms (the default interval), as the real ones would send."""
     while True:
-        offset = host._driver.next_proposal_offset()  # noqa: SLF001
+        offset = host._driver.next_proposal_offset()
         for n in range(2, brokers + 2):
             await host.handle(ServerHeartbeatRequest(n, f"i{n}", offset, False))
         await asyncio.sleep(0.25)
@@ -341,6 +341,7 @@ async def _until(check: Callable[[], Awaitable[bool]], timeout_s: float) -> floa
 
 
 async def rpc_bench(cluster: LocalCluster, partitions: int, brokers: int, hold_s: float) -> dict[str, object]:
+    await cluster.wait_ready(60)
     address = cluster.addresses()[0]
     sims = [SimBroker(n, address, cluster) for n in range(2, brokers + 2)]
     admin: AdminClient = cluster.admin()

@@ -81,9 +81,9 @@ from hotstate.controller.requests import (
 log = logging.getLogger(__name__)
 
 TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
-# A table's partitions, as far as measured (bench/control_plane.py, docs/architecture.md "Scale"): a 100,000-partition
-# table is placed off the event loop in seconds and written as one ~1 MB record; 1,000,000 would be a ~10 MB
-# record (the RPC frame limit is 16 MiB) that every server takes about 10 s to load.
+# A table's partitions, as far as measured (bench/control_plane.py, docs/architecture.md "Scale"): a
+# 100,000-partition table is placed off the event loop in seconds and written as one ~1 MB record; 1,000,000
+# would be a ~10 MB record (the RPC frame limit is 16 MiB) that every server takes about 10 s to load.
 MAX_PARTITIONS = 100_000
 MAX_STANDBYS = 10
 # A Spark schema's worth: its columns, and a nested type's name (a struct of structs is long).
