@@ -319,6 +319,96 @@ def metadata(data: Mapping[str, Any]) -> Section:
     )
 
 
+def control_plane(data: Mapping[str, Any]) -> Section:
+    stall = data["loop_stall"]
+    snapshot = data["snapshot"]
+    rpc_rows = data["rpc"]
+    return Section(
+        "the same placement run on the event loop (what a synchronous create stalled it for), the loop's own "
+        "stall while idle, and version 1 snapshots (a record per partition) of the same image.",
+        [
+            Table(
+                (
+                    "partitions",
+                    "brokers",
+                    "create s",
+                    "longest loop stall ms",
+                    "idle stall ms",
+                    "placement on the loop s",
+                ),
+                [
+                    (
+                        r["partitions"],
+                        r["brokers"],
+                        r["create_s"],
+                        r["longest_loop_stall_ms"],
+                        r["longest_idle_stall_ms"],
+                        r["placement_on_the_loop_s"],
+                    )
+                    for r in stall
+                ],
+                "Creating a table on an in-process controller (real Raft driver and log, 100 brokers "
+                "heartbeating).",
+            ),
+            Table(
+                (
+                    "partitions",
+                    "v1 bytes",
+                    "v2 bytes",
+                    "v1 encode s",
+                    "v2 encode s",
+                    "v1 load s",
+                    "v2 load s",
+                    "load speedup",
+                ),
+                [
+                    (
+                        r["partitions"],
+                        r["v1_bytes"],
+                        r["v2_bytes"],
+                        r["v1_encode_s"],
+                        r["v2_encode_s"],
+                        r["v1_load_s"],
+                        r["v2_load_s"],
+                        r["load_speedup"],
+                    )
+                    for r in snapshot
+                ],
+                "Metadata snapshots, same process, same image.",
+            ),
+            Table(
+                (
+                    "partitions",
+                    "simulated brokers",
+                    "registrations/s",
+                    "heartbeats/s held (offered)",
+                    "worst heartbeat ms",
+                    "create s",
+                    "fence s",
+                    "copies re-placed s after fence",
+                    "others fenced",
+                ),
+                [
+                    (
+                        r["partitions"],
+                        r["simulated_brokers"],
+                        r["registrations_per_s"],
+                        f"{fmt(r['heartbeats_per_s_held'])} ({fmt(r['heartbeats_offered_per_s'])})",
+                        r["worst_heartbeat_ms"],
+                        r["create_tables_s"],
+                        r["fence_dead_broker_s"],
+                        r["replace_its_copies_s_after_fence"],
+                        r["other_brokers_fenced"],
+                    )
+                    for r in rpc_rows
+                ],
+                "One real server process (controller only), brokers simulated over real RPC; "
+                "broker.removal.delay.ms 2000.",
+            ),
+        ],
+    )
+
+
 def pull_queries(data: Mapping[str, Any]) -> Section:
     cells = data["results"]["lookups"]["cells"]
     rows = []
@@ -952,6 +1042,7 @@ FORMATTERS: dict[str, Formatter] = {
     "expiry": expiry,
     "compaction": compaction,
     "chaos": chaos,
+    "control_plane": control_plane,
     "cross_rack": cross_rack,
     "freshness": freshness,
     "gray_failure": gray_failure,

@@ -8,7 +8,15 @@ from dataclasses import dataclass
 from hotstate.assignor import AssignorConfig
 from hotstate.controller.codec import RECORDS, decode_batch, encode_batch
 from hotstate.controller.controller import ControllerConfig, QuorumController
-from hotstate.controller.image import ImageBuilder, MetadataImage, image_records
+from hotstate.controller.image import (
+    ImageBuilder,
+    MetadataImage,
+    TableInfo,
+    block_partitions,
+    image_records,
+    partition_block,
+)
+from hotstate.controller.placement import place_encoded, placement_job
 from hotstate.controller.records import CreateTable, KeyColumn, KeyType, MetadataBatch, TableWriters
 from hotstate.controller.requests import (
     ControllerError,
@@ -150,3 +158,18 @@ def test_a_table_the_assignor_cannot_place_is_a_clear_error_and_nothing_is_writt
     assert reply.error is ControllerError.INVALID_REQUEST
     assert "cannot place the table" in reply.message and "rack" in reply.message, reply.message
     assert "clicks" not in harness.image.tables
+
+
+def test_a_placement_run_through_its_encoded_inputs_is_the_same_as_run_whole() -> None:
+    """The worker-process path (inputs -> place_encoded -> partitions in steps -> prepared) gives the same
+    partitions and the same record as `run`, and the record means those partitions."""
+    harness = six_brokers()
+    create(harness, "first", 7, "az-a")
+    job = placement_job(harness.image, TableInfo("t", 9, 12, 2, KEY, None, ("az-b",)))
+    whole = job.run()
+    width, flat = job.decode(place_encoded(job.inputs()))
+    parts = job.partitions(width, flat, 0, 5) + job.partitions(width, flat, 5, 12)
+    stepped = job.prepared(width, flat, parts)
+    assert stepped.parts == whole.parts and stepped.record == whole.record
+    assert tuple(block_partitions(stepped.record)) == stepped.parts
+    assert stepped.record == partition_block(9, stepped.parts)

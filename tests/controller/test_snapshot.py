@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+from dataclasses import astuple
+
+import msgpack
 import pytest
 
-from hotstate.controller.codec import decode_batch, encode_batch
-from hotstate.controller.image import ImageBuilder, MetadataImage
+from hotstate.controller.codec import RECORDS, decode_batch, encode_batch
+from hotstate.controller.image import (
+    ImageBuilder,
+    MetadataImage,
+    PartitionInfo,
+    block_partitions,
+    image_records,
+    partition_block,
+)
 from hotstate.controller.records import (
     CreateTable,
     DeleteTable,
@@ -16,11 +26,12 @@ from hotstate.controller.records import (
     MetadataBatch,
     NoOp,
     PartitionAssignment,
+    PartitionBlock,
     PartitionChange,
     RegisterServer,
     UnfenceServer,
 )
-from hotstate.controller.snapshot import decode_snapshot, encode_snapshot
+from hotstate.controller.snapshot import SNAPSHOT_VERSION, decode_snapshot, encode_snapshot
 from hotstate.rpc.schema import DecodeError
 
 
@@ -97,3 +108,77 @@ def test_offline_partition_survives_a_snapshot() -> None:
 def test_unreadable_snapshot_is_a_decode_error() -> None:
     with pytest.raises(DecodeError, match="snapshot"):
         decode_snapshot(b"\xc1")
+
+
+def v1_snapshot(image: MetadataImage) -> bytes:
+    """A snapshot as version 1 wrote it: one PartitionAssignment record per partition."""
+    records: list[object] = []
+    for record in image_records(image):
+        if isinstance(record, PartitionBlock):
+            records.extend(
+                PartitionAssignment(
+                    p.table_id,
+                    p.partition,
+                    p.replicas,
+                    p.active,
+                    p.warmups,
+                    p.leader_epoch,
+                    p.isr,
+                    p.partition_epoch,
+                )
+                for p in block_partitions(record)
+            )
+        else:
+            records.append(record)
+    wire = [RECORDS.to_wire(r) for r in records]
+    return msgpack.packb([1, image.offset, image.next_table_id, wire], use_bin_type=True)
+
+
+def test_a_version_1_snapshot_still_loads_into_the_same_image() -> None:
+    image = replay(sample_batches())
+    old = v1_snapshot(image)
+    assert (
+        msgpack.unpackb(old)[0] == 1 and msgpack.unpackb(encode_snapshot(image))[0] == SNAPSHOT_VERSION == 2
+    )
+    loaded = decode_snapshot(old)
+    assert dict(loaded.partitions) == dict(image.partitions)
+    assert dict(loaded.tables) == dict(image.tables)
+
+
+def test_a_snapshot_holds_each_tables_partitions_as_one_block() -> None:
+    image = replay(sample_batches())
+    blocks = [r for r in image_records(image) if isinstance(r, PartitionBlock)]
+    assert len(blocks) == 1 and len(blocks[0].actives) == 3
+    assert not any(isinstance(r, PartitionAssignment) for r in image_records(image))
+    assert decode_batch(encode_batch(MetadataBatch(tuple(blocks)))).records == tuple(blocks)
+
+
+def test_a_block_means_the_same_as_one_assignment_per_partition_and_shares_equal_replica_sets() -> None:
+    parts = replay(sample_batches()).partitions_of("clicks")
+    block = partition_block(1, parts)
+    rebuilt = block_partitions(block)
+    assert tuple(rebuilt) == parts
+    assert rebuilt[0].isr is rebuilt[1].isr  # equal tuples are one object
+    # Applied over an existing table it replaces those partitions, as PartitionAssignment records would.
+    builder = ImageBuilder(replay(sample_batches()))
+    moved = PartitionInfo(1, 1, (3, 1), 3, (), 5, (3, 1), 9)
+    builder.apply(partition_block(1, [moved]), 99)
+    assert builder.build(100).partitions_of("clicks")[1] == moved
+
+
+def test_a_block_with_columns_of_different_lengths_is_skipped_not_applied() -> None:
+    image = replay(sample_batches())
+    good = partition_block(1, image.partitions_of("clicks"))
+    bad = PartitionBlock(1, 0, good.actives, good.leader_epochs[:2], *astuple(good)[4:])
+    builder = ImageBuilder(image)
+    builder.apply(bad, 99)
+    assert builder.build(100).partitions == image.partitions
+
+
+def test_a_batch_encoded_with_a_record_wired_ahead_is_the_same_bytes() -> None:
+    parts = replay(sample_batches()).partitions_of("clicks")
+    block = partition_block(1, parts)
+    batch = MetadataBatch((CreateTable("t", 1, 3, 1, (KeyColumn("k", KeyType.INT),), None), block))
+    wired = encode_batch(batch, {id(block): RECORDS.to_wire(block)})
+    assert wired == encode_batch(batch)
+    assert decode_batch(wired) == batch

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 
 from hotstate.assignor import Assignment, AssignorConfig, AssignorInternalError
 from hotstate.controller.evidence import ProbeResult, fences_on_probe
-from hotstate.controller.image import ImageBuilder, MetadataImage, TableInfo
+from hotstate.controller.image import ImageBuilder, MetadataImage, PartitionInfo, TableInfo
 from hotstate.controller.partition_rules import IsrRefusal, alter_isr, elect_after_fence, elect_on_unfence
-from hotstate.controller.placement import place_table
+from hotstate.controller.placement import PlacementJob, PreparedPlacement, placement_job
 from hotstate.controller.reassign import ReassignJob, reassignment_records
 from hotstate.controller.records import (
     WINDOW_KEY_TYPES,
@@ -35,6 +35,7 @@ from hotstate.controller.records import (
     MetadataBatch,
     MetadataRecord,
     NoOp,
+    PartitionBlock,
     PartitionChange,
     RegisterServer,
     ReplaceTable,
@@ -81,7 +82,10 @@ from hotstate.protocol.ttl import invalid_ttl, invalid_ttl_value_columns
 log = logging.getLogger(__name__)
 
 TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
-MAX_PARTITIONS = 10_000
+# A table's partitions, as far as measured (bench/control_plane.py, docs/architecture.md "Scale"): a
+# 100,000-partition table is placed off the event loop in seconds and written as one ~1 MB record; 1,000,000
+# would be a ~10 MB record (the RPC frame limit is 16 MiB) that every server takes about 10 s to load.
+MAX_PARTITIONS = 100_000
 MAX_STANDBYS = 10
 # A Spark schema's worth: its columns, and a nested type's name (a struct of structs is long).
 MAX_VALUE_COLUMNS = 4096
@@ -156,15 +160,26 @@ class QuorumController:
         self._next_offset = next_offset
         # Staged generations (table id) -> when this controller first saw them (staged_timeout_ms).
         self._staged_since: dict[int, int] = {}
+        self._placed: PreparedPlacement | None = None
 
     @property
     def view(self) -> MetadataImage:
         return self._view
 
     # ------------------------------------------------------------------ inputs
-    def handle(self, request: ControllerRequest, now: int, next_offset: int) -> Decision:
-        """Decide on one request. `next_offset` is the offset the next proposal will get."""
+    def handle(
+        self,
+        request: ControllerRequest,
+        now: int,
+        next_offset: int,
+        *,
+        placed: PreparedPlacement | None = None,
+    ) -> Decision:
+        """Decide on one request. `next_offset` is the offset the next proposal will get. `placed`: a new
+        table's placement computed off the loop from `placement_job(request)`; used if it still fits the
+        view, else the table is placed here."""
         self._next_offset = next_offset
+        self._placed = placed
         match request:
             case RegisterServerRequest():
                 return self._register(request, now)
@@ -193,6 +208,47 @@ class QuorumController:
                 return self._replace_table(request)
             case RemoveServerRequest():
                 return self._remove_server(request)
+
+    def placement_job(self, request: ControllerRequest) -> PlacementJob | None:
+        """The placement a create (or stage) request needs, to run off the event loop before `handle`
+        (which checks it still fits); None when the request places nothing or will be refused anyway."""
+        match request:
+            case CreateTableRequest():
+                if _invalid_table(request) is not None or request.name in self._view.tables:
+                    return None
+                record = self._create_record(request, request.name, "")
+            case StageTableRequest():
+                name = staging_name(request.name, self._view.next_table_id)
+                record = self._create_record(request, name, request.name)
+            case _:
+                return None
+        if not self._view.placement_brokers():
+            return None
+        return placement_job(self._view, TableInfo.created(record), self.config.assignor)
+
+    def _create_record(
+        self, request: CreateTableRequest | StageTableRequest, name: str, staging_for: str
+    ) -> CreateTable:
+        assert request.standby_replicas is not None  # _invalid_table refuses None
+        return CreateTable(
+            name,
+            self._view.next_table_id,
+            request.partitions,
+            request.standby_replicas,
+            request.key_columns,
+            request.acceptable_lag,
+            () if request.writer_rack is None else (request.writer_rack,),
+            staging_for=staging_for,
+            window=request.window,
+            ttl=request.ttl,
+        )
+
+    def _place(self, table: TableInfo) -> PreparedPlacement:
+        job = placement_job(self._view, table, self.config.assignor)
+        placed, self._placed = self._placed, None
+        if placed is not None and job.fits(self._view, placed):
+            return placed
+        return job.run()
 
     def tick(self, now: int, next_offset: int, *, reassign: bool = True) -> list[MetadataBatch]:
         """Fence every server whose session expired, moving its actives away, one batch per server; then,
@@ -526,28 +582,15 @@ class QuorumController:
                 CreateTableResponse(ControllerError.NO_LIVE_BROKERS, "no live broker can host partitions", -1)
             )
         table_id = self._view.next_table_id
-        writer_racks = () if request.writer_rack is None else (request.writer_rack,)
-        assert request.standby_replicas is not None  # _invalid_table refuses None
-        create = CreateTable(
-            request.name,
-            table_id,
-            request.partitions,
-            request.standby_replicas,
-            request.key_columns,
-            request.acceptable_lag,
-            writer_racks,
-            window=request.window,
-            ttl=request.ttl,
-        )
-        info = TableInfo.created(create)
+        create = self._create_record(request, request.name, "")
         try:
-            placement = place_table(self._view, info, self.config.assignor)
+            placed = self._place(TableInfo.created(create))
         except (ValueError, AssignorInternalError) as error:
             log.error("cannot place table %r: %s", request.name, error)
             return self._error(
                 CreateTableResponse(ControllerError.INVALID_REQUEST, f"cannot place the table: {error}", -1)
             )
-        batch = self._propose((create, *placement))
+        batch = self._propose((create, placed.record), built=placed.parts)
         return Decision((batch,), CreateTableResponse(ControllerError.NONE, "", table_id))
 
     def _register_writer(self, request: RegisterWriterRequest) -> Decision:
@@ -651,21 +694,9 @@ class QuorumController:
             )
         table_id = self._view.next_table_id
         name = staging_name(request.name, table_id)
-        writer_racks = () if request.writer_rack is None else (request.writer_rack,)
-        record = CreateTable(
-            name,
-            table_id,
-            request.partitions,
-            request.standby_replicas,
-            request.key_columns,
-            request.acceptable_lag,
-            writer_racks,
-            staging_for=request.name,
-            window=request.window,
-            ttl=request.ttl,
-        )
+        record = self._create_record(request, name, request.name)
         try:
-            placement = place_table(self._view, TableInfo.created(record), self.config.assignor)
+            placed = self._place(TableInfo.created(record))
         except (ValueError, AssignorInternalError) as error:
             log.error("cannot place a generation of table %r: %s", request.name, error)
             return self._error(
@@ -675,7 +706,7 @@ class QuorumController:
             )
         # One overwrite at a time per table: the latest wins, and an earlier one's swap fails.
         superseded = tuple(DeleteTable(t.name, t.table_id) for t in self._view.staged_for(request.name))
-        batch = self._propose((*superseded, record, *placement))
+        batch = self._propose((*superseded, record, placed.record), built=placed.parts)
         replaced_id = -1 if current is None else current.table_id
         return Decision((batch,), StageTableResponse(ControllerError.NONE, "", table_id, name, replaced_id))
 
@@ -740,10 +771,14 @@ class QuorumController:
         # Errors read the view too: a NoOp commit proves the view was current when it was read.
         return Decision((self._propose((NoOp(),)),), reply)
 
-    def _propose(self, records: tuple[MetadataRecord, ...]) -> MetadataBatch:
+    def _propose(
+        self, records: tuple[MetadataRecord, ...], *, built: tuple[PartitionInfo, ...] | None = None
+    ) -> MetadataBatch:
+        """`built`: the partitions of the batch's one PartitionBlock, built already (off the loop)."""
         offset = self._next_offset
         self._next_offset += 1
-        self._builder.apply_all(records, offset)
+        for record in records:
+            self._builder.apply(record, offset, built if isinstance(record, PartitionBlock) else None)
         self._view = self._builder.build(self._next_offset)
         return MetadataBatch(records)
 

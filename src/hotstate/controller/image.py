@@ -8,7 +8,7 @@ so a heartbeat-driven change does not copy a million partitions.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 
@@ -22,6 +22,7 @@ from hotstate.controller.records import (
     MetadataRecord,
     NoOp,
     PartitionAssignment,
+    PartitionBlock,
     PartitionChange,
     RegisterServer,
     ReplaceTable,
@@ -244,8 +245,11 @@ class ImageBuilder:
         for record in records:
             self.apply(record, offset)
 
-    def apply(self, record: MetadataRecord, offset: int) -> None:
-        """Apply one committed record found at `offset` of the metadata log."""
+    def apply(
+        self, record: MetadataRecord, offset: int, built: Sequence[PartitionInfo] | None = None
+    ) -> None:
+        """Apply one committed record found at `offset` of the metadata log. `built`: a PartitionBlock's
+        partitions, already built from it (off the event loop), so they are not built again here."""
         match record:
             case RegisterServer():
                 existing = self._servers_w().get(record.node_id)
@@ -337,6 +341,21 @@ class ImageBuilder:
                     parts[record.partition] = info
                 else:
                     log.warning("metadata offset %d: partition %d out of order", offset, record.partition)
+            case PartitionBlock():
+                parts = self._table_parts_w(record.table_id)
+                if parts is None:
+                    log.warning("metadata offset %d: partitions of unknown table %d", offset, record.table_id)
+                    return
+                if record.first > len(parts):
+                    log.warning("metadata offset %d: partition %d out of order", offset, record.first)
+                    return
+                try:
+                    block = list(built) if built is not None else block_partitions(record)
+                except ValueError as error:
+                    log.warning("metadata offset %d: %s", offset, error)
+                    return
+                end = record.first + len(block)
+                parts[record.first : min(end, len(parts))] = block
             case PartitionChange():
                 parts = self._table_parts_w(record.table_id)
                 if parts is None or record.partition >= len(parts):
@@ -400,6 +419,122 @@ class ImageBuilder:
         self._next_table_id = max(self._next_table_id, next_table_id)
 
 
+def partition_block(table_id: int, parts: Sequence[PartitionInfo]) -> PartitionBlock:
+    """`parts` (consecutive partitions of one table) as one columnar record."""
+    replicas: list[int] = []
+    isr: list[int] = []
+    warmups: list[int] = []
+    for part in parts:
+        replicas.extend(part.replicas)
+        isr.extend(part.isr)
+        warmups.extend(part.warmups)
+    return PartitionBlock(
+        table_id,
+        parts[0].partition if parts else 0,
+        tuple(-1 if p.active is None else p.active for p in parts),
+        tuple(p.leader_epoch for p in parts),
+        tuple(p.partition_epoch for p in parts),
+        tuple(len(p.replicas) for p in parts),
+        tuple(replicas),
+        tuple(len(p.isr) for p in parts),
+        tuple(isr),
+        tuple(len(p.warmups) for p in parts),
+        tuple(warmups),
+    )
+
+
+def block_partitions(block: PartitionBlock) -> list[PartitionInfo]:
+    """The partitions a PartitionBlock holds. Replica tuples repeat across partitions (a table over a few
+    servers has few distinct sets), so equal ones are shared rather than kept once per partition."""
+    return list(iter_block_partitions(block))
+
+
+def iter_block_partitions(block: PartitionBlock) -> Iterator[PartitionInfo]:
+    """`block_partitions` one at a time (a shell may build a big block in steps). Checks the columns first:
+    ValueError if their lengths disagree."""
+    n = len(block.actives)
+    columns = (
+        block.leader_epochs,
+        block.partition_epochs,
+        block.replica_counts,
+        block.isr_counts,
+        block.warmup_counts,
+    )
+    if any(len(column) != n for column in columns) or (
+        sum(block.replica_counts) != len(block.replicas)
+        or sum(block.isr_counts) != len(block.isr)
+        or sum(block.warmup_counts) != len(block.warmups)
+    ):
+        raise ValueError(f"partition block of table {block.table_id}: columns of different lengths")
+    return _block_items(block)
+
+
+def _block_items(block: PartitionBlock) -> Iterator[PartitionInfo]:
+    n = len(block.actives)
+    widths = set(block.replica_counts)
+    if (
+        len(widths) == 1
+        and 0 not in widths
+        and block.isr == block.replicas
+        and not block.warmups
+        and -1 not in block.actives
+    ):
+        # The common shape (every partition fully in sync, all with the same number of replicas): the
+        # replica tuples are cut in C, and the ISR is the same tuple.
+        (width,) = widths
+        return _uniform_items(block, width, n)
+    return _general_items(block)
+
+
+def _uniform_items(block: PartitionBlock, width: int, n: int) -> Iterator[PartitionInfo]:
+    shared: dict[tuple[int, ...], tuple[int, ...]] = {}
+    rows = (shared.setdefault(r, r) for r in zip(*[iter(block.replicas)] * width, strict=False))
+    table_id = block.table_id
+    for partition, r, a, e, pe in zip(
+        range(block.first, block.first + n),
+        rows,
+        block.actives,
+        block.leader_epochs,
+        block.partition_epochs,
+        strict=True,
+    ):
+        yield PartitionInfo(table_id, partition, r, a, (), e, r, pe)
+
+
+def _general_items(block: PartitionBlock) -> Iterator[PartitionInfo]:
+    shared: dict[tuple[int, ...], tuple[int, ...]] = {}
+    table_id = block.table_id
+    partition = block.first
+    at_r = at_i = at_w = 0
+    replicas, isr, warmups = block.replicas, block.isr, block.warmups
+    for a, e, pe, nr, ni, nw in zip(
+        block.actives,
+        block.leader_epochs,
+        block.partition_epochs,
+        block.replica_counts,
+        block.isr_counts,
+        block.warmup_counts,
+        strict=True,
+    ):
+        r = replicas[at_r : at_r + nr]
+        i = isr[at_i : at_i + ni]
+        w = warmups[at_w : at_w + nw]
+        at_r += nr
+        at_i += ni
+        at_w += nw
+        yield PartitionInfo(
+            table_id,
+            partition,
+            shared.setdefault(r, r),
+            None if a < 0 else a,
+            shared.setdefault(w, w),
+            e,
+            shared.setdefault(i, i),
+            pe,
+        )
+        partition += 1
+
+
 def image_records(image: MetadataImage) -> list[MetadataRecord]:
     """Records that rebuild `image` from empty: what a metadata snapshot holds."""
     records: list[MetadataRecord] = []
@@ -426,17 +561,7 @@ def image_records(image: MetadataImage) -> list[MetadataRecord]:
             records.append(TableBatch(table.table_id, table.batch_id, table.batch_positions))
         if table.value_columns:
             records.append(TableValueColumns(table.table_id, table.value_columns))
-        for part in image.partitions.get(table.table_id, ()):
-            records.append(
-                PartitionAssignment(
-                    part.table_id,
-                    part.partition,
-                    part.replicas,
-                    part.active,
-                    part.warmups,
-                    part.leader_epoch,
-                    part.isr,
-                    part.partition_epoch,
-                )
-            )
+        parts = image.partitions.get(table.table_id, ())
+        if parts:
+            records.append(partition_block(table.table_id, parts))
     return records

@@ -1,67 +1,168 @@
-"""Where a new table's partitions go: the rack-aware assignor (hotstate.assignor) over the live brokers.
+"""Where a new table's partitions go: incremental placement (hotstate.assignor.incremental) over the live
+brokers.
 
-The assignor sees every table, with the current placement as its previous assignment, so the new table
-is balanced against the load that is already there; only the new table's part of the answer is written.
-Existing partitions stay where they are here: moving them takes warmups and safe steps, which
-controller/reassign.py does once the cluster is settled; should balance make the assignor move one at
-create time, that is logged, not done.
+Only the new table is decided, against the replicas each broker holds now (`load_of`), so the time is
+linear in the new table's partitions whatever the cluster holds; nothing existing moves (balancing existing
+partitions is controller/reassign.py's job, with warmups and safe steps, once the cluster is settled).
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
+from dataclasses import dataclass, fields
+from typing import Any
 
-from hotstate.assignor import Assignment, AssignorConfig, PartitionId, Placement, Server, Table, assign
-from hotstate.controller.image import MetadataImage, PartitionInfo, TableInfo
-from hotstate.controller.records import PartitionAssignment
+import msgpack
+
+from hotstate.assignor import AssignorConfig, PartitionId, Placement, Server, Table
+from hotstate.assignor.incremental import Load, place_new_table
+from hotstate.controller.codec import RECORDS
+from hotstate.controller.image import MetadataImage, PartitionInfo, ServerInfo, TableInfo
+from hotstate.controller.records import PartitionBlock
 
 log = logging.getLogger(__name__)
 
 
-def place_table(
-    image: MetadataImage, table: TableInfo, config: AssignorConfig | None = None
-) -> list[PartitionAssignment]:
-    """One assignment record per partition of `table`: an active on a live broker, standbys on other
-    brokers spread over the `rack.aware.assignment.tags` (fewer than asked when there are not enough
-    brokers), never on a draining one. Empty when there is no live broker."""
-    brokers = image.placement_brokers()
-    if not brokers:
-        return []
-    config = config or AssignorConfig()
-    # Existing partitions are not moved here, so make moving one never worth it to the assignor: a move
-    # saves at most one traffic cost for itself and one for the new partition taking its place. The new
-    # table is then placed against the load as it is, not against a rebalanced one that will not happen.
-    config = replace(config, non_overlap_cost=max(config.non_overlap_cost, 2 * config.traffic_cost + 1))
-    tables = [assignor_table(t) for t in image.tables.values() if t.name != table.name]
-    tables.append(assignor_table(table))
-    result = assign(
-        [Server(str(b.node_id), b.rack, dict(b.tags)) for b in brokers],
-        tables,
-        previous_placement(image, exclude=table.name),
-        None,
-        config,
-    )
-    log_moves_not_made(image, result, table.name)
-    records = []
-    for partition in range(table.partitions):
-        placed = result.partitions[PartitionId(table.name, partition)]
-        # A new partition has no state anywhere, so the assignor never gives it a warmup: every replica
-        # starts empty and in sync.
-        replicas = (int(placed.active), *(int(s) for s in placed.standbys))
-        records.append(
-            PartitionAssignment(
-                table.table_id,
-                partition,
-                replicas,
-                replicas[0],
-                (),
-                leader_epoch=0,
-                isr=replicas,
-                partition_epoch=0,
-            )
+@dataclass(frozen=True, slots=True)
+class PreparedPlacement:
+    """A placement computed from a `PlacementJob`: the brokers it placed over, each partition's replicas
+    (active first), and the partitions as the image will hold them (built off the loop too)."""
+
+    brokers: tuple[int, ...]
+    table_id: int
+    parts: tuple[PartitionInfo, ...]
+    record: PartitionBlock  # the parts as the one record that writes them
+    wire: list[Any]  # the record in wire form (`RECORDS.to_wire`), for `encode_batch(..., wired)`
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementJob:
+    """The inputs of one new table's placement: plain immutable data, so a shell may run it off the event
+    loop (`run`: about a second for 100,000 partitions, 2 cores); the controller checks the answer against
+    its view before writing it (`fits`)."""
+
+    image: MetadataImage  # immutable: the load is counted from it in `run`, off the loop too
+    brokers: tuple[ServerInfo, ...]
+    table: TableInfo
+    config: AssignorConfig
+
+    def run(self) -> PreparedPlacement:
+        """Everything in the calling thread (a worker thread, or the loop for small tables)."""
+        return self.finish(place_encoded(self.inputs()))
+
+    def inputs(self) -> bytes:
+        """The placement's plain inputs, msgpack-encoded for `place_encoded` in another process. Counting
+        the load reads every partition of the image: call it off the loop too."""
+        load = load_of(self.image)
+        return msgpack.packb(
+            [
+                [[str(b.node_id), b.rack, [list(t) for t in b.tags]] for b in self.brokers],
+                [
+                    self.table.name,
+                    self.table.partitions,
+                    self.table.standby_replicas,
+                    list(self.table.writer_racks),
+                ],
+                [list(load.actives.items()), list(load.standbys.items())],
+                [[f.name, getattr(self.config, f.name)] for f in fields(self.config)],
+            ],
+            use_bin_type=True,
         )
-    return records
+
+    def finish(self, placed: bytes) -> PreparedPlacement:
+        """`place_encoded`'s answer as the partitions, their record and its wire form."""
+        width, flat = self.decode(placed)
+        return self.prepared(width, flat, self.partitions(width, flat, 0, len(flat) // width))
+
+    @staticmethod
+    def decode(placed: bytes) -> tuple[int, list[int]]:
+        width, flat = msgpack.unpackb(placed)
+        return width, flat
+
+    def partitions(self, width: int, flat: list[int], start: int, stop: int) -> list[PartitionInfo]:
+        """Partitions start..stop-1 of the answer (a shell may build them a few thousand at a time)."""
+        table_id = self.table.table_id
+        out = []
+        shared: dict[tuple[int, ...], tuple[int, ...]] = {}
+        for p in range(start, stop):
+            replicas = tuple(flat[p * width : (p + 1) * width])
+            r = shared.setdefault(replicas, replicas)
+            # A new partition has no state anywhere: every replica starts empty and in sync, epoch 0.
+            out.append(PartitionInfo(table_id, p, r, r[0], (), 0, r, 0))
+        return out
+
+    def prepared(self, width: int, flat: list[int], parts: list[PartitionInfo]) -> PreparedPlacement:
+        n = len(parts)
+        replicas = tuple(flat)
+        block = PartitionBlock(
+            self.table.table_id,
+            0,
+            tuple(flat[::width]),
+            (0,) * n,
+            (0,) * n,
+            (width,) * n,
+            replicas,
+            (width,) * n,
+            replicas,
+            (0,) * n,
+            (),
+        )
+        broker_ids = tuple(b.node_id for b in self.brokers)
+        return PreparedPlacement(broker_ids, self.table.table_id, tuple(parts), block, RECORDS.to_wire(block))
+
+    def fits(self, image: MetadataImage, prepared: PreparedPlacement) -> bool:
+        """Whether `prepared` may be written to `image`: same placement brokers and table id (what others
+        created meanwhile only makes the load it balanced against a little stale)."""
+        return prepared.table_id == self.table.table_id and prepared.brokers == tuple(
+            b.node_id for b in image.placement_brokers()
+        )
+
+
+def place_encoded(inputs: bytes) -> bytes:
+    """`PlacementJob.inputs` placed (pure: runs in any process): msgpack [replicas per partition, every
+    partition's replicas one after the other, active first]. Node ids are ints in and out."""
+    brokers, table, load, config = msgpack.unpackb(inputs)
+    name, partitions, standbys, writer_racks = table
+    settings: dict[str, Any] = {
+        key: tuple(value) if isinstance(value, list) else value for key, value in config
+    }
+    result = place_new_table(
+        [Server(node, rack, dict(tags)) for node, rack, tags in brokers],
+        Table(name, partitions, standbys, tuple(writer_racks)),
+        Load(dict(load[0]), dict(load[1])),
+        AssignorConfig(**settings),
+    )
+    for note in result.notes:
+        log.info("placing table %r: %s", name, note)
+    width = 1 + min(standbys, len(brokers) - 1)
+    flat: list[int] = []
+    for partition in range(partitions):
+        placed = result.partitions[PartitionId(name, partition)]
+        flat.append(int(placed.active))
+        flat.extend(int(s) for s in placed.standbys)
+    return msgpack.packb([width, flat], use_bin_type=True)
+
+
+def placement_job(
+    image: MetadataImage, table: TableInfo, config: AssignorConfig | None = None
+) -> PlacementJob:
+    return PlacementJob(image, tuple(image.placement_brokers()), table, config or AssignorConfig())
+
+
+def load_of(image: MetadataImage) -> Load:
+    """Actives and other copies per broker (as assignor server ids), over every partition of the image."""
+    actives: dict[str, int] = {}
+    standbys: dict[str, int] = {}
+    for parts in image.partitions.values():
+        for part in parts:
+            if part.active is not None:
+                key = str(part.active)
+                actives[key] = actives.get(key, 0) + 1
+            for r in part.replicas:
+                if r != part.active:
+                    key = str(r)
+                    standbys[key] = standbys.get(key, 0) + 1
+    return Load(actives, standbys)
 
 
 def assignor_table(table: TableInfo) -> Table:
@@ -88,21 +189,3 @@ def _placement_of(part: PartitionInfo) -> Placement:
     return Placement(
         str(part.active), tuple(str(s) for s in part.standbys), tuple(str(w) for w in part.warmups)
     )
-
-
-def log_moves_not_made(image: MetadataImage, result: Assignment, new_table: str) -> None:
-    wanted = 0
-    for pid, placed in result.partitions.items():
-        if pid.table == new_table:
-            continue
-        info = image.tables.get(pid.table)
-        parts = image.partitions.get(info.table_id, ()) if info else ()
-        if pid.partition < len(parts) and parts[pid.partition].active != int(placed.active):
-            wanted += 1
-    if wanted:
-        log.info(
-            "placing table %r: the assignor would also move %d existing active(s); existing partitions "
-            "are not reassigned",
-            new_table,
-            wanted,
-        )

@@ -229,6 +229,26 @@ class PartitionAssignment:
 
 
 @dataclass(frozen=True, slots=True)
+class PartitionBlock:
+    """The replica sets of partitions `first`, `first + 1`, ... of a table, column by column: the same as one
+    PartitionAssignment per partition, in one record (a new table's placement, a snapshot's partitions).
+    Columns of plain ints encode and decode in C at msgpack speed, where a record per partition costs a
+    generated decoder call each (100,000 partitions: 1.6 s to decode one by one, 2 cores under load)."""
+
+    table_id: int
+    first: int
+    actives: tuple[int, ...]  # -1: no active
+    leader_epochs: tuple[int, ...]
+    partition_epochs: tuple[int, ...]
+    replica_counts: tuple[int, ...]
+    replicas: tuple[int, ...]  # every partition's replicas, one after the other (replica_counts long each)
+    isr_counts: tuple[int, ...]
+    isr: tuple[int, ...]
+    warmup_counts: tuple[int, ...]
+    warmups: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionChange:
     """A new active and/or ISR; the leader epoch goes up whenever the active changes (fencing), the
     partition epoch with every change."""
@@ -258,6 +278,7 @@ MetadataRecord = (
     | TableBatch
     | TableValueColumns
     | PartitionAssignment
+    | PartitionBlock
     | PartitionChange
     | NoOp
 )

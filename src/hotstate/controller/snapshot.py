@@ -1,7 +1,8 @@
 """Snapshots of the metadata image: the records that rebuild it, like KRaft's snapshots.
 
 Format: msgpack [version, offset, next_table_id, [record, ...]] with records in the record codec's wire
-form. Loading replays them into an empty image.
+form. Loading replays them into an empty image. Version 2 holds each table's partitions as one columnar
+`PartitionBlock` record; version 1 (one `PartitionAssignment` per partition) still loads, as the same replay.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from hotstate.controller.codec import RECORDS
 from hotstate.controller.image import ImageBuilder, MetadataImage, image_records
 from hotstate.rpc.schema import DecodeError
 
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2
+# Versions this server loads: 1 wrote a PartitionAssignment record per partition.
+READABLE_VERSIONS = (1, 2)
 
 
 def encode_snapshot(image: MetadataImage) -> bytes:
@@ -25,8 +28,8 @@ def decode_snapshot(data: bytes) -> MetadataImage:
         version, offset, next_table_id, records = msgpack.unpackb(data, raw=False)
     except (ValueError, TypeError, msgpack.UnpackException) as error:
         raise DecodeError(f"metadata snapshot is unreadable: {error}") from error
-    if version != SNAPSHOT_VERSION:
-        raise DecodeError(f"metadata snapshot version {version}; this server reads {SNAPSHOT_VERSION}")
+    if version not in READABLE_VERSIONS:
+        raise DecodeError(f"metadata snapshot version {version}; this server reads {READABLE_VERSIONS}")
     builder = ImageBuilder(MetadataImage.empty())
     at = max(offset - 1, 0)
     for wire in records:

@@ -273,16 +273,46 @@ def _locate(items: Any, convert: _Conv) -> _Invalid:
     return _Invalid("inconsistent element conversion")  # unreachable unless a converter is flaky
 
 
+# Item checks that are an exact type test: a whole tuple of such items is checked in C (`_all_of_type`), not
+# with a call per item (a metadata snapshot's columns hold millions of ints).
+_EXACT_CHECKS: dict[str | None, type] = {f"type({{x}}) is {t.__name__}": t for t in (int, str, bytes, float)}
+
+
+def _all_of_type(kind: type) -> Callable[[Any], bool]:
+    allowed = frozenset((kind,))
+
+    def check(items: Any) -> bool:
+        return set(map(type, items)) <= allowed
+
+    return check
+
+
 def _tuple_conv(inner: _Converter, namespace: dict[str, Any]) -> _Converter:
     inner_enc, inner_dec = inner.enc, inner.dec
-    enc_ok = _check_fn(inner.enc_check, namespace)
-    dec_ok = _check_fn(inner.dec_check, namespace)
+    enc_item_ok = _check_fn(inner.enc_check, namespace)
+    dec_item_ok = _check_fn(inner.dec_check, namespace)
+    enc_kind = _EXACT_CHECKS.get(inner.enc_check)
+    dec_kind = _EXACT_CHECKS.get(inner.dec_check)
+    enc_all = (
+        _all_of_type(enc_kind)
+        if enc_kind is not None
+        else (lambda items: all(map(enc_item_ok, items)))
+        if enc_item_ok is not None
+        else None
+    )
+    dec_all = (
+        _all_of_type(dec_kind)
+        if dec_kind is not None
+        else (lambda items: all(map(dec_item_ok, items)))
+        if dec_item_ok is not None
+        else None
+    )
     name = f"tuple[{inner.name}, ...]"
 
     def enc(x: Any) -> Any:
         if not isinstance(x, tuple):
             raise _want("tuple", x)
-        if enc_ok is not None and all(map(enc_ok, x)):
+        if enc_all is not None and enc_all(x):
             return x  # msgpack packs tuples as arrays: nothing to copy
         try:
             return [inner_enc(item) for item in x]
@@ -294,7 +324,7 @@ def _tuple_conv(inner: _Converter, namespace: dict[str, Any]) -> _Converter:
     def dec(x: Any) -> Any:
         if type(x) is not list:
             raise _want("array", x)
-        if dec_ok is not None and all(map(dec_ok, x)):
+        if dec_all is not None and dec_all(x):
             return tuple(x)
         if array_ok is not None and all(map(array_ok, x)):
             return tuple(map(tuple, x))

@@ -43,6 +43,7 @@ from hotstate.controller.requests import (
     StageTableRequest,
     error_response,
 )
+from hotstate.controller.snapshot import encode_snapshot
 from hotstate.protocol.cluster import DescribeClusterRequest
 from hotstate.protocol.voters import VotersError, VotersRequest, VotersResponse
 from hotstate.protocol.wire import MESSAGES, ForwardedControllerRequest
@@ -202,6 +203,7 @@ class Server:
         self.rpc: RpcServer | None = None
         self.pool: PeerPool | None = None
         self.metadata: MetadataPublisher | None = None
+        self._snapshotting: asyncio.Task[None] | None = None
         self.controller: ControllerHost | None = None
         self.voter_admin: VoterAdmin | None = None
         self.lifecycle: ServerLifecycle | None = None
@@ -257,6 +259,7 @@ class Server:
             storage,
             send=self._send_raft,
             on_committed=self._on_committed,
+            prepare_commit=self._prepare_commit,
             on_role_change=self._on_role_change,
             on_disk_failure=self.disk_failed,
         )
@@ -536,13 +539,28 @@ class Server:
                 )
         await self.controller.suspect(node_id, back)
 
+    async def _prepare_commit(self, entries: Sequence[Entry], snapshot: Snapshot | None) -> None:
+        if self.metadata is not None:
+            await self.metadata.prepare(entries, snapshot)
+
     def _on_committed(self, entries: Sequence[Entry], snapshot: Snapshot | None) -> None:
         assert self.metadata is not None and self.driver is not None
         self.metadata.on_committed(entries, snapshot)
-        if self.metadata.snapshot_due():
-            end, data = self.metadata.snapshot_bytes()
-            if end > self.driver.node.log.start_offset:
-                self.driver.take_snapshot(end, data)
+        if self.metadata.snapshot_due() and self._snapshotting is None:
+            # Encoded off the event loop (a million partitions take seconds); the image is immutable.
+            image = self.metadata.snapshot_started()
+            self._snapshotting = asyncio.create_task(self._take_snapshot(image), name="metadata-snapshot")
+
+    async def _take_snapshot(self, image: MetadataImage) -> None:
+        try:
+            data = await asyncio.to_thread(encode_snapshot, image)
+            driver = self.driver
+            if driver is not None and image.offset > driver.node.log.start_offset:
+                driver.take_snapshot(image.offset, data)
+        except Exception:
+            log.exception("metadata snapshot at offset %d failed; the next one is due later", image.offset)
+        finally:
+            self._snapshotting = None
 
     def _on_role_change(self, node: object) -> None:
         if self.driver is not None and self.driver.node.leader_id is not None:

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from hotstate.raft.config import RaftConfig
 from hotstate.raft.messages import Message
@@ -42,6 +42,7 @@ class RaftDriver:
         *,
         send: Callable[[Message], None],
         on_committed: CommitCallback,
+        prepare_commit: Callable[[Sequence[Entry], Snapshot | None], Awaitable[None]] | None = None,
         on_role_change: Callable[[RaftNode], None] | None = None,
         on_disk_failure: Callable[[str], None] | None = None,
         clock: Callable[[], int] = monotonic_ms,
@@ -51,6 +52,7 @@ class RaftDriver:
         self._on_disk_failure = on_disk_failure
         self._send = send
         self._on_committed = on_committed
+        self._prepare_commit = prepare_commit
         self._on_role_change = on_role_change
         self._clock = clock
         loaded = storage.load()
@@ -181,6 +183,9 @@ class RaftDriver:
             for message in ready.messages:
                 self._send(message)
             if ready.committed or ready.snapshot_to_load is not None:
+                if self._prepare_commit is not None:
+                    # Big commits are decoded off the event loop first; inputs wait in the inbox meanwhile.
+                    await self._prepare_commit(ready.committed, ready.snapshot_to_load)
                 self._on_committed(ready.committed, ready.snapshot_to_load)
                 if self._commit_waiters:
                     self._release_commit_waiters(ready.committed, ready.snapshot_to_load)

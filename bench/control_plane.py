@@ -1,0 +1,456 @@
+"""Benchmark of the control plane at scale -> bench/results/control_plane.json.
+
+1. `loop_stall`: in one process, the real `ControllerHost` over a real single-voter `RaftDriver` (metadata log
+   on disk) and `MetadataPublisher`, 100 brokers registered through it; a table of P partitions is created
+   while a task measures how late the event loop wakes up (sleeps of 1 ms): the longest stall, beside the
+   time the same placement takes when run on the loop (the stall a synchronous create would cause).
+2. `snapshot`: encode and load of a metadata snapshot of P partitions (1,000 per table, 3 servers) in this
+   process: version 2 (a columnar PartitionBlock per table) beside version 1 (a PartitionAssignment record
+   per partition, what snapshots held before), same image.
+3. `rpc`: one real server process (controller only) and B simulated brokers, each a lightweight RPC client
+   (`rpc.Connection`, the cluster secret handshake) sending the controller requests a broker sends:
+   registrations per second (all at once), heartbeats per second held for a while (every 250 ms each, none
+   fenced), then tables of P partitions in all, and one broker stopped: time until it is fenced with no
+   active left, and until its copies are placed elsewhere (it holds no replica; broker.removal.delay.ms 2 s).
+
+`--quick`: 10,000 partitions (and 100,000 for the in-process parts). Without it: 10k, 100k and 1M.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import json
+import os
+import platform
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from hotstate.cli.local_cluster import LocalCluster
+from hotstate.client.admin import AdminClient
+from hotstate.controller.codec import RECORDS
+from hotstate.controller.controller import ControllerConfig
+from hotstate.controller.image import (
+    ImageBuilder,
+    MetadataImage,
+    PartitionInfo,
+    image_records,
+    partition_block,
+)
+from hotstate.controller.records import (
+    CreateTable,
+    Endpoint,
+    KeyColumn,
+    KeyType,
+    PartitionAssignment,
+    PartitionBlock,
+    RegisterServer,
+    UnfenceServer,
+)
+from hotstate.controller.requests import (
+    ControllerError,
+    ControllerResponse,
+    CreateTableRequest,
+    RegisterServerRequest,
+    RegisterServerResponse,
+    ServerHeartbeatRequest,
+    ServerHeartbeatResponse,
+)
+from hotstate.controller.snapshot import decode_snapshot, encode_snapshot
+from hotstate.protocol.wire import MESSAGES, ForwardedControllerRequest
+from hotstate.raft.config import RaftConfig
+from hotstate.raft.node import RaftRole
+from hotstate.raft.storage import RaftStorage
+from hotstate.rpc import Connection
+from hotstate.server.controller_host import ControllerHost
+from hotstate.server.metadata import MetadataPublisher
+from hotstate.server.raft_driver import RaftDriver, monotonic_ms
+
+RESULTS = Path(__file__).parent / "results" / "control_plane.json"
+KEY = (KeyColumn("k", KeyType.STRING),)
+RACKS = ("az-a", "az-b", "az-c")
+NOTE = "2 cores, shared with other work"
+
+
+# ------------------------------------------------------------------------------------------ loop stall
+class StallMonitor:
+    """The longest time the event loop took to come back from a 1 ms sleep, minus the sleep."""
+
+    def __init__(self) -> None:
+        self.worst_s = 0.0
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self.worst_s = 0.0
+        self._task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            start = time.perf_counter()
+            await asyncio.sleep(0.001)
+            self.worst_s = max(self.worst_s, time.perf_counter() - start - 0.001)
+
+    async def stop(self) -> float:
+        assert self._task is not None
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        return self.worst_s
+
+
+async def _in_process_controller(directory: Path) -> tuple[RaftDriver, MetadataPublisher, ControllerHost]:
+    holder: dict[str, Any] = {}
+
+    async def prepare(entries: Any, snapshot: Any) -> None:
+        await holder["metadata"].prepare(entries, snapshot)
+
+    driver = RaftDriver(
+        1,
+        [1],
+        RaftConfig(),
+        RaftStorage(directory),
+        send=lambda message: None,
+        on_committed=lambda entries, snapshot: holder["metadata"].on_committed(entries, snapshot),
+        prepare_commit=prepare,
+        on_role_change=lambda node: holder["host"].on_role_change(node) if "host" in holder else None,
+    )
+    metadata = MetadataPublisher(
+        snapshot=None, snapshot_max_records=1 << 40, snapshot_interval_ms=1 << 40, clock=monotonic_ms
+    )
+    holder["metadata"] = metadata
+
+    async def no_forward(leader: int, request: Any) -> ControllerResponse:
+        raise AssertionError("single voter: never forwards")
+
+    host = ControllerHost(
+        driver, metadata, ControllerConfig(reassign_interval_ms=0), forward=no_forward, clock=monotonic_ms
+    )
+    holder["host"] = host
+    driver.start()
+    host.start()
+    async with asyncio.timeout(10):
+        while not (driver.node.role is RaftRole.LEADER and host.active):
+            await asyncio.sleep(0.01)
+    return driver, metadata, host
+
+
+async def loop_stall(partitions: list[int], brokers: int = 100) -> list[dict[str, object]]:
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        driver, metadata, host = await _in_process_controller(Path(tmp) / "metadata")
+        try:
+            for n in range(2, brokers + 2):
+                reply = await host.handle(
+                    RegisterServerRequest(
+                        n, f"i{n}", Endpoint("127.0.0.1", 1), None, RACKS[n % 3], (), ("broker",)
+                    )
+                )
+                assert isinstance(reply, RegisterServerResponse) and reply.error is ControllerError.NONE
+                beat = await host.handle(ServerHeartbeatRequest(n, f"i{n}", reply.registered_at + 1, False))
+                assert isinstance(beat, ServerHeartbeatResponse)
+            beating = asyncio.create_task(_heartbeats(host, brokers))
+            monitor = StallMonitor()
+            for i, count in enumerate(partitions):
+                # The machine's own noise: the same monitor over an idle second (heartbeats only).
+                monitor.start()
+                await asyncio.sleep(1.0)
+                idle_s = await monitor.stop()
+                request = CreateTableRequest(f"t{i}", count, 1, KEY, None, writer_rack="az-a")
+                monitor.start()
+                start = time.perf_counter()
+                reply = await host.handle(request)
+                create_s = time.perf_counter() - start
+                stall_s = await monitor.stop()
+                assert reply.error is ControllerError.NONE, reply
+                assert len(metadata.image.partitions_of(f"t{i}")) == count
+                # The same placement on the loop: what a synchronous create stalls it for.
+                controller = host._controller
+                assert controller is not None
+                job = controller.placement_job(CreateTableRequest(f"again{i}", count, 1, KEY, None))
+                assert job is not None
+                start = time.perf_counter()
+                job.run()
+                on_loop_s = time.perf_counter() - start
+                row: dict[str, object] = {
+                    "partitions": count,
+                    "brokers": brokers,
+                    "create_s": round(create_s, 3),
+                    "longest_loop_stall_ms": round(stall_s * 1000, 1),
+                    "longest_idle_stall_ms": round(idle_s * 1000, 1),
+                    "placement_on_the_loop_s": round(on_loop_s, 3),
+                }
+                out.append(row)
+                print(row, flush=True)
+            beating.cancel()
+        finally:
+            await host.stop()
+            await driver.stop()
+    return out
+
+
+async def _heartbeats(host: ControllerHost, brokers: int) -> None:
+    """Every broker's heartbeat every 250 ms (the default interval), as the real ones would send."""
+    while True:
+        offset = host._driver.next_proposal_offset()
+        for n in range(2, brokers + 2):
+            await host.handle(ServerHeartbeatRequest(n, f"i{n}", offset, False))
+        await asyncio.sleep(0.25)
+
+
+# ------------------------------------------------------------------------------------------ snapshots
+def snapshot_image(partitions: int) -> MetadataImage:
+    builder = ImageBuilder(MetadataImage.empty())
+    for n in (1, 2, 3):
+        builder.apply(
+            RegisterServer(n, f"i{n}", Endpoint("127.0.0.1", 9000 + n), None, RACKS[n - 1], (), ("broker",)),
+            0,
+        )
+        builder.apply(UnfenceServer(n), 0)
+    for t in range(max(1, partitions // 1000)):
+        count = min(1000, partitions)
+        builder.apply(CreateTable(f"t{t}", t + 1, count, 1, KEY, None), 1)
+        parts = [
+            PartitionInfo(
+                t + 1, p, (1 + p % 3, 1 + (p + 1) % 3), 1 + p % 3, (), 0, (1 + p % 3, 1 + (p + 1) % 3), 0
+            )
+            for p in range(count)
+        ]
+        builder.apply(partition_block(t + 1, parts), 1)
+    return builder.build(2)
+
+
+def encode_v1(image: MetadataImage) -> bytes:
+    """Version 1 as it was written: a PartitionAssignment record per partition, built from the image."""
+    wire = []
+    for record in image_records(image):
+        if not isinstance(record, PartitionBlock):
+            wire.append(RECORDS.to_wire(record))
+            continue
+        for p in image.partitions[record.table_id]:
+            assignment = PartitionAssignment(
+                p.table_id,
+                p.partition,
+                p.replicas,
+                p.active,
+                p.warmups,
+                p.leader_epoch,
+                p.isr,
+                p.partition_epoch,
+            )
+            wire.append(RECORDS.to_wire(assignment))
+    return msgpack.packb([1, image.offset, image.next_table_id, wire], use_bin_type=True)
+
+
+def snapshot_bench(partitions: int) -> dict[str, object]:
+    image = snapshot_image(partitions)
+    start = time.perf_counter()
+    old = encode_v1(image)
+    old_encode_s = time.perf_counter() - start
+    start = time.perf_counter()
+    loaded_old = decode_snapshot(old)
+    old_load_s = time.perf_counter() - start
+    start = time.perf_counter()
+    new = encode_snapshot(image)
+    new_encode_s = time.perf_counter() - start
+    start = time.perf_counter()
+    loaded_new = decode_snapshot(new)
+    new_load_s = time.perf_counter() - start
+    assert loaded_new.partition_count() == loaded_old.partition_count() == partitions
+    assert dict(loaded_new.partitions) == dict(loaded_old.partitions)
+    result: dict[str, object] = {
+        "partitions": partitions,
+        "v1_bytes": len(old),
+        "v2_bytes": len(new),
+        "v1_encode_s": round(old_encode_s, 3),
+        "v1_load_s": round(old_load_s, 3),
+        "v2_encode_s": round(new_encode_s, 3),
+        "v2_load_s": round(new_load_s, 3),
+        "load_speedup": round(old_load_s / new_load_s, 2),
+    }
+    print(result, flush=True)
+    return result
+
+
+# ------------------------------------------------------------------------------------------ over RPC
+class SimBroker:
+    """A broker as the controller sees it: registration, then heartbeats, over a real RPC connection."""
+
+    def __init__(self, node_id: int, address: tuple[str, int], cluster: LocalCluster) -> None:
+        self.node_id = node_id
+        self.incarnation = f"sim{node_id}"
+        self.connection = Connection(
+            *address, cluster_id=cluster.cluster_id, secret=cluster.secret, node_id=node_id, registry=MESSAGES
+        )
+        self.offset = 0
+        self.beats = 0
+        self.worst_beat_s = 0.0
+        self.errors = 0
+        self.stopped = False
+
+    async def call(self, request: object, timeout: float = 10.0) -> object:
+        return await self.connection.request(ForwardedControllerRequest(request), timeout)  # type: ignore[arg-type]
+
+    async def register(self) -> None:
+        reply = await self.call(
+            RegisterServerRequest(
+                self.node_id,
+                self.incarnation,
+                Endpoint("127.0.0.1", 1),
+                None,
+                RACKS[self.node_id % 3],
+                (),
+                ("broker",),
+            )
+        )
+        assert isinstance(reply, RegisterServerResponse) and reply.error is ControllerError.NONE, reply
+        self.offset = reply.registered_at + 1
+
+    async def heartbeat_loop(self, interval_s: float = 0.25) -> None:
+        while not self.stopped:
+            start = time.perf_counter()
+            try:
+                reply = await self.call(
+                    ServerHeartbeatRequest(self.node_id, self.incarnation, self.offset, False), timeout=2.0
+                )
+                if isinstance(reply, ServerHeartbeatResponse) and reply.error is ControllerError.NONE:
+                    self.beats += 1
+                else:
+                    self.errors += 1
+            except Exception:
+                self.errors += 1
+            took = time.perf_counter() - start
+            self.worst_beat_s = max(self.worst_beat_s, took)
+            await asyncio.sleep(max(0.0, interval_s - took))
+
+
+async def _until(check: Callable[[], Awaitable[bool]], timeout_s: float) -> float:
+    start = time.perf_counter()
+    while time.perf_counter() - start < timeout_s:
+        if await check():
+            return time.perf_counter() - start
+        await asyncio.sleep(0.05)
+    return float("nan")
+
+
+async def rpc_bench(cluster: LocalCluster, partitions: int, brokers: int, hold_s: float) -> dict[str, object]:
+    await cluster.wait_ready(60)
+    address = cluster.addresses()[0]
+    sims = [SimBroker(n, address, cluster) for n in range(2, brokers + 2)]
+    admin: AdminClient = cluster.admin()
+    try:
+        start = time.perf_counter()
+        await asyncio.gather(*(s.register() for s in sims))
+        register_s = time.perf_counter() - start
+        tasks = [asyncio.create_task(s.heartbeat_loop()) for s in sims]
+
+        async def all_unfenced() -> bool:
+            described = await admin.describe()
+            return sum(1 for s in described.servers if not s.fenced and "broker" in s.roles) == brokers
+
+        unfence_s = await _until(all_unfenced, 30)
+        before = sum(s.beats for s in sims)
+        await asyncio.sleep(hold_s)
+        beats_per_s = (sum(s.beats for s in sims) - before) / hold_s
+        worst_beat_ms = max(s.worst_beat_s for s in sims) * 1000
+        created = 0
+        start = time.perf_counter()
+        index = 0
+        while created < partitions:
+            count = min(100_000, partitions - created)
+            reply = await admin.create_table(
+                f"t{index}", partitions=count, standby_replicas=1, key_columns=KEY, deadline_s=120.0
+            )
+            assert reply.error is ControllerError.NONE, reply
+            created += count
+            index += 1
+        create_s = time.perf_counter() - start
+        victim = sims[0]
+        victim.stopped = True
+        start = time.perf_counter()
+
+        async def fenced() -> bool:
+            described = await admin.describe()
+            me = next(s for s in described.servers if s.node_id == victim.node_id)
+            return me.fenced and me.actives == 0
+
+        async def replaced() -> bool:
+            described = await admin.describe()
+            me = next((s for s in described.servers if s.node_id == victim.node_id), None)
+            return me is None or me.actives + me.standbys == 0
+
+        fence_s = await _until(fenced, 60)
+        replace_s = await _until(replaced, 120)
+        fenced_by_mistake = sum(1 for s in (await admin.describe()).servers if s.fenced) - 1
+        for task in tasks:
+            task.cancel()
+        result: dict[str, object] = {
+            "partitions": partitions,
+            "simulated_brokers": brokers,
+            "registrations_per_s": round(brokers / register_s, 1),
+            "all_unfenced_s": round(unfence_s, 2),
+            "heartbeats_per_s_held": round(beats_per_s, 1),
+            "heartbeats_offered_per_s": brokers * 4,
+            "worst_heartbeat_ms": round(worst_beat_ms, 1),
+            "heartbeat_errors": sum(s.errors for s in sims[1:]),
+            "create_tables_s": round(create_s, 2),
+            "fence_dead_broker_s": round(fence_s, 2),
+            "replace_its_copies_s_after_fence": round(replace_s, 2),
+            "broker_removal_delay_ms": 2000,
+            "other_brokers_fenced": fenced_by_mistake,
+        }
+        print(result, flush=True)
+        return result
+    finally:
+        await admin.close()
+        for s in sims:
+            s.stopped = True
+            await s.connection.close()
+
+
+def run_rpc(partitions: int, brokers: int, hold_s: float) -> dict[str, object]:
+    with tempfile.TemporaryDirectory() as tmp:
+        cluster = LocalCluster.create(Path(tmp) / "cluster", 1)
+        cluster.write_configs(
+            process_roles=frozenset({"controller"}), broker_removal_delay_ms=2000, log_level="WARNING"
+        )
+        cluster.save()
+        cluster.start_all()
+        try:
+            return asyncio.run(rpc_bench(cluster, partitions, brokers, hold_s))
+        finally:
+            for server in cluster.servers:
+                cluster.signal(server, signal.SIGKILL)
+
+
+def main() -> int:
+    quick = "--quick" in sys.argv
+    sizes = [10_000] if quick else [10_000, 100_000, 1_000_000]
+    result: dict[str, object] = {
+        "benchmark": "control_plane",
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "cpu_count": os.cpu_count(),
+        "load_average": list(os.getloadavg()),
+        "python": platform.python_version(),
+        "note": NOTE,
+        "quick": quick,
+    }
+    in_process = [10_000, 100_000] if quick else sizes
+    result["loop_stall"] = asyncio.run(loop_stall(in_process))
+    result["snapshot"] = [snapshot_bench(n) for n in in_process]
+    result["rpc"] = [run_rpc(n, 100, 5.0) for n in sizes]
+    RESULTS.parent.mkdir(exist_ok=True)
+    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
