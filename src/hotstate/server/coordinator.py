@@ -600,16 +600,17 @@ class Coordinator:
     ) -> dict[int, PartitionAnswer]:
         out: dict[int, PartitionAnswer] = {}
         for attempts, answer in zip(group, replies, strict=True):
-            if answer.error is ReplicaError.BAD_QUERY:
+            error = answer.error
+            if error is ReplicaError.NONE and answer.state in REPLICA_STATES:  # served (the common case)
+                self._on_forward("ok")
+                out[attempts.partition] = PartitionAnswer.of(attempts.partition, node_id, answer)
+            elif error is ReplicaError.BAD_QUERY:
                 # The query's fault, which every replica would find: a 400, not the next replica.
                 raise QueryError("bad_request", answer.message)
-            if answer.error is ReplicaError.NONE and answer.state not in REPLICA_STATES:
+            elif error is ReplicaError.NONE:
                 # A peer of another version: its rows may mean something else, so ask the next replica.
                 self._on_forward("error")
                 attempts.failed(f"failed: answered in an unknown replica state {answer.state!r}")
-            elif answer.error is ReplicaError.NONE:
-                self._on_forward("ok")
-                out[attempts.partition] = PartitionAnswer.of(attempts.partition, node_id, answer)
             else:
                 self._on_forward("refused")
                 attempts.refused(answer)
