@@ -353,7 +353,9 @@ class Coordinator:
                 # Every server's forward runs at once: the first in this task, the others in their own
                 # (cheaper than a gather, which would make a task of each).
                 [(node_id, group), *others] = remote.items()
-                tasks = [asyncio.ensure_future(self._forward(n, g, query)) for n, g in others or ()]
+                tasks: list[asyncio.Future[dict[int, PartitionAnswer]]] = []
+                for n, g in others:  # (a loop, not a comprehension: most queries have no other server)
+                    tasks.append(asyncio.ensure_future(self._forward(n, g, query)))
                 try:
                     answers.update(await self._forward(node_id, group, query))
                     for task in tasks:
