@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import pytest
 
@@ -506,7 +506,7 @@ def test_a_forward_to_every_partitions_last_candidate_sets_no_hedge_timer() -> N
     """A hedge needs a next candidate: a partition with one replica is forwarded without a timer for one
     (issue 25: a timer per forward was part of a forwarded lookup's cost); with a standby it gets one."""
 
-    def timers(placement: dict[int, tuple[int, ...]]) -> int:
+    def timers(placement: Mapping[int, tuple[int, ...]]) -> int:
         parts = tuple(
             PartitionInfo(1, p, replicas, replicas[0], (), 1, replicas)
             for p, replicas in sorted(placement.items())
@@ -523,7 +523,7 @@ def test_a_forward_to_every_partitions_last_candidate_sets_no_hedge_timer() -> N
                 set_timers.append(delay)
                 return call_later(delay, callback, *args)
 
-            loop.call_later = counted  # type: ignore[method-assign]
+            loop.call_later = counted  # type: ignore[method-assign,assignment]
             result = await service.execute(_in_list(USERS))
             assert [row[0] for row in result.rows] == sorted(USERS)
 
