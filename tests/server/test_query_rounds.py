@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import pytest
 
@@ -500,3 +500,35 @@ def test_a_query_without_timeout_ms_has_the_servers_default_budget() -> None:
     peers.timeouts.clear()
     asyncio.run(service.execute(_in_list(USERS), {"timeout_ms": 5000}))
     assert max(peers.timeouts) > 0.6, peers.timeouts
+
+
+def test_a_forward_to_every_partitions_last_candidate_sets_no_hedge_timer() -> None:
+    """A hedge needs a next candidate: a partition with one replica is forwarded without a timer for one
+    (issue 25: a timer per forward was part of a forwarded lookup's cost); with a standby it gets one."""
+
+    def timers(placement: Mapping[int, tuple[int, ...]]) -> int:
+        parts = tuple(
+            PartitionInfo(1, p, replicas, replicas[0], (), 1, replicas)
+            for p, replicas in sorted(placement.items())
+        )
+        image = MetadataImage(1, {}, {"clicks": TABLE}, {1: parts})
+        service = _coordinator(ClusterView(lambda: image, LagTable(), lambda node: True), Peers())
+        set_timers: list[float] = []
+
+        async def run() -> None:
+            loop = asyncio.get_running_loop()
+            call_later = loop.call_later
+
+            def counted(delay: float, callback: Callable[..., object], *args: object) -> asyncio.TimerHandle:
+                set_timers.append(delay)
+                return call_later(delay, callback, *args)
+
+            loop.call_later = counted  # type: ignore[method-assign,assignment]
+            result = await service.execute(_in_list(USERS))
+            assert [row[0] for row in result.rows] == sorted(USERS)
+
+        asyncio.run(run())
+        return len(set_timers)
+
+    assert timers({p: (active,) for p, (active, _) in PLACEMENT.items()}) == 0
+    assert timers(PLACEMENT) == 2  # one per server asked, each with a standby to hedge to

@@ -414,22 +414,30 @@ def result(
     took_ms: float,
 ) -> QueryResult:
     """The answer of a query whose partitions (in partition order) answered, as server `node_id` gives it."""
-    read = {(table.table_id, a.served.partition): a.served.position for a in answers}
+    if len(answers) == 1:  # a lookup: no comprehension or generator per query
+        [only] = answers
+        served = [only.served]
+        read = {(table.table_id, only.served.partition): only.served.position}
+        items: Iterable[tuple[bytes, bytes]] = only.items
+        forwarded = int(only.served.served_by != node_id)
+    else:
+        served = [a.served for a in answers]
+        read = {(table.table_id, a.served.partition): a.served.position for a in answers}
+        items = itertools.chain.from_iterable(a.items for a in answers)
+        forwarded = sum(1 for a in answers if a.served.served_by != node_id)
     if query_plan.scan is not None:
         columns, rows, last_key, non_finite = scan_rows(query_plan, table, answers)
     else:
         columns, rows, last_key = merge_rows(query_plan, table, answers)
         # One search over all rows: a mark spanning two rows is at worst a false alarm.
-        non_finite = may_hold_non_finite(
-            b"".join(map(_ROW, itertools.chain.from_iterable(a.items for a in answers)))
-        )
+        non_finite = may_hold_non_finite(b"".join(map(_ROW, items)))
     return QueryResult(
         query_id,
         table,
         columns,
         rows,
-        [a.served for a in answers],
-        sum(1 for a in answers if a.served.served_by != node_id),
+        served,
+        forwarded,
         took_ms,
         non_finite,
         merge(given, read) if given else read,

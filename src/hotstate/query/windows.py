@@ -195,7 +195,9 @@ def _may_name_bounds(query: PullQuery) -> bool:
         for name in (predicate.column,) if type(predicate) is Condition else predicate.columns:  # type: ignore[union-attr]
             if len(name) in _BOUND_LENGTHS or "." in name:
                 return True
-    return any(len(name) in _BOUND_LENGTHS or "." in name for name in query.columns or ())
+    if not query.columns:  # SELECT *: no generator
+        return False
+    return any(len(name) in _BOUND_LENGTHS or "." in name for name in query.columns)
 
 
 def _refuse_bounds(query: PullQuery, table: TableInfo) -> None:

@@ -62,6 +62,7 @@ class Fail:
 
 Action = ServeHere | Forward | WaitForToken | Fail
 WAIT_FOR_TOKEN = WaitForToken()
+_FORWARDS: dict[int, Forward] = {}  # by node id (a Forward is immutable)
 
 
 @dataclass(slots=True)
@@ -78,7 +79,7 @@ class Attempts:
     behind: bool = False  # some replica refused as behind the query's token
     # The previous round's failures, when the query waits for a replica to reach its token: what the error
     # says if time runs out before this round tries anyone.
-    earlier: list[Skip] = field(default_factory=list)
+    earlier: Sequence[Skip] = ()  # (a tuple, not a list per partition per query: most never wait)
     ahead: str | None = None  # the active refused the token as beyond the partition's log end
     # A hedge's copy: it shares `skipped` with the original, which records the candidates it passes over.
     hedge: bool = False
@@ -100,7 +101,10 @@ class Attempts:
                 continue
             if candidate.node_id == self.local_node:
                 return ServeHere(candidate)
-            return Forward(candidate.node_id)
+            forward = _FORWARDS.get(candidate.node_id)
+            if forward is None:  # one per peer, made once: this runs on every forward
+                forward = _FORWARDS[candidate.node_id] = Forward(candidate.node_id)
+            return forward
 
     def refused(self, answer: PartitionQueryResponse) -> None:
         """The candidate being tried refused the partition (over the bound, behind the token, ...)."""
@@ -159,8 +163,21 @@ def attempt_timeout(group: Sequence[Attempts], remaining: float, connected: bool
     down, even as a partition's last candidate: it may be paused, and while a live replica is behind the
     query's token it is only a moment from serving (asked again once this one failed), so such a server gets
     no longer than a connect. One that only flapped answers in milliseconds."""
-    down = any(a.candidate.down for a in group)
-    attempt = remaining if any(a.on_last for a in group) and not down else max(MIN_ATTEMPT_S, remaining / 2)
-    if not connected or (down and any(a.behind for a in group)):
+    if len(group) == 1:  # a lookup's one partition (most forwards): no generators
+        [only] = group
+        down, on_last, behind = only.candidate.down, only.on_last, only.behind
+    else:
+        down = any(a.candidate.down for a in group)
+        on_last = any(a.on_last for a in group)
+        behind = any(a.behind for a in group)
+    attempt = remaining if on_last and not down else max(MIN_ATTEMPT_S, remaining / 2)
+    if not connected or (down and behind):
         attempt = min(attempt, UNCONNECTED_ATTEMPT_S)
     return min(attempt, remaining)
+
+
+def on_last(group: Sequence[Attempts]) -> bool:
+    """Whether every partition of `group` is on its last candidate: a hedge of it has no one to ask."""
+    if len(group) == 1:
+        return group[0].on_last
+    return all(a.on_last for a in group)

@@ -626,6 +626,13 @@ class Server:
             return await answer_table_metadata(self.metadata, message, self.config.produce_max_bytes)
         if isinstance(message, NOT_READY_REFUSES) and (reason := self.metadata.not_ready()) is not None:
             return not_ready_answer(message, reason)
+        if isinstance(message, replica_messages.QueryPartitionsRequest) and self.reads is not None:
+            # Forwarded lookups, the most frequent request here after replication's: tested first among
+            # the requests of brokers (`reads` is None on a server that is not one).
+            for part in message.parts:  # a loop, not any(): this runs on every forwarded lookup
+                if part.program:
+                    return await self.reads.serve_partitions_stepped(message)
+            return self.reads.serve_partitions(message)
         if isinstance(message, replica_messages.MetadataForKeyRequest):
             return metadata_for_key(self.metadata.image, message.table, message.key_row)
         replicas = self.replicas
@@ -637,10 +644,6 @@ class Server:
             return await replicas.produce_partitions(message)
         if isinstance(message, replica_messages.FetchStoreSnapshotRequest):
             return await replicas.serve_snapshot(message)
-        if isinstance(message, replica_messages.QueryPartitionsRequest) and self.reads is not None:
-            if any(part.program for part in message.parts):
-                return await self.reads.serve_partitions_stepped(message)
-            return self.reads.serve_partitions(message)
         if isinstance(message, replica_messages.ReadPartitionRequest):
             return replicas.read_partition(message)
         if isinstance(message, replica_messages.FeedReadRequest) and self.feeds is not None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import itertools
+import operator
 import os
 import time
 from collections.abc import Callable, Coroutine, Mapping
@@ -61,6 +62,7 @@ from hotstate.routing.attempts import (
     ServeHere,
     WaitForToken,
     attempt_timeout,
+    on_last,
 )
 from hotstate.routing.hedging import HedgeConfig, HedgePolicy, last_if_slow
 from hotstate.routing.lags import LagTable
@@ -351,7 +353,9 @@ class Coordinator:
                 # Every server's forward runs at once: the first in this task, the others in their own
                 # (cheaper than a gather, which would make a task of each).
                 [(node_id, group), *others] = remote.items()
-                tasks = [asyncio.ensure_future(self._forward(n, g, query)) for n, g in others]
+                tasks: list[asyncio.Future[dict[int, PartitionAnswer]]] = []
+                for n, g in others:  # (a loop, not a comprehension: most queries have no other server)
+                    tasks.append(asyncio.ensure_future(self._forward(n, g, query)))
                 try:
                     answers.update(await self._forward(node_id, group, query))
                     for task in tasks:
@@ -360,8 +364,12 @@ class Coordinator:
                     for task in tasks:
                         task.cancel()
                     raise
+            if len(answers) == len(work):  # every partition answered (a lookup's one forward, most often)
+                break
             pending = [a for group in remote.values() for a in group if a.partition not in answers]
-            pending.sort(key=lambda a: a.partition)
+            pending.sort(key=_PARTITION)
+        if len(answers) == 1:
+            return list(answers.values())
         return [answers[partition] for partition in sorted(answers)]
 
     def _next(self, attempts: Attempts, deadline: float) -> PartitionAnswer | Forward | WaitForToken | Fail:
@@ -428,14 +436,19 @@ class Coordinator:
         if node_id == self.node_id:
             return await self._scan_here(group, query.deadline)
         policy = self.hedging
-        if query.plan.scan is None:
+        counted = query.plan.scan is None
+        if counted:
             policy.forwarded()
         deadline = query.deadline
         delay_ms = policy.delay_ms(node_id) if query.hedge else None
-        if delay_ms is None or delay_ms / 1000 >= deadline - time.monotonic():
-            return await self._ask(node_id, group, deadline)
+        if (
+            delay_ms is None
+            or delay_ms / 1000 >= deadline - time.monotonic()
+            or on_last(group)  # a hedge would find no one else to ask: no timer for one
+        ):
+            return await self._ask(node_id, group, deadline, counted=counted)
         # Waited on with a timer, not in a task of its own: a task only once the hedge delay passes.
-        sent, request_id = self._send_ask(node_id, group, deadline)
+        sent, request_id = self._send_ask(node_id, group, deadline, counted=True)
         try:
             settled = await _settled_within(sent, delay_ms / 1000)
         except asyncio.CancelledError:
@@ -502,26 +515,26 @@ class Coordinator:
             self._on_forward("hedge_won")
         return answers | hedge_won
 
-    async def _ask(self, node_id: int, group: list[Attempts], deadline: float) -> dict[int, PartitionAnswer]:
+    async def _ask(
+        self, node_id: int, group: list[Attempts], deadline: float, *, counted: bool = True
+    ) -> dict[int, PartitionAnswer]:
         """Asks `node_id` for every partition in `group` at once; what it could not serve stays pending,
-        with the reason recorded."""
+        with the reason recorded. `counted`: by the hedging policy (not a scan's, `_send_ask`)."""
         if node_id == self.node_id:
             return await self._scan_here(group, deadline)
-        sent, request_id = self._send_ask(node_id, group, deadline)
+        sent, request_id = self._send_ask(node_id, group, deadline, counted)
         return await self._ask_rest(node_id, group, sent, request_id)
 
     def _send_ask(
-        self, node_id: int, group: list[Attempts], deadline: float
+        self, node_id: int, group: list[Attempts], deadline: float, counted: bool
     ) -> tuple[asyncio.Future[object], int]:
         """`_ask`'s request, sent: the future of its answer and its id for the hedging policy."""
         timeout = attempt_timeout(group, deadline - time.monotonic(), self.cluster.connected(node_id))
-        request = QueryPartitionsRequest(tuple(a.spec for a in group), CURRENT_USER.get())
-        if any(a.spec.program for a in group):
-            # Not counted by the hedging policy: a scan's time would raise the peer's hedge delay, and
-            # while it runs make the peer look slow to every lookup.
-            request_id = -1
-        else:
-            request_id = self.hedging.sent(node_id, time.monotonic() * 1000)
+        specs = (group[0].spec,) if len(group) == 1 else tuple(a.spec for a in group)
+        request = QueryPartitionsRequest(specs, CURRENT_USER.get())
+        # A scan's is not counted by the hedging policy: its time would raise the peer's hedge delay, and
+        # while it runs make the peer look slow to every lookup.
+        request_id = self.hedging.sent(node_id, time.monotonic() * 1000) if counted else -1
         return self._request_soon(node_id, request, timeout), request_id
 
     async def _ask_rest(
@@ -589,20 +602,24 @@ class Coordinator:
     ) -> dict[int, PartitionAnswer]:
         out: dict[int, PartitionAnswer] = {}
         for attempts, answer in zip(group, replies, strict=True):
-            if answer.error is ReplicaError.BAD_QUERY:
+            error = answer.error
+            if error is ReplicaError.NONE and answer.state in REPLICA_STATES:  # served (the common case)
+                self._on_forward("ok")
+                out[attempts.partition] = PartitionAnswer.of(attempts.partition, node_id, answer)
+            elif error is ReplicaError.BAD_QUERY:
                 # The query's fault, which every replica would find: a 400, not the next replica.
                 raise QueryError("bad_request", answer.message)
-            if answer.error is ReplicaError.NONE and answer.state not in REPLICA_STATES:
+            elif error is ReplicaError.NONE:
                 # A peer of another version: its rows may mean something else, so ask the next replica.
                 self._on_forward("error")
                 attempts.failed(f"failed: answered in an unknown replica state {answer.state!r}")
-            elif answer.error is ReplicaError.NONE:
-                self._on_forward("ok")
-                out[attempts.partition] = PartitionAnswer.of(attempts.partition, node_id, answer)
             else:
                 self._on_forward("refused")
                 attempts.refused(answer)
         return out
+
+
+_PARTITION = operator.attrgetter("partition")
 
 
 def request_soon_of(

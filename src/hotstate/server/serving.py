@@ -76,10 +76,13 @@ class LocalReads:
 
     def serve_partitions(self, request: QueryPartitionsRequest) -> QueryPartitionsResponse:
         """Answer a coordinator's partitions from this server's replicas, each on its own."""
+        parts = request.parts
         if log.isEnabledFor(logging.DEBUG):
-            parts = ", ".join(f"{p.table}/{p.partition}" for p in request.parts)
-            log.debug("forwarded partition query for user %r: %s", request.user or "-", parts)
-        return QueryPartitionsResponse(tuple(self.serve(part) for part in request.parts))
+            names = ", ".join(f"{p.table}/{p.partition}" for p in parts)
+            log.debug("forwarded partition query for user %r: %s", request.user or "-", names)
+        if len(parts) == 1:  # a forwarded lookup: no generator per request
+            return QueryPartitionsResponse((self.serve(parts[0]),))
+        return QueryPartitionsResponse(tuple(self.serve(part) for part in parts))
 
     async def serve_partitions_stepped(self, request: QueryPartitionsRequest) -> QueryPartitionsResponse:
         """`serve_partitions` for a request with scans: each runs in steps, yielding between them."""
@@ -225,18 +228,25 @@ class LocalReads:
         self, request: PartitionQueryRequest
     ) -> PartitionQueryResponse | tuple[LocalReplica, ReplicaState, int, int]:
         """The replica that may serve `request` with its state, position and lag, or the refusal."""
-        replica = self._replica_of(request)
-        if isinstance(replica, PartitionQueryResponse):
-            return replica
-        lag = served_lag(replica.core, replica.witness, self._lags, self.node_id)
-        state, position = replica_state(replica), replica.core.position
+        # Every coordinator names the generation (table_id), and this server holds it in the common case:
+        # one dict look-up, `_replica_of` only for the rest (its refusal, or a request by name).
+        replica = self._replicas().get((request.table_id, request.partition))
+        if replica is None:
+            found = self._replica_of(request)
+            if isinstance(found, PartitionQueryResponse):
+                return found
+            replica = found
+        core = replica.core
+        lag = served_lag(core, replica.witness, self._lags, self.node_id)
+        state, position = replica_state(replica), core.position
         offset_lag = END_UNKNOWN if lag is None else lag
-        refusal = bound_refusal(request.max_lag, lag)
+        refusal = None if request.max_lag is None else bound_refusal(request.max_lag, lag)
         if refusal is not None:
             return PartitionQueryResponse(ReplicaError.LAG_OVER_BOUND, refusal, state, position, offset_lag)
-        behind = token_refusal(replica.core, request.min_position)
-        if behind is not None:
-            return PartitionQueryResponse(*behind, state, position)
+        if request.min_position > position:  # token_refusal's own test, without its call when it passes
+            behind = token_refusal(core, request.min_position)
+            if behind is not None:
+                return PartitionQueryResponse(*behind, state, position)
         return replica, state, position, offset_lag
 
     def serve(self, request: PartitionQueryRequest) -> PartitionQueryResponse:
