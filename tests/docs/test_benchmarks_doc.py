@@ -125,3 +125,52 @@ def test_check_mode_reports_a_stale_page(tmp_path: Path, capsys: pytest.CaptureF
     assert "run .venv/bin/python bench/report.py" in capsys.readouterr().out
     assert report.main(["--results", str(tmp_path), "--out", str(out)]) == 0
     assert report.main(["--results", str(tmp_path), "--out", str(out), "--check"]) == 0
+
+
+BULK_LOAD = {
+    "benchmark": "bulk load: Parquet -> Spark batch writer (append) -> 3 servers, 1 standby (see docstring)",
+    "date": "2026-11-28T15:26:35+00:00",
+    "cpu_count": 2,
+    "load_average_1m": 1.5,
+    "rows": 20000,
+    "row": "id (key, 15-char string), ...: 153 bytes encoded (key + row)",
+    "input_parquet_bytes": 374100,
+    "partitions": 8,
+    "baseline_single_rocksdb": {
+        "rows": 20000,
+        "seconds": 0.4,
+        "rows_per_s": 49718,
+        "bytes_on_disk": 3884436,
+        "other_processes_cores": 0.1,
+    },
+    "hotstate": {
+        "rows": 20000,
+        "seconds": 1.25,
+        "rows_per_s": 16000,
+        "replicas_in_sync_after_s": 0.236,
+        "bytes_on_disk_per_server": {"1": 5069132, "2": 4222247, "3": 4193967},
+        "point_lookups_during_load": {
+            "count": 323,
+            "failed": 0,
+            "p50_ms": 1.5,
+            "p99_ms": 7.25,
+            "max_ms": 9.5,
+        },
+        "sampled_keys_found": "200 of 200",
+        "other_processes_cores": 0.2,
+    },
+    "ratio_vs_single_rocksdb": 0.322,
+    "goals": {"ratio_vs_single_rocksdb": ">= 0.4", "point_lookup_p99_ms": "< 20"},
+}
+
+
+def test_bulk_load_shows_every_figure_of_its_issue(tmp_path: Path) -> None:
+    _write(tmp_path, "bulk_load", BULK_LOAD)
+    page = report.render(tmp_path)
+    assert "no formatter" not in page and "formatter expects" not in page
+    assert "| single local RocksDB | 49,718 | 0.4 | 0.1 |" in page  # rows/s beside the baseline's
+    assert "| hotstate (Spark batch writer) | 16,000 | 1.25 | 0.2 |" in page
+    assert "| during the load | 323 | 0 | 1.5 | 7.25 | 9.5 |" in page  # lookup p99 during the load
+    assert "Ratio to the single RocksDB write: 0.322 (goal >= 0.4)" in page
+    assert "Every replica in sync 0.236 s after the load returned" in page
+    assert "server 1: 5,069,132, server 2: 4,222,247, server 3: 4,193,967" in page  # bytes on disk

@@ -2,7 +2,10 @@
 
 A local 3-server cluster (racks az-a, az-b, az-c); a clickstream generator dropping JSON files into a
 folder; a PySpark Structured Streaming pipeline (clicks and last-seen per user) materialized into hotstate
-(8 partitions, 1 standby) while files keep arriving; pull queries through one server showing who served
+(8 partitions, 1 standby) while files keep arriving; in the same SparkSession, the bundled sample clicks
+(examples/data/clicks) counted per user in 10-minute windows with a watermark into a windowed table, which
+pull queries read by key (all its windows, in start order) and by key and WINDOWSTART range, the table
+checked against a batch groupBy of the same files; pull queries through one server showing who served
 each and its lag; kill -9 of the server holding the most actives; queries still answered (by standbys) and
 how long the reroute took; the controller moving the actives; the killed server restarted, catching up
 and getting its share of actives back from the controller's assignor; then a summary: events/s,
@@ -44,6 +47,11 @@ TABLE = "clicks_per_user"
 USERS = 2_000
 EVENTS_PER_FILE = 400
 FILE_EVERY_S = 0.5
+# The windowed step: the bundled clicks (examples/data/clicks) counted per user in 10-minute windows.
+WINDOWED_TABLE = "clicks_per_user_10m"
+WINDOW = "10 minutes"
+WINDOW_USER = "ana"
+WINDOW_RANGE = ("2026-11-01T09:10:00", "2026-11-01T09:50:00")  # WINDOWSTART >= first AND < second
 # Streaming before the kill and after it; HOTSTATE_DEMO_SECONDS shortens both (the test suite uses it).
 WARM_S = float(os.environ.get("HOTSTATE_DEMO_SECONDS", "14"))
 AFTER_KILL_S = WARM_S
@@ -143,6 +151,125 @@ def query_loop(client: hotstate.Client, stats: Stats, stop: threading.Event, see
             for part in result.partitions:
                 stats.served[part.state] += 1
         stop.wait(0.01)
+
+
+def sample_clicks() -> Path:
+    """The bundled sample clicks: examples/data/clicks of the source tree hotstate runs from (`make demo`
+    installs it editable), else of the working directory."""
+    for root in (Path(__file__).resolve().parents[3], Path.cwd()):
+        folder = root / "examples" / "data" / "clicks"
+        if any(folder.glob("*.json")):
+            return folder
+    raise FileNotFoundError("examples/data/clicks (the sample clicks): run the demo from the repository")
+
+
+@dataclass
+class Windowed:
+    """The windowed step's answers: (WINDOWSTART, WINDOWEND, count) in the order each query gave them."""
+
+    lookup: list[tuple[dt.datetime, dt.datetime, int]]
+    in_range: list[tuple[dt.datetime, dt.datetime, int]]
+    windows: int  # in the table
+    users: int
+    matches_batch: bool  # the table equals a batch groupBy of the same files
+    seconds: float
+
+
+def _utc(value: object) -> dt.datetime:
+    """A window bound as the answer's JSON (ISO text, naive meaning UTC) or Spark's collect (a naive
+    datetime in local time) gives it, as an aware UTC datetime."""
+    if isinstance(value, str):
+        parsed = dt.datetime.fromisoformat(value)
+        return parsed.replace(tzinfo=dt.UTC) if parsed.tzinfo is None else parsed.astimezone(dt.UTC)
+    assert isinstance(value, dt.datetime)
+    return value.astimezone(dt.UTC)  # a naive datetime's astimezone reads it as local time
+
+
+def _windows(result: hotstate.QueryResult) -> list[tuple[dt.datetime, dt.datetime, int]]:
+    return [(_utc(r["WINDOWSTART"]), _utc(r["WINDOWEND"]), int(r["count"])) for r in result.dicts()]
+
+
+def windowed_step(
+    spark: SparkSession, cluster: LocalCluster, client: hotstate.Client, root: Path
+) -> Windowed:
+    """The sample clicks through `groupBy(window(ts, 10 minutes), user).count()` with a watermark into a
+    windowed table (availableNow: every file, then the query stops), then pull queries by window."""
+    from pyspark.sql import functions as F
+
+    from hotstate.spark import last_batch, materialize
+
+    started = time.monotonic()
+    folder = sample_clicks()
+    schema = "user STRING, url STRING, ts TIMESTAMP"
+    clicks = spark.readStream.schema(schema).json(str(folder)).withWatermark("ts", "30 minutes")
+    counts = clicks.groupBy(F.window("ts", WINDOW), "user").count()
+    query = materialize(
+        counts,
+        WINDOWED_TABLE,
+        key=["user", "window"],
+        partitions=4,
+        standby_replicas=1,
+        cluster=",".join(f"127.0.0.1:{s.rpc_port}" for s in cluster.servers),
+        cluster_id=cluster.cluster_id,
+        secret=cluster.secret,
+        checkpoint=str(root / "checkpoints" / WINDOWED_TABLE),
+        trigger={"availableNow": True},
+    )
+    console.print(
+        f"\nwindowed pipeline: {folder.name}/*.json (bundled sample) -> withWatermark(ts, 30 minutes) -> "
+        f"groupBy(window(ts, {WINDOW}), user).count() -> materialize({WINDOWED_TABLE!r}, availableNow)"
+    )
+    query.awaitTermination(120)
+    if query.exception() is not None:
+        raise RuntimeError(f"the windowed query failed: {_first_line(query.exception())}")
+    batch = last_batch(query)
+    by_key = f"SELECT * FROM {WINDOWED_TABLE} WHERE user = '{WINDOW_USER}'"
+    ranged = f"{by_key} AND WINDOWSTART >= '{WINDOW_RANGE[0]}' AND WINDOWSTART < '{WINDOW_RANGE[1]}'"
+    lookup = client.query(by_key, min_batch=batch, timeout_ms=5000)
+    in_range = client.query(ranged, min_batch=batch, timeout_ms=5000)
+    everything = client.query(f"SELECT * FROM {WINDOWED_TABLE}", min_batch=batch, timeout_ms=5000)
+    stored = {(str(r["user"]), _utc(r["WINDOWSTART"])): int(r["count"]) for r in everything.dicts()}
+    # The same files, the same aggregation, as one batch job in this session: what the table must hold.
+    expected = {
+        (str(r["user"]), _utc(r["window"]["start"])): int(r["count"])
+        for r in spark.read.schema(schema)
+        .json(str(folder))
+        .groupBy(F.window("ts", WINDOW), "user")
+        .count()
+        .collect()
+    }
+    table = Table(title=f"pull queries on the windowed table {WINDOWED_TABLE}", title_justify="left")
+    for column in ("query", "WINDOWSTART (UTC)", "WINDOWEND", "count", "partition", "served by"):
+        table.add_column(column)
+    for label, result in ((f"user = '{WINDOW_USER}'", lookup), (range_label(), in_range)):
+        part = result.partitions[0] if result.partitions else None
+        for index, (start, end, count) in enumerate(_windows(result)):
+            table.add_row(
+                label if index == 0 else "",
+                start.strftime("%Y-%m-%d %H:%M"),
+                end.strftime("%H:%M"),
+                str(count),
+                str(part.partition) if part else "-",
+                f"server {part.served_by}" if part else "-",
+            )
+    console.print(table)
+    return Windowed(
+        lookup=_windows(lookup),
+        in_range=_windows(in_range),
+        windows=len(stored),
+        users=len({user for user, _ in stored}),
+        matches_batch=stored == expected,
+        seconds=time.monotonic() - started,
+    )
+
+
+def range_label() -> str:
+    return f"... AND WINDOWSTART in [{WINDOW_RANGE[0][11:16]}, {WINDOW_RANGE[1][11:16]})"
+
+
+def _shown(windows: list[tuple[dt.datetime, dt.datetime, int]]) -> str:
+    """Windows as `09:00=2 09:10=1`: start (UTC) and count, in the answer's order."""
+    return " ".join(f"{start:%H:%M}={count}" for start, _, count in windows) or "-"
 
 
 def spark_session() -> SparkSession:
@@ -274,7 +401,10 @@ def run(root: Path) -> bool:
             f"[bold]console[/bold] of server {receiver.node_id}, which stays up: "
             f"http://127.0.0.1:{receiver.http_port}/ui (watch the kill there)"
         )
-        time.sleep(WARM_S)
+        # The windowed step runs while the stream warms up (the same SparkSession), so it adds little time.
+        warming = time.monotonic()
+        windowed = windowed_step(spark, cluster, client, root)
+        time.sleep(max(0.0, WARM_S - (time.monotonic() - warming)))
         steady = time.monotonic()  # Spark's first batches (its Python workers starting) are behind
         show_queries(client, ["u0001", "u0002", "u0003", "u0010"])
         before = placement(client)
@@ -360,6 +490,14 @@ def run(root: Path) -> bool:
                 "restarted server holds actives again after", f"{back_at:.1f} s" if back_at else "-"
             )
             summary.add_row("streaming query still active", str(query.isActive))
+            summary.add_row(
+                f"windowed table {WINDOWED_TABLE} (window {WINDOW})",
+                f"{windowed.windows} windows of {windowed.users} users, "
+                + ("equal to a batch groupBy" if windowed.matches_batch else "NOT equal to a batch groupBy")
+                + f" ({windowed.seconds:.1f} s)",
+            )
+            summary.add_row(f"windows of {WINDOW_USER} (key only), start=count", _shown(windowed.lookup))
+            summary.add_row(range_label(), _shown(windowed.in_range))
             progress = list(query.recentProgress)
             durations = [p["durationMs"].get("triggerExecution", 0) for p in progress]
             if durations:
@@ -383,7 +521,9 @@ def run(root: Path) -> bool:
             console.print(summary)
             for failure in stats.failures[:5]:
                 console.print(f"[red]failed: {failure}[/red]")
-            ok = not stats.failures and query.isActive and reroute is not None
+            if not query.isActive:
+                console.print(f"[red]the streaming query stopped: {_first_line(query.exception())}[/red]")
+            ok = not stats.failures and query.isActive and reroute is not None and windowed.matches_batch
         console.print(
             f"[green]demo finished in {time.monotonic() - started:.0f} s: no pull query failed[/green]"
             if ok
@@ -409,6 +549,11 @@ def _partition(user: str) -> int:
     from hotstate.protocol.keys import encode_key, partition_for
 
     return partition_for(encode_key((user,)), 8)
+
+
+def _first_line(error: object) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0][:500] if text else "no error"
 
 
 def _p50_p99(values: list[float], unit: str) -> str:

@@ -13,8 +13,10 @@ Two ways in, chosen on the driver from the batch's schema:
   rows, keys and partitions in bulk, then `TableWriter.upsert_encoded`. Against the Row path this saves
   Spark's pickling of every row and a Python object per value (measured: bench/spark_sink.py).
 - anything else (structs, arrays, maps, decimals): `foreachPartition`, each row turned into a dict and
-  written with `TableWriter.upsert`. An Arrow batch that cannot take the bulk encoding (a null or NaN key)
-  is written this way too, so its error names the row and the column just as the Row path's does.
+  written with `TableWriter.upsert`. PySpark hands every TIMESTAMP, top-level or nested, to Python as naive
+  local time; the dict has each as an aware UTC datetime (`as_dict`), the instant the Arrow path writes.
+  An Arrow batch that cannot take the bulk encoding (a null or NaN key) is written this way too, so its
+  error names the row and the column just as the Row path's does.
 
 Deletes: with a delete marker (`materialize(delete_column=...)` / `delete_when`, the write format's
 `deleteColumn` / `deleteValue`; `DeleteMarker`, checked on the driver by `delete_marker`), a marked row
@@ -47,7 +49,7 @@ import re
 import ssl
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Literal, TypeAlias, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -198,6 +200,64 @@ def without_column(schema: StructType, marker: DeleteMarker | None) -> StructTyp
     return StructType([f for f in schema.fields if f.name != marker.column])
 
 
+# Where TimestampType values sit inside a column's type: "instant" is one; ("array", element),
+# ("map", key or None, value or None) and ("struct", ((field, shape), ...)) hold some below. Plain tuples:
+# SinkConfig travels to the executors and keys each worker's writers, so it is hashable.
+InstantShape: TypeAlias = (
+    Literal["instant"]
+    | tuple[Literal["array"], "InstantShape"]
+    | tuple[Literal["map"], "InstantShape | None", "InstantShape | None"]
+    | tuple[Literal["struct"], tuple[tuple[str, "InstantShape"], ...]]
+)
+
+
+def instant_shape(kind: DataType) -> InstantShape | None:
+    """Where `kind` holds TimestampType values, None where it holds none (TimestampNTZType is wall time)."""
+    if isinstance(kind, TimestampType):
+        return "instant"
+    if isinstance(kind, ArrayType):
+        element = instant_shape(kind.elementType)
+        return None if element is None else ("array", element)
+    if isinstance(kind, MapType):
+        key, value = instant_shape(kind.keyType), instant_shape(kind.valueType)
+        return None if key is None and value is None else ("map", key, value)
+    if isinstance(kind, StructType):
+        fields = tuple(
+            (f.name, shape) for f in kind.fields if (shape := instant_shape(f.dataType)) is not None
+        )
+        return ("struct", fields) if fields else None
+    return None
+
+
+def as_instants(value: object, shape: InstantShape) -> object:
+    """`value` (as `Row.asDict(recursive=True)` gives it: structs as dicts) with every naive datetime
+    where `shape` has an instant read as local time and made an aware UTC datetime."""
+    if value is None:
+        return None
+    if shape == "instant":
+        if isinstance(value, dt.datetime) and value.tzinfo is None:
+            return value.astimezone(dt.UTC)  # a naive datetime's astimezone reads it as local time
+        return value
+    if shape[0] == "array":
+        element = shape[1]
+        return [as_instants(v, element) for v in value] if isinstance(value, list) else value
+    if shape[0] == "map":
+        key, inner = shape[1], shape[2]
+        if not isinstance(value, dict):
+            return value
+        return {
+            (k if key is None else as_instants(k, key)): (v if inner is None else as_instants(v, inner))
+            for k, v in value.items()
+        }
+    if not isinstance(value, dict):
+        return value
+    out = dict(value)
+    for name, field_shape in shape[1]:
+        if name in out:
+            out[name] = as_instants(out[name], field_shape)
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class SinkConfig:
     servers: tuple[tuple[str, int], ...]
@@ -212,6 +272,9 @@ class SinkConfig:
     instant_columns: tuple[str, ...]
     # True when some column holds structs, arrays or maps (rows need the recursive conversion).
     nested: bool
+    # The columns with TimestampType values inside structs, arrays or maps, and where: PySpark hands those
+    # to Python as naive local time too, and they are written as the same UTC instants as top-level ones.
+    nested_instants: tuple[tuple[str, InstantShape], ...] = ()
     # True when every column has a type arrow_rows encodes: the batch goes through mapInArrow.
     arrow: bool = False
     # The CA certificate, and a client certificate and key where the servers require one, as PEM text
@@ -280,6 +343,11 @@ def config_for_schema(
         columns=tuple(f.name for f in schema.fields),
         instant_columns=tuple(f.name for f in schema.fields if isinstance(f.dataType, TimestampType)),
         nested=any(isinstance(f.dataType, complex_types) for f in flat),
+        nested_instants=tuple(
+            (f.name, shape)
+            for f in flat
+            if isinstance(f.dataType, complex_types) and (shape := instant_shape(f.dataType)) is not None
+        ),
         arrow=all(_arrow_type(f.dataType) for f in flat),
     )
 
@@ -586,6 +654,9 @@ def as_dict(config: SinkConfig, row: Row | tuple[object, ...]) -> dict[str, obje
         value = out.get(name)
         if isinstance(value, dt.datetime) and value.tzinfo is None:
             out[name] = value.astimezone(dt.UTC)  # a naive datetime's astimezone reads it as local time
+    for name, shape in config.nested_instants:
+        if name in out:
+            out[name] = as_instants(out[name], shape)
     if config.window is not None:
         window = out.pop(config.window, None)
         if window is not None:  # a null window is left for the key check to name
