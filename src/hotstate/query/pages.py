@@ -106,6 +106,10 @@ class Views:
             if close is not None:
                 close()  # a generator over a RocksDB iterator: release the view now
 
+    def close_all(self) -> None:
+        for view_id in list(self._views):
+            self.close(view_id)
+
     def expire(self, now: float) -> list[int]:
         """Drop the views whose reader has not asked for a page in `ttl_s`: their ids."""
         gone = [i for i, v in self._views.items() if v.expires <= now and not v.busy]

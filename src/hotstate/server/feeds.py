@@ -8,8 +8,10 @@ changes from its resume position up to the store's position, in the same event-l
 tail, so nothing falls between the two. A local snapshot is a RocksDB iterator opened in that turn (a
 consistent view as of then) and read by the feed's stream `step_rows` rows at a time, with a yield to the
 event loop between steps, so a large table's snapshot never holds the server for long. The feed logic
-(what a subscription takes, its bound) is query/feed.py; the transports (/query-stream, /v1/changes,
-Server-Sent Events) are server/http/changes.py.
+(what a subscription takes, its bound) is query/feed.py. A partition held elsewhere has its current rows
+read there in pages of one view the holder keeps (`serve_page`, query/pages.py): the view is at the
+position the feed's tail then starts from, as a local snapshot's, so no change is lost or taken twice.
+The transports (/query-stream, /v1/changes, Server-Sent Events) are server/http/changes.py.
 """
 
 from __future__ import annotations
@@ -678,6 +680,7 @@ class FeedHub:
     def close_all(self) -> None:
         """The server is stopping: every feed ends, to resume on another server."""
         self._closed = True
+        self.views.close_all()
         for tail in self._tails.values():
             tail.cancel()
         for feed in list(self._feeds.values()):
