@@ -18,7 +18,7 @@ def _rows(n: int) -> Iterator[tuple[bytes, bytes]]:
 
 def _read_all(views: Views, n: int, page: int, now: float = 0.0) -> list[list[tuple[bytes, bytes]]]:
     view = views.open(_rows(n), 7, 1, now)
-    pages = []
+    pages: list[list[tuple[bytes, bytes]]] = []
     cursor = None
     while True:
         view = views.resume(view.view_id, cursor, now) if pages else view
