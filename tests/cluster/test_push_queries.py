@@ -1,6 +1,7 @@
 """Push queries (`... EMIT CHANGES`) between real server processes, on one cluster for the module: per-key
 and range feeds through the Python client, /query-stream over HTTP/1.1 and HTTP/2 and Server-Sent Events;
 a filtered feed (a WHERE on a non-key column, a computed column) whose rows leave and enter its view;
+a snapshot of a partition held elsewhere, in pages, written to meanwhile;
 a resync from a position the log no longer holds; a subscriber that stops reading, and one that never
 reads (dropped after push.send.timeout.ms); the subscription limit; a dropped table; and (last: it kills
 a server) a kill -9 of the serving server while a writer writes, the client resuming on another server
@@ -292,10 +293,8 @@ def test_a_remote_snapshot_larger_than_a_page_comes_whole_once_with_its_changes_
             writes = asyncio.ensure_future(updates())
             subscription, first = await _subscribe_ready(client, sql)
             events = [first]
-            async for change in subscription:
-                events.append(change)
-                if sum(1 for e in events if e.kind == "snapshot") >= count:
-                    break
+            while sum(1 for e in events if e.kind == "snapshot") < count:
+                events.append(await asyncio.wait_for(subscription.__anext__(), 10.0))
             await writes
             model = {e.key: e.row["clicks"] for e in events if e.row}
             later: list[Change] = []
