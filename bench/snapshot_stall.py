@@ -8,6 +8,8 @@ on that server waits at worst (the garbage collector set up as a server's: serve
 Run it against another checkout (PYTHONPATH) to compare.
 
     python bench/snapshot_stall.py --rows 200000
+    python bench/snapshot_stall.py --rows 200000 --remote whole   # the holder of a remote snapshot, before
+    python bench/snapshot_stall.py --rows 200000 --remote paged   # ... and read in pages
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ from hotstate.controller.image import TableInfo
 from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.protocol.keys import encode_key
 from hotstate.protocol.rows import encode_row
+from hotstate.protocol.wire import MESSAGES
 from hotstate.query.tokens import cluster_tag
 from hotstate.replica.core import ReplicaRole
+from hotstate.replica.messages import FeedReadRequest
 from hotstate.replica.store import Store
 from hotstate.server.feeds import FeedHub
 from hotstate.server.http.changes import NATIVE, FeedStream
@@ -88,10 +92,68 @@ async def measure(store: Store) -> dict[str, float]:
     return {"longest_stall_ms": longest * 1000, "snapshot_s": elapsed, "bytes": sent}
 
 
+async def measure_remote(store: Store, paged: bool) -> dict[str, float]:
+    """The holder's side of a snapshot read by a feed on another server: its longest loop stall while it
+    reads the rows and encodes its answers (as the RPC layer does, on the loop). `paged`: in pages
+    (FeedPageRequest, this checkout); else whole, in one FeedReadRequest answer (before)."""
+    replica = SimpleNamespace(store=store, table=TABLE, partition=0, installing=False)
+    image = SimpleNamespace(tables={"t": TABLE}, partitions={})
+    options: dict[str, Any] = {"max_subscriptions": 10, "buffer_changes": 1000}
+    if "step_rows" in inspect.signature(FeedHub).parameters:
+        options["step_rows"] = 1000
+    hub = FeedHub(1, cluster_tag("c"), lambda: image, lambda: {(1, 0): replica}, **options)  # type: ignore[arg-type]
+    longest = 0.0
+    done = asyncio.Event()
+
+    async def ticker() -> None:
+        nonlocal longest
+        while not done.is_set():
+            before = time.perf_counter()
+            await asyncio.sleep(0)
+            longest = max(longest, time.perf_counter() - before)
+
+    tick = asyncio.create_task(ticker())
+    await asyncio.sleep(0)
+    started = time.perf_counter()
+    sent = pages = rows = 0
+    if paged:
+        from hotstate.replica.messages import FeedPageRequest
+
+        view_id, cursor = 0, None
+        while True:
+            answer = await hub.serve_page(FeedPageRequest(1, 0, view_id, cursor, hub.page_rows, 1 << 20))
+            sent += len(MESSAGES.encode(answer))
+            pages += 1
+            rows += len(answer.rows)
+            await asyncio.sleep(0)  # the RPC layer writes it, the next request comes
+            if not answer.more:
+                break
+            view_id, cursor = answer.view_id, answer.cursor
+    else:
+        whole = await hub.serve_read(FeedReadRequest(1, 0, 0, 0, 0, rows=True))
+        sent += len(MESSAGES.encode(whole))
+        pages, rows = 1, len(whole.rows)
+    elapsed = time.perf_counter() - started
+    done.set()
+    await tick
+    return {
+        "longest_stall_ms": longest * 1000,
+        "read_s": elapsed,
+        "bytes": sent,
+        "pages": pages,
+        "rows": rows,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--remote",
+        choices=("whole", "paged"),
+        help="measure the holder of a snapshot read by a feed on another server instead",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as directory:
         store = Store.open(Path(directory) / "store")
@@ -103,7 +165,11 @@ def main() -> None:
             ]
             store.apply(records, store.position + len(records), 1)
         settle_gc()
-        results = [asyncio.run(measure(store)) for _ in range(args.repeat)]
+        if args.remote is None:
+            results = [asyncio.run(measure(store)) for _ in range(args.repeat)]
+        else:
+            paged = args.remote == "paged"
+            results = [asyncio.run(measure_remote(store, paged)) for _ in range(args.repeat)]
         store.close()
     print(json.dumps({"rows": args.rows, "runs": results}, indent=1))
 

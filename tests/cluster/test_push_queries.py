@@ -1,6 +1,7 @@
 """Push queries (`... EMIT CHANGES`) between real server processes, on one cluster for the module: per-key
 and range feeds through the Python client, /query-stream over HTTP/1.1 and HTTP/2 and Server-Sent Events;
 a filtered feed (a WHERE on a non-key column, a computed column) whose rows leave and enter its view;
+a snapshot of a partition held elsewhere, in pages, written to meanwhile;
 a resync from a position the log no longer holds; a subscriber that stops reading, and one that never
 reads (dropped after push.send.timeout.ms); the subscription limit; a dropped table; and (last: it kills
 a server) a kill -9 of the serving server while a writer writes, the client resuming on another server
@@ -269,6 +270,57 @@ def test_a_feed_over_partitions_held_elsewhere_reads_them_from_their_servers(run
         _upsert(running, "spread", [{"user": "u0", "clicks": 300}])
         assert next(resumed).row == {"user": "u0", "clicks": 300}
         resumed.close()
+
+
+def test_a_remote_snapshot_larger_than_a_page_comes_whole_once_with_its_changes_in_order(
+    running: RunningCluster,
+) -> None:
+    """A feed on a server without a replica of the partition: its holder sends the snapshot in pages of one
+    view (about 1 MiB each), written to meanwhile; every row comes once, then every later change in order."""
+    _table(running, "paged", partitions=1, standbys=0)
+    placement = httpx.get(f"{_base(running, 1)}/v1/tables").json()["tables"]
+    (part,) = next(t["placement"] for t in placement if t["name"] == "paged")
+    holders = {part["active"], *part["standbys"], *part["warmups"]}
+    node = next(n for n in (1, 2, 3) if n not in holders)
+    pad = "x" * 2000  # a key of ~2 KB in the key and the row: 600 rows are 3 pages
+    count = 600
+    updated = range(0, count, 60)  # 30 changes: below the bound, so the feed catches up change by change
+    _upsert(running, "paged", [{"user": f"u{i:04}{pad}", "clicks": 0} for i in range(count)])
+    sql = "SELECT * FROM paged EMIT CHANGES"
+
+    async def follow() -> tuple[list[Change], list[Change]]:
+        async with AsyncClient(_bases(running, node), timeout_s=20.0) as client:
+            writes = asyncio.ensure_future(updates())
+            subscription, first = await _subscribe_ready(client, sql)
+            events = [first]
+            while sum(1 for e in events if e.kind == "snapshot") < count:
+                events.append(await asyncio.wait_for(subscription.__anext__(), 10.0))
+            await writes
+            model = {e.key: e.row["clicks"] for e in events if e.row}
+            later: list[Change] = []
+            while any(model[(f"u{i:04}{pad}",)] != 3 for i in updated):
+                change = await asyncio.wait_for(subscription.__anext__(), 10.0)
+                later.append(change)
+                model[change.key] = change.row["clicks"]
+            await subscription.aclose()
+            return events, later
+
+    async def updates() -> None:  # while the feed starts: each key's clicks go 1, 2, 3
+        writer = _writer(running, "paged")
+        try:
+            for j in range(1, 4):
+                await writer.upsert([{"user": f"u{i:04}{pad}", "clicks": j} for i in updated])
+        finally:
+            await writer.close()
+
+    events, later = running.run(follow())
+    snapshot = [e for e in events if e.kind == "snapshot"]
+    assert sorted(e.key for e in snapshot) == sorted((f"u{i:04}{pad}",) for i in range(count))
+    changes = [e for e in events if e.kind == "change"] + later
+    for i in updated:
+        seen = [c.row["clicks"] for c in changes if c.key == (f"u{i:04}{pad}",) and c.row]
+        assert seen == sorted(seen), f"changes of u{i:04} out of order: {seen}"
+        assert len(seen) == len(set(seen)), f"a change of u{i:04} came twice: {seen}"
 
 
 def test_the_cli_follows_a_feed(running: RunningCluster) -> None:

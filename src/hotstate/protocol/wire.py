@@ -136,6 +136,8 @@ for type_id, cls in (
     (176, replica.ProducePartitionsResponse),
     (177, replica.FeedReadRequest),
     (178, replica.FeedReadResponse),
+    (181, replica.FeedPageRequest),
+    (182, replica.FeedPageResponse),
 ):
     MESSAGES.register(type_id, cls)
 # Version 2 appended voters (KIP-853: a snapshot carries the voter set).

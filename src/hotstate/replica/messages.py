@@ -332,6 +332,37 @@ class FeedReadResponse:
 
 
 @dataclass(frozen=True, slots=True)
+class FeedPageRequest:
+    """A push-query feed on another server reading a partition's current rows here a page at a time
+    (server/feeds.py): `view_id` 0 opens a view of the store now (its rows of `keys` when `by_keys`, else
+    those in [start, end)); a later page names the view and the cursor it has (`after`: the last key of
+    the page before), so a lost or repeated page is refused rather than skipped or sent twice."""
+
+    table_id: int
+    partition: int
+    view_id: int
+    after: bytes | None
+    max_rows: int
+    max_bytes: int
+    by_keys: bool = False
+    keys: tuple[bytes, ...] = ()
+    start: bytes | None = None
+    end: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FeedPageResponse:
+    error: ReplicaError
+    message: str
+    view_id: int = 0
+    position: int = 0  # every page's rows are the store's at this position
+    epoch: int = 0
+    rows: tuple[tuple[bytes, bytes], ...] = ()
+    more: bool = False  # another page follows (the view stays open until it is read or expires)
+    cursor: bytes | None = None  # the last key sent so far: the next request's `after`
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionQueryRequest:
     """One partition's part of a pull query, forwarded (inside a `QueryPartitionsRequest`) to the server
     chosen to serve it. Never forwarded again: the receiver answers from its local replica or refuses

@@ -648,6 +648,8 @@ class Server:
             return replicas.read_partition(message)
         if isinstance(message, replica_messages.FeedReadRequest) and self.feeds is not None:
             return await self.feeds.serve_read(message)
+        if isinstance(message, replica_messages.FeedPageRequest) and self.feeds is not None:
+            return await self.feeds.serve_page(message)
         if isinstance(message, replica_messages.LagInfoRequest):
             return replica_messages.LagInfoResponse(self.config.node_id, tuple(replicas.lag_info()))
         raise ValueError(f"unexpected request {type(message).__name__}")

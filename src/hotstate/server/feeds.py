@@ -8,8 +8,10 @@ changes from its resume position up to the store's position, in the same event-l
 tail, so nothing falls between the two. A local snapshot is a RocksDB iterator opened in that turn (a
 consistent view as of then) and read by the feed's stream `step_rows` rows at a time, with a yield to the
 event loop between steps, so a large table's snapshot never holds the server for long. The feed logic
-(what a subscription takes, its bound) is query/feed.py; the transports (/query-stream, /v1/changes,
-Server-Sent Events) are server/http/changes.py.
+(what a subscription takes, its bound) is query/feed.py. A partition held elsewhere has its current rows
+read there in pages of one view the holder keeps (`serve_page`, query/pages.py): the view is at the
+position the feed's tail then starts from, as a local snapshot's, so no change is lost or taken twice.
+The transports (/query-stream, /v1/changes, Server-Sent Events) are server/http/changes.py.
 """
 
 from __future__ import annotations
@@ -37,9 +39,9 @@ from hotstate.query.feed import (
     PendingResync,
     Resync,
     SnapshotEnd,
-    SnapshotRow,
     Subscription,
 )
+from hotstate.query.pages import HeldView, ViewError, Views
 from hotstate.query.plan import UnknownTableError, find_table
 from hotstate.query.push import (
     FeedFilter,
@@ -52,7 +54,13 @@ from hotstate.query.push import (
 from hotstate.query.scan import Output
 from hotstate.query.tokens import encode
 from hotstate.replica.core import ReplicaRole
-from hotstate.replica.messages import FeedReadRequest, FeedReadResponse, ReplicaError
+from hotstate.replica.messages import (
+    FeedPageRequest,
+    FeedPageResponse,
+    FeedReadRequest,
+    FeedReadResponse,
+    ReplicaError,
+)
 from hotstate.replica.store import StoreError
 
 if TYPE_CHECKING:
@@ -68,6 +76,14 @@ TAIL_WAIT_MS = 1000
 TAIL_MAX_BYTES = 4 * 1024 * 1024
 TAIL_RETRY_S = 0.05  # after a failed poll, before the next holder
 REMOTE_TIMEOUT_S = 5.0  # an answer's time, beyond the wait asked for
+# A remote snapshot or resync comes in pages of at most PAGE_STEPS steps (query.scan.step.rows each) and
+# about PAGE_MAX_BYTES (at least one row), far below the 16 MiB RPC frame; the holder yields between steps.
+PAGE_STEPS = 4
+PAGE_MAX_BYTES = 1024 * 1024
+PAGE_MAX_ROWS = 100_000  # what a holder reads for one page at most, whatever is asked
+PAGE_ATTEMPTS = 3  # a paged read that fails part way (a view expired, a holder went) starts over this often
+VIEWS_MAX = 16  # snapshot views a holder keeps open for other servers' feeds
+VIEW_TTL_S = 30.0  # a view nobody asked a page of for this long is freed
 RemoteRequest = Callable[[int, object, float], Awaitable[object]]
 _query_ids = itertools.count(1)
 
@@ -166,6 +182,9 @@ class FeedHub:
         self._tails: dict[PartitionId, asyncio.Task[None]] = {}
         self._tail_positions: dict[PartitionId, int] = {}
         self._applied: dict[PartitionId, asyncio.Event] = {}  # peers' tails waiting for a change here
+        # Views of local partitions other servers' feeds read in pages (serve_page).
+        self.views = Views(VIEWS_MAX, VIEW_TTL_S)
+        self.page_rows = self.step_rows * PAGE_STEPS
 
     def __len__(self) -> int:
         return len(self._feeds)
@@ -251,7 +270,15 @@ class FeedHub:
             start = remote.get(partition)
             if start is not None:
                 positions[partition] = start.first
-                events.extend(start.events)
+                if start.rows is not None:
+                    snapshots.append(((partition, k, v) for k, v in start.rows))
+                for event in start.events:
+                    if isinstance(event, Resync):  # sent in steps as a local one, its token with its last
+                        resyncs.append(
+                            PendingResync(event.partition, event.position, event.epoch, iter(event.rows))
+                        )
+                    else:
+                        events.append(event)
                 continue
             replica = replicas[partition]
             if options.start is None:
@@ -361,8 +388,7 @@ class FeedHub:
         changes after the feed's position read from there."""
         if options.start is None:
             rows = await self._remote_rows(table, partition, wanted if options.snapshot else None)
-            events: list[Event] = [SnapshotRow(partition, key, row) for key, row in rows.rows]
-            return RemoteStart(rows.position, rows.position, events)
+            return RemoteStart(rows.position, rows.position, [], list(rows.rows))
         start = RemoteStart(options.start[partition], options.start[partition], [])
         await self._remote_catch_up(table, partition, wanted, start)
         return start
@@ -392,15 +418,52 @@ class FeedHub:
     async def _remote_rows(
         self, table: TableInfo, partition: int, wanted: FeedFilter | None
     ) -> FeedReadResponse:
-        """The partition's current rows of `wanted` (None: none, only its position) from a holder."""
-        if wanted is None or wanted.keys is not None:
-            keys = () if wanted is None or wanted.keys is None else tuple(sorted(wanted.keys))
-            request = FeedReadRequest(table.table_id, partition, 0, 0, 0, rows=True, by_keys=True, keys=keys)
-        else:
-            request = FeedReadRequest(
-                table.table_id, partition, 0, 0, 0, rows=True, start=wanted.start, end=wanted.end
-            )
-        return await self._remote_read(table, partition, request)
+        """The partition's current rows of `wanted` (None: none, only its position) from a holder: read
+        there in pages of one view (FeedPageRequest), so the holder never reads nor sends them whole."""
+        if wanted is None:
+            position_only = FeedReadRequest(table.table_id, partition, 0, 0, 0, rows=True, by_keys=True)
+            return await self._remote_read(table, partition, position_only)
+        assert self._request is not None
+        keys = () if wanted.keys is None else tuple(sorted(wanted.keys))
+        problems: list[str] = []
+        for attempt in range(PAGE_ATTEMPTS):
+            if attempt:
+                await asyncio.sleep(TAIL_RETRY_S)
+            for holder in self._holders(table.table_id, partition):
+                rows: list[tuple[bytes, bytes]] = []
+                view_id, cursor = 0, None
+                while True:
+                    request = FeedPageRequest(
+                        table.table_id,
+                        partition,
+                        view_id,
+                        cursor,
+                        self.page_rows,
+                        PAGE_MAX_BYTES,
+                        by_keys=wanted.keys is not None,
+                        keys=keys,
+                        start=wanted.start,
+                        end=wanted.end,
+                    )
+                    try:
+                        answer = await self._request(holder, request, REMOTE_TIMEOUT_S)
+                    except Exception as error:
+                        problems.append(f"{holder}: {type(error).__name__}")
+                        break
+                    if not isinstance(answer, FeedPageResponse) or answer.error is not ReplicaError.NONE:
+                        problems.append(f"{holder}: {getattr(answer, 'message', type(answer).__name__)}")
+                        break
+                    rows.extend(answer.rows)
+                    if not answer.more:
+                        return FeedReadResponse(
+                            ReplicaError.NONE, "", answer.position, answer.epoch, rows=tuple(rows)
+                        )
+                    view_id, cursor = answer.view_id, answer.cursor
+        raise QueryError(
+            "unavailable",
+            f"no server holding {table.name}/{partition} could send its current rows "
+            f"({'; '.join(problems[-6:]) or 'none holds it'})",
+        )
 
     def _holders(self, table_id: int, partition: int) -> list[int]:
         """The servers holding the partition: live ones first, the active first among them."""
@@ -521,6 +584,59 @@ class FeedHub:
         changes = tuple((offset, epoch, key, row or b"") for offset, epoch, key, row in records)
         return FeedReadResponse(ReplicaError.NONE, "", reached, replica.store.epoch, changes)
 
+    async def serve_page(self, request: FeedPageRequest) -> FeedPageResponse:
+        """A page of a partition's current rows for a feed on another server: from a view opened by its
+        first page (the store's rows at its position then), read `step_rows` at a time with a yield to the
+        event loop between steps."""
+        pid = (request.table_id, request.partition)
+        replica = self._replicas().get(pid)
+        if replica is None or not _usable(replica):
+            return FeedPageResponse(ReplicaError.UNKNOWN_PARTITION, f"no replica of {pid} on {self.node_id}")
+        loop = asyncio.get_running_loop()
+        try:
+            if request.view_id == 0:
+                wanted = FeedFilter(
+                    frozenset({request.partition}),
+                    keys=frozenset(request.keys) if request.by_keys else None,
+                    start=request.start,
+                    end=request.end,
+                )
+                store = replica.store
+                rows = (
+                    iter(_current_rows(replica, wanted))
+                    if wanted.keys is not None
+                    else store.scan(wanted.start, wanted.end)
+                )
+                view = self.views.open(rows, store.position, store.epoch, loop.time())
+            else:
+                view = self.views.resume(request.view_id, request.after, loop.time())
+        except (ViewError, StoreError) as error:
+            return FeedPageResponse(ReplicaError.UNKNOWN_PARTITION, str(error))
+        try:
+            page = await self._read_page(view, request)
+        except StoreError as error:
+            self.views.close(view.view_id)
+            return FeedPageResponse(ReplicaError.UNKNOWN_PARTITION, f"replica of {pid} closed ({error})")
+        finally:
+            self.views.finish(view, loop.time())
+        return FeedPageResponse(
+            ReplicaError.NONE, "", view.view_id, view.position, view.epoch, page, not view.done, view.cursor
+        )
+
+    async def _read_page(self, view: HeldView, request: FeedPageRequest) -> tuple[tuple[bytes, bytes], ...]:
+        view.busy = True
+        max_rows = max(1, min(request.max_rows, PAGE_MAX_ROWS))
+        max_bytes = max(1, min(request.max_bytes, 8 * PAGE_MAX_BYTES))
+        rows: list[tuple[bytes, bytes]] = []
+        size = 0
+        while not view.done and len(rows) < max_rows and size < max_bytes:
+            if rows:
+                await asyncio.sleep(0)
+            step = self.views.take(view, min(self.step_rows, max_rows - len(rows)), max_bytes - size)
+            rows.extend(step)
+            size += sum(len(k) + len(v) for k, v in step)
+        return tuple(rows)
+
     # ---------------------------------------------------------------------------------------- the tail
     def on_applied(
         self,
@@ -564,6 +680,7 @@ class FeedHub:
     def close_all(self) -> None:
         """The server is stopping: every feed ends, to resume on another server."""
         self._closed = True
+        self.views.close_all()
         for tail in self._tails.values():
             tail.cancel()
         for feed in list(self._feeds.values()):
@@ -605,6 +722,7 @@ class RemoteStart:
     first: int
     position: int
     events: list[Event]
+    rows: list[tuple[bytes, bytes]] | None = None  # its snapshot's current rows (sent in steps)
 
 
 def _usable(replica: LocalReplica | None) -> bool:
