@@ -25,6 +25,7 @@ from hotstate.controller.image import MetadataImage, PartitionInfo
 from hotstate.controller.placement import PlacementJob, PreparedPlacement, place_encoded
 from hotstate.controller.reassign import ReassignJob
 from hotstate.controller.records import MetadataBatch
+from hotstate.controller.replace import ReplaceJob, Replacement
 from hotstate.controller.requests import (
     ControllerError,
     ControllerRequest,
@@ -266,11 +267,39 @@ class ControllerHost:
                 self._deactivate(str(error))
                 continue
             if self._reassigning is None:
+                # Copies lost with a broker taken for gone first, alone; then the periodic rebalance.
+                replace = controller.replacement_job(now)
+                if replace is not None:
+                    self._reassigning = asyncio.create_task(
+                        self._replace(controller, replace), name="controller-replace"
+                    )
+                    continue
                 job = controller.reassignment_job(now)
                 if job is not None:
                     self._reassigning = asyncio.create_task(
                         self._reassign(controller, job), name="controller-reassign"
                     )
+
+    async def _replace(self, controller: QuorumController, job: ReplaceJob) -> None:
+        """Re-place the copies a gone broker held off the event loop, then write them if this controller is
+        still the active one (each partition is checked against the view as it is then)."""
+        try:
+            wanted: Replacement | Exception
+            try:
+                wanted = await asyncio.to_thread(job.run)
+            except (ValueError, AssignorInternalError) as error:
+                wanted = error
+            if self._controller is not controller:
+                return
+            batch = controller.apply_replacement(job, wanted, self._driver.next_proposal_offset())
+            if batch is not None:
+                self._propose([batch])
+        except (NotLeaderError, ProposalRejectedError) as error:
+            self._deactivate(str(error))
+        except Exception:
+            log.exception("re-placing lost copies failed; it runs again at the next metadata change")
+        finally:
+            self._reassigning = None
 
     async def _reassign(self, controller: QuorumController, job: ReassignJob) -> None:
         """Run the assignor off the event loop (heartbeats and requests go on), then apply its answer if
