@@ -647,7 +647,7 @@ class QuorumController:
             return self._error(
                 CreateTableResponse(ControllerError.INVALID_REQUEST, f"cannot place the table: {error}", -1)
             )
-        batch = self._propose((create, placed.record), built=placed.parts)
+        batch = self._propose((create, *placed.records), built=placed.parts)
         return Decision((batch,), CreateTableResponse(ControllerError.NONE, "", table_id))
 
     def _register_writer(self, request: RegisterWriterRequest) -> Decision:
@@ -763,7 +763,7 @@ class QuorumController:
             )
         # One overwrite at a time per table: the latest wins, and an earlier one's swap fails.
         superseded = tuple(DeleteTable(t.name, t.table_id) for t in self._view.staged_for(request.name))
-        batch = self._propose((*superseded, record, placed.record), built=placed.parts)
+        batch = self._propose((*superseded, record, *placed.records), built=placed.parts)
         replaced_id = -1 if current is None else current.table_id
         return Decision((batch,), StageTableResponse(ControllerError.NONE, "", table_id, name, replaced_id))
 
@@ -831,11 +831,15 @@ class QuorumController:
     def _propose(
         self, records: tuple[MetadataRecord, ...], *, built: tuple[PartitionInfo, ...] | None = None
     ) -> MetadataBatch:
-        """`built`: the partitions of the batch's one PartitionBlock, built already (off the loop)."""
+        """`built`: the partitions of the batch's PartitionBlocks (one table's, from partition 0), built
+        already (off the loop)."""
         offset = self._next_offset
         self._next_offset += 1
         for record in records:
-            self._builder.apply(record, offset, built if isinstance(record, PartitionBlock) else None)
+            part = None
+            if built is not None and isinstance(record, PartitionBlock):
+                part = built[record.first : record.first + len(record.actives)]
+            self._builder.apply(record, offset, part)
         self._view = self._builder.build(self._next_offset)
         return MetadataBatch(records)
 
