@@ -16,7 +16,7 @@ from hotstate.controller.image import (
     image_records,
     partition_block,
 )
-from hotstate.controller.placement import place_encoded, placement_job
+from hotstate.controller.placement import BLOCK_PARTITIONS, place_encoded, placement_job
 from hotstate.controller.records import CreateTable, KeyColumn, KeyType, MetadataBatch, TableWriters
 from hotstate.controller.requests import (
     ControllerError,
@@ -169,7 +169,19 @@ def test_a_placement_run_through_its_encoded_inputs_is_the_same_as_run_whole() -
     whole = job.run()
     width, flat = job.decode(place_encoded(job.inputs()))
     parts = job.partitions(width, flat, 0, 5) + job.partitions(width, flat, 5, 12)
-    stepped = job.prepared(width, flat, parts)
-    assert stepped.parts == whole.parts and stepped.record == whole.record
-    assert tuple(block_partitions(stepped.record)) == stepped.parts
-    assert stepped.record == partition_block(9, stepped.parts)
+    blocks = [job.block(width, flat, 0, 5), job.block(width, flat, 5, 12)]
+    stepped = job.prepared(parts, blocks)
+    assert stepped.parts == whole.parts
+    assert [b.first for b in stepped.records] == [0, 5] and [b.first for b in whole.records] == [0]
+    built = tuple(p for block in stepped.records for p in block_partitions(block))
+    assert built == stepped.parts
+    assert whole.records[0] == partition_block(9, stepped.parts)
+    assert stepped.packed == tuple(RECORDS.encode(b) for b in stepped.records)
+
+
+def test_a_big_table_is_written_as_blocks_of_bounded_size_in_one_batch() -> None:
+    harness = six_brokers()
+    job = placement_job(harness.image, TableInfo("t", 9, BLOCK_PARTITIONS * 2 + 3, 1, KEY, None, ()))
+    placed = job.run()
+    assert [len(b.actives) for b in placed.records] == [BLOCK_PARTITIONS, BLOCK_PARTITIONS, 3]
+    assert tuple(p for b in placed.records for p in block_partitions(b)) == placed.parts

@@ -169,7 +169,14 @@ class Cluster(Harness):
                     self.job, self.job.run(), self.now, self.next_offset
                 )
                 self.commit([batch] if batch is not None else [])
-            self.job = self.controller.reassignment_job(self.now)
+            # Lost copies first, alone, as the host runs them (on a thread too; here at once).
+            replace = self.controller.replacement_job(self.now)
+            if replace is not None:
+                batch = self.controller.apply_replacement(replace, replace.run(), self.next_offset)
+                self.commit([batch] if batch is not None else [])
+                self.job = None
+            else:
+                self.job = self.controller.reassignment_job(self.now)
         else:
             self.commit(self.controller.tick(self.now, self.next_offset))
         for parts in self.image.partitions.values():
@@ -326,3 +333,29 @@ def test_a_change_committed_while_the_assignor_runs_is_not_lost() -> None:
 
     assert near_writers(split=True) == near_writers(split=False)
     assert min(near_writers(split=True)) >= 2
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["inline", "assignor-on-a-thread"])
+def test_a_gone_brokers_copies_are_re_placed_and_nothing_else_moves(split: bool) -> None:
+    # Reassignment off: only the re-placement of lost copies may change anything.
+    cluster = Cluster(
+        {1: "az-a", 2: "az-b", 3: "az-c", 4: "az-a"},
+        split=split,
+        reassign_interval_ms=0,
+        broker_removal_delay_ms=5_000,
+    )
+    cluster.handle(CreateTableRequest("t", 12, 1, KEY, None))
+    cluster.settle()
+    before = cluster.image.partitions_of("t")
+    assert any(4 in p.replicas for p in before) and any(4 not in p.replicas for p in before)
+    cluster.down.add(4)
+    for _ in range(40):  # 10 s: fenced, then past the removal delay
+        cluster.round()
+    for old, new in zip(before, cluster.image.partitions_of("t"), strict=True):
+        if 4 not in old.replicas:
+            assert new == old
+            continue
+        assert 4 not in new.replicas and len(new.replicas) == 2 and set(new.isr) == set(new.replicas)
+        assert set(old.replicas) - {4} <= set(new.replicas)
+        if old.active != 4:
+            assert new.active == old.active  # an active moves only off the gone broker (at its fence)

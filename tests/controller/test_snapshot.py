@@ -7,7 +7,7 @@ from dataclasses import astuple
 import msgpack
 import pytest
 
-from hotstate.controller.codec import RECORDS, decode_batch, encode_batch
+from hotstate.controller.codec import RECORDS, decode_batch, encode_batch, iter_batch_records
 from hotstate.controller.image import (
     ImageBuilder,
     MetadataImage,
@@ -175,10 +175,22 @@ def test_a_block_with_columns_of_different_lengths_is_skipped_not_applied() -> N
     assert builder.build(100).partitions == image.partitions
 
 
-def test_a_batch_encoded_with_a_record_wired_ahead_is_the_same_bytes() -> None:
+def test_a_batch_encoded_with_records_packed_ahead_is_the_same_bytes_and_decodes_a_record_at_a_time() -> None:
     parts = replay(sample_batches()).partitions_of("clicks")
     block = partition_block(1, parts)
-    batch = MetadataBatch((CreateTable("t", 1, 3, 1, (KeyColumn("k", KeyType.INT),), None), block))
-    wired = encode_batch(batch, {id(block): RECORDS.to_wire(block)})
-    assert wired == encode_batch(batch)
-    assert decode_batch(wired) == batch
+    rest = partition_block(1, parts[1:])
+    batch = MetadataBatch((CreateTable("t", 1, 3, 1, (KeyColumn("k", KeyType.INT),), None), block, rest))
+    packed = encode_batch(batch, {id(block): RECORDS.encode(block), id(rest): RECORDS.encode(rest)})
+    assert packed == encode_batch(batch)
+    assert decode_batch(packed) == batch
+    assert tuple(iter_batch_records(packed)) == batch.records
+
+
+def test_decoding_a_batch_a_record_at_a_time_refuses_what_decode_batch_refuses() -> None:
+    data = encode_batch(MetadataBatch((NoOp(), NoOp())))
+    with pytest.raises(DecodeError):
+        list(iter_batch_records(data + b"\x00"))
+    with pytest.raises(DecodeError):
+        list(iter_batch_records(data[:-1]))
+    with pytest.raises(DecodeError):
+        list(iter_batch_records(RECORDS.encode(NoOp())))

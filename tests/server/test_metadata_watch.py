@@ -252,3 +252,30 @@ def test_a_version_1_table_metadata_request_still_decodes_with_the_defaults() ->
     assert decoded == TableMetadataRequest("t", -1, 0)
     wire = MESSAGES.to_wire(TableMetadataRequest("t", 7, 500))
     assert wire[1] == 2 and MESSAGES.from_wire(wire) == TableMetadataRequest("t", 7, 500)
+
+
+def test_a_big_commit_applied_in_steps_gives_the_image_a_whole_apply_gives() -> None:
+    """`prepare` decodes a big entry a record at a time (several PartitionBlocks, one batch) and builds
+    it in steps on the loop; the image is the one `on_committed` alone would build."""
+    from hotstate.controller.image import PartitionInfo, partition_block
+    from hotstate.controller.placement import BLOCK_PARTITIONS
+
+    count = BLOCK_PARTITIONS * 2 + 7
+    parts = [
+        PartitionInfo(1, p, (1 + p % 3, 1 + (p + 1) % 3), 1 + p % 3, (), 0, (1 + p % 3,), 0)
+        for p in range(count)
+    ]
+    blocks = [partition_block(1, parts[i : i + BLOCK_PARTITIONS]) for i in range(0, count, BLOCK_PARTITIONS)]
+    batch = MetadataBatch((register(1, "a"), CreateTable("t", 1, count, 1, KEY, None), *blocks))
+    big = [Entry(0, 1, encode_batch(batch))]
+    whole = publisher(None)
+    whole.on_committed(big, None)
+    stepped = publisher(None)
+
+    async def run() -> None:
+        await stepped.prepare(big, None)
+        stepped.on_committed(big, None)
+
+    asyncio.run(run())
+    assert stepped.image.partitions_of("t") == tuple(parts)
+    assert stepped.image == whole.image

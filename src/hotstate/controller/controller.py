@@ -48,6 +48,7 @@ from hotstate.controller.records import (
     ValueColumn,
     staging_name,
 )
+from hotstate.controller.replace import ReplaceJob, Replacement, lost_partitions, replacement_records
 from hotstate.controller.requests import (
     AlterPartitionRequest,
     AlterPartitionResponse,
@@ -157,6 +158,9 @@ class QuorumController:
         self._started_at = now
         self._last_reassign_at: int | None = None
         self._last_reassign_offset = -1
+        # The view offset and gone brokers with no lost copy left to re-place (`replacement_job`): the
+        # partitions are not scanned again until one of them changes.
+        self._replaced: tuple[int, frozenset[int]] = (-1, frozenset())
         self._next_offset = next_offset
         # Staged generations (table id) -> when this controller first saw them (staged_timeout_ms).
         self._staged_since: dict[int, int] = {}
@@ -272,6 +276,12 @@ class QuorumController:
         expired = self._expired_stagings(now)
         if expired:
             batches.append(self._propose(expired))
+        if reassign:
+            replace = self.replacement_job(now)
+            if replace is not None:
+                batch = self.apply_replacement(replace, replace.run(), self._next_offset)
+                if batch is not None:
+                    batches.append(batch)
         job = self.reassignment_job(now) if reassign else None
         if job is not None:
             desired: Assignment | Exception
@@ -303,6 +313,50 @@ class QuorumController:
         log.info("server %d refuses connections: fenced without waiting for its session", node_id)
         return self._propose(self._fence_records(node_id, "connection refused"))
 
+    def _gone(self, now: int) -> frozenset[int]:
+        """Brokers fenced for `broker_removal_delay_ms`, or removed by an operator while fenced."""
+        return frozenset(
+            node_id
+            for node_id, server in self._view.servers.items()
+            if server.is_broker
+            and server.fenced
+            and (
+                server.draining
+                or now - self._fenced_since.get(node_id, now) >= self.config.broker_removal_delay_ms
+            )
+        )
+
+    def replacement_job(self, now: int) -> ReplaceJob | None:
+        """The inputs for re-placing the copies gone brokers held (`replace.ReplaceJob`), when there are any:
+        only those partitions change, each getting new standbys on live brokers against their load."""
+        gone = self._gone(now)
+        if not gone or (self._view.offset, gone) == self._replaced:
+            return None
+        if not lost_partitions(self._view, gone):
+            self._replaced = (self._view.offset, gone)
+            return None
+        return ReplaceJob(self._view, tuple(self._view.placement_brokers()), gone, self.config.assignor)
+
+    def apply_replacement(
+        self, job: ReplaceJob, wanted: Replacement | Exception, next_offset: int
+    ) -> MetadataBatch | None:
+        """A job's answer (or the error it raised) written for the partitions still as the job saw them."""
+        self._next_offset = next_offset
+        if isinstance(wanted, Exception):
+            log.error("re-placing lost copies failed: %s", wanted)
+            return None
+        if any(n in self._view.servers and not self._view.servers[n].fenced for n in job.gone):
+            return None  # one came back while the job ran: its copies are not lost
+        records = replacement_records(self._view, job, wanted)
+        if not records:
+            return None
+        log.info(
+            "server(s) %s taken for gone: %d partition(s) get new standbys, nothing else moves",
+            sorted(job.gone),
+            len(records),
+        )
+        return self._propose(tuple(records))
+
     def reassignment_job(self, now: int) -> ReassignJob | None:
         """The assignor's inputs, when a reassignment step is due: at most every `reassign_interval_ms`,
         with the cluster settled, and only if the metadata changed since the last run (a warmup that caught
@@ -315,6 +369,9 @@ class QuorumController:
         # A server shutting down is fenced with its actives moved in the same batch: from then on it counts as
         # any fenced broker (nothing moves until it is back, or gone for broker_removal_delay_ms).
         if not self._settled(now):
+            return None
+        # Lost copies are re-placed first, alone (`replacement_job`): the whole assignor would move others.
+        if lost_partitions(self._view, self._gone(now)):
             return None
         # Without a metadata change the answer would be the same: lags decide only through the ISR (a
         # replica joining it is a metadata change), never through the reports' own timing.
@@ -590,7 +647,7 @@ class QuorumController:
             return self._error(
                 CreateTableResponse(ControllerError.INVALID_REQUEST, f"cannot place the table: {error}", -1)
             )
-        batch = self._propose((create, placed.record), built=placed.parts)
+        batch = self._propose((create, *placed.records), built=placed.parts)
         return Decision((batch,), CreateTableResponse(ControllerError.NONE, "", table_id))
 
     def _register_writer(self, request: RegisterWriterRequest) -> Decision:
@@ -706,7 +763,7 @@ class QuorumController:
             )
         # One overwrite at a time per table: the latest wins, and an earlier one's swap fails.
         superseded = tuple(DeleteTable(t.name, t.table_id) for t in self._view.staged_for(request.name))
-        batch = self._propose((*superseded, record, placed.record), built=placed.parts)
+        batch = self._propose((*superseded, record, *placed.records), built=placed.parts)
         replaced_id = -1 if current is None else current.table_id
         return Decision((batch,), StageTableResponse(ControllerError.NONE, "", table_id, name, replaced_id))
 
@@ -774,11 +831,15 @@ class QuorumController:
     def _propose(
         self, records: tuple[MetadataRecord, ...], *, built: tuple[PartitionInfo, ...] | None = None
     ) -> MetadataBatch:
-        """`built`: the partitions of the batch's one PartitionBlock, built already (off the loop)."""
+        """`built`: the partitions of the batch's PartitionBlocks (one table's, from partition 0), built
+        already (off the loop)."""
         offset = self._next_offset
         self._next_offset += 1
         for record in records:
-            self._builder.apply(record, offset, built if isinstance(record, PartitionBlock) else None)
+            part = None
+            if built is not None and isinstance(record, PartitionBlock):
+                part = built[record.first : record.first + len(record.actives)]
+            self._builder.apply(record, offset, part)
         self._view = self._builder.build(self._next_offset)
         return MetadataBatch(records)
 

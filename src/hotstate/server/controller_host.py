@@ -16,15 +16,20 @@ import logging
 import multiprocessing
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from typing import Any
 
 from hotstate.assignor import Assignment, AssignorInternalError
 from hotstate.controller.codec import encode_batch
 from hotstate.controller.controller import ControllerConfig, QuorumController
 from hotstate.controller.image import MetadataImage, PartitionInfo
-from hotstate.controller.placement import PlacementJob, PreparedPlacement, place_encoded
+from hotstate.controller.placement import (
+    BLOCK_PARTITIONS,
+    PlacementJob,
+    PreparedPlacement,
+    place_encoded,
+)
 from hotstate.controller.reassign import ReassignJob
 from hotstate.controller.records import MetadataBatch
+from hotstate.controller.replace import ReplaceJob, Replacement
 from hotstate.controller.requests import (
     ControllerError,
     ControllerRequest,
@@ -178,7 +183,7 @@ class ControllerHost:
             decision = controller.handle(
                 request, self._clock(), self._driver.next_proposal_offset(), placed=placed
             )
-            self._propose(decision.batches, {id(placed.record): placed.wire} if placed is not None else None)
+            self._propose(decision.batches, placed.packed_by_id() if placed is not None else None)
             if decision.wait:
                 await asyncio.wait_for(self._committed(self._last_proposed), self._request_timeout_s)
         except _NotController as error:
@@ -215,7 +220,13 @@ class ControllerHost:
         for start in range(0, count, BUILD_STEP_PARTITIONS):
             parts.extend(job.partitions(width, flat, start, min(count, start + BUILD_STEP_PARTITIONS)))
             await asyncio.sleep(0)
-        return job.prepared(width, flat, parts)
+        # The records and their bytes a block at a time too: one msgpack call over the whole table would hold
+        # the loop for about 100 ms (the C packer keeps the GIL: a thread would not help).
+        blocks = []
+        for start in range(0, count, BLOCK_PARTITIONS):
+            blocks.append(job.block(width, flat, start, min(count, start + BLOCK_PARTITIONS)))
+            await asyncio.sleep(0)
+        return job.prepared(parts, blocks)
 
     async def suspect(self, node_id: int, back: Callable[[], bool]) -> None:
         """Probe `node_id`'s registered RPC address; a refusal fences it now (`QuorumController.on_probe`).
@@ -238,11 +249,9 @@ class ControllerHost:
         except (NotLeaderError, ProposalRejectedError) as error:
             self._deactivate(str(error))
 
-    def _propose(
-        self, batches: Sequence[MetadataBatch], wired: Mapping[int, list[Any]] | None = None
-    ) -> None:
+    def _propose(self, batches: Sequence[MetadataBatch], packed: Mapping[int, bytes] | None = None) -> None:
         for batch in batches:
-            offset, epoch = self._driver.propose(encode_batch(batch, wired))
+            offset, epoch = self._driver.propose(encode_batch(batch, packed))
             self._proposed_epochs[offset] = epoch
             self._last_proposed = offset
 
@@ -266,11 +275,39 @@ class ControllerHost:
                 self._deactivate(str(error))
                 continue
             if self._reassigning is None:
+                # Copies lost with a broker taken for gone first, alone; then the periodic rebalance.
+                replace = controller.replacement_job(now)
+                if replace is not None:
+                    self._reassigning = asyncio.create_task(
+                        self._replace(controller, replace), name="controller-replace"
+                    )
+                    continue
                 job = controller.reassignment_job(now)
                 if job is not None:
                     self._reassigning = asyncio.create_task(
                         self._reassign(controller, job), name="controller-reassign"
                     )
+
+    async def _replace(self, controller: QuorumController, job: ReplaceJob) -> None:
+        """Re-place the copies a gone broker held off the event loop, then write them if this controller is
+        still the active one (each partition is checked against the view as it is then)."""
+        try:
+            wanted: Replacement | Exception
+            try:
+                wanted = await asyncio.to_thread(job.run)
+            except (ValueError, AssignorInternalError) as error:
+                wanted = error
+            if self._controller is not controller:
+                return
+            batch = controller.apply_replacement(job, wanted, self._driver.next_proposal_offset())
+            if batch is not None:
+                self._propose([batch])
+        except (NotLeaderError, ProposalRejectedError) as error:
+            self._deactivate(str(error))
+        except Exception:
+            log.exception("re-placing lost copies failed; it runs again at the next metadata change")
+        finally:
+            self._reassigning = None
 
     async def _reassign(self, controller: QuorumController, job: ReassignJob) -> None:
         """Run the assignor off the event loop (heartbeats and requests go on), then apply its answer if

@@ -16,10 +16,11 @@ stays so for the life of the process (a later fall behind is judged like any sta
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 from collections.abc import Callable, Sequence
 
-from hotstate.controller.codec import decode_batch
+from hotstate.controller.codec import decode_batch, iter_batch_records
 from hotstate.controller.image import ImageBuilder, MetadataImage, PartitionInfo, iter_block_partitions
 from hotstate.controller.records import PartitionBlock
 from hotstate.controller.snapshot import decode_snapshot, encode_snapshot
@@ -98,6 +99,14 @@ class MetadataPublisher:
         self.image = image
         self._note_changes(before, self.image, whole=snapshot is not None)
         self._check_caught_up()
+        if prepared is not None:
+            # A big commit (a 100,000-partition table, a snapshot) leaves hundreds of thousands of new
+            # long-lived objects: each full collection would walk them all again, on the loop (measured:
+            # 60 ms with one such table, 120 ms with three, growing with every one). Frozen, they are left
+            # out of collections; an image dropped later is still freed by reference counting (images hold
+            # no cycles). The price: garbage cycles that exist right now are kept for good, once per big
+            # commit.
+            gc.freeze()
         for listener in self._listeners:
             listener(self.image, entries)
         self._answer_watches()
@@ -217,9 +226,10 @@ async def _apply_in_steps(image: MetadataImage, entries: Sequence[Entry]) -> tup
     for entry in entries:
         if entry.kind is not EntryKind.DATA:
             continue
-        batch = decode_batch(entry.data)
-        await asyncio.sleep(0)
-        for record in batch.records:
+        # A record at a time, yielding between: a new table's PartitionBlocks are about 10 ms each.
+        for record in iter_batch_records(entry.data):
+            await asyncio.sleep(0)
+            records += 1
             built: list[PartitionInfo] | None = None
             if isinstance(record, PartitionBlock):
                 try:
@@ -233,7 +243,6 @@ async def _apply_in_steps(image: MetadataImage, entries: Sequence[Entry]) -> tup
                         if len(built) % BUILD_STEP_PARTITIONS == 0:
                             await asyncio.sleep(0)
             builder.apply(record, entry.offset, built)
-        records += len(batch.records)
     if entries:
         image = builder.build(entries[-1].offset + 1)
     return image, records
