@@ -199,10 +199,10 @@ def _until(condition: Callable[[], bool], what: str, timeout: float = 15.0) -> N
         time.sleep(0.02)
 
 
-@pytest.mark.parametrize("path", ["/v1/query", "/query-stream"])
-def test_a_client_that_goes_away_stops_its_scan_on_every_server(running: RunningCluster, path: str) -> None:
-    """/v1/query is answered by the direct HTTP/1.1 lane and /query-stream by the ASGI app: on both, a
-    client that disconnects mid-scan cancels the scan here and, by an RPC cancel, on the peers."""
+def _disconnect_mid_scan(running: RunningCluster, path: str) -> bool:
+    """Sends SLOW_SCAN to server 1 and closes the connection once a peer scans; True when that peer then
+    counts its scan cancelled, False when its scan had already ended by itself (a race the caller
+    retries)."""
     peers = (2, 3)
     before = {node: _scan_metrics(running, node)[1] for node in peers}
     timeout = {"timeout_ms": 120_000}  # the scan must not end by its budget either
@@ -223,11 +223,19 @@ def test_a_client_that_goes_away_stops_its_scan_on_every_server(running: Running
             + body
         )
         _until(a_peer_scans, "a peer scans", timeout=60.0)
-    # The socket is closed while a peer scans a partition that takes it a second or more: that scan
-    # stops, counted as cancelled (a scan that ran to its end is not).
     peer = scanning[0]
-    _until(lambda: _scan_metrics(running, peer)[1] > before[peer], f"server {peer} cancelled its scan")
     _until(lambda: all(_scan_metrics(running, node)[0] == 0 for node in (1, *peers)), "no scan runs", 60.0)
+    return _scan_metrics(running, peer)[1] > before[peer]
+
+
+@pytest.mark.parametrize("path", ["/v1/query", "/query-stream"])
+def test_a_client_that_goes_away_stops_its_scan_on_every_server(running: RunningCluster, path: str) -> None:
+    """/v1/query is answered by the direct HTTP/1.1 lane and /query-stream by the ASGI app: on both, a
+    client that disconnects mid-scan cancels the scan here and, by an RPC cancel, on the peers. The socket
+    closes while a peer scans; the peer's scan may still end by itself between the two (its partitions
+    take it well under a second on a quiet machine), so up to three tries, each needing the peer to count
+    a cancelled scan: without the RPC cancel none does."""
+    assert any(_disconnect_mid_scan(running, path) for _ in range(3)), "no peer's scan was cancelled"
     assert _rows(running, "SELECT COUNT(*) FROM events") == [[ROWS]]
 
 
