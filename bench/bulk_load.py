@@ -13,7 +13,13 @@ latency of point lookups (`SELECT * ... WHERE id = '...'` over HTTP, one at a ti
 while the load ran: p50, p99 and max. The machine is shared: the bench waits (at most QUIET_WAIT_S) until
 other processes use under 0.4 cores before each measured part, and records what they used.
 
-`--rows` makes a short check run (write it elsewhere with `--out`); the issue's figure is at 10,000,000.
+Spark reads one Parquet file (FILE_ROWS rows) per task, so a task's rows stay bounded in memory (the
+writer holds a task's rows until they are acked), and the writer's deadline (`writeTimeoutMs`, which
+covers the whole of one task's write) is WRITE_TIMEOUT_MS: the default 60 s is too short for a task of
+half a million rows on 2 shared cores.
+
+`--rows` makes a short check run (write it elsewhere with `--out`; `--file-rows` smaller than `--rows`
+gives it several tasks); the issue's figure is at 10,000,000 (about 15 minutes on 2 cores).
 """
 
 from __future__ import annotations
@@ -54,9 +60,10 @@ TABLE = "bulk"
 KEY = (KeyColumn("id", KeyType.STRING),)
 QUIET_WAIT_S = 60.0
 SYNC_TIMEOUT_S = 600.0
+WRITE_TIMEOUT_MS = 1_800_000
 
 
-def write_input(directory: Path, rows: int) -> int:
+def write_input(directory: Path, rows: int, file_rows: int = FILE_ROWS) -> int:
     """Parquet files of `rows` rows; the mean encoded row size in bytes."""
     import numpy as np
     import pyarrow as pa
@@ -64,8 +71,8 @@ def write_input(directory: Path, rows: int) -> int:
 
     directory.mkdir(parents=True)
     filler = "x" * 60
-    for number, start in enumerate(range(0, rows, FILE_ROWS)):
-        ids = np.arange(start, min(start + FILE_ROWS, rows))
+    for number, start in enumerate(range(0, rows, file_rows)):
+        ids = np.arange(start, min(start + file_rows, rows))
         table = pa.table(
             {
                 "id": pa.array([f"user-{i:010d}" for i in ids]),
@@ -171,14 +178,17 @@ def percentile(values: list[float], q: float) -> float:
     return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 2) if ordered else 0.0
 
 
-def main(rows: int, out: Path) -> None:
+def main(rows: int, out: Path, file_rows: int = FILE_ROWS) -> None:
     import hotstate.spark as hs
     from hotstate.spark.pipeline import build_session
 
+    run_started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         source = root / "in"
-        row_bytes = write_input(source, rows)
+        started_input = time.perf_counter()
+        row_bytes = write_input(source, rows, file_rows)
+        input_s = time.perf_counter() - started_input
         input_bytes = _bytes_under(source)
         baseline = baseline_rocksdb(source, root / "baseline")
         print("baseline", baseline, flush=True)
@@ -187,7 +197,14 @@ def main(rows: int, out: Path) -> None:
         cluster.save()
         cluster.start_all()
         os.environ["PYSPARK_PYTHON"] = sys.executable
-        spark, _ = build_session("local[2]", 2, app_name="hotstate-bulk-load")
+        largest_file = max(p.stat().st_size for p in source.iterdir())
+        spark, _ = build_session(
+            "local[2]",
+            2,
+            app_name="hotstate-bulk-load",
+            # One file per task: Spark would pack the files into one task per core.
+            conf={"spark.sql.files.maxPartitionBytes": str(largest_file + 1)},
+        )
         hs.register(spark)
         try:
             asyncio.run(cluster.wait_ready(30))
@@ -204,6 +221,7 @@ def main(rows: int, out: Path) -> None:
             asyncio.run(create())
             frame = spark.read.parquet(str(source))
             frame.count()  # the files' footers read and the JVM warm before the clock starts
+            tasks = frame.rdd.getNumPartitions()
             lookups = Lookups(cluster.http_addresses(), rows)
             wait_quiet(QUIET_WAIT_S)
             before = cpu_sample()
@@ -219,6 +237,7 @@ def main(rows: int, out: Path) -> None:
                 .option("cluster", ",".join(f"{h}:{p}" for h, p in cluster.addresses()))
                 .option("clusterId", cluster.cluster_id)
                 .option("secret", cluster.secret)
+                .option("writeTimeoutMs", WRITE_TIMEOUT_MS)
                 .save()
             )
             loaded = time.perf_counter()
@@ -236,6 +255,7 @@ def main(rows: int, out: Path) -> None:
                 "rows": rows,
                 "seconds": round(load_s, 2),
                 "rows_per_s": round(rows / load_s),
+                "spark_tasks": tasks,
                 "replicas_in_sync_after_s": round(sync_s, 3),
                 "bytes_on_disk_per_server": {
                     str(s.node_id): _bytes_under(s.directory(cluster.root)) for s in cluster.servers
@@ -269,6 +289,8 @@ def main(rows: int, out: Path) -> None:
         "row": "id (key, 15-char string), segment (string), score (double), visits (bigint), note "
         f"(65-char string): {row_bytes} bytes encoded (key + row)",
         "input_parquet_bytes": input_bytes,
+        "input_written_s": round(input_s, 2),
+        "seconds_total": round(time.perf_counter() - run_started, 1),
         "partitions": PARTITIONS,
         "baseline_single_rocksdb": baseline,
         "hotstate": hotstate,
@@ -286,5 +308,6 @@ if __name__ == "__main__":
     )
     parser.add_argument("--rows", type=int, default=ROWS, help="rows loaded")
     parser.add_argument("--out", type=Path, default=RESULTS, help="where the JSON goes")
+    parser.add_argument("--file-rows", type=int, default=FILE_ROWS, help="rows per Parquet file (a task)")
     args = parser.parse_args()
-    main(args.rows, args.out)
+    main(args.rows, args.out, args.file_rows)

@@ -660,6 +660,8 @@ def bulk_load(data: Mapping[str, Any]) -> Section:
             f"Ratio to the single RocksDB write: {fmt(data['ratio_vs_single_rocksdb'])} "
             f"(goal {goals['ratio_vs_single_rocksdb']}). Point-lookup p99 during the load: "
             f"{fmt(lookups['p99_ms'])} ms (goal {goals['point_lookup_p99_ms']} ms).",
+            f"Spark tasks: {fmt(hot.get('spark_tasks', '–'))} (one Parquet file each); the whole run took "
+            f"{fmt(data.get('seconds_total', '–'))} s.",
             f"Every replica in sync {fmt(hot['replicas_in_sync_after_s'])} s after the load returned; "
             f"sampled keys found after it: {fmt(hot['sampled_keys_found'])}.",
             f"Bytes on disk: {disk} (the single store: {fmt(base['bytes_on_disk'])}; the Parquet input: "
