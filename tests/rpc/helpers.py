@@ -125,6 +125,30 @@ class Holds:
         self._future(self._released, seq).set_result(None)
 
 
+class Stops:
+    """A handler that holds each Hold request until it is cancelled, and tells the test when it was."""
+
+    def __init__(self) -> None:
+        self._arrived: dict[int, asyncio.Future[None]] = {}
+        self._stopped: dict[int, asyncio.Future[None]] = {}
+
+    async def handler(self, peer: PeerInfo, message: object) -> object | None:
+        if not isinstance(message, Hold):
+            return await echo_handler(peer, message)
+        Holds._future(self._arrived, message.seq).set_result(None)
+        try:
+            await asyncio.get_running_loop().create_future()  # until cancelled
+        finally:
+            Holds._future(self._stopped, message.seq).set_result(None)
+        return None
+
+    async def arrived(self, seq: int) -> None:
+        await asyncio.shield(Holds._future(self._arrived, seq))
+
+    async def stopped(self, seq: int) -> None:
+        await asyncio.shield(Holds._future(self._stopped, seq))
+
+
 class LogWatch(logging.Handler):
     """A logger's lines as they are logged, and a wait for them: for what only shows in the log."""
 

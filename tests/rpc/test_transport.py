@@ -43,6 +43,7 @@ from .helpers import (
     Note,
     Ping,
     Pong,
+    Stops,
     echo_handler,
     make_server,
     run,
@@ -747,35 +748,6 @@ def test_request_soon_gives_what_request_gives_as_a_future() -> None:
             await pool.close()
 
     run(main())
-
-
-class Stops:
-    """A handler that holds each Hold request until it is cancelled, and tells the test when it was."""
-
-    def __init__(self) -> None:
-        self._arrived: dict[int, asyncio.Future[None]] = {}
-        self._stopped: dict[int, asyncio.Future[None]] = {}
-
-    def _future(self, table: dict[int, asyncio.Future[None]], seq: int) -> asyncio.Future[None]:
-        if seq not in table:
-            table[seq] = asyncio.get_running_loop().create_future()
-        return table[seq]
-
-    async def handler(self, peer: PeerInfo, message: object) -> object | None:
-        if not isinstance(message, Hold):
-            return await echo_handler(peer, message)
-        self._future(self._arrived, message.seq).set_result(None)
-        try:
-            await asyncio.get_running_loop().create_future()  # until cancelled
-        finally:
-            self._future(self._stopped, message.seq).set_result(None)
-        return None
-
-    async def arrived(self, seq: int) -> None:
-        await asyncio.shield(self._future(self._arrived, seq))
-
-    async def stopped(self, seq: int) -> None:
-        await asyncio.shield(self._future(self._stopped, seq))
 
 
 def test_a_request_given_up_on_is_cancelled_at_the_server() -> None:
