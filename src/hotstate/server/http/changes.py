@@ -44,13 +44,13 @@ from hotstate.server.http.queries import (
     NOT_FOUND,
     Answer,
     BadRequest,
-    _json_object,
-    _known_types,
-    _refuse_unknown,
-    _statement,
     dumps,
+    json_object,
+    known_types,
     plain_json,
     query_error,
+    refuse_unknown_fields,
+    string_field,
 )
 
 log = logging.getLogger(__name__)
@@ -192,7 +192,7 @@ class FeedStream:
                 "token": feed.token(self._sent),
             }
             return [self._line("header", header, None)]
-        known = _known_types(feed.table)
+        known = known_types(feed.table)
         header = {
             "queryId": feed.query_id,
             "columnNames": self._columns,
@@ -380,9 +380,9 @@ class ChangeEndpoints:
     def native(self, body: bytes) -> Answer | Awaitable[Answer]:
         """`POST /v1/changes` with {"sql", "from_token", "snapshot"}: newline-delimited JSON events."""
         try:
-            data = _json_object(body)
-            _refuse_unknown(data, CHANGES_FIELDS)
-            sql = _statement(data, "sql")
+            data = json_object(body)
+            refuse_unknown_fields(data, CHANGES_FIELDS)
+            sql = string_field(data, "sql")
         except BadRequest as error:
             return error.refusal()
         properties = {name: data[name] for name in ("from_token", "snapshot") if data.get(name) is not None}
