@@ -249,11 +249,12 @@ class FeedStream:
                 "row": self._row(event.row),
             }
             return [self._line("row", body, None)]
-        if isinstance(event, SnapshotEnd):
+        if isinstance(event, SnapshotEnd | Progress):
+            kind = "snapshot_end" if isinstance(event, SnapshotEnd) else "progress"
             self._sent.update(event.positions)
             token = feed.token(self._sent)
-            body = {"type": "snapshot_end", "positions": dict(event.positions), "token": token}
-            return [self._line("snapshot_end", body, token)]
+            body = {"type": kind, "positions": dict(event.positions), "token": token}
+            return [self._line(kind, body, token)]
         if isinstance(event, Resync):
             if not event.more:  # a resumed feed must not skip the parts still to come
                 self._sent[event.partition] = max(self._sent.get(event.partition, 0), event.position)
@@ -271,11 +272,6 @@ class FeedStream:
             if event.continued:
                 body["continued"] = True
             return [self._line("resync", body, token)]
-        if isinstance(event, Progress):
-            self._sent.update(event.positions)
-            token = feed.token(self._sent)
-            body = {"type": "progress", "positions": dict(event.positions), "token": token}
-            return [self._line("progress", body, token)]
         assert isinstance(event, End)
         self._sent.update(event.positions)
         token = feed.token(self._sent)
