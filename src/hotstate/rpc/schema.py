@@ -458,6 +458,15 @@ class _Field:
     kw_only: bool
 
 
+def _field_lines(i: int, source: str, check: str | None, convert: str) -> list[str]:
+    """Generated lines that read field `i` from `source` into x{i}, then call `convert` on it unless the
+    inline `check` passes it unchanged."""
+    read = f"        x{i} = {source}"
+    if check:
+        return [read, f"        if not {check.format(x=f'x{i}')}: x{i} = {convert}(x{i})"]
+    return [read, f"        x{i} = {convert}(x{i})"]
+
+
 class _Struct:
     """Encoder and decoder of one dataclass's field list (`[v0, v1, ...]`)."""
 
@@ -493,12 +502,7 @@ class _Struct:
         if n:
             enc_lines.append("    try:")
             for i, f in enumerate(fields):
-                enc_lines.append(f"        x{i} = o.{f.name}")
-                if f.conv.enc_check:
-                    check = f.conv.enc_check.format(x=f"x{i}")
-                    enc_lines.append(f"        if not {check}: x{i} = _e{i}(x{i})")
-                else:
-                    enc_lines.append(f"        x{i} = _e{i}(x{i})")
+                enc_lines += _field_lines(i, f"o.{f.name}", f.conv.enc_check, f"_e{i}")
             enc_lines += ["    except _Invalid:", "        return _slow_encode(o)"]
         enc_lines.append(f"    return [{', '.join(f'x{i}' for i in range(n))}]")
 
@@ -510,12 +514,7 @@ class _Struct:
         if n:
             dec_lines.append("    try:")
             for i, f in enumerate(fields):
-                dec_lines.append(f"        x{i} = v[{i}]")
-                if f.conv.dec_check:
-                    check = f.conv.dec_check.format(x=f"x{i}")
-                    dec_lines.append(f"        if not {check}: x{i} = _d{i}(x{i})")
-                else:
-                    dec_lines.append(f"        x{i} = _d{i}(x{i})")
+                dec_lines += _field_lines(i, f"v[{i}]", f.conv.dec_check, f"_d{i}")
             args = ", ".join(f"{f.name}=x{i}" if f.kw_only else f"x{i}" for i, f in enumerate(fields))
             dec_lines += [
                 f"        return _cls({args})",
