@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from hotstate.server.config import ConfigError, config_warnings, load_config, parse_flag_overrides
-from hotstate.server.http.tables import _Refused, create_request
+from hotstate.server.http.tables import TableRequestRefused, create_request
 
 from .helpers import BASE, BASE_TOML, assert_reports, load, load_toml
 
@@ -39,7 +39,7 @@ def test_a_tables_acceptable_offset_lag_is_its_acceptable_lag() -> None:
     assert made.acceptable_lag == 50
     same = {"name": "t", "key_columns": key, "acceptable.offset.lag": 50, "acceptable_lag": 50}
     assert create_request(orjson.dumps(same)).acceptable_lag == 50
-    with pytest.raises(_Refused) as refused:
+    with pytest.raises(TableRequestRefused) as refused:
         create_request(orjson.dumps(same | {"acceptable_lag": 7}))
     assert b"two names" in refused.value.answer[1]
 

@@ -8,7 +8,7 @@ from typing import Final
 
 from hotstate.assignor.actives import ActiveChoice, lag_of
 from hotstate.assignor.cost import CostModel, held_as, replica_cost
-from hotstate.assignor.model import AssignedRole, Assignment, ReplicaReason
+from hotstate.assignor.model import AssignedRole, Assignment, ReplicaReason, SpreadLevel
 from hotstate.assignor.problem import Problem
 from hotstate.assignor.restoring import StandbyOutcome
 from hotstate.assignor.standbys import StandbySlot
@@ -135,13 +135,18 @@ def _restore_text(problem: Problem, p: int, s: int, warmup: bool) -> str:
     )
 
 
+def _spread_after(problem: Problem, earlier: Sequence[int], s: int) -> SpreadLevel:
+    """The spread level a replica on server `s` reaches beside the partition's `earlier` replicas."""
+    tag_keys = problem.config.rack_aware_assignment_tags
+    used = used_values([problem.vectors[x] for x in earlier], len(tag_keys))
+    return spread_level(spread_score(problem.vectors[s], used), len(tag_keys))
+
+
 def _held_standby_reason(
     problem: Problem, model: CostModel, p: int, earlier: Sequence[int], outcome: StandbyOutcome
 ) -> ReplicaReason:
     keeper = outcome.server
-    tag_keys = problem.config.rack_aware_assignment_tags
-    used = used_values([problem.vectors[x] for x in earlier], len(tag_keys))
-    level = spread_level(spread_score(problem.vectors[keeper], used), len(tag_keys))
+    level = _spread_after(problem, earlier, keeper)
     target = problem.server_ids[outcome.plan.target]
     waits = "warms up" if outcome.warmup else "waits for a warmup slot"
     cost, cost_text = _cost(problem, model, "standby", p, keeper)
@@ -206,9 +211,7 @@ def refused_target_standby_reason(
     problem: Problem, model: CostModel, p: int, earlier: Sequence[int], s: int
 ) -> ReplicaReason:
     """The standby on an active's balanced target whose warmup was refused (restoring.py, rule 7)."""
-    tag_keys = problem.config.rack_aware_assignment_tags
-    used = used_values([problem.vectors[x] for x in earlier], len(tag_keys))
-    level = spread_level(spread_score(problem.vectors[s], used), len(tag_keys))
+    level = _spread_after(problem, earlier, s)
     cost, cost_text = _cost(problem, model, "standby", p, s)
     return ReplicaReason(
         partition=problem.partitions[p],

@@ -29,6 +29,7 @@ from hotstate.protocol.ttl import parse_duration
 
 if TYPE_CHECKING:
     from hotstate.client.admin import AdminClient
+    from hotstate.client.query import Client
 
 T = TypeVar("T")
 
@@ -309,19 +310,10 @@ def register(app: typer.Typer, *, default_dir: Path) -> None:
         their lags."""
         credentials = Credentials(user, password, auth_token)
         target = admin_target(cluster, cluster_id, secret, directory, ca, cert, key_file)
-        status = run_admin(target, lambda admin: admin.describe())
-        http = [f"{s.http_host}:{s.http_port}" for s in status.servers if s.http_host and s.http_port]
-        if not http:
-            raise fail("no server of the cluster has an HTTP API to describe tables with")
-        from hotstate.client.query import Client, ClusterUnreachable, QueryFailed
+        from hotstate.client.query import ClusterUnreachable, QueryFailed
 
         try:
-            with Client(
-                http,
-                timeout_s=10.0,
-                tls=target.tls.ca if target.tls else None,
-                **credentials.client_args(cluster, directory),
-            ) as client:
+            with _http_client(target, credentials, cluster, directory, 10.0) as client:
                 tables = client.tables()
                 lags = client.lags()
         except (QueryFailed, ClusterUnreachable) as error:
@@ -381,19 +373,14 @@ def register(app: typer.Typer, *, default_dir: Path) -> None:
         """Write the table to a new directory as Parquet, every partition at one consistency token, with a
         manifest (docs/operations.md)."""
         from hotstate.client.backup import BackupError, export_table
-        from hotstate.client.query import Client, ClusterUnreachable, QueryFailed, Unavailable
+        from hotstate.client.query import ClusterUnreachable, QueryFailed, Unavailable
 
         if directory_out.exists():
             raise fail(f"export directory {str(directory_out)!r} exists: name a new one")
         target = admin_target(cluster, cluster_id, secret, directory, ca, cert, key_file)
-        http = _http_addresses(target)
+        credentials = Credentials(user, password, auth_token)
         try:
-            with Client(
-                http,
-                timeout_s=30.0,
-                tls=target.tls.ca if target.tls else None,
-                **Credentials(user, password, auth_token).client_args(cluster, directory),
-            ) as client:
+            with _http_client(target, credentials, cluster, directory, 30.0) as client:
                 result = export_table(client, name, directory_out, token=token, page_rows=page_rows)
         except (BackupError, QueryFailed, ClusterUnreachable, Unavailable) as error:
             raise fail(f"cannot export table {name!r}: {error}") from error
@@ -431,18 +418,13 @@ def register(app: typer.Typer, *, default_dir: Path) -> None:
         """Load an export into a table (created with the export's key, value columns and partitions when
         missing); everything is checked before anything is written."""
         from hotstate.client.backup import BackupError, plan_import, write_rows
-        from hotstate.client.query import Client, ClusterUnreachable, QueryFailed
+        from hotstate.client.query import ClusterUnreachable, QueryFailed
         from hotstate.client.writer import TableWriter, WriteError
 
         target = admin_target(cluster, cluster_id, secret, directory, ca, cert, key_file)
-        http = _http_addresses(target)
+        credentials = Credentials(user, password, auth_token)
         try:
-            with Client(
-                http,
-                timeout_s=30.0,
-                tls=target.tls.ca if target.tls else None,
-                **Credentials(user, password, auth_token).client_args(cluster, directory),
-            ) as client:
+            with _http_client(target, credentials, cluster, directory, 30.0) as client:
                 existing = client.tables()
             plan = plan_import(directory_in, table, existing)
         except (BackupError, QueryFailed, ClusterUnreachable) as error:
@@ -489,6 +471,25 @@ def _http_addresses(target: Target) -> list[str]:
     if not http:
         raise fail("no server of the cluster has an HTTP API to read tables with")
     return http
+
+
+def _http_client(
+    target: Target,
+    credentials: Credentials,
+    cluster: list[str] | None,
+    directory: Path,
+    timeout_s: float,
+) -> Client:
+    """A client of the HTTP API of `target`'s cluster, at the addresses its servers advertise, trusting the
+    CA its RPC port is reached with."""
+    from hotstate.client.query import Client
+
+    return Client(
+        _http_addresses(target),
+        timeout_s=timeout_s,
+        tls=target.tls.ca if target.tls else None,
+        **credentials.client_args(cluster, directory),
+    )
 
 
 def _key_text(columns: tuple[KeyColumn, ...]) -> str:

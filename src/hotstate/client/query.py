@@ -295,7 +295,7 @@ class _Call(Generic[T]):
                 self.last_error = error
                 return None
             return self.request.result(decoded, server)
-        failure = _failure(response, server)
+        failure = query_failure(response, server)
         if response.status_code < 500:
             raise failure
         if failure.status == 503 and failure.error_code == SERVER_NOT_READY:
@@ -314,7 +314,9 @@ class _Call(Generic[T]):
         return ClusterUnreachable(self.servers, self.last_error)
 
 
-def _failure(response: httpx.Response, server: str) -> QueryFailed:
+def query_failure(response: httpx.Response, server: str) -> QueryFailed:
+    """The error a server's refusal of a query (status >= 300) raises: Unavailable for a 503. Public for
+    client/subscribe.py, whose feeds are refused the same way."""
     status = response.status_code
     try:
         body = response.json()

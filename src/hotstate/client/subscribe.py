@@ -200,9 +200,10 @@ class FeedState:
 
 
 def _refusal(response: httpx.Response, server: str) -> QueryFailed:
-    from hotstate.client.query import _failure
+    # Imported here: client/query.py imports this module.
+    from hotstate.client.query import query_failure
 
-    return _failure(response, server)
+    return query_failure(response, server)
 
 
 class _Position:

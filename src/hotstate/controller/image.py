@@ -8,7 +8,7 @@ so a heartbeat-driven change does not copy a million partitions.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 
@@ -298,26 +298,19 @@ class ImageBuilder:
             case ReplaceTable(name, table_id, replaced_id, positions):
                 self._replace_table(name, table_id, replaced_id, positions, offset)
             case TableWriters(table_id, writer_racks):
-                tables = self._tables_w()
-                found = next((t for t in tables.values() if t.table_id == table_id), None)
-                if found is None:
-                    log.warning("metadata offset %d: writers of unknown table %d", offset, table_id)
-                    return
-                tables[found.name] = replace(found, writer_racks=tuple(sorted(set(writer_racks))))
+                racks = tuple(sorted(set(writer_racks)))
+                self._change_table(table_id, offset, "writers", lambda t: replace(t, writer_racks=racks))
             case TableValueColumns(table_id, value_columns):
-                tables = self._tables_w()
-                found = next((t for t in tables.values() if t.table_id == table_id), None)
-                if found is None:
-                    log.warning("metadata offset %d: value columns of unknown table %d", offset, table_id)
-                    return
-                tables[found.name] = replace(found, value_columns=value_columns)
+                self._change_table(
+                    table_id, offset, "value columns", lambda t: replace(t, value_columns=value_columns)
+                )
             case TableBatch(table_id, batch_id, positions):
-                tables = self._tables_w()
-                found = next((t for t in tables.values() if t.table_id == table_id), None)
-                if found is None:
-                    log.warning("metadata offset %d: a batch of unknown table %d", offset, table_id)
-                    return
-                tables[found.name] = replace(found, batch_id=batch_id, batch_positions=positions)
+                self._change_table(
+                    table_id,
+                    offset,
+                    "a batch",
+                    lambda t: replace(t, batch_id=batch_id, batch_positions=positions),
+                )
             case PartitionAssignment():
                 parts = self._table_parts_w(record.table_id)
                 if parts is None:
@@ -373,6 +366,17 @@ class ImageBuilder:
                 )
             case NoOp():
                 pass
+
+    def _change_table(
+        self, table_id: int, offset: int, what: str, change: Callable[[TableInfo], TableInfo]
+    ) -> None:
+        """A record that changes a table found by id; one of a table no longer there is skipped."""
+        tables = self._tables_w()
+        found = next((t for t in tables.values() if t.table_id == table_id), None)
+        if found is None:
+            log.warning("metadata offset %d: %s of unknown table %d", offset, what, table_id)
+            return
+        tables[found.name] = change(found)
 
     def _replace_table(
         self, name: str, table_id: int, replaced_id: int, positions: tuple[int, ...], offset: int

@@ -54,7 +54,7 @@ def select_query(
     conditions: list[Predicate] = []
     if isinstance(where_clause, exp.Where):
         where = compiler.predicate(where_clause.this, "WHERE")
-        for term in _and_terms(where_clause.this):
+        for term in and_terms(where_clause.this):
             try:
                 conditions.append(key_predicate(term, table))
             except UnsupportedQueryError:
@@ -63,9 +63,11 @@ def select_query(
     return PullQuery(table, None, tuple(conditions), limit, spec)
 
 
-def _and_terms(node: exp.Expression) -> list[exp.Expression]:
+def and_terms(node: exp.Expression) -> list[exp.Expression]:
+    """The conditions a chain of ANDs (in parentheses or not) joins, left to right."""
     terms: list[exp.Expression] = []
     pending = [node]
+    # A loop, not recursion: a long chain of ANDs must not hit the recursion limit.
     while pending:
         item = pending.pop()
         if isinstance(item, exp.Paren):

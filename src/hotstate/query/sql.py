@@ -56,7 +56,7 @@ from hotstate.query.pull_query import (
     limit_count,
     shortened,
 )
-from hotstate.query.select import SCAN_CLAUSES, select_query
+from hotstate.query.select import SCAN_CLAUSES, and_terms, select_query
 
 __all__ = [
     "MAX_ANDS",
@@ -419,18 +419,7 @@ def _limit(node: object) -> int | None:
 
 
 def _conditions(where: exp.Expression, table: str) -> tuple[Predicate, ...]:
-    found: list[Predicate] = []
-    pending = [where]
-    # A loop, not recursion: a long chain of ANDs must not hit the recursion limit.
-    while pending:
-        node = pending.pop()
-        if isinstance(node, exp.Paren):
-            pending.append(node.this)
-        elif isinstance(node, exp.And):
-            pending.extend((node.expression, node.this))
-        else:
-            found.append(_predicate(node, table))
-    return tuple(found)
+    return tuple(_predicate(term, table) for term in and_terms(where))
 
 
 def _predicate(node: exp.Expression, table: str) -> Predicate:

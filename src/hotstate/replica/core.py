@@ -430,7 +430,7 @@ class ReplicaCore:
         # Fetches parked in the previous epoch: answer them, so their followers refetch in the new epoch
         # at once instead of after their fetch timeout.
         for request, _ in self._parked.values():
-            self._send(self._error_answer(request, ReplicaError.FENCED_EPOCH))
+            self._send(self._empty_answer(request, ReplicaError.FENCED_EPOCH))
         self._parked.clear()
         self._isr_request = None
 
@@ -438,7 +438,7 @@ class ReplicaCore:
         if self._role is ReplicaRole.LEADER:
             self._fail_pending(ReplicaError.NOT_LEADER)
             for request, _ in self._parked.values():
-                self._send(self._error_answer(request, ReplicaError.NOT_LEADER))
+                self._send(self._empty_answer(request, ReplicaError.NOT_LEADER))
             self._parked.clear()
         self._role = ReplicaRole.FOLLOWER
         self._epoch = view.leader_epoch
@@ -482,11 +482,11 @@ class ReplicaCore:
                 error = ReplicaError.UNKNOWN_EPOCH
             else:
                 error = ReplicaError.NOT_LEADER
-            self._send(self._error_answer(request, error))
+            self._send(self._empty_answer(request, error))
             return
         follower = self._followers.get(request.src)
         if follower is None:
-            self._send(self._error_answer(request, ReplicaError.NOT_REPLICA))
+            self._send(self._empty_answer(request, ReplicaError.NOT_REPLICA))
             return
         answer = self._fetch_answer(request)
         if answer.error is ReplicaError.NONE and answer.diverging is None:
@@ -528,18 +528,7 @@ class ReplicaCore:
 
     def _fetch_answer(self, request: FetchRequest) -> FetchResponse:
         log = self._log
-        base = FetchResponse(
-            self.id,
-            request.src,
-            self.table_id,
-            self.partition,
-            self._epoch,
-            request.fetch_id,
-            ReplicaError.NONE,
-            self._hw,
-            log.start_offset,
-            log.end_offset,
-        )
+        base = self._empty_answer(request, ReplicaError.NONE)
         match check_fetch(log, request.fetch_offset, request.last_fetched_epoch):
             case NeedsSnapshot():
                 return _with(base, error=ReplicaError.SNAPSHOT_NEEDED)
@@ -548,7 +537,8 @@ class ReplicaCore:
         max_bytes = min(request.max_bytes, self.config.fetch_max_bytes)
         return _with(base, batches=tuple(log.read(request.fetch_offset, max_bytes)))
 
-    def _error_answer(self, request: FetchRequest, error: ReplicaError) -> FetchResponse:
+    def _empty_answer(self, request: FetchRequest, error: ReplicaError) -> FetchResponse:
+        """An answer to `request` with no batches: this replica's epoch, high watermark and log bounds."""
         return FetchResponse(
             self.id,
             request.src,

@@ -139,6 +139,17 @@ class _Converter:
     dec_array_check: Callable[[Any], bool] | None = None
 
 
+def _exactly(tp: type, name: str) -> _Conv:
+    """The conversion that passes a value of exactly type `tp` (not a subclass, so no bool for an int)."""
+
+    def convert(x: Any) -> Any:
+        if type(x) is tp:
+            return x
+        raise _want(name, x)
+
+    return convert
+
+
 def _int_conv() -> _Converter:
     def enc(x: Any) -> Any:
         if isinstance(x, bool) or not isinstance(x, int):
@@ -147,13 +158,8 @@ def _int_conv() -> _Converter:
             raise _Invalid(f"int {x} does not fit in 64 bits")
         return int(x)
 
-    def dec(x: Any) -> Any:
-        if type(x) is int:
-            return x
-        raise _want("int", x)
-
     # Out-of-range ints are left to packb's OverflowError on the fast path (reported as EncodeError).
-    return _Converter("int", enc, dec, "type({x}) is int", "type({x}) is int")
+    return _Converter("int", enc, _exactly(int, "int"), "type({x}) is int", "type({x}) is int")
 
 
 def _float_conv() -> _Converter:
@@ -165,26 +171,12 @@ def _float_conv() -> _Converter:
             return float(x)
         raise _want("float", x)
 
-    def dec(x: Any) -> Any:
-        if type(x) is float:
-            return x
-        raise _want("float", x)
-
-    return _Converter("float", enc, dec, "type({x}) is float", "type({x}) is float")
+    return _Converter("float", enc, _exactly(float, "float"), "type({x}) is float", "type({x}) is float")
 
 
 def _exact_conv(tp: type, name: str) -> _Converter:
-    def enc(x: Any) -> Any:
-        if type(x) is tp:
-            return x
-        raise _want(name, x)
-
-    def dec(x: Any) -> Any:
-        if type(x) is tp:
-            return x
-        raise _want(name, x)
-
-    return _Converter(name, enc, dec, f"type({{x}}) is {name}", f"type({{x}}) is {name}")
+    exact = _exactly(tp, name)
+    return _Converter(name, exact, exact, f"type({{x}}) is {name}", f"type({{x}}) is {name}")
 
 
 def _bytes_conv() -> _Converter:
@@ -193,12 +185,7 @@ def _bytes_conv() -> _Converter:
             return bytes(x)
         raise _want("bytes", x)
 
-    def dec(x: Any) -> Any:
-        if type(x) is bytes:
-            return x
-        raise _want("bytes", x)
-
-    return _Converter("bytes", enc, dec, "type({x}) is bytes", "type({x}) is bytes")
+    return _Converter("bytes", enc, _exactly(bytes, "bytes"), "type({x}) is bytes", "type({x}) is bytes")
 
 
 def _none_conv() -> _Converter:
@@ -220,11 +207,6 @@ def _enum_conv(cls: type[enum.IntEnum], key: str) -> _Converter:
     members = {int(m): m for m in cls}
     name = cls.__name__
 
-    def enc(x: Any) -> Any:
-        if type(x) is cls:
-            return x
-        raise _want(name, x)
-
     def dec(x: Any) -> Any:
         if type(x) is int:
             member = members.get(x)
@@ -234,7 +216,7 @@ def _enum_conv(cls: type[enum.IntEnum], key: str) -> _Converter:
         raise _want(f"int ({name})", x)
 
     # A member packs as its int value (msgpack packs int subclasses as ints), so it passes unchanged.
-    return _Converter(name, enc, dec, f"type({{x}}) is {key}", None)
+    return _Converter(name, _exactly(cls, name), dec, f"type({{x}}) is {key}", None)
 
 
 def _optional_conv(inner: _Converter) -> _Converter:
@@ -287,26 +269,23 @@ def _all_of_type(kind: type) -> Callable[[Any], bool]:
     return check
 
 
+def _items_check(kind: type | None, item_ok: Callable[[Any], bool] | None) -> Callable[[Any], bool] | None:
+    """A check that every item of an array passes unchanged: in C for an exact type, else per item."""
+    if kind is not None:
+        return _all_of_type(kind)
+    if item_ok is not None:
+        return lambda items: all(map(item_ok, items))
+    return None
+
+
 def _tuple_conv(inner: _Converter, namespace: dict[str, Any]) -> _Converter:
     inner_enc, inner_dec = inner.enc, inner.dec
     enc_item_ok = _check_fn(inner.enc_check, namespace)
     dec_item_ok = _check_fn(inner.dec_check, namespace)
     enc_kind = _EXACT_CHECKS.get(inner.enc_check)
     dec_kind = _EXACT_CHECKS.get(inner.dec_check)
-    enc_all = (
-        _all_of_type(enc_kind)
-        if enc_kind is not None
-        else (lambda items: all(map(enc_item_ok, items)))
-        if enc_item_ok is not None
-        else None
-    )
-    dec_all = (
-        _all_of_type(dec_kind)
-        if dec_kind is not None
-        else (lambda items: all(map(dec_item_ok, items)))
-        if dec_item_ok is not None
-        else None
-    )
+    enc_all = _items_check(enc_kind, enc_item_ok)
+    dec_all = _items_check(dec_kind, dec_item_ok)
     name = f"tuple[{inner.name}, ...]"
 
     def enc(x: Any) -> Any:
@@ -479,6 +458,15 @@ class _Field:
     kw_only: bool
 
 
+def _field_lines(i: int, source: str, check: str | None, convert: str) -> list[str]:
+    """Generated lines that read field `i` from `source` into x{i}, then call `convert` on it unless the
+    inline `check` passes it unchanged."""
+    read = f"        x{i} = {source}"
+    if check:
+        return [read, f"        if not {check.format(x=f'x{i}')}: x{i} = {convert}(x{i})"]
+    return [read, f"        x{i} = {convert}(x{i})"]
+
+
 class _Struct:
     """Encoder and decoder of one dataclass's field list (`[v0, v1, ...]`)."""
 
@@ -514,12 +502,7 @@ class _Struct:
         if n:
             enc_lines.append("    try:")
             for i, f in enumerate(fields):
-                enc_lines.append(f"        x{i} = o.{f.name}")
-                if f.conv.enc_check:
-                    check = f.conv.enc_check.format(x=f"x{i}")
-                    enc_lines.append(f"        if not {check}: x{i} = _e{i}(x{i})")
-                else:
-                    enc_lines.append(f"        x{i} = _e{i}(x{i})")
+                enc_lines += _field_lines(i, f"o.{f.name}", f.conv.enc_check, f"_e{i}")
             enc_lines += ["    except _Invalid:", "        return _slow_encode(o)"]
         enc_lines.append(f"    return [{', '.join(f'x{i}' for i in range(n))}]")
 
@@ -531,12 +514,7 @@ class _Struct:
         if n:
             dec_lines.append("    try:")
             for i, f in enumerate(fields):
-                dec_lines.append(f"        x{i} = v[{i}]")
-                if f.conv.dec_check:
-                    check = f.conv.dec_check.format(x=f"x{i}")
-                    dec_lines.append(f"        if not {check}: x{i} = _d{i}(x{i})")
-                else:
-                    dec_lines.append(f"        x{i} = _d{i}(x{i})")
+                dec_lines += _field_lines(i, f"v[{i}]", f.conv.dec_check, f"_d{i}")
             args = ", ".join(f"{f.name}=x{i}" if f.kw_only else f"x{i}" for i, f in enumerate(fields))
             dec_lines += [
                 f"        return _cls({args})",

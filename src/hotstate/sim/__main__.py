@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
 from hotstate.sim.broken import BROKEN_RULES
 from hotstate.sim.runner import run_seed, shape_for
+from hotstate.sim.soak import soak
 from hotstate.sim.world import SimulationFailure
 
 
@@ -39,18 +39,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0
 
-    started = time.monotonic()
-    failures = 0
-    for seed in range(args.start, args.start + args.seeds):
+    def run(seed: int) -> None:
         shape = shape_for(seed)
-        try:
-            run_seed(seed, shape.voters, shape.observers, broken=args.broken)
-        except SimulationFailure as failure:
-            failures += 1
-            print(failure, file=sys.stderr)
-    elapsed = time.monotonic() - started
-    print(f"{args.seeds - failures} passed, {failures} failed ({elapsed:.1f} s)")
-    return 1 if failures else 0
+        run_seed(seed, shape.voters, shape.observers, broken=args.broken)
+
+    return soak(range(args.start, args.start + args.seeds), run)
 
 
 if __name__ == "__main__":

@@ -107,12 +107,18 @@ class ServerConfig:
 # The typed configs inside ServerConfig that hold settings
 
 
-def _raft_error(error: ValueError, values: Mapping[str, object]) -> ConfigError:
-    # RaftConfig words its errors as "controller.quorum.KEY=VALUE: RULE"; keep its rule text.
-    match = re.fullmatch(r"(controller\.quorum\.[a-z.]+)=(.*?): (.*)", str(error), re.DOTALL)
-    if match is None or match[1] not in values:
-        return ConfigError("controller.quorum", dict(values), str(error))
-    return ConfigError(match[1], values[match[1]], match[3])
+def _named_key_error(group: str) -> Callable[[ValueError, Mapping[str, object]], ConfigError]:
+    """The `explain` of a config that words its errors as "GROUP.KEY=VALUE: RULE" (RaftConfig, HedgeConfig):
+    the error names the key and keeps the rule's text."""
+    pattern = re.compile(rf"({re.escape(group)}\.[a-z.]+)=(.*?): (.*)", re.DOTALL)
+
+    def explain(error: ValueError, values: Mapping[str, object]) -> ConfigError:
+        match = pattern.fullmatch(str(error))
+        if match is None or match[1] not in values:
+            return ConfigError(group, dict(values), str(error))
+        return ConfigError(match[1], values[match[1]], match[3])
+
+    return explain
 
 
 def _assignor_error(error: ValueError, values: Mapping[str, object]) -> ConfigError:
@@ -121,14 +127,6 @@ def _assignor_error(error: ValueError, values: Mapping[str, object]) -> ConfigEr
     if match is None or match[1] not in values:
         return ConfigError("assignor", dict(values), str(error))
     return ConfigError(match[1], values[match[1]], f"must be {match[2]}")
-
-
-def _hedge_error(error: ValueError, values: Mapping[str, object]) -> ConfigError:
-    # HedgeConfig words its errors as "query.hedge.KEY=VALUE: RULE", as RaftConfig does.
-    match = re.fullmatch(r"(query\.hedge\.[a-z.]+)=(.*?): (.*)", str(error), re.DOTALL)
-    if match is None or match[1] not in values:
-        return ConfigError("query.hedge", dict(values), str(error))
-    return ConfigError(match[1], values[match[1]], match[3])
 
 
 def _heartbeat_error(error: ValueError, values: Mapping[str, object]) -> ConfigError:
@@ -150,12 +148,12 @@ class Group:
 
 # A group comes after the group that holds it.
 GROUPS: Final = (
-    Group("raft", "controller.quorum", RaftConfig, _raft_error),
+    Group("raft", "controller.quorum", RaftConfig, _named_key_error("controller.quorum")),
     Group("replica", "replica", ReplicaConfig),
     Group("liveness", "liveness", LivenessConfig),
     Group("liveness.heartbeat", "heartbeat", HeartbeatConfig, _heartbeat_error),
     Group("assignor", "assignor", AssignorConfig, _assignor_error),
-    Group("hedging", "query.hedge", HedgeConfig, _hedge_error),
+    Group("hedging", "query.hedge", HedgeConfig, _named_key_error("query.hedge")),
     Group("rpc_tls", "rpc.tls", TlsFiles),
     Group("http_tls", "http.tls", TlsFiles),
 )

@@ -8,7 +8,7 @@ compares it with others.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 
 from hotstate.server.config.addresses import Listener, Voter
 from hotstate.server.config.errors import MISSING, ConfigError
@@ -43,28 +43,19 @@ def _membership_problem(values: Mapping[str, Any]) -> ConfigError | None:
     return None
 
 
-def _broker_heartbeat_problem(values: Mapping[str, Any]) -> ConfigError | None:
-    heartbeat, session = values["broker.heartbeat.interval.ms"], values["broker.session.timeout.ms"]
-    if heartbeat < session:
-        return None
-    return ConfigError(
-        "broker.heartbeat.interval.ms",
-        heartbeat,
-        f"must be below broker.session.timeout.ms={session}, "
-        "or a healthy server is fenced between two heartbeats",
-    )
+_Rule: TypeAlias = Callable[[Mapping[str, Any]], ConfigError | None]
 
 
-def _replica_fetch_wait_problem(values: Mapping[str, Any]) -> ConfigError | None:
-    wait, timeout = values["replica.fetch.max.wait.ms"], values["replica.fetch.timeout.ms"]
-    if wait < timeout:
-        return None
-    return ConfigError(
-        "replica.fetch.max.wait.ms",
-        wait,
-        f"must be below replica.fetch.timeout.ms={timeout}, or an idle follower's fetch times out "
-        "before the active answers it",
-    )
+def _below(key: str, bound: str, otherwise: str) -> tuple[tuple[str, ...], _Rule]:
+    """The rule that setting `key` is below setting `bound`; `otherwise`: what goes wrong when it is not."""
+
+    def problem(values: Mapping[str, Any]) -> ConfigError | None:
+        value, limit = values[key], values[bound]
+        if value < limit:
+            return None
+        return ConfigError(key, value, f"must be below {bound}={limit}, {otherwise}")
+
+    return (key, bound), problem
 
 
 def _heartbeat_window_problem(values: Mapping[str, Any]) -> ConfigError | None:
@@ -126,7 +117,7 @@ def _frame_problem(values: Mapping[str, Any]) -> ConfigError | None:
     )
 
 
-def _tls_problem(listener: str) -> Callable[[Mapping[str, Any]], ConfigError | None]:
+def _tls_problem(listener: str) -> _Rule:
     """`{listener}.tls.*`: a certificate comes with its key, and the rest needs a certificate."""
     cert, key, ca = (f"{listener}.tls.{name}.file" for name in ("cert", "key", "ca"))
 
@@ -168,11 +159,19 @@ def _query_timeout_problem(values: Mapping[str, Any]) -> ConfigError | None:
     )
 
 
-_RULES: Final[Sequence[tuple[tuple[str, ...], Callable[[Mapping[str, Any]], ConfigError | None]]]] = (
+_RULES: Final[Sequence[tuple[tuple[str, ...], _Rule]]] = (
     (("node.id", "process.roles", "listeners", "controller.quorum.voters"), _membership_problem),
-    (("broker.heartbeat.interval.ms", "broker.session.timeout.ms"), _broker_heartbeat_problem),
+    _below(
+        "broker.heartbeat.interval.ms",
+        "broker.session.timeout.ms",
+        "or a healthy server is fenced between two heartbeats",
+    ),
     (("query.timeout.ms",), _query_timeout_problem),
-    (("replica.fetch.max.wait.ms", "replica.fetch.timeout.ms"), _replica_fetch_wait_problem),
+    _below(
+        "replica.fetch.max.wait.ms",
+        "replica.fetch.timeout.ms",
+        "or an idle follower's fetch times out before the active answers it",
+    ),
     (
         (
             "heartbeat.send.interval.ms",

@@ -44,13 +44,13 @@ from hotstate.server.http.queries import (
     NOT_FOUND,
     Answer,
     BadRequest,
-    _json_object,
-    _known_types,
-    _refuse_unknown,
-    _statement,
     dumps,
+    json_object,
+    known_types,
     plain_json,
     query_error,
+    refuse_unknown_fields,
+    string_field,
 )
 
 log = logging.getLogger(__name__)
@@ -192,7 +192,7 @@ class FeedStream:
                 "token": feed.token(self._sent),
             }
             return [self._line("header", header, None)]
-        known = _known_types(feed.table)
+        known = known_types(feed.table)
         header = {
             "queryId": feed.query_id,
             "columnNames": self._columns,
@@ -249,11 +249,12 @@ class FeedStream:
                 "row": self._row(event.row),
             }
             return [self._line("row", body, None)]
-        if isinstance(event, SnapshotEnd):
+        if isinstance(event, SnapshotEnd | Progress):
+            kind = "snapshot_end" if isinstance(event, SnapshotEnd) else "progress"
             self._sent.update(event.positions)
             token = feed.token(self._sent)
-            body = {"type": "snapshot_end", "positions": dict(event.positions), "token": token}
-            return [self._line("snapshot_end", body, token)]
+            body = {"type": kind, "positions": dict(event.positions), "token": token}
+            return [self._line(kind, body, token)]
         if isinstance(event, Resync):
             if not event.more:  # a resumed feed must not skip the parts still to come
                 self._sent[event.partition] = max(self._sent.get(event.partition, 0), event.position)
@@ -271,11 +272,6 @@ class FeedStream:
             if event.continued:
                 body["continued"] = True
             return [self._line("resync", body, token)]
-        if isinstance(event, Progress):
-            self._sent.update(event.positions)
-            token = feed.token(self._sent)
-            body = {"type": "progress", "positions": dict(event.positions), "token": token}
-            return [self._line("progress", body, token)]
         assert isinstance(event, End)
         self._sent.update(event.positions)
         token = feed.token(self._sent)
@@ -380,9 +376,9 @@ class ChangeEndpoints:
     def native(self, body: bytes) -> Answer | Awaitable[Answer]:
         """`POST /v1/changes` with {"sql", "from_token", "snapshot"}: newline-delimited JSON events."""
         try:
-            data = _json_object(body)
-            _refuse_unknown(data, CHANGES_FIELDS)
-            sql = _statement(data, "sql")
+            data = json_object(body)
+            refuse_unknown_fields(data, CHANGES_FIELDS)
+            sql = string_field(data, "sql")
         except BadRequest as error:
             return error.refusal()
         properties = {name: data[name] for name in ("from_token", "snapshot") if data.get(name) is not None}

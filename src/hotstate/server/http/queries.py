@@ -139,7 +139,7 @@ class QueryEndpoints:
         if self._changes is None:
             return self._answer(body, _stream_request, _STREAM_SHAPES[media])
         try:
-            statement, properties = _stream_request(_json_object(body))
+            statement, properties = _stream_request(json_object(body))
             push = split_emit(statement) is not None
         except BadRequest as error:
             return error.refusal()
@@ -167,9 +167,9 @@ class QueryEndpoints:
         """ksqlDB's `/close-query`: a pull query's answer is complete when sent, so there is never a query
         to close; ksqlDB answers the same for a pull query's id (400, "No query with id ...")."""
         try:
-            data = _json_object(body)
-            _refuse_unknown(data, ("queryId",))
-            query_id = _statement(data, "queryId")
+            data = json_object(body)
+            refuse_unknown_fields(data, ("queryId",))
+            query_id = string_field(data, "queryId")
         except BadRequest as error:
             return error.refusal()
         return error_body(400, "generic_error", BAD_REQUEST, f"No query with id {query_id}")
@@ -181,7 +181,7 @@ class QueryEndpoints:
         shape: Callable[[QueryResult, list[list[object]]], object],
     ) -> Answer | Awaitable[Answer]:
         try:
-            statement, properties = read(_json_object(body))
+            statement, properties = read(json_object(body))
             push = self._changes is not None and split_emit(statement) is not None
         except BadRequest as error:
             return error.refusal()
@@ -481,7 +481,8 @@ def _finite(value: object) -> object:
 
 
 # ---------------------------------------------------------------------------------------------- requests
-def _json_object(body: bytes) -> dict[str, Any]:
+def json_object(body: bytes) -> dict[str, Any]:
+    """A request body that must be a JSON object (also POST /v1/changes's, in changes.py)."""
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError as error:
@@ -493,7 +494,7 @@ def _json_object(body: bytes) -> dict[str, Any]:
     return data
 
 
-def _refuse_unknown(data: dict[str, Any], known: tuple[str, ...]) -> None:
+def refuse_unknown_fields(data: dict[str, Any], known: tuple[str, ...]) -> None:
     unknown = [name for name in data if name not in known]
     if unknown:
         names = ", ".join(repr(name) for name in unknown)
@@ -503,7 +504,8 @@ def _refuse_unknown(data: dict[str, Any], known: tuple[str, ...]) -> None:
         )
 
 
-def _statement(data: dict[str, Any], name: str) -> str:
+def string_field(data: dict[str, Any], name: str) -> str:
+    """A request's required string field (the statement, or a query id)."""
     value = data.get(name)
     if value is None:
         raise BadRequest(f"malformed request: {name}: Field required")
@@ -514,9 +516,9 @@ def _statement(data: dict[str, Any], name: str) -> str:
 
 def _native_request(data: dict[str, Any]) -> tuple[str, dict[str, object]]:
     if len(data) == 1 and "sql" in data:  # most requests: the statement alone
-        return _statement(data, "sql"), {}
-    _refuse_unknown(data, NATIVE_FIELDS)
-    sql = _statement(data, "sql")
+        return string_field(data, "sql"), {}
+    refuse_unknown_fields(data, NATIVE_FIELDS)
+    sql = string_field(data, "sql")
     properties: dict[str, object] = {}
     for name, least in (("max_lag", 0), ("timeout_ms", 1), ("min_batch", 0)):
         value = data.get(name)
@@ -548,17 +550,17 @@ def _native_request(data: dict[str, Any]) -> tuple[str, dict[str, object]]:
 def _ksql_request(data: dict[str, Any]) -> tuple[str, dict[str, object]]:
     # ksqlDB's clients send the statement with empty streamsProperties: nothing else to check.
     if "ksql" in data and (len(data) == 1 or (len(data) == 2 and data.get("streamsProperties") == {})):
-        return _statement(data, "ksql"), {}
-    _refuse_unknown(data, KSQL_FIELDS)
+        return string_field(data, "ksql"), {}
+    refuse_unknown_fields(data, KSQL_FIELDS)
     sequence = data.get("commandSequenceNumber")
     if sequence is not None and type(sequence) is not int:
         raise BadRequest("malformed request: commandSequenceNumber: must be an integer")
-    return _statement(data, "ksql"), _ksql_properties(data)
+    return string_field(data, "ksql"), _ksql_properties(data)
 
 
 def _stream_request(data: dict[str, Any]) -> tuple[str, dict[str, object]]:
-    _refuse_unknown(data, STREAM_FIELDS)
-    return _statement(data, "sql"), _ksql_properties(data)
+    refuse_unknown_fields(data, STREAM_FIELDS)
+    return string_field(data, "sql"), _ksql_properties(data)
 
 
 def _ksql_properties(data: dict[str, Any]) -> dict[str, object]:
@@ -629,7 +631,7 @@ _SCHEMAS: dict[tuple[tuple[str, ...], tuple[tuple[str, bool], ...]], str] = {}
 def _column_types(result: QueryResult) -> list[tuple[str, bool]]:
     """Each column's SQL type, and whether it is a key column; a value column's type is the one its
     table's writer declared, else that of its first non-null value."""
-    known = _known_types(result.table)
+    known = known_types(result.table)
     rows = result.rows
     types = []
     for index, name in enumerate(result.columns):
@@ -679,7 +681,7 @@ def _value_columns(value_columns: tuple[ValueColumn, ...]) -> list[dict[str, str
 
 
 @_by_identity
-def _known_types(table: TableInfo) -> dict[str, tuple[str, bool]]:
+def known_types(table: TableInfo) -> dict[str, tuple[str, bool]]:
     """(SQL type, is a key column) by lower-case name: the declared value columns', then the key columns'
     (a key column's wins)."""
     known = {c.name.lower(): (ksql_type(c.type), False) for c in table.value_columns}

@@ -147,7 +147,7 @@ def add_table_routes(app: FastAPI, ctx: TableContext) -> None:
             return _response(_bad("the body never arrived: the client went away").answer)
         try:
             create = create_request(body, ctx.default_standby_replicas)
-        except _Refused as refused:
+        except TableRequestRefused as refused:
             return _response(refused.answer)
         return _response(await _change(ctx, create, create.name))
 
@@ -242,14 +242,16 @@ def _locate(ctx: TableContext, name: str, key: str | None, params: dict[str, str
     return 200, orjson.dumps(locate(image, table, encoded, lags=ctx.lags, alive=ctx.alive))
 
 
-class _Refused(Exception):
+class TableRequestRefused(Exception):
+    """A table request refused before it reaches the controller; `answer` is the HTTP answer to send."""
+
     def __init__(self, answer: tuple[int, bytes]) -> None:
         super().__init__()
         self.answer = answer
 
 
-def _bad(message: str) -> _Refused:
-    return _Refused(error_body(400, "generic_error", BAD_REQUEST, message))
+def _bad(message: str) -> TableRequestRefused:
+    return TableRequestRefused(error_body(400, "generic_error", BAD_REQUEST, message))
 
 
 # The anchors' name for a table's acceptable lag (KIP-535's acceptable.offset.lag), as a body field.
@@ -257,7 +259,7 @@ ACCEPTABLE_LAG_ALIAS = "acceptable.offset.lag"
 
 
 def create_request(body: bytes, default_standby_replicas: int = 1) -> CreateTableRequest:
-    """The body of a `POST /v1/tables` as the controller's request; _Refused says what is wrong.
+    """The body of a `POST /v1/tables` as the controller's request; TableRequestRefused says what is wrong.
     `default_standby_replicas`: the count of a body without `standby_replicas`."""
     try:
         parsed = orjson.loads(body)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
 import hotstate.sim.replication as replication
 from hotstate.replica.core import ReplicaCore
 from hotstate.replica.shell import ReplicaShell
 from hotstate.sim.replication.profile import ReplicationProfile
 from hotstate.sim.replication.world import ReplicationSimFailure, ReplicationWorld, run_seed
+from hotstate.sim.soak import soak
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,16 +55,10 @@ def main(argv: list[str] | None = None) -> int:
             f"replica's lag was unknown; {stats.hedged} of {stats.forwards} forwards hedged"
         )
         return 0
-    started = time.monotonic()
-    failures = 0
-    for seed in range(args.start, args.start + args.seeds):
-        try:
-            run_seed(seed, core_factory=factory, shell_factory=shell)
-        except ReplicationSimFailure as failure:
-            failures += 1
-            print(failure, file=sys.stderr)
-    print(f"{args.seeds - failures} passed, {failures} failed ({time.monotonic() - started:.1f} s)")
-    return 1 if failures else 0
+    return soak(
+        range(args.start, args.start + args.seeds),
+        lambda seed: run_seed(seed, core_factory=factory, shell_factory=shell),
+    )
 
 
 if __name__ == "__main__":
