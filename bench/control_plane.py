@@ -13,7 +13,15 @@
    fenced), then tables of P partitions in all, and one broker stopped: time until it is fenced with no
    active left, and until its copies are placed elsewhere (it holds no replica; broker.removal.delay.ms 2 s).
 
+4. `failover`: three controller-only server processes (a 3-voter quorum) and B simulated brokers (as in 3,
+   talking to a server that is not the leader), tables of P partitions in all; then kill -9 of the active
+   controller: time until a surviving voter is leader with a higher commit (its first record, the leader
+   change, committed), and until a delete-table request sent from then on is answered (the client trying
+   the survivors in turn; a delete needs no broker, which the new controller has not heard from yet).
+
 `--quick`: 10,000 partitions (and 100,000 for the in-process parts). Without it: 10k, 100k and 1M.
+`--only PART[,PART]` runs only those parts (loop_stall, snapshot, rpc, failover) and merges them into the
+existing results file.
 """
 
 from __future__ import annotations
@@ -283,8 +291,13 @@ def snapshot_bench(partitions: int) -> dict[str, object]:
 class SimBroker:
     """A broker as the controller sees it: registration, then heartbeats, over a real RPC connection."""
 
-    def __init__(self, node_id: int, address: tuple[str, int], cluster: LocalCluster) -> None:
+    def __init__(
+        self, node_id: int, address: tuple[str, int], cluster: LocalCluster, listen_port: int = 1
+    ) -> None:
         self.node_id = node_id
+        # Where the controller may probe it: port 1 refuses (a broker that is gone), a listening port
+        # answers (one that is alive).
+        self.listen_port = listen_port
         self.incarnation = f"sim{node_id}"
         self.connection = Connection(
             *address, cluster_id=cluster.cluster_id, secret=cluster.secret, node_id=node_id, registry=MESSAGES
@@ -303,7 +316,7 @@ class SimBroker:
             RegisterServerRequest(
                 self.node_id,
                 self.incarnation,
-                Endpoint("127.0.0.1", 1),
+                Endpoint("127.0.0.1", self.listen_port),
                 None,
                 RACKS[self.node_id % 3],
                 (),
@@ -430,9 +443,130 @@ def run_rpc(partitions: int, brokers: int, hold_s: float) -> dict[str, object]:
                 cluster.signal(server, signal.SIGKILL)
 
 
+# ------------------------------------------------------------------------------------------ failover
+async def _create_tables(admin: AdminClient, partitions: int, prefix: str) -> None:
+    created = 0
+    index = 0
+    while created < partitions:
+        count = min(100_000, partitions - created)
+        reply = await admin.create_table(
+            f"{prefix}{index}", partitions=count, standby_replicas=1, key_columns=KEY, deadline_s=180.0
+        )
+        assert reply.error is ControllerError.NONE, reply
+        created += count
+        index += 1
+
+
+async def _hold_open(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    await reader.read()
+    writer.close()
+
+
+async def failover_bench(cluster: LocalCluster, partitions: int, brokers: int) -> dict[str, object]:
+    await cluster.wait_ready(60)
+    admin: AdminClient = cluster.admin(request_timeout_s=120.0)
+    sims: list[SimBroker] = []
+    tasks: list[asyncio.Task[None]] = []
+    listener: asyncio.Server | None = None
+    try:
+        voters = await admin.list_voters()
+        leader = voters.leader_id
+        assert leader is not None, voters
+        # The brokers talk to the active controller (a follower refuses controller requests); they lose it
+        # with the kill and stop beating, which the measure does not wait for.
+        active = next(s for s in cluster.servers if s.node_id == leader)
+        # The brokers are alive: a new controller probes each one's address as it takes office, and one
+        # that refuses is fenced at once.
+        listener = await asyncio.start_server(_hold_open, "127.0.0.1", 0)
+        port = listener.sockets[0].getsockname()[1]
+        sims = [SimBroker(n, ("127.0.0.1", active.rpc_port), cluster, port) for n in range(10, brokers + 10)]
+        await asyncio.gather(*(s.register() for s in sims))
+        tasks = [asyncio.create_task(s.heartbeat_loop()) for s in sims]
+
+        async def all_unfenced() -> bool:
+            described = await admin.describe()
+            return sum(1 for s in described.servers if not s.fenced and "broker" in s.roles) == brokers
+
+        await _until(all_unfenced, 30)
+        start = time.perf_counter()
+        await _create_tables(admin, partitions, "t")
+        create_s = time.perf_counter() - start
+
+        probe = await admin.create_table("probe", partitions=1, standby_replicas=1, key_columns=KEY)
+        assert probe.error is ControllerError.NONE, probe
+        # The followers apply the last creates (they are voters: the HW needed one of them already).
+        await asyncio.sleep(2.0)
+        before = await admin.list_voters()
+        assert before.leader_id == leader, before
+        victim = next(s for s in cluster.servers if s.node_id == leader)
+        cluster.signal(victim, signal.SIGKILL)
+        killed = time.perf_counter()
+        for sim in sims:
+            sim.stopped = True
+        new_leader: int | None = None
+        elected_s = float("nan")
+        while time.perf_counter() - killed < 60:
+            try:
+                now = await admin.list_voters(deadline_s=1.0)
+            except Exception:
+                now = None
+            if (
+                now is not None
+                and now.leader_id not in (None, leader)
+                and now.epoch > before.epoch
+                and now.high_watermark > before.high_watermark
+            ):
+                new_leader = now.leader_id
+                elected_s = time.perf_counter() - killed
+                break
+            await asyncio.sleep(0.01)
+        # A delete needs no live broker (the new controller has heard from none yet): the first change the
+        # new leader commits for a client.
+        deleted = await admin.delete_table("probe", deadline_s=60.0)
+        answered_s = time.perf_counter() - killed
+        assert deleted.error is ControllerError.NONE, deleted
+        result: dict[str, object] = {
+            "partitions": partitions,
+            "simulated_brokers": brokers,
+            "create_tables_s": round(create_s, 2),
+            "killed_leader": leader,
+            "new_leader": new_leader,
+            "new_leader_committed_s": round(elected_s, 3),
+            "first_delete_answered_s": round(answered_s, 3),
+        }
+        print(result, flush=True)
+        return result
+    finally:
+        for task in tasks:
+            task.cancel()
+        if listener is not None:
+            listener.close()
+        await admin.close()
+        for s in sims:
+            s.stopped = True
+            await s.connection.close()
+
+
+def run_failover(partitions: int, brokers: int) -> dict[str, object]:
+    with tempfile.TemporaryDirectory() as tmp:
+        cluster = LocalCluster.create(Path(tmp) / "cluster", 3)
+        cluster.write_configs(process_roles=frozenset({"controller"}), log_level="WARNING")
+        cluster.save()
+        cluster.start_all()
+        try:
+            return asyncio.run(failover_bench(cluster, partitions, brokers))
+        finally:
+            for server in cluster.servers:
+                with contextlib.suppress(Exception):
+                    cluster.signal(server, signal.SIGKILL)
+
+
 def main() -> int:
     quick = "--quick" in sys.argv
     sizes = [10_000] if quick else [10_000, 100_000, 1_000_000]
+    parts = {"loop_stall", "snapshot", "rpc", "failover"}
+    if "--only" in sys.argv:
+        parts = set(sys.argv[sys.argv.index("--only") + 1].split(","))
     result: dict[str, object] = {
         "benchmark": "control_plane",
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -443,9 +577,16 @@ def main() -> int:
         "quick": quick,
     }
     in_process = [10_000, 100_000] if quick else sizes
-    result["loop_stall"] = asyncio.run(loop_stall(in_process))
-    result["snapshot"] = [snapshot_bench(n) for n in in_process]
-    result["rpc"] = [run_rpc(n, 100, 5.0) for n in sizes]
+    if "loop_stall" in parts:
+        result["loop_stall"] = asyncio.run(loop_stall(in_process))
+    if "snapshot" in parts:
+        result["snapshot"] = [snapshot_bench(n) for n in in_process]
+    if "rpc" in parts:
+        result["rpc"] = [run_rpc(n, 100, 5.0) for n in sizes]
+    if "failover" in parts:
+        result["failover"] = [run_failover(n, 100) for n in sizes]
+    if parts != {"loop_stall", "snapshot", "rpc", "failover"} and RESULTS.exists():
+        result = {**json.loads(RESULTS.read_text()), **result}
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))

@@ -405,6 +405,68 @@ def control_plane(data: Mapping[str, Any]) -> Section:
                 "One real server process (controller only), brokers simulated over real RPC; "
                 "broker.removal.delay.ms 2000.",
             ),
+            *_control_plane_failover(data.get("failover", ())),
+        ],
+    )
+
+
+def _control_plane_failover(rows: Sequence[Mapping[str, Any]]) -> list[Table]:
+    if not rows:
+        return []
+    return [
+        Table(
+            (
+                "partitions",
+                "simulated brokers",
+                "create s",
+                "new leader committed s",
+                "first change answered s",
+            ),
+            [
+                (
+                    r["partitions"],
+                    r["simulated_brokers"],
+                    r["create_tables_s"],
+                    r["new_leader_committed_s"],
+                    r["first_delete_answered_s"],
+                )
+                for r in rows
+            ],
+            "Controller failover: three controller-only server processes, kill -9 of the active one; the "
+            "time until a survivor leads with a higher commit, and until a change sent after the kill is "
+            "answered (goal < 1.5 s).",
+        )
+    ]
+
+
+def move_throttle(data: Mapping[str, Any]) -> Section:
+    r = data["results"]
+    before, during = r["queries_before"], r["queries_during"]
+    return Section(
+        "the same queries in the seconds before the 4th server starts.",
+        [
+            Table(
+                ("value bytes", "moved bytes", "throttle B/s", "moved at B/s", "time to balance s", "failed"),
+                [
+                    (
+                        r["value_bytes"],
+                        r["moved_value_bytes"],
+                        r["throttle_bytes_per_sec"],
+                        r["moved_at_bytes_per_sec"],
+                        r["time_to_balance_s"],
+                        r["failed_queries"],
+                    )
+                ],
+                f"{data.get('cluster', '')}: a 4th server joins.",
+            ),
+            Table(
+                ("queries", "count", "p50 ms", "p99 ms", "max ms"),
+                [
+                    (name, q["queries"], q["p50_ms"], q["p99_ms"], q["max_ms"])
+                    for name, q in (("before the move", before), ("during the move", during))
+                ],
+                f"Goal: {data.get('goal', '')}.",
+            ),
         ],
     )
 
@@ -1066,6 +1128,7 @@ FORMATTERS: dict[str, Formatter] = {
     "http2_check": http_servers,  # a short run of bench/http_servers.py --only (HTTP/2 candidates)
     "log_append": log_append,
     "metadata": metadata,
+    "move_throttle": move_throttle,
     "pull_queries": pull_queries,
     "raft_sim": raft_sim,
     "replication": replication,
