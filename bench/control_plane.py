@@ -36,7 +36,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -292,16 +292,31 @@ class SimBroker:
     """A broker as the controller sees it: registration, then heartbeats, over a real RPC connection."""
 
     def __init__(
-        self, node_id: int, address: tuple[str, int], cluster: LocalCluster, listen_port: int = 1
+        self,
+        node_id: int,
+        address: tuple[str, int],
+        cluster: LocalCluster,
+        listen_port: int = 1,
+        others: Sequence[tuple[str, int]] = (),
     ) -> None:
         self.node_id = node_id
         # Where the controller may probe it: port 1 refuses (a broker that is gone), a listening port
         # answers (one that is alive).
         self.listen_port = listen_port
         self.incarnation = f"sim{node_id}"
-        self.connection = Connection(
-            *address, cluster_id=cluster.cluster_id, secret=cluster.secret, node_id=node_id, registry=MESSAGES
-        )
+        # As a real broker does, it follows the active controller: `others` are tried in turn when the one
+        # it talks to says it is not the controller or cannot be reached.
+        self.connections = [
+            Connection(
+                *where,
+                cluster_id=cluster.cluster_id,
+                secret=cluster.secret,
+                node_id=node_id,
+                registry=MESSAGES,
+            )
+            for where in (address, *others)
+        ]
+        self.current = 0
         self.offset = 0
         self.beats = 0
         self.worst_beat_s = 0.0
@@ -309,7 +324,24 @@ class SimBroker:
         self.stopped = False
 
     async def call(self, request: object, timeout: float = 10.0) -> object:
-        return await self.connection.request(ForwardedControllerRequest(request), timeout)  # type: ignore[arg-type]
+        for _ in range(len(self.connections)):
+            connection = self.connections[self.current]
+            try:
+                reply = await connection.request(ForwardedControllerRequest(request), timeout)  # type: ignore[arg-type]
+            except Exception:
+                if len(self.connections) == 1:
+                    raise
+                self.current = (self.current + 1) % len(self.connections)
+                continue
+            if getattr(reply, "error", None) is ControllerError.NOT_CONTROLLER and len(self.connections) > 1:
+                self.current = (self.current + 1) % len(self.connections)
+                continue
+            return reply
+        raise ConnectionError("no server answered as the active controller")
+
+    async def close(self) -> None:
+        for connection in self.connections:
+            await connection.close()
 
     async def register(self) -> None:
         reply = await self.call(
@@ -425,7 +457,7 @@ async def rpc_bench(cluster: LocalCluster, partitions: int, brokers: int, hold_s
         await admin.close()
         for s in sims:
             s.stopped = True
-            await s.connection.close()
+            await s.close()
 
 
 def run_rpc(partitions: int, brokers: int, hold_s: float) -> dict[str, object]:
@@ -472,14 +504,18 @@ async def failover_bench(cluster: LocalCluster, partitions: int, brokers: int) -
         voters = await admin.list_voters()
         leader = voters.leader_id
         assert leader is not None, voters
-        # The brokers talk to the active controller (a follower refuses controller requests); they lose it
-        # with the kill and stop beating, which the measure does not wait for.
+        # The brokers talk to the active controller (a follower refuses controller requests) and follow it
+        # to the next one after the kill.
         active = next(s for s in cluster.servers if s.node_id == leader)
         # The brokers are alive: a new controller probes each one's address as it takes office, and one
         # that refuses is fenced at once.
         listener = await asyncio.start_server(_hold_open, "127.0.0.1", 0)
         port = listener.sockets[0].getsockname()[1]
-        sims = [SimBroker(n, ("127.0.0.1", active.rpc_port), cluster, port) for n in range(10, brokers + 10)]
+        others = [("127.0.0.1", s.rpc_port) for s in cluster.servers if s.node_id != leader]
+        sims = [
+            SimBroker(n, ("127.0.0.1", active.rpc_port), cluster, port, others)
+            for n in range(10, brokers + 10)
+        ]
         await asyncio.gather(*(s.register() for s in sims))
         tasks = [asyncio.create_task(s.heartbeat_loop()) for s in sims]
 
@@ -501,8 +537,6 @@ async def failover_bench(cluster: LocalCluster, partitions: int, brokers: int) -
         victim = next(s for s in cluster.servers if s.node_id == leader)
         cluster.signal(victim, signal.SIGKILL)
         killed = time.perf_counter()
-        for sim in sims:
-            sim.stopped = True
         new_leader: int | None = None
         elected_s = float("nan")
         while time.perf_counter() - killed < 60:
@@ -544,7 +578,7 @@ async def failover_bench(cluster: LocalCluster, partitions: int, brokers: int) -
         await admin.close()
         for s in sims:
             s.stopped = True
-            await s.connection.close()
+            await s.close()
 
 
 def run_failover(partitions: int, brokers: int) -> dict[str, object]:

@@ -11,7 +11,14 @@ import pytest
 from hotstate.assignor import PartitionId, Placement
 from hotstate.controller.controller import ControllerConfig, QuorumController
 from hotstate.controller.image import PartitionInfo
-from hotstate.controller.reassign import ReassignJob, partition_step, replica_lags
+from hotstate.controller.reassign import (
+    ReassignJob,
+    decode_desired,
+    partition_step,
+    reassign_encoded,
+    reassignment_records,
+    replica_lags,
+)
 from hotstate.controller.records import KeyColumn, KeyType, PartitionAssignment
 from hotstate.controller.requests import (
     AlterPartitionRequest,
@@ -109,6 +116,15 @@ def test_a_replica_outside_the_isr_never_looks_caught_up_to_the_assignor() -> No
     assert lags[str(follower)] == 11 and lags[str(p.active)] == 0
 
 
+def run_steps(job: ReassignJob) -> bytes:
+    steps = job.input_steps(step=2)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return bytes(done.value)
+
+
 # ---------------------------------------------------------------------------------------------- whole runs
 class Cluster(Harness):
     """A controller with servers whose replicas catch up at once: each round every live server reports
@@ -120,11 +136,15 @@ class Cluster(Harness):
         racks: dict[int, str],
         *,
         split: bool = False,
+        in_process: bool = False,
         reassign_interval_ms: int = DEFAULTS.reassign_interval_ms,
         broker_removal_delay_ms: int = DEFAULTS.broker_removal_delay_ms,
     ) -> None:
         super().__init__()
-        self.split = split
+        # in_process: the job's answer as a big cluster's host gets it from its worker process (the inputs
+        # encoded in steps, the answer reduced to what changes), run here in this process.
+        self.split = split or in_process
+        self.in_process = in_process
         self.job: ReassignJob | None = None
         self.controller = QuorumController(
             self.image,
@@ -165,9 +185,12 @@ class Cluster(Harness):
             # view moved on (heartbeats, ISR changes).
             self.commit(self.controller.tick(self.now, self.next_offset, reassign=False))
             if self.job is not None:
-                batch = self.controller.apply_reassignment(
-                    self.job, self.job.run(), self.now, self.next_offset
+                answer = (
+                    decode_desired(reassign_encoded(run_steps(self.job)))
+                    if self.in_process
+                    else self.job.run()
                 )
+                batch = self.controller.apply_reassignment(self.job, answer, self.now, self.next_offset)
                 self.commit([batch] if batch is not None else [])
             # Lost copies first, alone, as the host runs them (on a thread too; here at once).
             replace = self.controller.replacement_job(self.now)
@@ -226,11 +249,15 @@ class Cluster(Harness):
         return Counter(p.active for parts in self.image.partitions.values() for p in parts if p.active)
 
 
-@pytest.mark.parametrize("split", [False, True], ids=["inline", "assignor-on-a-thread"])
+@pytest.mark.parametrize(
+    ("split", "in_process"),
+    [(False, False), (True, False), (True, True)],
+    ids=["inline", "assignor-on-a-thread", "assignor-in-a-process"],
+)
 def test_a_new_server_gets_its_share_of_actives_and_standbys_without_a_partition_going_offline(
-    split: bool,
+    split: bool, in_process: bool
 ) -> None:
-    cluster = Cluster({1: "az-a", 2: "az-b"}, split=split)
+    cluster = Cluster({1: "az-a", 2: "az-b"}, split=split, in_process=in_process)
     cluster.handle(CreateTableRequest("t", 6, 1, KEY, None))
     cluster.settle()
     assert cluster.actives() == {1: 3, 2: 3}
@@ -258,11 +285,17 @@ def test_actives_move_near_a_writer_rack_registered_after_the_table_was_created(
     assert max(cluster.actives().values()) == 1
 
 
-@pytest.mark.parametrize("split", [False, True], ids=["inline", "assignor-on-a-thread"])
+@pytest.mark.parametrize(
+    ("split", "in_process"),
+    [(False, False), (True, False), (True, True)],
+    ids=["inline", "assignor-on-a-thread", "assignor-in-a-process"],
+)
 def test_nothing_moves_while_a_broker_is_fenced_and_its_replicas_are_replaced_once_it_is_taken_for_gone(
-    split: bool,
+    split: bool, in_process: bool
 ) -> None:
-    cluster = Cluster({1: "az-a", 2: "az-b", 3: "az-c"}, split=split, broker_removal_delay_ms=10_000)
+    cluster = Cluster(
+        {1: "az-a", 2: "az-b", 3: "az-c"}, split=split, in_process=in_process, broker_removal_delay_ms=10_000
+    )
     cluster.handle(CreateTableRequest("t", 6, 1, KEY, None))
     cluster.settle()
     cluster.down.add(3)
@@ -359,3 +392,29 @@ def test_a_gone_brokers_copies_are_re_placed_and_nothing_else_moves(split: bool)
         assert set(old.replicas) - {4} <= set(new.replicas)
         if old.active != 4:
             assert new.active == old.active  # an active moves only off the gone broker (at its fence)
+
+
+def test_the_worker_process_answer_gives_the_same_steps_as_the_assignor_run_here() -> None:
+    # Mid-move: a third server joined, warmups and moves pending; the reduced answer from encoded inputs
+    # must step every partition exactly as the whole answer does, and a limit keeps the first ones.
+    cluster = Cluster({1: "az-a", 2: "az-b"})
+    cluster.handle(CreateTableRequest("t", 12, 1, KEY, None))
+    cluster.handle(CreateTableRequest("u", 5, 1, KEY, None))
+    cluster.settle()
+    cluster.add(3, "az-c")
+    cluster.round()
+    ends = {
+        (p.table_id, p.partition, r): 900 + r
+        for parts in cluster.image.partitions.values()
+        for p in parts
+        for r in p.replicas
+    }
+    job = ReassignJob(cluster.image, tuple(cluster.image.placement_brokers()), ends, DEFAULTS.assignor)
+    whole = reassignment_records(cluster.image, job.run())
+    assert whole, "nothing to move: the test would prove nothing"
+    reduced = decode_desired(reassign_encoded(run_steps(job)))
+    assert reassignment_records(cluster.image, reduced) == whole
+    first = decode_desired(reassign_encoded(run_steps(job)), limit=2)
+    assert len(first.partitions) == 2
+    stepped = reassignment_records(cluster.image, first)
+    assert stepped and all(r in whole for r in stepped)

@@ -23,7 +23,7 @@ from hotstate.controller.evidence import ProbeResult, fences_on_probe
 from hotstate.controller.image import ImageBuilder, MetadataImage, PartitionInfo, TableInfo
 from hotstate.controller.partition_rules import IsrRefusal, alter_isr, elect_after_fence, elect_on_unfence
 from hotstate.controller.placement import PlacementJob, PreparedPlacement, placement_job
-from hotstate.controller.reassign import ReassignJob, reassignment_records
+from hotstate.controller.reassign import Desired, ReassignJob, reassignment_records
 from hotstate.controller.records import (
     WINDOW_KEY_TYPES,
     WINDOW_KINDS,
@@ -383,7 +383,7 @@ class QuorumController:
         return ReassignJob(self._view, brokers, dict(self._replica_ends), self.config.assignor)
 
     def apply_reassignment(
-        self, job: ReassignJob, desired: Assignment | Exception, now: int, next_offset: int
+        self, job: ReassignJob, desired: Assignment | Desired | Exception, now: int, next_offset: int
     ) -> MetadataBatch | None:
         """One safe step per partition from the current view towards `desired` (a job's result, or the
         error it raised). Each step checks the partition as it is now, so a result computed from a slightly
@@ -400,12 +400,16 @@ class QuorumController:
         if not records:
             return None
         moved = sum(1 for r in records if r.active != self._active_of(r.table_id, r.partition))
+        if isinstance(desired, Desired):
+            strategy, cost = desired.strategy, desired.active_cost
+        else:
+            strategy, cost = desired.explanation.strategy, desired.explanation.cost.active
         log.info(
             "reassignment: %d partition(s) change, %d active(s) move (strategy %s, cost %d)",
             len(records),
             moved,
-            desired.explanation.strategy,
-            desired.explanation.cost.active,
+            strategy,
+            cost,
         )
         batch = self._propose(tuple(records))
         if seen_all:

@@ -73,7 +73,7 @@ class PlacementJob:
                     list(self.table.writer_racks),
                 ],
                 [list(load.actives.items()), list(load.standbys.items())],
-                [[f.name, getattr(self.config, f.name)] for f in fields(self.config)],
+                config_items(self.config),
             ],
             use_bin_type=True,
         )
@@ -145,19 +145,28 @@ class PlacementJob:
         )
 
 
+def config_items(config: AssignorConfig) -> list[list[Any]]:
+    """The assignor's settings as plain msgpack data, for a worker process (`config_from_items`)."""
+    return [[f.name, getattr(config, f.name)] for f in fields(config)]
+
+
+def config_from_items(items: list[list[Any]]) -> AssignorConfig:
+    settings: dict[str, Any] = {
+        key: tuple(value) if isinstance(value, list) else value for key, value in items
+    }
+    return AssignorConfig(**settings)
+
+
 def place_encoded(inputs: bytes) -> bytes:
     """`PlacementJob.inputs` placed (pure: runs in any process): msgpack [replicas per partition, every
     partition's replicas one after the other, active first]. Node ids are ints in and out."""
     brokers, table, load, config = msgpack.unpackb(inputs)
     name, partitions, standbys, writer_racks = table
-    settings: dict[str, Any] = {
-        key: tuple(value) if isinstance(value, list) else value for key, value in config
-    }
     result = place_new_table(
         [Server(node, rack, dict(tags)) for node, rack, tags in brokers],
         Table(name, partitions, standbys, tuple(writer_racks)),
         Load(dict(load[0]), dict(load[1])),
-        AssignorConfig(**settings),
+        config_from_items(config),
     )
     for note in result.notes:
         log.info("placing table %r: %s", name, note)
@@ -207,11 +216,11 @@ def previous_placement(image: MetadataImage, *, exclude: str) -> dict[PartitionI
             continue
         for part in parts:
             if part.active is not None:
-                out[PartitionId(name, part.partition)] = _placement_of(part)
+                out[PartitionId(name, part.partition)] = placement_of(part)
     return out
 
 
-def _placement_of(part: PartitionInfo) -> Placement:
+def placement_of(part: PartitionInfo) -> Placement:
     assert part.active is not None
     return Placement(
         str(part.active), tuple(str(s) for s in part.standbys), tuple(str(w) for w in part.warmups)

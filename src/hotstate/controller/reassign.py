@@ -14,12 +14,21 @@ converges over several runs while every partition stays writable and readable:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from hotstate.assignor import Assignment, AssignorConfig, PartitionId, Placement, Server, assign
+import msgpack
+
+from hotstate.assignor import Assignment, AssignorConfig, PartitionId, Placement, Server, Table, assign
 from hotstate.controller.image import MetadataImage, PartitionInfo, ServerInfo
-from hotstate.controller.placement import assignor_table, previous_placement
+from hotstate.controller.placement import (
+    assignor_table,
+    config_from_items,
+    config_items,
+    placement_of,
+    previous_placement,
+)
 from hotstate.controller.records import PartitionAssignment
 
 # (table id, partition, node id) -> the log end offset that node last reported for its replica.
@@ -38,6 +47,93 @@ class ReassignJob:
 
     def run(self) -> Assignment:
         return desired_placement(self.image, list(self.brokers), self.ends, self.config)
+
+    def input_steps(self, step: int = 10_000) -> Generator[None, None, bytes]:
+        """The assignor's inputs msgpack-encoded for `reassign_encoded` in a worker process, built
+        `step` partitions at a time: the generator yields between steps (a shell on the event loop lets
+        other work run there) and returns the bytes. The same inputs `run` gives the assignor."""
+        servers = [[str(b.node_id), b.rack, [list(t) for t in b.tags]] for b in self.brokers]
+        tables = [
+            [t.name, t.partitions, t.standby_replicas, list(t.writer_racks)]
+            for t in self.image.tables.values()
+        ]
+        previous: list[list[Any]] = []
+        lags: list[list[Any]] = []
+        acceptable = self.config.acceptable_recovery_lag
+        done = 0
+        for table in self.image.tables.values():
+            for part in self.image.partitions.get(table.table_id, ()):
+                if part.active is not None:
+                    placed = placement_of(part)
+                    previous.append(
+                        [
+                            table.name,
+                            part.partition,
+                            placed.active,
+                            list(placed.standbys),
+                            list(placed.warmups),
+                        ]
+                    )
+                lag = partition_lags(table.table_id, part, self.ends, acceptable)
+                if lag:
+                    lags.append([table.name, part.partition, list(lag.items())])
+                done += 1
+                if done % step == 0:
+                    yield
+        return msgpack.packb([servers, tables, previous, lags, config_items(self.config)], use_bin_type=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Desired:
+    """The assignor's answer from a worker process, reduced to the partitions whose placement differs from
+    the job's image: the event loop then reads only those (`reassignment_records`). A partition that
+    changed in the view since the job was made is not among them; the next run, due because the view
+    changed, sees it."""
+
+    partitions: Mapping[PartitionId, Placement]
+    strategy: str
+    active_cost: int
+
+
+def reassign_encoded(inputs: bytes) -> bytes:
+    """`ReassignJob.input_steps`' inputs assigned (pure: runs in any process): msgpack [strategy, active
+    cost, [table, partition, active, standbys, warmups] of every partition placed otherwise than before]."""
+    servers, tables, previous, lags, config = msgpack.unpackb(inputs)
+    before = {PartitionId(t, p): Placement(a, tuple(s), tuple(w)) for t, p, a, s, w in previous}
+    answer = assign(
+        [Server(node, rack, dict(tags)) for node, rack, tags in servers],
+        [Table(name, count, standbys, tuple(racks)) for name, count, standbys, racks in tables],
+        before,
+        {PartitionId(t, p): dict(lag) for t, p, lag in lags},
+        config_from_items(config),
+    )
+    changed = []
+    for pid, placed in answer.partitions.items():
+        old = before.get(pid)
+        if (
+            old is None
+            or old.active != placed.active
+            or set(old.standbys) != set(placed.standbys)
+            or set(old.warmups) != set(placed.warmups)
+        ):
+            changed.append(
+                [pid.table, pid.partition, placed.active, list(placed.standbys), list(placed.warmups)]
+            )
+    return msgpack.packb(
+        [answer.explanation.strategy, answer.explanation.cost.active, changed], use_bin_type=True
+    )
+
+
+def decode_desired(answer: bytes, limit: int | None = None) -> Desired:
+    """`reassign_encoded`'s answer; with `limit`, only its first `limit` partitions (in (table, partition)
+    order): the rest wait for the next run, each step being safe on its own."""
+    strategy, cost, changed = msgpack.unpackb(answer)
+    changed.sort(key=lambda c: (c[0], c[1]))
+    if limit is not None:
+        changed = changed[:limit]
+    return Desired(
+        {PartitionId(t, p): Placement(a, tuple(s), tuple(w)) for t, p, a, s, w in changed}, strategy, cost
+    )
 
 
 def desired_placement(
@@ -66,24 +162,32 @@ def replica_lags(
     out: dict[PartitionId, dict[str, int]] = {}
     for table in image.tables.values():
         for part in image.partitions.get(table.table_id, ()):
-            reported = {
-                r: ends[(table.table_id, part.partition, r)]
-                for r in part.replicas
-                if (table.table_id, part.partition, r) in ends
-            }
-            in_sync = [end for r, end in reported.items() if r in part.isr]
-            top = max(in_sync, default=max(reported.values(), default=0))
-            lags = {str(r): 0 for r in part.isr if r in part.replicas}
-            for r, end in reported.items():
-                if r not in part.isr:
-                    lags[str(r)] = max(top - end, acceptable_lag + 1)
+            lags = partition_lags(table.table_id, part, ends, acceptable_lag)
             if lags:
                 out[PartitionId(table.name, part.partition)] = lags
     return out
 
 
-def reassignment_records(image: MetadataImage, desired: Assignment) -> list[PartitionAssignment]:
+def partition_lags(
+    table_id: int, part: PartitionInfo, ends: ReplicaEnds, acceptable_lag: int
+) -> dict[str, int]:
+    """One partition's lags per server (`replica_lags`)."""
+    reported = {
+        r: ends[(table_id, part.partition, r)] for r in part.replicas if (table_id, part.partition, r) in ends
+    }
+    in_sync = [end for r, end in reported.items() if r in part.isr]
+    top = max(in_sync, default=max(reported.values(), default=0))
+    lags = {str(r): 0 for r in part.isr if r in part.replicas}
+    for r, end in reported.items():
+        if r not in part.isr:
+            lags[str(r)] = max(top - end, acceptable_lag + 1)
+    return lags
+
+
+def reassignment_records(image: MetadataImage, desired: Assignment | Desired) -> list[PartitionAssignment]:
     """One record per partition whose replicas or active must change to move towards `desired`."""
+    if isinstance(desired, Desired):
+        return _changed_records(image, desired)
     records = []
     for table in sorted(image.tables.values(), key=lambda t: t.table_id):
         for part in image.partitions.get(table.table_id, ()):
@@ -93,6 +197,28 @@ def reassignment_records(image: MetadataImage, desired: Assignment) -> list[Part
             record = partition_step(part, placed)
             if record is not None:
                 records.append(record)
+    return records
+
+
+def _changed_records(image: MetadataImage, desired: Desired) -> list[PartitionAssignment]:
+    """`reassignment_records` reading only the partitions `desired` names, in the same order."""
+    ids = {t.name: t.table_id for t in image.tables.values()}
+    wanted = sorted(
+        (
+            (ids[pid.table], pid.partition, placed)
+            for pid, placed in desired.partitions.items()
+            if pid.table in ids
+        ),
+        key=lambda item: (item[0], item[1]),
+    )
+    records = []
+    for table_id, partition, placed in wanted:
+        parts = image.partitions.get(table_id, ())
+        if partition >= len(parts) or parts[partition].active is None:
+            continue
+        record = partition_step(parts[partition], placed)
+        if record is not None:
+            records.append(record)
     return records
 
 

@@ -27,7 +27,7 @@ from hotstate.controller.placement import (
     PreparedPlacement,
     place_encoded,
 )
-from hotstate.controller.reassign import ReassignJob
+from hotstate.controller.reassign import Desired, ReassignJob, decode_desired, reassign_encoded
 from hotstate.controller.records import MetadataBatch
 from hotstate.controller.replace import ReplaceJob, Replacement
 from hotstate.controller.requests import (
@@ -75,6 +75,7 @@ class ControllerHost:
         self._tick_task: asyncio.Task[None] | None = None
         self._reassigning: asyncio.Task[None] | None = None
         self._pool: ProcessPoolExecutor | None = None  # big placements (`_place`), started on first use
+        self._reassign_pool: ProcessPoolExecutor | None = None  # big reassignments, likewise
         # Set by the server: called for every registered server when this one takes office.
         self.on_activated: Callable[[Sequence[int]], None] | None = None
         metadata.add_listener(self._on_image)
@@ -93,8 +94,9 @@ class ControllerHost:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         self._deactivate("server stopping")
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+        for pool in (self._pool, self._reassign_pool):
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
 
     # ------------------------------------------------------------------ events from the quorum
     def on_role_change(self, node: RaftNode) -> None:
@@ -313,9 +315,12 @@ class ControllerHost:
         """Run the assignor off the event loop (heartbeats and requests go on), then apply its answer if
         this controller is still the active one."""
         try:
-            desired: Assignment | Exception
+            desired: Assignment | Desired | Exception
             try:
-                desired = await asyncio.to_thread(job.run)
+                if job.image.partition_count() < PROCESS_PLACEMENT_PARTITIONS:
+                    desired = await asyncio.to_thread(job.run)
+                else:
+                    desired = await self._reassign_in_process(job)
             except (ValueError, AssignorInternalError) as error:
                 desired = error
             if self._controller is not controller:
@@ -332,12 +337,38 @@ class ControllerHost:
         finally:
             self._reassigning = None
 
+    async def _reassign_in_process(self, job: ReassignJob) -> Desired:
+        """A big cluster's reassignment in a worker process of its own (a create's placement does not wait
+        behind it). On a thread the whole-cluster assignor held the GIL for seconds at 1M partitions, and
+        the starved loop missed the metadata quorum's fetch timeouts: elections, one after another, while
+        tables were created. The inputs are read from the image on the loop in steps; the answer holds
+        only the partitions that change, at most `REASSIGN_STEP_PARTITIONS` of them applied per run."""
+        steps = job.input_steps()
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                inputs: bytes = done.value
+                break
+            await asyncio.sleep(0)
+        if self._reassign_pool is None:
+            self._reassign_pool = ProcessPoolExecutor(
+                max_workers=1, mp_context=multiprocessing.get_context("spawn")
+            )
+        answer = await asyncio.get_running_loop().run_in_executor(
+            self._reassign_pool, reassign_encoded, inputs
+        )
+        return decode_desired(answer, REASSIGN_STEP_PARTITIONS)
+
 
 # From this many partitions a new table is placed in a worker process (`ControllerHost._place`); below it,
 # on a thread (about 0.1 s at 10,000 partitions: not worth a process round trip).
 PROCESS_PLACEMENT_PARTITIONS = 20_000
 # Partitions built per step on the loop (a few ms each).
 BUILD_STEP_PARTITIONS = 1_000
+# From this many partitions in the cluster, a reassignment runs in a worker process too
+# (`_reassign_in_process`), and applies at most this many partitions' steps per run.
+REASSIGN_STEP_PARTITIONS = 10_000
 
 
 class _NotController(Exception):
