@@ -470,7 +470,7 @@ def merge_rows(
     # Rows past the LIMIT: the next page starts after the last key returned. Each partition sent its
     # first items in key order, so every key up to that one is among those returned.
     last_key = items[-1][0] if query_plan.limit is not None and items and len(merged) > len(items) else None
-    decoded = decode_rows([row for _, row in items])
+    decoded = decode_rows(list(map(_ROW, items)))
     if query_plan.columns is None:
         columns = [c.name for c in table.key_columns]
         if decoded:

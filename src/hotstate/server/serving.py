@@ -29,7 +29,7 @@ from hotstate.replica.messages import (
     QueryPartitionsResponse,
     ReplicaError,
 )
-from hotstate.replica.store import StoreError
+from hotstate.replica.store import Store, StoreError
 from hotstate.routing.freshness import END_UNKNOWN, bound_refusal, served_lag, token_refusal
 from hotstate.routing.lags import LagTable
 from hotstate.server.replicas import LocalReplica, replica_state
@@ -273,7 +273,7 @@ class LocalReads:
         try:
             if request.scan:
                 limit = MAX_ROWS + 1 if request.limit is None else min(request.limit, MAX_ROWS + 1)
-                items = tuple(store.scan(request.start, request.end, limit=limit))
+                items = range_items(store, request.start, request.end, limit)
             elif len(request.keys) == 1:
                 [key] = request.keys
                 value = store.get(key)
@@ -291,3 +291,25 @@ class LocalReads:
                 ReplicaError.UNKNOWN_PARTITION, f"server {self.node_id}'s replica of it failed: {error}"
             )
         return state, position, offset_lag, items
+
+
+def range_items(
+    store: Store, start: bytes | None, end: bytes | None, limit: int
+) -> tuple[tuple[bytes, bytes], ...]:
+    """`tuple(store.scan(start, end, limit=limit))`, gathered in C: the first `limit` items as one chunk
+    (Store.scan_chunks) rather than a generator step and a cursor call per row (261 ns a row instead of
+    381-394, measured on 166-row reads; the steps were a third of what a peer spent on a 1,000-key range
+    query, profiled). A short chunk is the whole range: the generator is
+    run to its end so that the same end-of-range check runs (a damaged block raises StoreError rather than
+    cutting the answer short); a full one stops there unchecked, as `scan` does at its limit."""
+    if limit <= 0:  # scan_chunks takes no empty chunk size; scan answers (or refuses) these
+        return tuple(store.scan(start, end, limit=limit))
+    chunks = store.scan_chunks(start, end, limit)
+    first: list[tuple[bytes, bytes]] | None = next(chunks, None)
+    if first is None:  # no rows: the end was checked already
+        return ()
+    if len(first) < limit:
+        next(chunks, None)  # nothing follows a short chunk but the check
+    elif isinstance(chunks, Generator):
+        chunks.close()  # stopped at the limit: the RocksDB iterator goes now, not when collected
+    return tuple(first)
