@@ -108,6 +108,7 @@ class SimController:
         self.registered: dict[int, int] = {}  # node -> the process (boot) it registered last
         # node -> (boot, metadata offset, log end, view) of its last heartbeat that changed nothing.
         self._repeats: dict[int, tuple[tuple[int, int, int | None], MetadataImage]] = {}
+        self._quiet: tuple[int, MetadataImage] | None = None  # (time, view) of the last tick that did nothing
         # The reassignment under way: the placement the controller walks the partition towards.
         self.desired: Placement | None = None
         self._move = _Move()
@@ -199,7 +200,14 @@ class SimController:
             else:
                 repeats.pop(node.id, None)
             self._commit(decision.batches)
-        self._commit(tuple(quorum.tick(now, self.image.offset, reassign=False)))
+        # A tick at the same time on the same view as one that proposed nothing proposes nothing either:
+        # the sessions it reads were renewed to now at most, so none newly expired. Many events share a ms.
+        quiet = self._quiet
+        if quiet is not None and quiet[0] == now and quiet[1] is quorum.view:
+            return
+        batches = tuple(quorum.tick(now, self.image.offset, reassign=False))
+        self._quiet = None if batches else (now, quorum.view)
+        self._commit(batches)
 
     def hint(self, node: int) -> None:
         """The controller hears that `node` may be gone and probes it (server.suspects) a moment later."""
