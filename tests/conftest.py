@@ -34,6 +34,8 @@ SLOW_FILES = {
 }
 
 
+# trylast: after xdist's own hook, whose group suffix `_xdist_groups` checks for.
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Marks tests by what they start, so nobody has to remember a decorator: `cluster` (server
     processes: under tests/cluster, using the `start_cluster` fixture, or importing LocalCluster),
@@ -58,7 +60,31 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.spark)
         if cluster or spark or path in SLOW_FILES:
             item.add_marker(pytest.mark.slow)
+    _xdist_groups(config, items)
     _slow_modules_first(items)
+
+
+def _xdist_groups(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Gives each test of an `xdist_group` the "@group" node id suffix by which `--dist loadgroup` sends the
+    group whole to one worker.
+
+    xdist's worker hook appends it by assigning `item._nodeid`, which pytest 9.2's structured node ids no
+    longer read (pytest-xdist issue #1386): every group was split across the workers, each setting up the
+    module-scoped fixtures (a rack_traffic measurement of some 45 s ran twice in CI). Does nothing where
+    xdist's suffix took effect, and outside loadgroup runs."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    for item in items:
+        names = {
+            str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+            for mark in item.iter_markers("xdist_group")
+        }
+        suffix = "@" + "_".join(sorted(names))
+        if not names or item.nodeid.endswith(suffix) or not hasattr(item, "_id"):
+            continue
+        from _pytest.nodeid import NodeId  # pytest >= 9.2, which has `_id`
+
+        item._id = NodeId.parse(item.nodeid + suffix)
 
 
 def _slow_modules_first(items: list[pytest.Item]) -> None:

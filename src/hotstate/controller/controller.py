@@ -512,6 +512,13 @@ class QuorumController:
             (), ServerHeartbeatResponse(ControllerError.NONE, "", server.fenced, False), wait=False
         )
 
+    def renew_session(self, node_id: int, now: int) -> None:
+        """What a heartbeat does when it repeats the server's previous one (same incarnation, metadata
+        offset and replica ends, no shutdown asked) on the same view, that one answered without error or
+        batch: only the session is renewed. The replication simulator heartbeats every server after every
+        event and takes this shortcut for the repeats; a change of `_heartbeat` must keep it true."""
+        self._sessions[node_id] = now
+
     def _fence_records(self, node_id: int, reason: str) -> tuple[MetadataRecord, ...]:
         records: list[MetadataRecord] = [FenceServer(node_id, reason)]
         fenced = {n for n, s in self._view.servers.items() if s.fenced} | {node_id}

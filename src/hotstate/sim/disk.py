@@ -112,16 +112,24 @@ class SimDiskLog:
     start: int = 0
     start_epoch: int = 0
     batches: list[RecordBatch] = field(default_factory=list)
+    # The log the ops are applied to, kept between writes (`batches` is always all of it): building it
+    # again from every batch for each write made a long run's writes quadratic.
+    _log: BatchLog | None = field(default=None, repr=False, compare=False)
 
     def load(self) -> BatchLog:
         return BatchLog(self.start, self.start_epoch, self.batches)
 
     def apply(self, op: Any) -> None:
-        log = self.load()
+        log = self._log
+        if log is None:
+            log = self._log = self.load()
         match op:
             case AppendBatches(batches):
                 for batch in batches:
                     log.append(batch)
+                # Whole batches at the end: what reading the log from its start would return.
+                self.batches = [*self.batches, *batches]
+                return
             case TruncateLogTo(offset):
                 log.truncate_to(offset)
             case AdvanceStart(offset):

@@ -102,8 +102,13 @@ class SimController:
             fence_rule=world.fence_rule,
             elect_rule=world.elect_rule,
         )
+        self._info_of = self.quorum.view
+        self._info: PartitionInfo = self._info_of.partitions[TABLE_ID][PARTITION_ID]
         self._part = self.info()
         self.registered: dict[int, int] = {}  # node -> the process (boot) it registered last
+        # node -> (boot, metadata offset, log end, view) of its last heartbeat that changed nothing.
+        self._repeats: dict[int, tuple[tuple[int, int, int | None], MetadataImage]] = {}
+        self._quiet: tuple[int, MetadataImage] | None = None  # (time, view) of the last tick that did nothing
         # The reassignment under way: the placement the controller walks the partition towards.
         self.desired: Placement | None = None
         self._move = _Move()
@@ -114,7 +119,12 @@ class SimController:
         return self.quorum.view
 
     def info(self) -> PartitionInfo:
-        return self.quorum.view.partitions[TABLE_ID][PARTITION_ID]
+        view = self.quorum.view
+        if view is not self._info_of:
+            # Read after every event (the invariants): looked up again only when the view changed.
+            self._info_of = view
+            self._info = view.partitions[TABLE_ID][PARTITION_ID]
+        return self._info
 
     def view(self) -> PartitionView:
         part = self.info()
@@ -164,17 +174,40 @@ class SimController:
         whose session expired."""
         world = self.world
         now = world.now
+        quorum = self.quorum
+        repeats = self._repeats
         for node in world.nodes.values():
             if not node.up or node.cut_from_controller:
                 continue
             if self.registered.get(node.id) != node.boot:
                 self.register(node)
                 continue
-            ends = () if node.core is None else ((TABLE_ID, PARTITION_ID, node.core.log_end_offset),)
+            end = None if node.core is None else node.core.log_end_offset
+            # Nearly every heartbeat repeats the server's previous one on the view that answered it: its only
+            # effect is then the renewed session (QuorumController.renew_session), and building and
+            # deciding the request again made up much of a run's time.
+            view = quorum.view
+            repeat = (node.boot, node.meta_offset, end)
+            last = repeats.get(node.id)
+            if last is not None and last[1] is view and last[0] == repeat:
+                quorum.renew_session(node.id, now)
+                continue
+            ends = () if end is None else ((TABLE_ID, PARTITION_ID, end),)
             request = ServerHeartbeatRequest(node.id, incarnation(node), node.meta_offset, False, ends)
-            decision = self.quorum.handle(request, now, self.image.offset)
+            decision = quorum.handle(request, now, self.image.offset)
+            if not decision.batches and decision.reply.error is ControllerError.NONE:
+                repeats[node.id] = (repeat, view)
+            else:
+                repeats.pop(node.id, None)
             self._commit(decision.batches)
-        self._commit(tuple(self.quorum.tick(now, self.image.offset, reassign=False)))
+        # A tick at the same time on the same view as one that proposed nothing proposes nothing either:
+        # the sessions it reads were renewed to now at most, so none newly expired. Many events share a ms.
+        quiet = self._quiet
+        if quiet is not None and quiet[0] == now and quiet[1] is quorum.view:
+            return
+        batches = tuple(quorum.tick(now, self.image.offset, reassign=False))
+        self._quiet = None if batches else (now, quorum.view)
+        self._commit(batches)
 
     def hint(self, node: int) -> None:
         """The controller hears that `node` may be gone and probes it (server.suspects) a moment later."""
