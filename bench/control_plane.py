@@ -3,7 +3,9 @@
 1. `loop_stall`: in one process, the real `ControllerHost` over a real single-voter `RaftDriver` (metadata log
    on disk) and `MetadataPublisher`, 100 brokers registered through it; a table of P partitions is created
    while a task measures how late the event loop wakes up (sleeps of 1 ms): the longest stall, beside the
-   time the same placement takes when run on the loop (the stall a synchronous create would cause).
+   time the same placement takes when run on the loop (the stall a synchronous create would cause). After
+   the 100,000-partition table, one broker stops heartbeating: the longest stall until it is fenced and,
+   broker.removal.delay.ms (2 s here) later, its copies are placed elsewhere.
 2. `snapshot`: encode and load of a metadata snapshot of P partitions (1,000 per table, 3 servers) in this
    process: version 2 (a columnar PartitionBlock per table) beside version 1 (a PartitionAssignment record
    per partition, what snapshots held before), same image.
@@ -86,6 +88,9 @@ RESULTS = Path(__file__).parent / "results" / "control_plane.json"
 KEY = (KeyColumn("k", KeyType.STRING),)
 RACKS = ("az-a", "az-b", "az-c")
 NOTE = "2 cores, shared with other work"
+# The in-process controller: a broker fails after the table of this many partitions is created.
+FAILURE_AT = 100_000
+REMOVAL_DELAY_MS = 2000
 
 
 # ------------------------------------------------------------------------------------------ loop stall
@@ -139,7 +144,11 @@ async def _in_process_controller(directory: Path) -> tuple[RaftDriver, MetadataP
         raise AssertionError("single voter: never forwards")
 
     host = ControllerHost(
-        driver, metadata, ControllerConfig(reassign_interval_ms=0), forward=no_forward, clock=monotonic_ms
+        driver,
+        metadata,
+        ControllerConfig(reassign_interval_ms=0, broker_removal_delay_ms=REMOVAL_DELAY_MS),
+        forward=no_forward,
+        clock=monotonic_ms,
     )
     holder["host"] = host
     driver.start()
@@ -164,7 +173,8 @@ async def loop_stall(partitions: list[int], brokers: int = 100) -> list[dict[str
                 assert isinstance(reply, RegisterServerResponse) and reply.error is ControllerError.NONE
                 beat = await host.handle(ServerHeartbeatRequest(n, f"i{n}", reply.registered_at + 1, False))
                 assert isinstance(beat, ServerHeartbeatResponse)
-            beating = asyncio.create_task(_heartbeats(host, brokers))
+            silent: set[int] = set()
+            beating = asyncio.create_task(_heartbeats(host, brokers, silent))
             monitor = StallMonitor()
             for i, count in enumerate(partitions):
                 # The machine's own noise: the same monitor over an idle second (heartbeats only).
@@ -195,6 +205,8 @@ async def loop_stall(partitions: list[int], brokers: int = 100) -> list[dict[str
                     "longest_idle_stall_ms": round(idle_s * 1000, 1),
                     "placement_on_the_loop_s": round(on_loop_s, 3),
                 }
+                if count == FAILURE_AT:
+                    row["broker_fails"] = await _broker_fails(host, metadata, silent, monitor, 2 + i)
                 out.append(row)
                 print(row, flush=True)
             beating.cancel()
@@ -204,13 +216,52 @@ async def loop_stall(partitions: list[int], brokers: int = 100) -> list[dict[str
     return out
 
 
-async def _heartbeats(host: ControllerHost, brokers: int) -> None:
-    """Every broker's heartbeat every 250 ms (the default interval), as the real ones would send."""
+async def _heartbeats(host: ControllerHost, brokers: int, silent: set[int]) -> None:
+    """Every broker's heartbeat every 250 ms (the default interval), as the real ones would send; the
+    brokers in `silent` have failed."""
     while True:
         offset = host._driver.next_proposal_offset()
         for n in range(2, brokers + 2):
-            await host.handle(ServerHeartbeatRequest(n, f"i{n}", offset, False))
+            if n not in silent:
+                await host.handle(ServerHeartbeatRequest(n, f"i{n}", offset, False))
         await asyncio.sleep(0.25)
+
+
+async def _broker_fails(
+    host: ControllerHost, metadata: MetadataPublisher, silent: set[int], monitor: StallMonitor, node_id: int
+) -> dict[str, object]:
+    """Broker `node_id` stops heartbeating: the loop's longest stall until its session expired, it was fenced
+    with its actives moved, and (after broker.removal.delay.ms) its copies were placed elsewhere."""
+    # Only its partitions are looked at later: a scan of all of them would stall the loop being measured.
+    held = [
+        (table_id, p.partition)
+        for table_id, parts in metadata.image.partitions.items()
+        for p in parts
+        if node_id in p.replicas
+    ]
+    monitor.start()
+    start = time.perf_counter()
+    silent.add(node_id)
+    while not metadata.image.servers[node_id].fenced:
+        await asyncio.sleep(0.01)
+    fenced_s = time.perf_counter() - start
+
+    def holds() -> bool:
+        image = metadata.image
+        return any(node_id in image.partitions[t][p].replicas for t, p in held)
+
+    while holds():
+        await asyncio.sleep(0.25)
+    replaced_s = time.perf_counter() - start
+    stall_s = await monitor.stop()
+    return {
+        "node": node_id,
+        "fenced_s": round(fenced_s, 2),
+        "copies_replaced_s": round(replaced_s, 2),
+        "session_timeout_ms": ControllerConfig().session_timeout_ms,
+        "broker_removal_delay_ms": REMOVAL_DELAY_MS,
+        "longest_loop_stall_ms": round(stall_s * 1000, 1),
+    }
 
 
 # ------------------------------------------------------------------------------------------ snapshots
