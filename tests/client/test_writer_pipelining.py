@@ -347,3 +347,66 @@ def test_a_table_created_again_under_the_writer_gets_positions_of_its_own(old_wr
 
     results = asyncio.run(main())
     assert [decode(r.consistency_token, cluster_tag(CLUSTER)) for r in results] == [{(8, 0): 2}, {(8, 0): 2}]
+
+
+async def _paced_write(
+    answers: int | None, pause_s: float, deadline_s: float
+) -> tuple[Server, float, WriteResult | WriteError]:
+    """One large write (several Produces, one in flight at a time) whose answers the server lets go one at
+    a time, `pause_s` after each Produce arrived; after `answers` of them (None: all) it stops answering.
+    The server, the seconds the write took, its result or error."""
+    allowed = 0
+    server = Server(answer_when=lambda server, index: index < allowed, produce_max_bytes=100)
+    keys = [f"k{i:02d}" for i in range(80)]
+    await server.rpc.start()
+    try:
+        async with TableWriter(
+            [("127.0.0.1", server.rpc.port)], "t", cluster_id=CLUSTER, secret=SECRET, max_in_flight=1
+        ) as writer:
+            await writer.metadata()
+            started = asyncio.get_running_loop().time()
+            write = asyncio.create_task(
+                writer.upsert([{"k": k, "v": 0} for k in keys], deadline_s=deadline_s)
+            )
+
+            def arrived() -> bool:  # the Produce whose answer is next, or the write gave up
+                return len(server.parts) > allowed or write.done()
+
+            async def pace() -> None:
+                nonlocal allowed
+                while answers is None or allowed < answers:
+                    await server.until(arrived)
+                    if write.done():
+                        return
+                    # Real time must pass for a deadline to run out: the write is slow but acknowledged.
+                    await asyncio.sleep(pause_s)
+                    allowed += 1
+                    await server.release()
+
+            pacer = asyncio.create_task(pace())
+            try:
+                result: WriteResult | WriteError = await write
+            except WriteError as error:
+                result = error
+            took = asyncio.get_running_loop().time() - started
+            pacer.cancel()
+    finally:
+        await server.rpc.close()
+    return server, took, result
+
+
+def test_a_write_that_keeps_being_acknowledged_runs_past_its_deadline() -> None:
+    # The deadline bounds a time without progress, not the whole write (issue 26: a Spark task's rows).
+    server, took, result = asyncio.run(_paced_write(None, pause_s=0.1, deadline_s=0.3))
+    assert isinstance(result, WriteResult), result
+    assert len(server.parts) >= 6 and took > 0.3 * 2, (len(server.parts), took)
+    assert server.store == {f"k{i:02d}": 0 for i in range(80)}
+
+
+def test_a_write_whose_partition_stops_acknowledging_fails_after_the_deadline_naming_the_stall() -> None:
+    _, took, result = asyncio.run(_paced_write(2, pause_s=0.1, deadline_s=0.3))
+    assert isinstance(result, WriteError) and result.error is ReplicaError.TIMEOUT, result
+    message = str(result)
+    assert "t/0" in message and "server 1" in message and "0.3 s" in message and "writeTimeoutMs" in message
+    # Two answers after 0.1 s each, then the deadline from the last one: not cut short, not held much longer.
+    assert 0.2 + 0.3 <= took < 0.2 + 0.3 + 2.0, took

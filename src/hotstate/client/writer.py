@@ -421,7 +421,10 @@ class TableWriter:
         `max_in_flight`), so a key ends with the value of the last call that wrote it.
 
         Raises WriteError: INVALID_ROW or TOO_LARGE (naming the row) before anything is sent, a
-        non-retriable answer, or TIMEOUT once `deadline_s` passed."""
+        non-retriable answer, or TIMEOUT once a partition made no progress for `deadline_s`: it bounds
+        each wait (for the metadata, for a Produce's turn, for its answer), and every Produce of a
+        partition that commits gives the partition's waiting Produces `deadline_s` again, so a large
+        write that keeps being acknowledged runs as long as it needs."""
         end = time.monotonic() + deadline_s
         meta = await self.metadata(deadline_s=deadline_s)
         max_row = self._max_row_bytes(meta)
@@ -431,7 +434,7 @@ class TableWriter:
         self._start_watching()
         # Added to the partitions' sequencers before the first await: the order of writes is the order of
         # the calls.
-        queued = self._enqueue(by_partition, meta.table_id, end, min(MAX_REQUEST_BYTES, max_row))
+        queued = self._enqueue(by_partition, meta.table_id, end, deadline_s, min(MAX_REQUEST_BYTES, max_row))
         results = await asyncio.gather(*(self._write_partition(p, pending) for p, pending in queued))
         return self._result(len(rows), meta, by_partition, results)
 
@@ -461,7 +464,7 @@ class TableWriter:
         max_row = self._max_row_bytes(meta)
         by_partition = self._encode_one_by_one(changes, meta, max_row)
         self._start_watching()
-        queued = self._enqueue(by_partition, meta.table_id, end, min(MAX_REQUEST_BYTES, max_row))
+        queued = self._enqueue(by_partition, meta.table_id, end, deadline_s, min(MAX_REQUEST_BYTES, max_row))
         results = await asyncio.gather(*(self._write_partition(p, pending) for p, pending in queued))
         return self._result(len(changes), meta, by_partition, results)
 
@@ -498,7 +501,12 @@ class TableWriter:
 
     # ------------------------------------------------------------------ pipelined, in order
     def _enqueue(
-        self, by_partition: Mapping[int, Sequence[bytes]], table_id: int, end: float, chunk_bytes: int
+        self,
+        by_partition: Mapping[int, Sequence[bytes]],
+        table_id: int,
+        end: float,
+        window_s: float,
+        chunk_bytes: int,
     ) -> list[tuple[int, list[_Pending]]]:
         """Every partition's rows, in Produces of at most `chunk_bytes`, added to the partition's sequencer
         (after every write added before) and sent now as far as its order and `max_in_flight` allow."""
@@ -523,7 +531,7 @@ class TableWriter:
                 seq = lane.sequencer.add(chunk)
                 pending.append(
                     lane.pending.setdefault(
-                        seq, _Pending(seq, len(chunk), end, loop.create_future(), table_id)
+                        seq, _Pending(seq, len(chunk), end, window_s, loop.create_future(), table_id)
                     )
                 )
             self._release(partition, lane)
@@ -604,6 +612,12 @@ class TableWriter:
                 self.stats.produce_requests += 1
                 if reply is not None and reply.error is ReplicaError.NONE:
                     lane.commits += 1
+                    # Progress: every Produce of the partition still waiting (behind this one, or in
+                    # flight beside it) gets its whole window again, so the deadline bounds a stall,
+                    # not the length of a write that keeps being acknowledged.
+                    now = time.monotonic()
+                    for waiting in lane.pending.values():
+                        waiting.end = max(waiting.end, now + waiting.window_s)
                     # A write made before the table was created again, answered after: its end offset is
                     # not of the log the lane's position now follows.
                     current = pending.table_id == lane.table_id
@@ -622,9 +636,7 @@ class TableWriter:
                     problem = f"{reply.error.name}: {reply.message}"
                     moved = self._take_hint(partition, attempt.part, reply)
                 if time.monotonic() >= pending.end:
-                    raise WriteError(
-                        ReplicaError.TIMEOUT, f"{self.table}/{partition} not written in time: {problem}"
-                    )
+                    raise self._stalled(partition, pending, problem)
                 retries += 1
                 if moved:
                     self.stats.retried_on_move += 1
@@ -649,17 +661,30 @@ class TableWriter:
     ) -> tuple[Grant, _Attempt | None]:
         """What the sequencer handed `pending` (a send on its way, or a retry to send), once it did."""
         ready = pending.ready
-        if not ready.done():
-            try:
-                async with asyncio.timeout(max(0.0, pending.end - time.monotonic())):
-                    await ready
-            except TimeoutError:
-                if ready.done() and not ready.cancelled():
-                    pending.attempt = ready.result()[1]  # sent as the time ran out: finally cancels it
-                raise WriteError(
-                    ReplicaError.TIMEOUT, f"{self.table}/{partition} not written in time: {problem}"
-                ) from None
+        # asyncio.wait, not a timeout around `await ready`: the end moves later whenever the partition
+        # commits a Produce, and a wait that ran out must not cancel the future (it waits again).
+        while not ready.done():
+            remaining = pending.end - time.monotonic()
+            if remaining <= 0:
+                ready.cancel()  # _release skips it (and finally drops it from the sequencer)
+                raise self._stalled(partition, pending, problem)
+            await asyncio.wait((ready,), timeout=remaining)
         return ready.result()
+
+    def _stalled(self, partition: int, pending: _Pending, problem: str) -> WriteError:
+        """The TIMEOUT of a partition that made no progress (no Produce of it committed) for the window."""
+        server = ""
+        part = pending.attempt.part if pending.attempt is not None else None
+        if part is None and self._metadata is not None and 0 <= partition < len(self._metadata.partitions):
+            part = self._metadata.partitions[partition]
+        if part is not None and part.active is not None:
+            server = f" (active: server {part.active})"
+        return WriteError(
+            ReplicaError.TIMEOUT,
+            f"{self.table}/{partition}{server}: no write of the partition acknowledged for "
+            f"{pending.window_s:g} s: {problem} (the write deadline bounds a time without progress: "
+            "raise it, deadline_s or the Spark option writeTimeoutMs, if the servers are this slow)",
+        )
 
     async def _outcome(
         self, partition: int, attempt: _Attempt
@@ -860,7 +885,7 @@ class TableWriter:
                     "(the servers' produce.max.bytes: one Produce carries at most that many row bytes)",
                 )
         self._start_watching()
-        queued = self._enqueue(by_partition, meta.table_id, end, min(MAX_REQUEST_BYTES, max_row))
+        queued = self._enqueue(by_partition, meta.table_id, end, deadline_s, min(MAX_REQUEST_BYTES, max_row))
         results = await asyncio.gather(*(self._write_partition(p, pending) for p, pending in queued))
         written = sum(len(rows) for rows in by_partition.values())
         return self._result(written, meta, [p for p, rows in sorted(by_partition.items()) if rows], results)
@@ -972,7 +997,8 @@ class _Pending:
 
     seq: int
     rows: int
-    end: float
+    end: float  # moved later by each commit of the partition (progress): see _settle
+    window_s: float  # the write's deadline_s: how long it may wait without progress
     ready: asyncio.Future[tuple[Grant, _Attempt | None]]
     table_id: int  # the table's incarnation when the write was made
     attempt: _Attempt | None = None
