@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import multiprocessing
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 
@@ -41,6 +40,7 @@ from hotstate.raft.records import Entry, EntryKind
 from hotstate.server.metadata import MetadataPublisher
 from hotstate.server.raft_driver import RaftDriver
 from hotstate.server.suspects import probe_after_hint
+from hotstate.server.workers import worker_pool
 
 log = logging.getLogger(__name__)
 
@@ -212,7 +212,7 @@ class ControllerHost:
             return await asyncio.to_thread(job.run)
         inputs = await asyncio.to_thread(job.inputs)
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+            self._pool = worker_pool()
         answer = await asyncio.get_running_loop().run_in_executor(self._pool, place_encoded, inputs)
         # The partitions are this process's objects: built on the loop in steps, yielding between them,
         # rather than on a thread that would hold the GIL.
@@ -352,9 +352,7 @@ class ControllerHost:
                 break
             await asyncio.sleep(0)
         if self._reassign_pool is None:
-            self._reassign_pool = ProcessPoolExecutor(
-                max_workers=1, mp_context=multiprocessing.get_context("spawn")
-            )
+            self._reassign_pool = worker_pool()
         answer = await asyncio.get_running_loop().run_in_executor(
             self._reassign_pool, reassign_encoded, inputs
         )
