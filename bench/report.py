@@ -320,10 +320,11 @@ def metadata(data: Mapping[str, Any]) -> Section:
 
 
 def control_plane(data: Mapping[str, Any]) -> Section:
-    stall = data["loop_stall"]
-    snapshot = data["snapshot"]
-    rpc_rows = data["rpc"]
-    return Section(
+    # Parts run alone (`--only`) leave the others out.
+    stall = data.get("loop_stall", [])
+    snapshot = data.get("snapshot", [])
+    rpc_rows = data.get("rpc", [])
+    section = Section(
         "the same placement run on the event loop (what a synchronous create stalled it for), the loop's own "
         "stall while idle, and version 1 snapshots (a record per partition) of the same image.",
         [
@@ -386,19 +387,19 @@ def control_plane(data: Mapping[str, Any]) -> Section:
                     "create s",
                     "fence s",
                     "copies re-placed s after fence",
-                    "others fenced",
+                    "others fenced (or the error)",
                 ),
                 [
                     (
                         r["partitions"],
                         r["simulated_brokers"],
-                        r["registrations_per_s"],
-                        f"{fmt(r['heartbeats_per_s_held'])} ({fmt(r['heartbeats_offered_per_s'])})",
-                        r["worst_heartbeat_ms"],
-                        r["create_tables_s"],
-                        r["fence_dead_broker_s"],
-                        r["replace_its_copies_s_after_fence"],
-                        r["other_brokers_fenced"],
+                        r.get("registrations_per_s"),
+                        f"{fmt(r.get('heartbeats_per_s_held'))} ({fmt(r.get('heartbeats_offered_per_s'))})",
+                        r.get("worst_heartbeat_ms"),
+                        r.get("create_tables_s"),
+                        r.get("fence_dead_broker_s"),
+                        r.get("replace_its_copies_s_after_fence"),
+                        r.get("other_brokers_fenced", r.get("error")),
                     )
                     for r in rpc_rows
                 ],
@@ -409,6 +410,8 @@ def control_plane(data: Mapping[str, Any]) -> Section:
             *_control_plane_failover(data.get("failover", ())),
         ],
     )
+    # A part run alone leaves the other tables empty: shown only with rows.
+    return Section(section.compared_against, [t for t in section.tables if t.rows])
 
 
 def _control_plane_broker_fails(stall: Sequence[Mapping[str, Any]]) -> list[Table]:
