@@ -10,12 +10,16 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
+import os
 import shutil
+import signal
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -239,6 +243,18 @@ def _follow(sql: str, token: str | None, client: Client) -> None:
     if not statement.upper().endswith("EMIT CHANGES"):
         statement += " EMIT CHANGES"
     subscription = client.subscribe(statement, from_token=token)
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        # Ctrl-C exits from here, with the token: raised inside httpx's streaming read, KeyboardInterrupt
+        # could leave the stream unable to close, and the command hung (seen once in CI, 20 s after SIGINT).
+        sys.stdout.flush()
+        with contextlib.suppress(Exception):
+            if subscription.token is not None:
+                sys.stderr.write(json.dumps({"token": subscription.token}) + "\n")
+        sys.stderr.flush()
+        os._exit(0)
+
+    signal.signal(signal.SIGINT, stop)
     try:
         for change in subscription:
             line: dict[str, object] = {"kind": change.kind, "partition": change.partition}
