@@ -427,6 +427,11 @@ class SimBroker:
             await asyncio.sleep(max(0.0, interval_s - took))
 
 
+async def _all_unfenced(admin: AdminClient, brokers: int) -> bool:
+    described = await admin.describe()
+    return sum(1 for s in described.servers if not s.fenced and "broker" in s.roles) == brokers
+
+
 async def _until(check: Callable[[], Awaitable[bool]], timeout_s: float) -> float:
     start = time.perf_counter()
     while time.perf_counter() - start < timeout_s:
@@ -447,26 +452,13 @@ async def rpc_bench(cluster: LocalCluster, partitions: int, brokers: int, hold_s
         register_s = time.perf_counter() - start
         tasks = [asyncio.create_task(s.heartbeat_loop()) for s in sims]
 
-        async def all_unfenced() -> bool:
-            described = await admin.describe()
-            return sum(1 for s in described.servers if not s.fenced and "broker" in s.roles) == brokers
-
-        unfence_s = await _until(all_unfenced, 30)
+        unfence_s = await _until(lambda: _all_unfenced(admin, brokers), 30)
         before = sum(s.beats for s in sims)
         await asyncio.sleep(hold_s)
         beats_per_s = (sum(s.beats for s in sims) - before) / hold_s
         worst_beat_ms = max(s.worst_beat_s for s in sims) * 1000
-        created = 0
         start = time.perf_counter()
-        index = 0
-        while created < partitions:
-            count = min(100_000, partitions - created)
-            reply = await admin.create_table(
-                f"t{index}", partitions=count, standby_replicas=1, key_columns=KEY, deadline_s=120.0
-            )
-            assert reply.error is ControllerError.NONE, reply
-            created += count
-            index += 1
+        await _create_tables(admin, partitions, "t", deadline_s=120.0)
         create_s = time.perf_counter() - start
         victim = sims[0]
         victim.stopped = True
@@ -530,13 +522,15 @@ def run_rpc(partitions: int, brokers: int, hold_s: float) -> dict[str, object]:
 
 
 # ------------------------------------------------------------------------------------------ failover
-async def _create_tables(admin: AdminClient, partitions: int, prefix: str) -> None:
+async def _create_tables(admin: AdminClient, partitions: int, prefix: str, *, deadline_s: float) -> None:
+    """Tables of at most 100,000 partitions (the per-table cap) named prefix0, prefix1, ... up to
+    `partitions` in all."""
     created = 0
     index = 0
     while created < partitions:
         count = min(100_000, partitions - created)
         reply = await admin.create_table(
-            f"{prefix}{index}", partitions=count, standby_replicas=1, key_columns=KEY, deadline_s=180.0
+            f"{prefix}{index}", partitions=count, standby_replicas=1, key_columns=KEY, deadline_s=deadline_s
         )
         assert reply.error is ControllerError.NONE, reply
         created += count
@@ -573,13 +567,9 @@ async def failover_bench(cluster: LocalCluster, partitions: int, brokers: int) -
         await asyncio.gather(*(s.register() for s in sims))
         tasks = [asyncio.create_task(s.heartbeat_loop()) for s in sims]
 
-        async def all_unfenced() -> bool:
-            described = await admin.describe()
-            return sum(1 for s in described.servers if not s.fenced and "broker" in s.roles) == brokers
-
-        await _until(all_unfenced, 30)
+        await _until(lambda: _all_unfenced(admin, brokers), 30)
         start = time.perf_counter()
-        await _create_tables(admin, partitions, "t")
+        await _create_tables(admin, partitions, "t", deadline_s=180.0)
         create_s = time.perf_counter() - start
 
         probe = await admin.create_table("probe", partitions=1, standby_replicas=1, key_columns=KEY)

@@ -263,8 +263,6 @@ def _follow(sql: str, token: str | None, client: Client) -> None:
                 line["offset"] = change.offset
             line["row"] = change.row
             typer.echo(json.dumps(line, default=str))
-    except KeyboardInterrupt:
-        pass
     finally:
         subscription.close()
         if subscription.token is not None:  # where it was: --token resumes there
