@@ -364,8 +364,8 @@ class ControllerHost:
 PROCESS_PLACEMENT_PARTITIONS = 20_000
 # Partitions built per step on the loop (a few ms each).
 BUILD_STEP_PARTITIONS = 1_000
-# From this many partitions in the cluster, a reassignment runs in a worker process too
-# (`_reassign_in_process`), and applies at most this many partitions' steps per run.
+# A cluster of PROCESS_PLACEMENT_PARTITIONS or more is reassigned in a worker process too
+# (`_reassign_in_process`), which applies at most this many partitions' steps per run.
 REASSIGN_STEP_PARTITIONS = 10_000
 
 
