@@ -187,6 +187,44 @@ def test_expired_session_fences_the_server_and_moves_its_actives() -> None:
     assert len(moved) == 2  # the two actives 3 held, each with a bumped leader epoch
 
 
+def test_a_stalled_controller_does_not_count_its_stall_against_sessions() -> None:
+    """Ticks far apart: the controller's process was stalled, and the heartbeats of that time are unread."""
+    harness = three_brokers()
+    grace = SESSION // 4
+    controller = QuorumController(
+        harness.image,
+        ControllerConfig(SESSION, stall_grace_ms=grace),
+        now=0,
+        next_offset=harness.next_offset,
+    )
+    step = grace // 2
+    for now in range(step, SESSION // 2 + 1, step):  # ticking, every server heard at SESSION // 2
+        assert controller.tick(now, harness.next_offset) == []
+    for node_id in (1, 2, 3):
+        request = ServerHeartbeatRequest(node_id, f"a{node_id}", harness.next_offset, False)
+        controller.handle(request, SESSION // 2, harness.next_offset)
+    stalled_until = SESSION // 2 + SESSION + 1  # past every session, with no tick on the way
+    assert controller.tick(stalled_until, harness.next_offset) == []
+    # Ticking again, the sessions run: server 1 alone heartbeats, 2 and 3 are fenced a session later.
+    now = stalled_until
+    heard = ServerHeartbeatRequest(1, "a1", harness.next_offset, False)
+    while now + step <= stalled_until + SESSION:
+        now += step
+        controller.handle(heard, now, harness.next_offset)
+        assert controller.tick(now, harness.next_offset) == [], now
+    last_heard = now
+    now += step
+    fences = [b.records[0] for b in controller.tick(now, harness.next_offset)]
+    assert [(f.node_id, f.reason) for f in fences if isinstance(f, FenceServer)] == [
+        (2, "session expired"),
+        (3, "session expired"),
+    ]
+    # Gaps of the grace count in full: server 1 is fenced the first tick past a session since it was heard.
+    while not controller.tick(now + grace, harness.next_offset):
+        now += grace
+    assert now <= last_heard + SESSION < now + grace
+
+
 def test_a_new_controller_gives_every_server_a_fresh_session() -> None:
     harness = three_brokers()
     later = 10 * SESSION

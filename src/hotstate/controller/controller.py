@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from hotstate.assignor import Assignment, AssignorConfig, AssignorInternalError
@@ -107,6 +107,13 @@ class ControllerConfig:
     # A generation staged for an overwrite and not swapped in this long after this controller first saw it
     # is dropped: its writer died (a failed Spark job drops its own at once). Long enough for a big load.
     staged_timeout_ms: int = 6 * 3600 * 1000
+    # Ticks further apart than this mean the controller's own process was stalled (a big placement, an
+    # image applied, a loaded machine): the heartbeats of that time are still unread in its sockets, so
+    # the stall is not counted against any session. Without this a fence that stalls the active controller
+    # at a million partitions makes it fence the brokers it did not hear meanwhile, one after the other.
+    # 0: every tick counts (a test that jumps its clock to expire a session); servers use a quarter of
+    # the session timeout (server/app.py).
+    stall_grace_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +172,10 @@ class QuorumController:
         # Staged generations (table id) -> when this controller first saw them (staged_timeout_ms).
         self._staged_since: dict[int, int] = {}
         self._placed: PreparedPlacement | None = None
+        self._last_tick_at = now
+        # The partitions (the view's mapping, unchanged while no partition is) checked for the draining
+        # servers that still hold replicas: a drain is not rechecked against every partition each tick.
+        self._drain_checked: tuple[Mapping[int, tuple[PartitionInfo, ...]], frozenset[int]] | None = None
 
     @property
     def view(self) -> MetadataImage:
@@ -261,9 +272,11 @@ class QuorumController:
         `reassign=False` leaves that step to the caller (`reassignment_job`, then `apply_reassignment`),
         which may run the assignor on another thread."""
         self._next_offset = next_offset
+        self._forgive_stall(now)
         batches = []
+        drained = self._drained()
         for node_id, server in sorted(self._view.servers.items()):
-            if server.draining and not self._view.holds_replicas(node_id):
+            if node_id in drained:
                 batches.append(self._propose(self._unregister_records(node_id)))
                 continue
             if server.fenced:
@@ -293,6 +306,27 @@ class QuorumController:
             if batch is not None:
                 batches.append(batch)
         return batches
+
+    def _forgive_stall(self, now: int) -> None:
+        gap = now - self._last_tick_at
+        self._last_tick_at = now
+        grace = self.config.stall_grace_ms
+        if grace > 0 and gap > grace:
+            log.warning("controller stalled %d ms: sessions extended by as much", gap)
+            for node_id in self._sessions:
+                self._sessions[node_id] += gap
+
+    def _drained(self) -> frozenset[int]:
+        """The draining servers that hold no replica any more (to unregister)."""
+        draining = [n for n, s in self._view.servers.items() if s.draining]
+        if not draining:
+            return frozenset()
+        partitions = self._view.partitions
+        checked = self._drain_checked
+        if checked is None or checked[0] is not partitions:
+            holding = frozenset(n for n in draining if self._view.holds_replicas(n))
+            self._drain_checked = checked = (partitions, holding)
+        return frozenset(n for n in draining if n not in checked[1])
 
     def on_probe(
         self, node_id: int, incarnation_id: str, result: ProbeResult, next_offset: int

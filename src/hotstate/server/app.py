@@ -365,6 +365,7 @@ class Server:
                 assignor=config.assignor,
                 reassign_interval_ms=config.reassign_interval_ms,
                 broker_removal_delay_ms=config.broker_removal_delay_ms,
+                stall_grace_ms=config.session_timeout_ms // 4,  # ticks run every 50 ms
             ),
             forward=self._forward,
             clock=monotonic_ms,

@@ -93,6 +93,7 @@ class SimController:
             session_timeout_ms=SESSION_TIMEOUT_MS,
             reassign_interval_ms=0,  # the simulator draws placements itself (reassign)
             broker_removal_delay_ms=0,  # a fenced broker does not hold reassignments back
+            stall_grace_ms=SESSION_TIMEOUT_MS // 4,  # as servers run it
         )
         self.quorum = QuorumController(
             builder.build(1),
