@@ -228,6 +228,56 @@ def test_a_local_scan_yields_to_the_event_loop_every_step() -> None:
     assert reads.scans == 0
 
 
+def test_concurrent_scans_take_turns_one_step_per_turn_of_the_event_loop() -> None:
+    """Four scans: between two polls for IO the loop runs one step (7 rows) of one of them, not one of
+    each, so a point lookup waits out one step whatever the number of scans."""
+    store = _Store(_items(0) * 10)
+    reads = _local(store, scan_step_rows=7)
+    per_turn: list[int] = []
+
+    async def scans_while_counting() -> list[PartitionQueryResponse]:
+        loop = asyncio.get_running_loop()
+        last = [0]
+
+        def turn() -> None:  # runs once per turn of the loop (call_soon from a callback: the next turn)
+            per_turn.append(store.read - last[0])
+            last[0] = store.read
+            if not done.done():
+                loop.call_soon(turn)
+
+        done = loop.create_future()
+        loop.call_soon(turn)
+        request = _request("SELECT COUNT(*) FROM clicks WHERE n >= 0")
+        answers = await asyncio.gather(*(reads.scan(request) for _ in range(4)))
+        done.set_result(None)
+        return list(answers)
+
+    answers = asyncio.run(scans_while_counting())
+    assert all(a.error is ReplicaError.NONE for a in answers)
+    assert store.read == 4 * len(_items(0)) * 10
+    assert max(per_turn) <= 7, per_turn
+    assert reads.scans == 0
+
+
+def test_a_cancelled_scan_waiting_for_its_turn_passes_the_turn_on() -> None:
+    store = _Store(_items(0) * 10)
+    reads = _local(store, scan_step_rows=7)
+
+    async def three_one_cancelled() -> list[PartitionQueryResponse | BaseException]:
+        request = _request("SELECT COUNT(*) FROM clicks WHERE n >= 0")
+        tasks = [asyncio.create_task(reads.scan(request)) for _ in range(3)]
+        for _ in range(5):
+            await asyncio.sleep(0)
+        tasks[1].cancel()
+        return list(await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 10))
+
+    first, cancelled, third = asyncio.run(three_one_cancelled())
+    assert isinstance(cancelled, asyncio.CancelledError)
+    assert isinstance(first, PartitionQueryResponse) and first.error is ReplicaError.NONE
+    assert isinstance(third, PartitionQueryResponse) and third.error is ReplicaError.NONE
+    assert reads.scans == 0
+
+
 def test_a_step_ends_after_query_scan_step_ms_before_its_rows() -> None:
     """A slow store (1 ms a row): steps end on time, not after their 100,000 rows."""
     store = _Store(_items(0) * 2, pause_s=0.001)

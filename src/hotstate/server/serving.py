@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Generator, Iterator, Mapping
 from typing import Any, Final
 
@@ -41,6 +42,61 @@ SCAN_CHUNK_ROWS: Final = 256
 
 # What a local replica serves: (state, position, offset lag, items).
 LocalRead = tuple[ReplicaState, int, int, tuple[tuple[bytes, bytes], ...]]
+
+
+class StepTurns:
+    """The scans of a server take turns, one step of one scan per turn of the event loop. Each scan yielding
+    on its own, N scans ran N steps (N ms) between two polls for IO, which a point lookup waited out.
+
+    `take` and `pass_on` return holding the turn and raise (cancelled) not holding it; the holder `give`s
+    it back when it stops."""
+
+    __slots__ = ("_busy", "_waiting")
+
+    def __init__(self) -> None:
+        self._busy = False
+        self._waiting: deque[asyncio.Future[None]] = deque()
+
+    async def take(self) -> None:
+        if not self._busy:
+            self._busy = True
+            return
+        await self._wait()
+
+    async def pass_on(self) -> None:
+        """Between two steps of the holder: the next scan waiting gets the turn (its step runs at the next
+        turn of the loop, after IO) and the holder waits for it again; none waiting, the holder lets IO in
+        and goes on."""
+        if not self._hand_over():
+            try:
+                await asyncio.sleep(0)
+            except asyncio.CancelledError:
+                self.give()
+                raise
+            return
+        await self._wait()
+
+    def give(self) -> None:
+        if not self._hand_over():
+            self._busy = False
+
+    def _hand_over(self) -> bool:
+        while self._waiting:
+            turn = self._waiting.popleft()
+            if not turn.done():
+                turn.set_result(None)
+                return True
+        return False
+
+    async def _wait(self) -> None:
+        turn = asyncio.get_running_loop().create_future()
+        self._waiting.append(turn)
+        try:
+            await turn
+        except asyncio.CancelledError:
+            if turn.done() and not turn.cancelled():
+                self.give()  # handed the turn as it was cancelled: pass it on
+            raise
 
 
 class LocalReads:
@@ -72,6 +128,7 @@ class LocalReads:
         self.scan_step_rows = scan_step_rows
         self.scan_step_ms = scan_step_ms
         self.scans = 0  # partition scans running now
+        self._turns = StepTurns()
         self._on_scan_cancelled = on_scan_cancelled
 
     def serve_partitions(self, request: QueryPartitionsRequest) -> QueryPartitionsResponse:
@@ -96,16 +153,24 @@ class LocalReads:
         `scan_step_rows` rows and about `scan_step_ms` with a yield to the event loop after each, or a
         refusal."""
         steps = self._scan_steps(request)
+        turns = self._turns
+        held = False
         try:
+            await turns.take()
+            held = True
             while True:
                 answer = next(steps)
                 if answer is not None:
                     return answer
-                await asyncio.sleep(0)
+                held = False
+                await turns.pass_on()
+                held = True
         except asyncio.CancelledError:  # its client went away (or its coordinator gave up)
             self._on_scan_cancelled()
             raise
         finally:
+            if held:
+                turns.give()
             steps.close()
 
     def scan_now(self, request: PartitionQueryRequest) -> PartitionQueryResponse:

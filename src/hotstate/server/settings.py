@@ -702,8 +702,9 @@ _QUERIES: Final = (
         unit="ms",
         doc=(
             "A scan yields to the event loop once a step has run this long (checked every 256 rows), or "
-            "after query.scan.step.rows rows, whichever comes first: a lookup waits about one step of each "
-            "scan running on its server (docs/queries.md, the cost model)."
+            "after query.scan.step.rows rows, whichever comes first; the scans of a server take turns, one "
+            "step per turn of its event loop, so a lookup waits about one step however many scans run "
+            "(docs/queries.md, the cost model)."
         ),
     ),
 )
