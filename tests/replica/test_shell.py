@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from hotstate.log.batch import RecordBatch
 from hotstate.replica.core import AppendBatches, LogOp, ProduceResult, Ready
 from hotstate.replica.messages import ReplicaError, ReplicaMessage
-from hotstate.replica.shell import Effects, ReplicaShell
+from hotstate.replica.shell import APPLY_STEP_RECORDS, Effects, ReplicaShell
 
 BATCH = RecordBatch(0, 1, (b"k=1", b"k=2"))
 EMPTY = Ready((), (), (), (), None, None, 0, 0)
@@ -29,8 +29,9 @@ class ScriptedCore:
     def advance(self, ready: Ready) -> None:
         self.advanced.append(ready)
         given = self.readies.pop(0)
-        if given.committed and not ready.committed:
-            self.readies.insert(0, Ready((), (), (), given.committed, None, None, 2, 2))
+        if len(ready.committed) < len(given.committed):
+            rest = given.committed[len(ready.committed) :]
+            self.readies.insert(0, Ready((), (), (), rest, None, None, 2, 2))
 
 
 class Recorder:
@@ -98,3 +99,28 @@ def test_nothing_is_sent_answered_or_applied_before_the_log_write_is_durable() -
     assert world.events == ["write 1"]
     pump.written()
     assert world.events == ["write 1", "send"] and core.advanced == [ready] and pump.writing is None
+
+
+def test_a_big_apply_runs_in_steps_with_a_turn_of_the_loop_between() -> None:
+    """Committed batches beyond APPLY_STEP_RECORDS records wait for the next pump (whole batches, at least
+    one): a follower's fetch of a bulk load is not applied in one stall."""
+    size = APPLY_STEP_RECORDS * 3 // 4
+    batches = tuple(RecordBatch(n * size, 1, tuple(b"k=%d" % i for i in range(size))) for n in range(3))
+    core, world = ScriptedCore(Ready((), (), (), batches, None, None, 3 * size, 3 * size)), Recorder()
+    pump = shell(core, world)
+    pump.pump()
+    assert world.events == ["write 0", f"apply 0-{size}", "defer"]
+    pump.pump()
+    pump.pump()
+    assert world.events[3:] == [
+        "write 0",
+        f"apply {size}-{2 * size}",
+        "defer",
+        "write 0",
+        f"apply {2 * size}-{3 * size}",
+    ]
+    assert world.position == 3 * size and world.deferred == 2
+    huge = RecordBatch(0, 1, tuple(b"k=%d" % i for i in range(2 * APPLY_STEP_RECORDS)))
+    core, world = ScriptedCore(Ready((), (), (), (huge,), None, None, 1, 1)), Recorder()
+    shell(core, world).pump()
+    assert world.events == ["write 0", f"apply 0-{2 * APPLY_STEP_RECORDS}"]  # one batch: whole

@@ -22,6 +22,11 @@ from hotstate.log.batch import RecordBatch
 from hotstate.replica.core import IsrChange, LogOp, ProduceResult, Ready, ReplicaCore, SnapshotNeeded
 from hotstate.replica.messages import ReplicaMessage
 
+# The records one pump applies to the store (whole batches, at least one): more committed at once (a
+# follower's fetch of a bulk load, a page of expiry's tombstones behind others) wait for the next turn of
+# the loop, so lookups and heartbeats are served between the steps of a big apply.
+APPLY_STEP_RECORDS = 4096
+
 
 class LogPort(Protocol):
     def write(self, ops: Sequence[LogOp]) -> bool:
@@ -84,6 +89,11 @@ class ReplicaShell:
         defer_apply = bool(ready.committed and (ready.produce_results or ready.messages))
         if defer_apply:
             ready = dataclasses.replace(ready, committed=())
+        elif ready.committed:
+            step = _apply_step(ready.committed)
+            if len(step) < len(ready.committed):
+                ready = dataclasses.replace(ready, committed=step)
+                defer_apply = True
         self.writing = ready
         self._defer_apply = defer_apply
         return self.log.write(ready.log_ops) and self._finish()
@@ -117,3 +127,13 @@ class ReplicaShell:
             effects.defer()
             return False
         return True
+
+
+def _apply_step(committed: Sequence[RecordBatch]) -> tuple[RecordBatch, ...]:
+    """The first committed batches, up to APPLY_STEP_RECORDS records (at least one batch)."""
+    records = 0
+    for count, batch in enumerate(committed):
+        records += batch.next_offset - batch.base_offset
+        if records > APPLY_STEP_RECORDS and count > 0:
+            return tuple(committed[:count])
+    return tuple(committed)

@@ -636,6 +636,7 @@ class ReplicaManager:
                 # While its pages keep finding expired rows a partition's next step comes soon (a backlog
                 # drains at many pages a second); each step is still one page, so queries run between them.
                 due[pid] = time.monotonic() + (RETENTION_BUSY_TICK_S if deleted else RETENTION_TICK_S)
+                await asyncio.sleep(0)  # one page, then the queries: pages of several partitions not in a row
             for pid in [pid for pid in due if pid not in self.replicas]:
                 del due[pid]
 
