@@ -907,9 +907,11 @@ def compaction(data: Mapping[str, Any]) -> Section:
             p["end_bytes"],
             p["end_ratio"],
             data["growth_second_half"].get(node),
+            data.get("peak_growth_second_half", {}).get(node),
         )
         for node, p in sorted(data["per_server"].items())
     ]
+    peaks = data.get("peaks_per_turnover", {})
     total = data["total"]
     return Section(
         f"A table of {fmt(data['live_rows'])} rows of {data['row_bytes']} bytes (6 partitions, one standby) "
@@ -925,7 +927,8 @@ def compaction(data: Mapping[str, Any]) -> Section:
                     "peak bytes",
                     "end bytes",
                     "end / live",
-                    "growth, second half",
+                    "end / mid-churn sample",
+                    "peak growth, second half",
                 ),
                 rows,
             )
@@ -940,6 +943,18 @@ def compaction(data: Mapping[str, Any]) -> Section:
                 for node, split in sorted(data.get("breakdown_end", {}).items())
             )
             + ".",
+            *(
+                [
+                    "Peak bytes per turnover of the table (each tenth of the churn): "
+                    + "; ".join(
+                        f"server {node}: " + ", ".join(fmt(v) for v in values)
+                        for node, values in sorted(peaks.items())
+                    )
+                    + "."
+                ]
+                if peaks
+                else []
+            ),
         ],
     )
 
