@@ -114,7 +114,7 @@ def _key(i: int) -> str:
 
 def _specs(count: int, mix: str, rng: random.Random) -> list[Spec]:
     key_share, range_share, _, range_keys = MIXES[mix]
-    keys, ranges = round(count * key_share), round(count * range_share)
+    keys, ranges = int(count * key_share), int(count * range_share)
     specs = []
     for n in range(count):
         if n < keys:
