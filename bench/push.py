@@ -75,6 +75,7 @@ MIXES: dict[str, tuple[float, float, float, int]] = {
     "app": (0.9, 0.099, 0.001, 10),
     "issue": (0.7, 0.2, 0.1, 50),
 }
+CALIBRATE_S = 5.0  # the writes alone, before the feeds, to tell the feeds' CPU from the writes'
 WAIT_S = 30.0  # after the writes, the longest wait for every feed to have what it should
 
 
@@ -225,11 +226,16 @@ async def _reader(conn: Connection, specs: list[Spec], ports: list[int]) -> None
         waiting = [i for i in waiting if not wanted[i] <= feeds[i].seqs]
         if waiting:
             await asyncio.sleep(0.25)
+    stuck = [
+        f"{feeds[i].spec.kind} on server {feeds[i].state.server + 1}, {feeds[i].state.resumes} resumes, "
+        f"{len(wanted[i] - feeds[i].seqs)} missing, ends {feeds[i].state.ends[-3:]}"
+        for i in waiting[:3]
+    ]
     stop.set()
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
-    conn.send(_account(feeds, wanted, acked, killed_at))
+    conn.send(_account(feeds, wanted, acked, killed_at) | {"incomplete": len(waiting), "stuck": stuck})
 
 
 def _account(
@@ -290,6 +296,41 @@ def _account(
 
 
 # ------------------------------------------------------------------------------------------- the run
+async def _write(
+    writer: TableWriter,
+    rate: int,
+    duration_s: float,
+    writers: int,
+    rng: random.Random,
+    begin: float,
+    acked: list[tuple[int, str, int, int, float]] | None,
+) -> None:
+    """RATE upserts a second for `duration_s` from `begin`, `writers` at a time, each value its sequence
+    number; the acknowledged ones into `acked` (None: a warm-up, values -1)."""
+    seqs = iter(range(10**9))
+
+    async def one() -> None:
+        while True:
+            seq = next(seqs)
+            at = begin + seq / rate
+            if at - begin >= duration_s:
+                return
+            await asyncio.sleep(max(0.0, at - time.monotonic()))
+            key = _key(rng.randrange(KEYS))
+            try:
+                result = await writer.upsert(
+                    [{"k": key, "seq": -1 if acked is None else seq}], deadline_s=20.0
+                )
+            except Exception:
+                continue  # unknown outcome: not in the acknowledged history
+            if acked is not None:
+                now = time.monotonic()
+                [((_, partition), position)] = decode(result.consistency_token, None).items()
+                acked.append((seq, key, partition, position - 1, now))
+
+    await asyncio.gather(*(one() for _ in range(writers)))
+
+
 def _proc(pid: int) -> tuple[int, float]:
     """RSS in bytes and CPU seconds (user + system) of process `pid`."""
     rss = 0
@@ -349,6 +390,12 @@ async def _measure(
     serving = cluster.servers[0]
     assert serving.pid is not None
     ports = [s.http_port for s in cluster.servers]
+    # The serving server's CPU for the same writes without feeds (it holds partitions: it applies and
+    # replicates them), subtracted from its CPU with them: what the feeds cost.
+    _, cpu_quiet = _proc(serving.pid)
+    quiet_s = min(CALIBRATE_S, duration_s / 2)
+    await _write(writer, rate, quiet_s, writers, rng, time.monotonic(), None)
+    writes_cpu_per_s = (_proc(serving.pid)[1] - cpu_quiet) / quiet_s
     rss_before, _ = _proc(serving.pid)
     specs = _specs(subscriptions, mix, rng)
     context = multiprocessing.get_context("spawn")
@@ -364,7 +411,6 @@ async def _measure(
         assert await loop.run_in_executor(None, pipe.recv) == "started"
     rss_after, cpu_before = _proc(serving.pid)
     acked: list[tuple[int, str, int, int, float]] = []
-    seqs = iter(range(10**9))
     begin = time.monotonic()
     killed_at = begin + duration_s / 2
     cpu_at_kill = cpu_before
@@ -376,24 +422,8 @@ async def _measure(
         cluster.signal(serving, signal.SIGKILL)
         killed_at = time.monotonic()
 
-    async def write() -> None:
-        while True:
-            seq = next(seqs)
-            at = begin + seq / rate
-            if at - begin >= duration_s:
-                return
-            await asyncio.sleep(max(0.0, at - time.monotonic()))
-            key = _key(rng.randrange(KEYS))
-            try:
-                result = await writer.upsert([{"k": key, "seq": seq}], deadline_s=20.0)
-            except Exception:
-                continue  # unknown outcome: not in the acknowledged history
-            now = time.monotonic()
-            [((_, partition), position)] = decode(result.consistency_token, None).items()
-            acked.append((seq, key, partition, position - 1, now))
-
     killer = asyncio.create_task(kill())
-    await asyncio.gather(*(write() for _ in range(writers)))
+    await _write(writer, rate, duration_s, writers, rng, begin, acked)
     await killer
     await writer.close()
     for pipe in pipes:
@@ -432,8 +462,20 @@ async def _measure(
             if not delivered_before_kill
             else round((cpu_at_kill - cpu_before) / delivered_before_kill * 1e6, 1)
         ),
+        # The same less the server's CPU for the writes alone (measured before the feeds started).
+        "feeds_cpu_us_per_delivered_change": (
+            None
+            if not delivered_before_kill
+            else round(
+                (cpu_at_kill - cpu_before - writes_cpu_per_s * (killed_at - begin))
+                / delivered_before_kill
+                * 1e6,
+                1,
+            )
+        ),
         "delivered_before_kill": delivered_before_kill,
         "server_cpu_s_before_kill": round(cpu_at_kill - cpu_before, 2),
+        "server_cpu_s_per_s_writes_alone": round(writes_cpu_per_s, 3),
         "kill": {
             "feeds_resumed": total("resumed"),
             "changes_lost": total("lost"),
@@ -444,6 +486,8 @@ async def _measure(
             "offset_mismatches": total("offset_mismatches"),
             "ends": ends,
             "lost_examples": [x for part in parts for x in part["lost_examples"]][:5],  # type: ignore[attr-defined]
+            "feeds_incomplete": total("incomplete"),
+            "incomplete_examples": [x for part in parts for x in part["stuck"]][:6],  # type: ignore[attr-defined]
         },
     }
 
