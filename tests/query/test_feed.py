@@ -128,6 +128,125 @@ def test_the_index_offers_each_change_to_the_subscriptions_that_may_take_it() ->
     assert len(index) == 1
 
 
+def test_a_subscription_passed_over_by_its_partitions_tail_reports_the_tails_position() -> None:
+    """The index moves no subscription per batch: a subscription reads its partitions' tails' position."""
+    index = FeedIndex(0)
+    quiet = Subscription(1, FeedFilter(frozenset({0}), keys=frozenset({key("a")})), {0: 0}, bound=10)
+    index.add(quiet)
+    for offset in range(5):
+        index.offer([change(0, offset, "b")], offset + 1)
+    assert quiet.progress() == Progress({0: 5})
+    index.offer([change(0, 5, "b")], 6)
+    end = quiet.end(EndReason.SHUTDOWN, "stopping")
+    assert end.positions == {0: 6}
+    index.offer([change(0, 6, "b")], 7)
+    assert quiet.positions == {0: 6}  # ended: where it ended, whatever passes after
+    late = Subscription(2, FeedFilter(frozenset({0})), {0: 3}, bound=10)  # starts below the tail
+    index.add(late)
+    assert late.positions == {0: 3} and index.position == 3
+    index.remove(late)
+    assert late.tails == {}
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["add", "remove", "offer"]),
+            st.one_of(st.none(), st.sampled_from("bdfhj")),
+            st.one_of(st.none(), st.sampled_from("cegik")),
+            st.lists(st.sampled_from("abcdefghijkl"), min_size=1, max_size=4),
+        ),
+        max_size=60,
+    ),
+    st.integers(0, 2),
+)
+def test_the_index_offers_each_change_to_exactly_the_ranges_holding_its_key(
+    steps: list[tuple[str, str | None, str | None, list[str]]], fresh: int
+) -> None:
+    """Ranges added and removed between batches, indexed by segment (rebuilt every few additions) or
+    tested one by one: each subscription takes what offering it every change would give it."""
+    import hotstate.query.feed as feed_module
+
+    index = FeedIndex(0)
+    live: list[Subscription] = []
+    offset = 0
+    ids = iter(range(1, 10_000))
+    saved = feed_module.FRESH_SPANS
+    feed_module.FRESH_SPANS = fresh
+    try:
+        for action, low, high, texts in steps:
+            if action == "add":
+                start = None if low is None else key(low)
+                end = None if high is None else key(high)
+                subscription = Subscription(
+                    next(ids), FeedFilter(frozenset({0}), start=start, end=end), {0: offset}, 100
+                )
+                index.add(subscription)
+                live.append(subscription)
+            elif action == "remove" and live:
+                index.remove(live.pop(len(texts) % len(live)))
+            else:
+                batch = [change(0, offset + i, text) for i, text in enumerate(texts)]
+                offset += len(batch)
+                expected = {
+                    s.subscription_id: [c.offset for c in batch if s.filter.matches(c.key)] for s in live
+                }
+                woken = index.offer(batch, offset)
+                for subscription in live:
+                    taken = [e.offset for e in subscription.take() if isinstance(e, Change)]
+                    assert taken == expected[subscription.subscription_id]
+                    assert (subscription in woken) == bool(taken)
+                    assert subscription.positions == {0: offset}
+    finally:
+        feed_module.FRESH_SPANS = saved
+
+
+def test_a_range_takes_the_key_of_its_start_and_not_that_of_its_end() -> None:
+    import hotstate.query.feed as feed_module
+
+    index = FeedIndex(0)
+    ranges = [("b", "d"), ("d", "f"), ("c", None), (None, "c")]
+    subscriptions = [
+        Subscription(
+            i,
+            FeedFilter(
+                frozenset({0}),
+                start=None if low is None else key(low),
+                end=None if high is None else key(high),
+            ),
+            {0: 0},
+            bound=10,
+        )
+        for i, (low, high) in enumerate(ranges)
+    ]
+    for subscription in subscriptions:
+        index.add(subscription)
+    assert len(ranges) <= feed_module.FRESH_SPANS  # tested one by one until here
+    index._build()  # now by segment
+    for offset, text in enumerate("abcdef"):
+        woken = index.offer([change(0, offset, text)], offset + 1)
+        assert woken == {s for s in subscriptions if s.filter.matches(key(text))}, text
+
+
+def test_the_index_tests_each_range_when_they_overlap_too_much_to_segment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import hotstate.query.feed as feed_module
+
+    monkeypatch.setattr(feed_module, "MAX_SEGMENT_ENTRIES", 3)
+    monkeypatch.setattr(feed_module, "FRESH_SPANS", 1)
+    index = FeedIndex(0)
+    subscriptions = [
+        Subscription(i, FeedFilter(frozenset({0}), start=key(low), end=None), {0: 0}, bound=10)
+        for i, low in enumerate("abcdef")
+    ]
+    for subscription in subscriptions:
+        index.add(subscription)
+    woken = index.offer([change(0, 0, "c")], 1)
+    assert woken == set(subscriptions[:3])
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     st.lists(st.tuples(st.integers(0, 1), st.sampled_from("abc")), min_size=1, max_size=40),

@@ -32,6 +32,7 @@ No sockets, clocks or tasks: server/feeds.py wakes the streams and writes the ev
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -43,6 +44,11 @@ from hotstate.query.push import FeedFilter
 # A filtered subscription remembers at most this many keys its subscriber holds; beyond, it sends every
 # non-matching change of its keys as a left change instead of only those of keys it sent.
 MAX_HELD = 100_000
+# A partition's range subscriptions are indexed by the segments between their bounds, rebuilt once more than
+# FRESH_SPANS (or an eighth) of the ranges came since; past MAX_SEGMENT_ENTRIES (group, segment) entries
+# (many wide ranges overlapping) each range is tested per change instead.
+FRESH_SPANS = 16
+MAX_SEGMENT_ENTRIES = 1_000_000
 
 __all__ = [
     "MAX_HELD",
@@ -172,17 +178,18 @@ class Subscription:
     """One feed's state: its filter, its position per partition, its buffered events."""
 
     __slots__ = (
+        "_at",
         "bound",
         "ended",
         "filter",
         "holding",
         "limit",
         "pending",
-        "positions",
         "queue",
         "reported",
         "resyncs",
         "subscription_id",
+        "tails",
         "touched",
     )
 
@@ -199,9 +206,12 @@ class Subscription:
         a snapshot, or from nothing); False when it resumes from a token."""
         self.subscription_id = subscription_id
         self.filter = feed_filter
-        # The next offset it takes, per partition of its filter.
-        self.positions = {p: positions[p] for p in feed_filter.partitions}
-        self.reported = dict(self.positions)  # the positions its last Progress (or start) told
+        # The next offset it takes, per partition of its filter, as far as its own changes moved it: the
+        # partitions' tails (`tails`, its FeedIndex per partition) passed everything below their `position`,
+        # which `positions` adds (no walk over every subscription per batch).
+        self._at = {p: positions[p] for p in feed_filter.partitions}
+        self.tails: dict[int, FeedIndex] = {}
+        self.reported = dict(self._at)  # the positions its last Progress (or start) told
         self.bound = bound
         self.limit = bound
         self.queue: deque[Event] = deque()
@@ -215,6 +225,16 @@ class Subscription:
         self.touched: set[bytes] | None = None
         self.resyncs: deque[PendingResync] = deque()  # read by `take` in steps, before the queue
 
+    @property
+    def positions(self) -> dict[int, int]:
+        """The next offset it takes, per partition: every change below was taken or passed over."""
+        at = self._at
+        if self.ended is None:
+            for partition, tail in self.tails.items():
+                if tail.position > at[partition]:
+                    at[partition] = tail.position
+        return at
+
     def start(
         self,
         events: Iterable[Event],
@@ -224,12 +244,13 @@ class Subscription:
         """Its first events (current rows, resyncs, changes replayed from the log): not held to the bound.
         `pending`: current rows (partition, key, row) to send before them all, and `resyncs` (of other
         partitions than the events'), read by `take` in steps."""
+        at = self._at
         for resync in resyncs:
-            self.positions[resync.partition] = max(self.positions[resync.partition], resync.position)
+            at[resync.partition] = max(at[resync.partition], resync.position)
             self.resyncs.append(resync)
         for event in events:
             if isinstance(event, Change):
-                self.positions[event.partition] = event.position
+                at[event.partition] = event.position
                 taken = self._through_filter(event)
                 if taken is not None:
                     self.queue.append(taken)
@@ -239,7 +260,7 @@ class Subscription:
                     self.queue.append(event)
                 continue
             if isinstance(event, Resync):
-                self.positions[event.partition] = max(self.positions[event.partition], event.position)
+                at[event.partition] = max(at[event.partition], event.position)
                 event = self._filtered_resync(event)
             self.queue.append(event)
         if pending is not None:
@@ -302,15 +323,16 @@ class Subscription:
         if self.ended is not None:
             return False
         partition = change.partition
-        at = self.positions.get(partition)
+        positions = self._at
+        at = positions.get(partition)
         if at is None or change.offset < at:
             return False
         if not self.filter.matches(change.key):
-            self.positions[partition] = change.position
+            positions[partition] = change.position
             return False
         taken = self._through_filter(change)
         if taken is None:
-            self.positions[partition] = change.position
+            positions[partition] = change.position
             return False
         if len(self.queue) >= self.limit:
             self.end(
@@ -320,13 +342,13 @@ class Subscription:
             )
             return False
         self.queue.append(taken)
-        self.positions[partition] = change.position
+        positions[partition] = change.position
         return True
 
     def advance(self, partition: int, position: int) -> None:
         """Every change of `partition` below `position` was offered: none of them is still to come."""
-        if self.ended is None and position > self.positions.get(partition, position):
-            self.positions[partition] = position
+        if self.ended is None and position > self._at.get(partition, position):
+            self._at[partition] = position
 
     def end(self, reason: EndReason, message: str) -> End:
         """End it (once): the End event follows what is buffered; positions are past everything buffered."""
@@ -394,61 +416,143 @@ class Subscription:
 
 
 class FeedIndex:
-    """The subscriptions of one partition: each committed change is offered to those that may take it."""
+    """The subscriptions of one partition: each committed change is offered to those that may take it,
+    found by key (a dict probe) for lookups and by a binary search over the ranges' bounds for the others,
+    so a change costs the subscriptions that take it, not every subscription of the partition. `position`:
+    every change below it was offered to every subscription here (their `positions` add it)."""
 
-    __slots__ = ("by_key", "others", "partition")
+    __slots__ = (
+        "_added",
+        "_bounds",
+        "_fresh",
+        "_segments",
+        "_spans",
+        "_stale",
+        "by_key",
+        "members",
+        "partition",
+        "position",
+    )
 
-    def __init__(self, partition: int) -> None:
+    def __init__(self, partition: int, position: int = 0) -> None:
         self.partition = partition
+        self.position = position
+        self.members: set[Subscription] = set()
         self.by_key: dict[bytes, set[Subscription]] = {}
-        self.others: set[Subscription] = set()
+        # The range (and whole-table) subscriptions, grouped by their [start, end) bounds.
+        self._spans: dict[tuple[bytes | None, bytes | None], set[Subscription]] = {}
+        # The groups whose range holds the keys of each segment between consecutive bounds (`_build`), and
+        # those added since, tested one by one until the next build.
+        self._bounds: list[bytes] = []
+        self._segments: list[tuple[set[Subscription], ...]] = [()]
+        self._fresh: list[tuple[bytes | None, bytes | None, set[Subscription]]] = []
+        self._added = 0  # groups added since the last build
+        self._stale = 0  # groups emptied since the last build (still in `_segments`, harmless)
 
     def __len__(self) -> int:
-        return len(self.subscriptions())
+        return len(self.members)
 
     def subscriptions(self) -> set[Subscription]:
-        found = set(self.others)
-        for subscriptions in self.by_key.values():
-            found |= subscriptions
-        return found
+        return set(self.members)
 
     def add(self, subscription: Subscription) -> None:
-        keys = subscription.filter.keys
-        if keys is None:
-            self.others.add(subscription)
+        self.members.add(subscription)
+        subscription.tails[self.partition] = self
+        at = subscription._at.get(self.partition)
+        if at is not None and at < self.position:
+            # It starts below the tail (a replica rebuilt lower): until the next batch, `position` tells
+            # no subscription here more than this one's.
+            self.position = at
+        feed_filter = subscription.filter
+        keys = feed_filter.keys
+        if keys is not None:
+            for key in keys:
+                self.by_key.setdefault(key, set()).add(subscription)
             return
-        for key in keys:
-            self.by_key.setdefault(key, set()).add(subscription)
+        span = (feed_filter.start, feed_filter.end)
+        group = self._spans.get(span)
+        if group is None:
+            group = self._spans[span] = set()
+            self._fresh.append((span[0], span[1], group))
+            self._added += 1
+            if self._added > max(FRESH_SPANS, len(self._spans) // 8):
+                self._build()
+        group.add(subscription)
 
     def remove(self, subscription: Subscription) -> None:
-        keys = subscription.filter.keys
-        if keys is None:
-            self.others.discard(subscription)
+        self.members.discard(subscription)
+        if subscription.tails.get(self.partition) is self:
+            del subscription.tails[self.partition]
+        feed_filter = subscription.filter
+        keys = feed_filter.keys
+        if keys is not None:
+            for key in keys:
+                found = self.by_key.get(key)
+                if found is not None:
+                    found.discard(subscription)
+                    if not found:
+                        del self.by_key[key]
             return
-        for key in keys:
-            found = self.by_key.get(key)
-            if found is not None:
-                found.discard(subscription)
-                if not found:
-                    del self.by_key[key]
+        span = (feed_filter.start, feed_filter.end)
+        group = self._spans.get(span)
+        if group is not None:
+            group.discard(subscription)
+            if not group:
+                del self._spans[span]
+                self._stale += 1
+                if self._stale > max(FRESH_SPANS, len(self._spans)):
+                    self._build()
+
+    def _build(self) -> None:
+        """Index the range groups by segment (unless that takes more than MAX_SEGMENT_ENTRIES entries:
+        then every group is tested per change)."""
+        spans = [(start, end, group) for (start, end), group in self._spans.items()]
+        bounds = sorted({b for start, end, _ in spans for b in (start, end) if b is not None})
+        last = len(bounds) + 1
+        reach = [
+            (
+                0 if start is None else bisect.bisect_right(bounds, start),
+                last if end is None else bisect.bisect_right(bounds, end),
+                group,
+            )
+            for start, end, group in spans
+        ]
+        self._stale = self._added = 0
+        if sum(high - low for low, high, _ in reach) > MAX_SEGMENT_ENTRIES:
+            self._bounds, self._segments, self._fresh = [], [()], spans
+            return
+        segments: list[list[set[Subscription]]] = [[] for _ in range(last)]
+        for low, high, group in reach:
+            for segment in range(low, high):
+                segments[segment].append(group)
+        self._bounds = bounds
+        self._segments = [tuple(groups) for groups in segments]
+        self._fresh = []
 
     def offer(self, changes: Sequence[Change], next_offset: int) -> set[Subscription]:
         """Offer a committed batch's `changes` (in offset order, ending below `next_offset`): the
         subscriptions that took one, or ended (their streams have something to send)."""
         woken: set[Subscription] = set()
         by_key = self.by_key
-        others = self.others
         if by_key:
             for change in changes:
-                for subscription in by_key.get(change.key, ()):
-                    if subscription.offer(change) or subscription.ended is not None:
-                        woken.add(subscription)
-        if others:
+                found = by_key.get(change.key)
+                if found:
+                    for subscription in found:
+                        if subscription.offer(change) or subscription.ended is not None:
+                            woken.add(subscription)
+        if self._spans:
+            bounds, segments, fresh = self._bounds, self._segments, self._fresh
             for change in changes:
-                for subscription in others:
-                    if subscription.offer(change) or subscription.ended is not None:
-                        woken.add(subscription)
-        partition = self.partition
-        for subscription in self.subscriptions() if by_key else others:
-            subscription.advance(partition, next_offset)
+                key = change.key
+                for group in segments[bisect.bisect_right(bounds, key)] if bounds else segments[0]:
+                    for subscription in group:
+                        if subscription.offer(change) or subscription.ended is not None:
+                            woken.add(subscription)
+                for start, end, group in fresh:
+                    if (start is None or key >= start) and (end is None or key < end):
+                        for subscription in group:
+                            if subscription.offer(change) or subscription.ended is not None:
+                                woken.add(subscription)
+        self.position = next_offset
         return woken

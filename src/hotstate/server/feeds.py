@@ -88,6 +88,49 @@ RemoteRequest = Callable[[int, object, float], Awaitable[object]]
 _query_ids = itertools.count(1)
 
 
+class Wake:
+    """What a feed's stream waits on: set when its subscription has something to send (or its client
+    went). asyncio.Event under `wait_for` costs a task per wait, paid per delivery: this is one future and
+    one timer."""
+
+    __slots__ = ("_set", "_waiter")
+
+    def __init__(self) -> None:
+        self._set = False
+        self._waiter: asyncio.Future[None] | None = None
+
+    def set(self) -> None:
+        self._set = True
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def clear(self) -> None:
+        self._set = False
+
+    def is_set(self) -> bool:
+        return self._set
+
+    async def wait(self, timeout_s: float) -> bool:
+        """Whether it was set within `timeout_s`."""
+        if self._set:
+            return True
+        loop = asyncio.get_running_loop()
+        waiter = self._waiter = loop.create_future()
+        timer = loop.call_later(timeout_s, _expire, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._waiter = None
+        return self._set
+
+
+def _expire(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
 @dataclass(eq=False)
 class Feed:
     """One subscription as its stream sees it."""
@@ -97,7 +140,7 @@ class Feed:
     columns: tuple[str, ...] | None
     subscription: Subscription
     tag: bytes
-    wake: asyncio.Event
+    wake: Wake
     hub: FeedHub
     # SELECT's computed columns (query/push.py's feed_outputs): evaluated over each row; (): none.
     outputs: tuple[Output, ...] = ()
@@ -130,9 +173,7 @@ class Feed:
                 return events
         if not subscription.queue:
             self.wake.clear()
-            try:
-                await asyncio.wait_for(self.wake.wait(), idle_s)
-            except TimeoutError:
+            if not await self.wake.wait(idle_s):
                 progress = subscription.progress()
                 return [] if progress is None else [progress]
         return subscription.take()
@@ -305,7 +346,7 @@ class FeedHub:
             columns,
             subscription,
             self.tag,
-            asyncio.Event(),
+            Wake(),
             self,
             outputs,
         )

@@ -89,6 +89,15 @@ class FeedStream:
         # SELECT's computed columns, evaluated over each row (none: the columns are read by name).
         self._outputs = [(o.name, evaluator(o.node)) for o in feed.outputs]
         self._projection = tuple(str(encode_node(o.node)) for o in feed.outputs)
+        self._memo = self._encoding()
+
+    def _encoding(self) -> tuple[object, ...]:
+        """What a change's encoding depends on beyond the change (its memo's key): the shape (native and
+        SSE send the same JSON object, ksqlDB's formats an array), the columns and the computed ones."""
+        if self.media in (NATIVE, SSE):  # SELECT * sends each row whole, whatever the columns declared
+            columns = tuple(self._columns) if self.feed.columns is not None else None
+            return (NATIVE, columns, self._projection)
+        return (DELIMITED, tuple(self._columns), self._projection)
 
     def close(self) -> None:
         self.feed.close()
@@ -113,7 +122,9 @@ class FeedStream:
         timeout = feed.hub.send_timeout_s
 
         async def send(message: dict[str, Any]) -> None:
-            await asyncio.wait_for(raw_send(message), timeout)
+            # A timer, not wait_for's task per send: this runs for every delivery to every subscriber.
+            async with asyncio.timeout(timeout):
+                await raw_send(message)
 
         content_type = {SSE: EVENT_STREAM, NATIVE: NDJSON}.get(self.media, self.media)
         headers = [(b"content-type", content_type.encode()), (b"cache-control", b"no-cache")]
@@ -142,6 +153,7 @@ class FeedStream:
                     self._columns += [name for name in decode_row(row) if name not in self._columns]
                 if row is not None or any(isinstance(e, End) for e in pending):
                     break
+            self._memo = self._encoding()  # the columns may have come from the first row
             first = self._first()
             for chunk in first:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
@@ -223,23 +235,15 @@ class FeedStream:
         feed = self.feed
         if isinstance(event, Change):
             self._sent[event.partition] = event.position
-            body = {
-                "type": "change",
-                "partition": event.partition,
-                "offset": event.offset,
-                "epoch": event.epoch,
-                "key": self._key(event.key),
-                "row": None if event.row is None else self._row(event.row),
-            }
-            if event.left:
-                body["left"] = True
-            if self.media == SSE:
-                return [self._line("change", body, feed.token(self._sent))]
-            # Shared by every native subscriber with the same columns (one encoding per change).
-            memo = (NATIVE, tuple(self._columns) if feed.columns is not None else None, self._projection)
+            # One encoding per change for every subscriber of the same shape and columns: the same bytes
+            # are written to each (SSE: all but the `id` line, the subscriber's own token).
+            memo = self._memo
             encoded = event.encoded.get(memo)
             if encoded is None:
-                encoded = event.encoded[memo] = dumps(body) + b"\n"
+                encoded = event.encoded[memo] = dumps(self._change_body(event)) + b"\n"
+            if self.media == SSE:
+                head = b"event: change\nid: " + feed.token(self._sent).encode()
+                return [head + b"\ndata: " + encoded + b"\n"]
             return [encoded]
         if isinstance(event, SnapshotRow):
             body = {
@@ -285,12 +289,30 @@ class FeedStream:
         }
         return [self._line("end", body, token)]
 
+    def _change_body(self, event: Change) -> dict[str, object]:
+        body: dict[str, object] = {
+            "type": "change",
+            "partition": event.partition,
+            "offset": event.offset,
+            "epoch": event.epoch,
+            "key": self._key(event.key),
+            "row": None if event.row is None else self._row(event.row),
+        }
+        if event.left:
+            body["left"] = True
+        return body
+
     def _ksql(self, event: Event) -> list[bytes]:
         prefix = b",\n" if self.media == JSON else b""
         suffix = b"" if self.media == JSON else b"\n"
-        if isinstance(event, Change | SnapshotRow):
-            values = self._values(event.key, event.row)
-            return [prefix + dumps(values) + suffix]
+        if isinstance(event, Change):
+            memo = self._memo  # one encoding per change for every subscriber of this shape and columns
+            encoded = event.encoded.get(memo)
+            if encoded is None:
+                encoded = event.encoded[memo] = dumps(self._values(event.key, event.row))
+            return [prefix + encoded + suffix]
+        if isinstance(event, SnapshotRow):
+            return [prefix + dumps(self._values(event.key, event.row)) + suffix]
         if isinstance(event, Resync):
             return [prefix + dumps(self._values(k, r)) + suffix for k, r in event.rows]
         if isinstance(event, End):
