@@ -505,7 +505,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="200 feeds, 100 changes/s, 6 s, nothing written")
     parser.add_argument("--no-save", action="store_true", help="print the results, write nothing")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="where the JSON goes (default: results/push.json, results/push_issue_mix.json for --mix issue)",
+    )
     args = parser.parse_args(argv)
+    out: Path = args.out or (RESULTS if args.mix == "app" else RESULTS.with_name(f"push_{args.mix}_mix.json"))
     if args.quick:
         args.subscriptions, args.rate, args.duration, args.no_save = 200, 100, 6.0, True
     load_before = os.getloadavg()[0]
@@ -537,9 +544,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     print(json.dumps(report, indent=2))
     if not args.no_save:
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(json.dumps(report, indent=2) + "\n")
-        print(f"wrote {RESULTS}")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(report, indent=2) + "\n")
+        print(f"wrote {out}")
     return 0
 
 

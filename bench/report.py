@@ -1152,6 +1152,7 @@ FORMATTERS: dict[str, Formatter] = {
     "assignor": assignor,
     "bulk_load": bulk_load,
     "push": push,
+    "push_issue_mix": push,  # bench/push.py --mix issue (70% key, 20% range, 10% whole-table feeds)
     "scans": scans,
     "expiry": expiry,
     "compaction": compaction,
