@@ -434,26 +434,6 @@ def test_a_position_the_log_no_longer_holds_gets_a_resync(running: RunningCluste
     assert subscription.state.positions == {0: 6 * RETENTION}
 
 
-def test_a_resume_further_behind_than_the_buffer_gets_every_change_from_the_log(
-    running: RunningCluster,
-) -> None:
-    """More changes since the token than a feed buffers (BOUND), fewer than the log keeps: each one, in
-    order, replayed in steps on each server asked (it used to be a resync), then the live ones."""
-    table_id = _table(running, "behind", partitions=1)
-    _upsert(running, "behind", [{"user": f"u{i % 5}", "clicks": i} for i in range(10)])
-    behind = 2 * BOUND + 10
-    _upsert(running, "behind", [{"user": f"u{i % 5}", "clicks": i} for i in range(10, 10 + behind)])
-    for node in (1, 2, 3):  # every server holds a replica: each replays from its own log
-        token = encode({(table_id, 0): 10}, cluster_tag(running.cluster.cluster_id))
-        with Client(_bases(running, node), timeout_s=20.0) as client:
-            subscription = client.subscribe("SELECT * FROM behind EMIT CHANGES", from_token=token)
-            got = [next(subscription) for _ in range(behind)]
-            subscription.close()
-        assert {c.kind for c in got} == {"change"}, node
-        assert [c.offset for c in got] == list(range(10, 10 + behind)), node
-        assert [c.row["clicks"] for c in got if c.row] == list(range(10, 10 + behind)), node
-
-
 def test_a_subscriber_that_stops_reading_is_told_it_fell_behind(running: RunningCluster) -> None:
     _table(running, "stalled", partitions=1)
     base = _base(running, 1)

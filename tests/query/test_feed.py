@@ -14,15 +14,7 @@ from hotstate.controller.image import TableInfo
 from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.protocol.keys import encode_key, partition_for
 from hotstate.query.execute import QueryError
-from hotstate.query.feed import (
-    Change,
-    End,
-    EndReason,
-    FeedIndex,
-    PendingReplay,
-    Progress,
-    Subscription,
-)
+from hotstate.query.feed import Change, End, EndReason, FeedIndex, Progress, Subscription
 from hotstate.query.pull_query import UnsupportedQueryError
 from hotstate.query.push import FeedFilter, feed_filter, parse_push, push_options, split_emit
 from hotstate.query.tokens import cluster_tag, decode, encode
@@ -366,25 +358,3 @@ def test_a_resync_in_parts_begins_once_and_moves_the_position_with_its_last_part
         )
     )
     assert [(c.kind, c.key) for c in rest] == [("resync", ("b",))] and state.positions == {0: 9}
-
-
-def test_a_replay_longer_than_the_buffer_is_sent_in_steps_before_the_changes_queued_since() -> None:
-    """A resume seconds behind a busy table: every change from the log, in steps, then the live ones; no
-    Progress while the replay is under way (a token from it would skip what is still to come)."""
-    index = FeedIndex(0)
-    replayed = [change(0, offset, f"k{offset % 7}") for offset in range(5, 55)]
-    subscription = Subscription(1, FeedFilter(frozenset({0})), {0: 5}, bound=10)
-    subscription.start([], None, [PendingReplay(0, 55, iter(replayed))])
-    index.add(subscription)
-    assert subscription.positions == {0: 55}  # the live changes it takes start where the replay ends
-    for offset in range(55, 60):  # live, meanwhile: queued behind the replay, within the bound
-        index.offer([change(0, offset, "live")], offset + 1)
-    assert subscription.progress() is None
-    sent: list[int] = []
-    steps = 0
-    while subscription.waiting:
-        events = subscription.take(step=16)
-        sent += [e.offset for e in events if isinstance(e, Change)]
-        steps += 1
-    assert sent == list(range(5, 60)) and steps == 5  # 16 + 16 + 16 + 2, then the queue
-    assert subscription.progress() == Progress({0: 60})  # all sent: its position may be told

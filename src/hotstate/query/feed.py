@@ -56,7 +56,6 @@ __all__ = [
     "End",
     "EndReason",
     "FeedIndex",
-    "PendingReplay",
     "PendingResync",
     "Progress",
     "Resync",
@@ -147,17 +146,6 @@ class PendingResync:
     started: bool = False
 
 
-@dataclass(slots=True)
-class PendingReplay:
-    """Changes of a partition read back from its log for a resume, sent a step at a time before the
-    changes queued since (more than its buffer holds: a resume seconds behind a busy table), so that the
-    subscriber gets every one of them rather than a resync. `position`: the replay ends below it."""
-
-    partition: int
-    position: int
-    changes: Iterator[Change]
-
-
 @dataclass(frozen=True, slots=True)
 class Progress:
     """The positions the subscription has passed (changes it does not take move them too)."""
@@ -235,8 +223,7 @@ class Subscription:
         # A snapshot still to be read (`take`), and the keys changed meanwhile (their snapshot row is older).
         self.pending: Iterator[tuple[int, bytes, bytes]] | None = None
         self.touched: set[bytes] | None = None
-        # Read by `take` in steps, before the queue.
-        self.resyncs: deque[PendingResync | PendingReplay] = deque()
+        self.resyncs: deque[PendingResync] = deque()  # read by `take` in steps, before the queue
 
     @property
     def positions(self) -> dict[int, int]:
@@ -252,7 +239,7 @@ class Subscription:
         self,
         events: Iterable[Event],
         pending: Iterator[tuple[int, bytes, bytes]] | None = None,
-        resyncs: Sequence[PendingResync | PendingReplay] = (),
+        resyncs: Sequence[PendingResync] = (),
     ) -> None:
         """Its first events (current rows, resyncs, changes replayed from the log): not held to the bound.
         `pending`: current rows (partition, key, row) to send before them all, and `resyncs` (of other
@@ -395,12 +382,6 @@ class Subscription:
                 self.touched = None
             return [SnapshotRow(p, k, r) for p, k, r in rows if self._admit_row(p, k, r)]
         if self.resyncs:
-            head = self.resyncs[0]
-            if isinstance(head, PendingReplay):
-                changes = list(itertools.islice(head.changes, step))
-                if len(changes) < step:
-                    self.resyncs.popleft()
-                return [taken for c in changes if (taken := self._through_filter(c)) is not None]
             return [self._resync_step(step)]
         events = list(self.queue)
         self.queue.clear()
@@ -408,7 +389,6 @@ class Subscription:
 
     def _resync_step(self, step: int) -> Resync:
         pending = self.resyncs[0]
-        assert isinstance(pending, PendingResync)
         rows = list(itertools.islice(pending.rows, step))
         more = len(rows) == step
         if not more:

@@ -36,7 +36,6 @@ from hotstate.query.feed import (
     EndReason,
     Event,
     FeedIndex,
-    PendingReplay,
     PendingResync,
     Resync,
     SnapshotEnd,
@@ -72,7 +71,6 @@ log = logging.getLogger(__name__)
 PartitionId = tuple[int, int]
 # A resume replays at most this many bytes of log per partition; further behind, it resyncs instead.
 REPLAY_MAX_BYTES = 64 * 1024 * 1024
-REPLAY_MAX_CHANGES = 200_000  # the same bound for a replay read from another server
 # A tail of a partition held elsewhere: each long poll waits this long for a change, takes this much.
 TAIL_WAIT_MS = 1000
 TAIL_MAX_BYTES = 4 * 1024 * 1024
@@ -308,17 +306,13 @@ class FeedHub:
         events: list[Event] = []
         positions: dict[int, int] = {}
         snapshots: list[Iterator[tuple[int, bytes, bytes]]] = []
-        resyncs: list[PendingResync | PendingReplay] = []
+        resyncs: list[PendingResync] = []
         for partition in sorted(wanted.partitions):
             start = remote.get(partition)
             if start is not None:
                 positions[partition] = start.first
                 if start.rows is not None:
                     snapshots.append(((partition, k, v) for k, v in start.rows))
-                changes = [e for e in start.events if isinstance(e, Change)]
-                if len(changes) > self.buffer_changes and len(changes) == len(start.events):
-                    resyncs.append(PendingReplay(partition, start.position, iter(changes)))  # in steps
-                    continue
                 for event in start.events:
                     if isinstance(event, Resync):  # sent in steps as a local one, its token with its last
                         resyncs.append(
@@ -335,7 +329,7 @@ class FeedHub:
             else:
                 positions[partition] = options.start[partition]
                 replayed = self._replay(replica, wanted, options.start[partition])
-                if isinstance(replayed, PendingResync | PendingReplay):
+                if isinstance(replayed, PendingResync):
                     resyncs.append(replayed)
                 else:
                     events.extend(replayed)
@@ -397,13 +391,10 @@ class FeedHub:
             )
         return found
 
-    def _replay(
-        self, replica: LocalReplica, wanted: FeedFilter, start: int
-    ) -> list[Event] | PendingResync | PendingReplay:
+    def _replay(self, replica: LocalReplica, wanted: FeedFilter, start: int) -> list[Event] | PendingResync:
         """What a subscriber at `start` of `replica`'s partition gets to reach the store's position: the
-        changes from the log (more than its buffer: sent in steps), a Resync when the log no longer holds
-        them (or more than REPLAY_MAX_BYTES of it), nothing when the replica is behind `start` (the tail
-        then skips what it had)."""
+        changes from the log, a Resync when the log no longer holds them (or too many), nothing when the
+        replica is behind `start` (the tail then skips what it had)."""
         partition = replica.partition
         position = replica.store.position
         if start >= position:
@@ -421,20 +412,14 @@ class FeedHub:
             records, reached = _read_log(replica, start, position, REPLAY_MAX_BYTES)
         except OffsetOutOfRangeError:
             return _pending_resync(replica, wanted)
-        changes = [
+        changes: list[Event] = [
             Change(partition, offset, epoch, key, row)
             for offset, epoch, key, row in records
             if wanted.matches(key)
         ]
-        if reached < position:
+        if reached < position or len(changes) > self.buffer_changes:
             return _pending_resync(replica, wanted)  # too far behind to replay change by change
-        if len(changes) > self.buffer_changes:
-            if wanted.where is None:
-                return PendingReplay(partition, position, iter(changes))  # sent in steps
-            # A WHERE decides what a change sends by the keys its subscriber holds, which changes queued
-            # meanwhile have already been judged against: a resync starts that set again.
-            return _pending_resync(replica, wanted)
-        return list(changes)
+        return changes
 
     # ---------------------------------------------------------------------------------- other servers
     async def _remote_start(
@@ -458,10 +443,7 @@ class FeedHub:
             request = FeedReadRequest(table.table_id, partition, start.position, 0, REPLAY_MAX_BYTES)
             answer = await self._remote_read(table, partition, request)
             taken = sum(1 for e in start.events if isinstance(e, Change))
-            # Beyond the buffer a replay without a WHERE is sent in steps (`_register`), up to as many
-            # changes as a local one reads at most.
-            most = self.buffer_changes if wanted.where is not None else REPLAY_MAX_CHANGES
-            if answer.gone or taken > most:
+            if answer.gone or taken > self.buffer_changes:
                 rows = await self._remote_rows(table, partition, wanted)
                 start.events = [e for e in start.events if getattr(e, "partition", None) != partition]
                 start.events.append(Resync(partition, rows.position, rows.epoch, rows.rows))
