@@ -972,7 +972,8 @@ def push(results: Mapping[str, Any]) -> Section:
                     "delivery latency p50 ms",
                     "p99 ms",
                     "memory per feed (bytes)",
-                    "CPU us per delivered change",
+                    "server CPU us per delivered change",
+                    "of it the feeds'",
                 ),
                 [
                     (
@@ -980,15 +981,39 @@ def push(results: Mapping[str, Any]) -> Section:
                         latency.get("p99"),
                         data.get("memory_per_subscription_bytes"),
                         data.get("cpu_us_per_delivered_change"),
+                        data.get("feeds_cpu_us_per_delivered_change"),
                     )
                 ],
             ),
             Table(
-                ("after the kill", "feeds resumed", "changes not received", "changes duplicated"),
-                [("", kill.get("feeds_resumed"), kill.get("changes_lost"), kill.get("changes_duplicated"))],
+                (
+                    "after the kill",
+                    "feeds resumed",
+                    "changes lost",
+                    "undelivered",
+                    "resynced",
+                    "duplicated",
+                    "feeds incomplete",
+                ),
+                [
+                    (
+                        "",
+                        kill.get("feeds_resumed"),
+                        kill.get("changes_lost"),
+                        kill.get("changes_undelivered"),
+                        kill.get("changes_resynced"),
+                        kill.get("changes_duplicated"),
+                        kill.get("feeds_incomplete"),
+                    )
+                ],
             ),
         ],
-        [f"Goal: {fmt(results.get('goal'))}; {fmt(data.get('changes_acked'))} changes acknowledged."],
+        [
+            f"Goal: {fmt(results.get('goal'))}; {fmt(data.get('changes_acked'))} changes acknowledged, "
+            f"{fmt(data.get('deliveries_per_s_at_rate'))} deliveries/s due at the rate asked. Lost: a feed "
+            "went past a write without delivering it; undelivered: still missing when the run ended; "
+            "resynced: covered by a resync (the current rows) instead of the change itself.",
+        ],
     )
 
 
