@@ -106,7 +106,9 @@ def test_a_subscriber_that_does_not_read_ends_fell_behind_at_its_last_buffered_p
 def test_progress_is_told_once_per_move_and_only_when_idle() -> None:
     subscription = Subscription(1, FeedFilter(frozenset({0}), keys=frozenset({key("a")})), {0: 0}, bound=3)
     assert subscription.progress() is None
-    subscription.advance(0, 12)
+    index = FeedIndex(0)
+    index.add(subscription)
+    index.offer([change(0, offset, "b") for offset in range(12)], 12)  # none of its key: passed over
     assert subscription.progress() == Progress({0: 12})
     assert subscription.progress() is None
 

@@ -345,11 +345,6 @@ class Subscription:
         positions[partition] = change.position
         return True
 
-    def advance(self, partition: int, position: int) -> None:
-        """Every change of `partition` below `position` was offered: none of them is still to come."""
-        if self.ended is None and position > self._at.get(partition, position):
-            self._at[partition] = position
-
     def end(self, reason: EndReason, message: str) -> End:
         """End it (once): the End event follows what is buffered; positions are past everything buffered."""
         if self.ended is None:

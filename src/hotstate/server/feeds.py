@@ -108,9 +108,6 @@ class Wake:
     def clear(self) -> None:
         self._set = False
 
-    def is_set(self) -> bool:
-        return self._set
-
     async def wait(self, timeout_s: float) -> bool:
         """Whether it was set within `timeout_s`."""
         if self._set:
