@@ -166,26 +166,17 @@ def split_statements(script: str) -> list[Statement]:
     start: int | None = None
     start_line = 1
     while i < n:
+        i, line = _skip_blank(script, i, line)
+        if i < 0:
+            raise PipelineError(
+                _tail(script, start),
+                start_line if start is not None else line,
+                f"unterminated /* comment starting on line {line}",
+            )
+        if i == n:
+            break
         c = script[i]
-        if c == "\n":
-            line += 1
-            i += 1
-        elif c.isspace():
-            i += 1
-        elif script.startswith("--", i):
-            end = script.find("\n", i)
-            i = n if end < 0 else end
-        elif script.startswith("/*", i):
-            end = script.find("*/", i + 2)
-            if end < 0:
-                raise PipelineError(
-                    _tail(script, start),
-                    start_line if start is not None else line,
-                    f"unterminated /* comment starting on line {line}",
-                )
-            line += script.count("\n", i, end)
-            i = end + 2
-        elif c == ";":
+        if c == ";":
             if start is not None:
                 statements.append(_statement(script, start, i, start_line))
                 start = None
@@ -207,6 +198,32 @@ def split_statements(script: str) -> list[Statement]:
     if start is not None:
         statements.append(_statement(script, start, n, start_line))
     return statements
+
+
+def _skip_blank(text: str, i: int, line: int) -> tuple[int, int]:
+    """Past the whitespace and comments at `i`: the index and line of the next other character (or of the
+    end). Splitting and tokenizing share it so they agree on what a comment is. An unterminated /* comment
+    gives index -1 and the line it starts on."""
+    n = len(text)
+    while i < n:
+        c = text[i]
+        if c == "\n":
+            line += 1
+            i += 1
+        elif c.isspace():
+            i += 1
+        elif text.startswith("--", i):
+            end = text.find("\n", i)
+            i = n if end < 0 else end
+        elif text.startswith("/*", i):
+            end = text.find("*/", i + 2)
+            if end < 0:
+                return -1, line
+            line += text.count("\n", i, end)
+            i = end + 2
+        else:
+            break
+    return i, line
 
 
 def _statement(script: str, start: int, end: int, line: int) -> Statement:
@@ -250,21 +267,13 @@ class _Token:
 def _tokens(statement: Statement) -> list[_Token]:
     text, line, i = statement.text, statement.line, 0
     out: list[_Token] = []
-    while i < len(text):
+    while True:
+        # A statement comes from split_statements, which refused an unterminated comment.
+        i, line = _skip_blank(text, i, line)
+        if not 0 <= i < len(text):
+            break
         c = text[i]
-        if c == "\n":
-            line += 1
-            i += 1
-        elif c.isspace():
-            i += 1
-        elif text.startswith("--", i):
-            end = text.find("\n", i)
-            i = len(text) if end < 0 else end
-        elif text.startswith("/*", i):
-            end = text.find("*/", i + 2)
-            line += text.count("\n", i, end)
-            i = end + 2
-        elif c in "'\"`":
+        if c in "'\"`":
             end = _quote_end(text, i)
             raw = text[i + 1 : end - 1]
             value = raw.replace("``", "`") if c == "`" else _unescape(raw)
