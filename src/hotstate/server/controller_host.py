@@ -15,6 +15,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from typing import TypeVar
 
 from hotstate.assignor import Assignment, AssignorInternalError
 from hotstate.controller.codec import encode_batch
@@ -28,7 +29,7 @@ from hotstate.controller.placement import (
 )
 from hotstate.controller.reassign import Desired, ReassignJob, decode_desired, reassign_encoded
 from hotstate.controller.records import MetadataBatch
-from hotstate.controller.replace import ReplaceJob, Replacement
+from hotstate.controller.replace import ReplaceJob
 from hotstate.controller.requests import (
     ControllerError,
     ControllerRequest,
@@ -45,6 +46,7 @@ from hotstate.server.workers import worker_pool
 log = logging.getLogger(__name__)
 
 Forward = Callable[[int, ControllerRequest], Awaitable[ControllerResponse]]
+_Answer = TypeVar("_Answer")
 
 
 class ControllerHost:
@@ -293,47 +295,56 @@ class ControllerHost:
     async def _replace(self, controller: QuorumController, job: ReplaceJob) -> None:
         """Re-place the copies a gone broker held off the event loop, then write them if this controller is
         still the active one (each partition is checked against the view as it is then)."""
-        try:
-            wanted: Replacement | Exception
-            try:
-                wanted = await asyncio.to_thread(job.run)
-            except (ValueError, AssignorInternalError) as error:
-                wanted = error
-            if self._controller is not controller:
-                return
-            batch = controller.apply_replacement(job, wanted, self._driver.next_proposal_offset())
-            if batch is not None:
-                self._propose([batch])
-        except (NotLeaderError, ProposalRejectedError) as error:
-            self._deactivate(str(error))
-        except Exception:
-            log.exception("re-placing lost copies failed; it runs again at the next metadata change")
-        finally:
-            self._reassigning = None
+        await self._placement(
+            controller,
+            "re-placing lost copies",
+            lambda: asyncio.to_thread(job.run),
+            lambda wanted: controller.apply_replacement(job, wanted, self._driver.next_proposal_offset()),
+        )
 
     async def _reassign(self, controller: QuorumController, job: ReassignJob) -> None:
         """Run the assignor off the event loop (heartbeats and requests go on), then apply its answer if
         this controller is still the active one."""
+
+        async def run() -> Assignment | Desired:
+            if job.image.partition_count() < PROCESS_PLACEMENT_PARTITIONS:
+                return await asyncio.to_thread(job.run)
+            return await self._reassign_in_process(job)
+
+        await self._placement(
+            controller,
+            "reassignment",
+            run,
+            lambda desired: controller.apply_reassignment(
+                job, desired, self._clock(), self._driver.next_proposal_offset()
+            ),
+        )
+
+    async def _placement(
+        self,
+        controller: QuorumController,
+        what: str,
+        run: Callable[[], Awaitable[_Answer]],
+        apply: Callable[[_Answer | Exception], MetadataBatch | None],
+    ) -> None:
+        """One background placement job (`_reassigning`): its answer, or the assignor's refusal, goes to
+        `apply` only while `controller` is still the active one. A lost leadership ends the controller; any
+        other failure is logged and the job runs again at the next metadata change."""
         try:
-            desired: Assignment | Desired | Exception
+            answer: _Answer | Exception
             try:
-                if job.image.partition_count() < PROCESS_PLACEMENT_PARTITIONS:
-                    desired = await asyncio.to_thread(job.run)
-                else:
-                    desired = await self._reassign_in_process(job)
+                answer = await run()
             except (ValueError, AssignorInternalError) as error:
-                desired = error
+                answer = error
             if self._controller is not controller:
                 return
-            batch = controller.apply_reassignment(
-                job, desired, self._clock(), self._driver.next_proposal_offset()
-            )
+            batch = apply(answer)
             if batch is not None:
                 self._propose([batch])
         except (NotLeaderError, ProposalRejectedError) as error:
             self._deactivate(str(error))
         except Exception:
-            log.exception("reassignment failed; it runs again at the next metadata change")
+            log.exception("%s failed; it runs again at the next metadata change", what)
         finally:
             self._reassigning = None
 
