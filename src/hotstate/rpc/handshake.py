@@ -109,6 +109,13 @@ def _blob(kind: FrameKind, value: object, size: int, what: str) -> bytes:
     return value
 
 
+def _proof_matches(kind: FrameKind, payload: object, expected: bytes) -> bool:
+    """Whether the proof frame (AUTH or READY) carries `expected`; both sides check the other's this way,
+    in constant time so the comparison tells an attacker nothing. A malformed frame raises instead."""
+    (mac,) = _fields(kind, payload, 1)
+    return hmac.compare_digest(_blob(kind, mac, _MAC_BYTES, "proof"), expected)
+
+
 def _unexpected(kind: FrameKind, payload: object, expected: FrameKind) -> HandshakeRefused:
     if kind is FrameKind.ERROR:
         # The peer refused us and says why (an unauthenticated claim, but it is what the operator needs).
@@ -154,8 +161,6 @@ class ServerHandshake:
             self._client_nonce = _blob(kind, nonce, NONCE_BYTES, "nonce")
             self._expected = FrameKind.AUTH
             return FrameKind.CHALLENGE, [self._cluster_id, self._node_id, self._nonce]
-        (mac,) = _fields(kind, payload, 1)
-        proof = _blob(kind, mac, _MAC_BYTES, "proof")
         assert self.peer_node_id is not None
         expected = _proof(
             self._secret,
@@ -166,7 +171,7 @@ class ServerHandshake:
             self._client_nonce,
             self._nonce,
         )
-        if not hmac.compare_digest(proof, expected):
+        if not _proof_matches(kind, payload, expected):
             raise HandshakeRefused(
                 "HMAC mismatch: wrong cluster.secret",
                 CODE_AUTH_FAILED,
@@ -238,8 +243,6 @@ class ClientHandshake:
                 self._server_nonce,
             )
             return FrameKind.AUTH, [proof]
-        (mac,) = _fields(kind, payload, 1)
-        proof = _blob(kind, mac, _MAC_BYTES, "proof")
         assert self.peer_node_id is not None
         expected = _proof(
             self._secret,
@@ -250,7 +253,7 @@ class ClientHandshake:
             self._nonce,
             self._server_nonce,
         )
-        if not hmac.compare_digest(proof, expected):
+        if not _proof_matches(kind, payload, expected):
             raise HandshakeRefused("HMAC mismatch: the server's proof is wrong (wrong cluster.secret?)")
         self.done = True
         return None
