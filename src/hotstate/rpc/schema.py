@@ -29,7 +29,7 @@ import dataclasses
 import enum
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgpack
@@ -323,6 +323,19 @@ def _element_checks(templates: list[str | None]) -> str | None:
     return " and ".join(t.format(x=f"{{x}}[{i}]") for i, t in enumerate(present))
 
 
+def _convert_each(converts: list[_Conv], items: Sequence[Any]) -> list[Any]:
+    """A fixed tuple's elements, each by its own converter (encoding or decoding alike); a failure names
+    the element's index in its path."""
+    out = []
+    for i, (convert, item) in enumerate(zip(converts, items, strict=True)):
+        try:
+            out.append(convert(item))
+        except _Invalid as e:
+            e.path.append(f"[{i}]")
+            raise
+    return out
+
+
 def _fixed_tuple_conv(inners: list[_Converter], namespace: dict[str, Any]) -> _Converter:
     encs = [c.enc for c in inners]
     decs = [c.dec for c in inners]
@@ -341,28 +354,14 @@ def _fixed_tuple_conv(inners: list[_Converter], namespace: dict[str, Any]) -> _C
     def enc(x: Any) -> Any:
         if not isinstance(x, tuple) or len(x) != n:
             raise _want(f"tuple of {n}", x)
-        out = []
-        for i, (convert, item) in enumerate(zip(encs, x, strict=True)):
-            try:
-                out.append(convert(item))
-            except _Invalid as e:
-                e.path.append(f"[{i}]")
-                raise
-        return out
+        return _convert_each(encs, x)
 
     def dec(x: Any) -> Any:
         if dec_whole is not None and dec_whole(x):
             return tuple(x)
         if type(x) is not list or len(x) != n:
             raise _want(f"array of {n}", x)
-        out = []
-        for i, (convert, item) in enumerate(zip(decs, x, strict=True)):
-            try:
-                out.append(convert(item))
-            except _Invalid as e:
-                e.path.append(f"[{i}]")
-                raise
-        return tuple(out)
+        return tuple(_convert_each(decs, x))
 
     return _Converter(name, enc, dec, enc_check, None, all(c.hashable for c in inners), dec_whole)
 
