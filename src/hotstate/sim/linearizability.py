@@ -285,6 +285,18 @@ def _search(
     # one has the same definite operations and state and a subset of its unknown operations, so all of its
     # futures (the pending operations are a superset; their deadlines are no nearer).
     cache: dict[tuple[int, StateT], list[int]] = {}
+
+    def covered(key: tuple[int, StateT], unknown: int) -> bool:
+        """Whether a visited node prunes this one (see `cache`); if not, this one is recorded as visited."""
+        seen = cache.get(key)
+        if seen is None:
+            cache[key] = [unknown]
+            return False
+        if any(prior & ~unknown == 0 for prior in seen):
+            return True
+        seen.append(unknown)
+        return False
+
     # One frame per choice on the current path: the node's candidates, the position after the choice (-1
     # for an unknown operation, chosen after all of them), the node's first pending return, the entry
     # lifted, and the node's state and latest call.
@@ -321,14 +333,8 @@ def _search(
                 if not ok:
                     continue
                 new_d = dbits | bit[op]
-                key = (new_d, new_state)
-                seen = cache.get(key)
-                if seen is None:
-                    cache[key] = [tbits]
-                elif any(prior & ~tbits == 0 for prior in seen):
+                if covered((new_d, new_state), tbits):
                     continue
-                else:
-                    seen.append(tbits)
                 explored += 1
                 f_cands.append(cands)
                 f_pos.append(pos)
@@ -363,14 +369,8 @@ def _search(
             if not ok or new_state == state:
                 continue
             new_t = tbits | bit[op]
-            key = (dbits, new_state)
-            seen = cache.get(key)
-            if seen is None:
-                cache[key] = [new_t]
-            elif any(prior & ~new_t == 0 for prior in seen):
+            if covered((dbits, new_state), new_t):
                 continue
-            else:
-                seen.append(new_t)
             explored += 1
             f_cands.append(cands)
             f_pos.append(-1)
