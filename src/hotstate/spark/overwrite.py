@@ -71,16 +71,7 @@ def begin_overwrite(
 
     async def stage() -> Overwrite:
         async with _admin(cluster, tls) as admin:
-            reply = await admin.stage_table(
-                wanted.name,
-                partitions=wanted.partitions,
-                standby_replicas=wanted.standby_replicas or 0,
-                key_columns=wanted.key_columns,
-                acceptable_lag=wanted.acceptable_lag,
-                writer_rack=rack,
-                window=wanted.window,
-                ttl=wanted.ttl,
-            )
+            reply = await admin.stage_table(wanted.name, **wanted.request_fields(rack))
             if reply.error is not ControllerError.NONE:
                 raise TableDefinitionError(
                     f"cannot overwrite table {wanted.name!r}: {reply.error.name}: {reply.message}"

@@ -12,7 +12,7 @@ import logging
 import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from pyspark.sql.types import (
     BinaryType,
@@ -61,6 +61,18 @@ class TableDefinitionError(ValueError):
     """A key that cannot be a table key, or a table that exists with another definition."""
 
 
+class TableRequestFields(TypedDict):
+    """What AdminClient.create_table and stage_table take besides the name."""
+
+    partitions: int
+    standby_replicas: int
+    key_columns: tuple[KeyColumn, ...]
+    acceptable_lag: int | None
+    writer_rack: str | None
+    window: TableWindow | None
+    ttl: TableTtl | None
+
+
 @dataclass(frozen=True, slots=True)
 class TableDefinition:
     name: str
@@ -82,6 +94,18 @@ class TableDefinition:
             and self.key_columns == other.key_columns
             and self.acceptable_lag == other.acceptable_lag
             and _same_window(self.window, other.window)
+        )
+
+    def request_fields(self, writer_rack: str | None) -> TableRequestFields:
+        """The definition as a create or a stage asks for it: an overwrite stages the table a create makes."""
+        return TableRequestFields(
+            partitions=self.partitions,
+            standby_replicas=self.standby_replicas or 0,
+            key_columns=self.key_columns,
+            acceptable_lag=self.acceptable_lag,
+            writer_rack=writer_rack,
+            window=self.window,
+            ttl=self.ttl,
         )
 
     def describe(self) -> str:
@@ -273,16 +297,7 @@ async def _existing(
 
 
 async def _create(admin: AdminClient, wanted: TableDefinition, rack: str | None) -> CreateTableResponse:
-    return await admin.create_table(
-        wanted.name,
-        partitions=wanted.partitions,
-        standby_replicas=wanted.standby_replicas or 0,
-        key_columns=wanted.key_columns,
-        acceptable_lag=wanted.acceptable_lag,
-        writer_rack=rack,
-        window=wanted.window,
-        ttl=wanted.ttl,
-    )
+    return await admin.create_table(wanted.name, **wanted.request_fields(rack))
 
 
 def _http_tables(servers: list[str], tls: ssl.SSLContext | None, token: str) -> list[dict[str, Any]]:
