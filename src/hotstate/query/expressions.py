@@ -225,6 +225,8 @@ _CAST_KINDS: Final = {
     "bytes": _BYTES,
 }
 _AGGREGATES: Final = (exp.Count, exp.Sum, exp.Min, exp.Max, exp.Avg)
+# The predicates that take a NOT into themselves (NOT IN, NOT BETWEEN, NOT LIKE): `_Compiler.predicate`.
+_NEGATABLE: Final = (exp.In, exp.Between, exp.Like, exp.ILike, exp.Escape)
 _DIGITS = re.compile(r"[0-9]+")
 
 
@@ -309,12 +311,8 @@ class _Compiler:
             return self.negated(node)
         if isinstance(node, exp.Is):
             return self.is_null(node)
-        if isinstance(node, exp.In):
-            return self.in_list(node, negate=False)
-        if isinstance(node, exp.Between):
-            return self.between(node, negate=False)
-        if isinstance(node, exp.Like | exp.ILike | exp.Escape):
-            return self.like(node, negate=False)
+        if isinstance(node, _NEGATABLE):
+            return self.predicate(node, negate=False)
         if isinstance(node, exp.Cast | exp.TryCast):
             return self.cast(node)
         if isinstance(node, exp.Case):
@@ -366,12 +364,8 @@ class _Compiler:
         inner = node.this
         while isinstance(inner, exp.Paren):
             inner = inner.this
-        if isinstance(inner, exp.In):
-            return self.in_list(inner, negate=True)
-        if isinstance(inner, exp.Between):
-            return self.between(inner, negate=True)
-        if isinstance(inner, exp.Like | exp.ILike | exp.Escape):
-            return self.like(inner, negate=True)
+        if isinstance(inner, _NEGATABLE):
+            return self.predicate(inner, negate=True)
         if isinstance(inner, exp.Is):
             return Call("not", (self.is_null(inner),))
         return self.typed("not", (self.compile(inner),), node, _BOOL)
@@ -381,6 +375,14 @@ class _Compiler:
         if not isinstance(target, exp.Null):
             raise _error(f"IS takes NULL or NOT NULL: {show(node)}", node)
         return Call("is_null", (self.compile(node.this),))
+
+    def predicate(self, node: exp.Expression, *, negate: bool) -> Node:
+        """One of `_NEGATABLE`, with NOT (`negated`) or without (`compile`) alike."""
+        if isinstance(node, exp.In):
+            return self.in_list(node, negate=negate)
+        if isinstance(node, exp.Between):
+            return self.between(node, negate=negate)
+        return self.like(node, negate=negate)
 
     def in_list(self, node: exp.In, *, negate: bool) -> Node:
         if node.args.get("query") is not None:
