@@ -11,9 +11,6 @@ network always yields the same flows.
 
 from __future__ import annotations
 
-import numpy as np
-from ortools.graph.python import min_cost_flow
-
 from hotstate.assignor.errors import AssignorInternalError
 
 
@@ -62,6 +59,11 @@ class FlowNetwork:
             if any(self._supply):
                 raise AssignorInternalError("flow network has supplies but no arcs")
             return [], 0
+        # Imported here: numpy and OR-Tools are ~130 ms of a server's start, and only the active controller
+        # places replicas (in a worker thread).
+        import numpy as np
+        from ortools.graph.python import min_cost_flow
+
         solver = min_cost_flow.SimpleMinCostFlow()
         arcs = solver.add_arcs_with_capacity_and_unit_cost(
             np.asarray(self._tails, dtype=np.int32),

@@ -10,14 +10,14 @@ Content-Security-Policy allows scripts, styles and requests from this server onl
 from __future__ import annotations
 
 import asyncio
+import importlib
 import importlib.resources
 import ssl
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import httpx
 from fastapi import APIRouter, Query
 from fastapi.responses import Response
 from pydantic import BaseModel, Field
@@ -27,6 +27,9 @@ from hotstate.server.console.feed import ConsoleFeed, Rates, wall_ms
 from hotstate.server.liveness import Liveness
 from hotstate.server.raft_driver import monotonic_ms
 from hotstate.tls import describe_tls_error
+
+if TYPE_CHECKING:
+    import httpx
 
 # A peer slower than this to say its rates is shown without them, not waited for.
 PEER_RATES_TIMEOUT_S = 1.0
@@ -285,6 +288,9 @@ class _PeerRates:
     async def gather(self) -> list[RatesView]:
         ctx = self._ctx
         if self._client is None:
+            # Imported here, off the event loop: with rich it is ~85 ms of CPU, which every server's start
+            # paid for a request that most never get.
+            httpx = await asyncio.to_thread(importlib.import_module, "httpx")
             verify: ssl.SSLContext | bool = ctx.peer_tls if ctx.peer_tls is not None else True
             self._client = httpx.AsyncClient(
                 timeout=PEER_RATES_TIMEOUT_S, trust_env=False, verify=verify, headers=ctx.peer_headers
@@ -310,6 +316,8 @@ class _PeerRates:
         scheme = "https" if self._ctx.peer_tls is not None else "http"
         url = f"{scheme}://{_bracketed(host)}:{server.http.port}/v1/rates"
         assert self._client is not None
+        import httpx  # imported by gather already
+
         try:
             answer = await self._client.get(url)
             answer.raise_for_status()
