@@ -171,10 +171,17 @@ def test_auth_roles_refusals_reload_and_failover(start_cluster: StartCluster, tm
 
     thread = threading.Thread(target=query_all_the_time)
     thread.start()
+
+    def moved() -> bool:
+        tables = httpx.get(f"http://{others[0]}/v1/tables", auth=admin).json()["tables"]
+        return all(p["active"] not in (None, busiest) for p in tables[0]["placement"])
+
     try:
-        time.sleep(2.0)
+        _wait(lambda: answered["ok"] >= 100, 20.0, "queries before the kill")
         running.kill(busiest)
-        time.sleep(8.0)
+        _wait(moved, 20.0, f"the actives of server {busiest} to move")
+        after = answered["ok"]
+        _wait(lambda: answered["ok"] >= after + 200, 20.0, "queries after the actives moved")
     finally:
         stop.set()
         thread.join()

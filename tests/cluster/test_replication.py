@@ -149,19 +149,35 @@ def test_kill_9_an_active_under_acks_all_writes_loses_no_acked_write(start_clust
             finally:
                 await writer.close()
 
+        async def writes(more: int, what: str) -> None:
+            """Until `more` further writes were acknowledged (or one failed)."""
+            target = len(stalls) + more
+            for _ in range(400):
+                if len(stalls) >= target or failures:
+                    return
+                await asyncio.sleep(0.05)
+            raise AssertionError(f"{len(stalls)} writes, {target} expected {what}")
+
         writers = [asyncio.create_task(write_loop(w)) for w in range(3)]
-        await asyncio.sleep(1.5)
+        await writes(30, "before the kill")
         running.kill(busiest)
         killed_at = time.monotonic()
-        await asyncio.sleep(4.0)
-        # The partitions the killed server led have new actives, at higher leader epochs.
+        # The partitions the killed server led get new actives, at higher leader epochs.
         survivor = next(s.node_id for s in running.cluster.servers if s.node_id != busiest)
-        after = await probe.metadata(survivor, "clicks")
-        for before, now in zip(meta.partitions, after.partitions, strict=True):
-            if before.active == busiest:
-                assert now.active not in (None, busiest) and now.leader_epoch > before.leader_epoch, now
+        for _ in range(200):
+            after = await probe.metadata(survivor, "clicks")
+            moved = [
+                now.active not in (None, busiest) and now.leader_epoch > before.leader_epoch
+                for before, now in zip(meta.partitions, after.partitions, strict=True)
+                if before.active == busiest
+            ]
+            if all(moved):
+                break
+            await asyncio.sleep(0.05)
+        assert all(moved), after
+        await writes(30, "after the actives moved")
         running.restart(busiest)
-        await asyncio.sleep(2.0)
+        await writes(30, "while the killed server restarts")
         stop.set()
         await asyncio.gather(*writers)
         assert not failures, failures[:3]

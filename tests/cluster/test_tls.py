@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -168,12 +168,27 @@ def test_tls_cluster_serves_everything_and_survives_a_kill_9_without_a_failed_qu
                 except Exception as error:
                     failures.append(f"{type(error).__name__}: {error}")
 
+    def until(done: Callable[[], bool], what: str) -> None:
+        deadline = time.monotonic() + 20
+        while not done():
+            assert time.monotonic() < deadline and not failures, (what, failures[:3])
+            time.sleep(0.05)
+
+    def moved() -> bool:
+        tables = httpx.get(
+            f"{survivor}/v1/tables", verify=verify, headers={"Authorization": f"Bearer {token}"}
+        ).json()["tables"]
+        return all(p["active"] not in (None, victim) for p in tables[0]["placement"])
+
+    survivor = next(u for u, s in zip(urls, cluster.servers, strict=True) if s.node_id != victim)
     thread = threading.Thread(target=query_loop, daemon=True)
     thread.start()
-    time.sleep(1.0)
+    until(lambda: answered > 5, "queries before the kill")
     before = answered
     running.kill(victim)
-    time.sleep(4.0)
+    until(moved, f"the actives of server {victim} to move")
+    after = answered
+    until(lambda: answered > after + 10, "queries after the actives moved")
     stop.set()
     thread.join(15)
     assert failures == [] and before > 5 and answered > before + 10, (failures, before, answered)

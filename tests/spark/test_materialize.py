@@ -293,6 +293,21 @@ def test_a_query_killed_mid_batch_resumes_from_its_checkpoint(
         query.stop()
 
 
+def _batch_id(query: StreamingQuery) -> int:
+    progress = query.lastProgress
+    return -1 if progress is None else int(progress["batchId"])
+
+
+def _batches_past(query: StreamingQuery, batch: int, more: int, timeout_s: float = 60.0) -> int:
+    """Waits until the query has run `more` batches past `batch` (the fed rounds keep it busy); the last."""
+    deadline = time.monotonic() + timeout_s
+    while (at := _batch_id(query)) < batch + more:
+        assert query.isActive and query.exception() is None, query.exception()
+        assert time.monotonic() < deadline, f"batch {at} after {timeout_s} s, waiting for {batch + more}"
+        time.sleep(0.1)
+    return at
+
+
 def test_kill_9_of_a_server_loses_no_committed_update_and_the_stream_goes_on(
     spark: SparkSession, start_cluster: StartCluster, tmp_path: Path
 ) -> None:
@@ -315,15 +330,13 @@ def test_kill_9_of_a_server_loses_no_committed_update_and_the_stream_goes_on(
     try:
         query.processAllAvailable()
         feeder.start()
-        time.sleep(2.0)
+        first = _batches_past(query, _batch_id(query), 3)  # the stream runs on the fed rounds
         placement = hotstate.Client(f"127.0.0.1:{running.cluster.servers[0].http_port}").tables()
         actives = Counter(p["active"] for t in placement if t["name"] == "ha" for p in t["placement"])
         victim = actives.most_common(1)[0][0]
-        progress = query.lastProgress
-        assert progress is not None
-        batch_at_kill = progress["batchId"]
+        batch_at_kill = max(first, _batch_id(query))
         running.kill(victim)
-        time.sleep(5.0)
+        _batches_past(query, batch_at_kill, 4)  # it goes on past the kill
         stop.set()
         feeder.join()
         query.processAllAvailable()
