@@ -176,6 +176,8 @@ class QuorumController:
         # The partitions (the view's mapping, unchanged while no partition is) checked for the draining
         # servers that still hold replicas: a drain is not rechecked against every partition each tick.
         self._drain_checked: tuple[Mapping[int, tuple[PartitionInfo, ...]], frozenset[int]] | None = None
+        # The staged tables of the tables mapping they were found in: every tick asks, tables rarely change.
+        self._staged_checked: tuple[Mapping[str, TableInfo], dict[int, TableInfo]] | None = None
 
     @property
     def view(self) -> MetadataImage:
@@ -852,7 +854,13 @@ class QuorumController:
 
     def _expired_stagings(self, now: int) -> tuple[MetadataRecord, ...]:
         """DeleteTable records for staged generations past staged_timeout_ms (their writer is gone)."""
-        staged = {t.table_id: t for t in self._view.tables.values() if t.staged}
+        tables = self._view.tables
+        checked = self._staged_checked
+        if checked is None or checked[0] is not tables:
+            checked = self._staged_checked = (tables, {t.table_id: t for t in tables.values() if t.staged})
+        staged = checked[1]
+        if not staged and not self._staged_since:
+            return ()
         for table_id in [t for t in self._staged_since if t not in staged]:
             del self._staged_since[table_id]
         records: list[MetadataRecord] = []
