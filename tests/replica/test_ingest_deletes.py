@@ -14,7 +14,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hotstate.controller.records import KeyColumn, KeyType
-from hotstate.protocol.keys import InvalidKeyError, KeyDecodeError, checked_key, encode_key, partition_for
+from hotstate.protocol.keys import (
+    InvalidKeyError,
+    KeyDecodeError,
+    checked_key,
+    checked_keys,
+    encode_key,
+    partition_for,
+)
 from hotstate.protocol.rows import (
     RowDecodeError,
     decode_entries,
@@ -155,3 +162,66 @@ def test_bulk_check_with_tombstones_equals_the_one_by_one_check(
             entries.append(encode_row({"user": user, "n": n}))
     expected = ingest._one_by_one(entries, key, partitions, partition, "t")
     assert records_for_rows(entries, key, partitions, partition, "t") == expected
+
+
+def _one_by_one(datas: list[bytes], key_columns: tuple[KeyColumn, ...]) -> list[bytes] | str:
+    try:
+        return [checked_key(data, key_columns) for data in datas]
+    except ValueError as error:
+        return f"{type(error).__name__}: {error}"
+
+
+def _bulk(datas: list[bytes], key_columns: tuple[KeyColumn, ...]) -> list[bytes] | str:
+    try:
+        return checked_keys(datas, key_columns)
+    except ValueError as error:
+        return f"{type(error).__name__}: {error}"
+
+
+# Near misses of a STRING key's encoding: another type code, no terminator, a NUL not escaped, an escape
+# cut short, invalid UTF-8, an INT key.
+_STRING_NEAR_MISSES = [
+    b"\x02a\x00",
+    b"\x02\x00",
+    b"\x03a\x00",
+    b"\x02a",
+    b"\x02a\x00b\x00",
+    b"\x02a\x00\xff\x00",
+    b"\x02a\x00\xfe\x00",
+    b"\x02\xff\x00",
+    b"\x02\xc3\x00",
+    b"",
+    b"\x02",
+    encode_key((7,)),
+    encode_key(("a", "b")),
+    encode_key(("a\x00b",)),
+    encode_key(("\u00e9\U0001f600",)),
+]
+
+
+@given(
+    st.lists(
+        st.text(max_size=12).map(lambda s: encode_key((s,)))
+        | st.sampled_from(_STRING_NEAR_MISSES)
+        | st.binary(max_size=8),
+        max_size=8,
+    )
+)
+def test_the_bulk_key_check_gives_what_the_one_by_one_check_gives(datas: list[bytes]) -> None:
+    """The one-STRING-column fast path (`_string_keys_checked`) accepts exactly the keys `checked_key`
+    accepts; any other gives the same first error."""
+    for key_columns in (STRING_KEY, COMPOSITE_KEY, (KeyColumn("b", KeyType.BYTES),)):
+        assert _bulk(datas, key_columns) == _one_by_one(datas, key_columns)
+
+
+def test_a_produce_of_string_key_deletes_takes_the_bulk_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    import hotstate.protocol.keys as key_codec
+
+    def one_by_one(data: bytes, key_columns: object) -> bytes:
+        raise AssertionError("a key checked one by one")
+
+    monkeypatch.setattr(key_codec, "checked_key", one_by_one)
+    keys = [encode_key((f"user-{i}",)) for i in range(200)]
+    keys = [k for k in keys if partition_for(k, 4) == 1]
+    records, problem = records_for_rows([encode_tombstone(k) for k in keys], STRING_KEY, 4, 1, "t")
+    assert problem is None and [decode_record(r) for r in records] == [(k, None) for k in keys]

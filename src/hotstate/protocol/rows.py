@@ -42,7 +42,7 @@ import msgspec
 
 from hotstate.controller.records import KeyColumn
 from hotstate.protocol.keys import (
-    checked_key,
+    checked_keys,
     datetime_micros,
     encode_key,
     encode_keys,
@@ -492,13 +492,18 @@ def entry_keys(
         if keys is None:
             keys = [encode_key(key_from_row(row, key_columns)) for row in only_rows]
         return keys, rows
-    keys = [
-        checked_key(entry, key_columns)
-        if isinstance(entry, bytes)
-        else encode_key(key_from_row(entry, key_columns))
-        for entry in decoded
-    ]
-    return keys, [None if type(entry) is bytes else row for entry, row in zip(decoded, rows, strict=True)]
+    # Tombstones and rows each keyed in one pass of their own, then put back in the entries' order.
+    dead = [type(entry) is bytes for entry in decoded]
+    deleted = checked_keys(
+        cast(list[bytes], [e for e, d in zip(decoded, dead, strict=True) if d]), key_columns
+    )
+    live = cast(list[dict[str, object]], [e for e, d in zip(decoded, dead, strict=True) if not d])
+    written = encode_keys(live, key_columns) if live else []
+    if written is None:
+        written = [encode_key(key_from_row(row, key_columns)) for row in live]
+    deleted_keys, written_keys = iter(deleted), iter(written)
+    keys = [next(deleted_keys) if d else next(written_keys) for d in dead]
+    return keys, [None if d else row for d, row in zip(dead, rows, strict=True)]
 
 
 def row_keys(rows: Sequence[bytes], key_columns: Sequence[KeyColumn]) -> list[bytes]:

@@ -10,8 +10,9 @@ record [key, row]; a tombstone [key, nil], which every replica's store applies a
 
 The common case (every entry a good row) runs as a few passes over the request with no per-row function of
 ours in between: decoding, key extraction, a key encoder chosen once for the key's type, hashing, and one
-msgpack Packer for the records. A request holding tombstones takes one more pass (each tombstone's key
-decoded and checked). Only when something fails are the entries walked one by one with the general
+msgpack Packer for the records. A request holding tombstones keys them in a pass of their own
+(`protocol.keys.checked_keys`: one STRING key column is decoded and encoded again in bulk, other key shapes
+key by key), then puts rows and tombstones back in order. Only when something fails are the entries walked one by one with the general
 functions, which find the first bad entry and say what is wrong with it; so both ways give the same records
 and the same errors (tests/replica/test_ingest.py holds them to each other).
 """
