@@ -12,9 +12,10 @@ The common case (every entry a good row) runs as a few passes over the request w
 ours in between: decoding, key extraction, a key encoder chosen once for the key's type, hashing, and one
 msgpack Packer for the records. A request holding tombstones keys them in a pass of their own
 (`protocol.keys.checked_keys`: one STRING key column is decoded and encoded again in bulk, other key shapes
-key by key), then puts rows and tombstones back in order. Only when something fails are the entries walked one by one with the general
-functions, which find the first bad entry and say what is wrong with it; so both ways give the same records
-and the same errors (tests/replica/test_ingest.py holds them to each other).
+key by key), then puts rows and tombstones back in order. Only when something fails are the entries walked
+one by one with the general functions, which find the first bad entry and say what is wrong with it; so
+both ways give the same records and the same errors (tests/replica/test_ingest.py holds them to each
+other).
 """
 
 from __future__ import annotations
