@@ -487,23 +487,26 @@ def entry_keys(
     (`_one_by_one` says which and why)."""
     decoded, tombstones = decode_entries(rows)
     if not tombstones:
-        only_rows = cast(list[dict[str, object]], decoded)
-        keys = encode_keys(only_rows, key_columns)
-        if keys is None:
-            keys = [encode_key(key_from_row(row, key_columns)) for row in only_rows]
-        return keys, rows
+        return _keys_of_rows(cast(list[dict[str, object]], decoded), key_columns), rows
     # Tombstones and rows each keyed in one pass of their own, then put back in the entries' order.
     dead = [type(entry) is bytes for entry in decoded]
     deleted = checked_keys(
         cast(list[bytes], [e for e, d in zip(decoded, dead, strict=True) if d]), key_columns
     )
     live = cast(list[dict[str, object]], [e for e, d in zip(decoded, dead, strict=True) if not d])
-    written = encode_keys(live, key_columns) if live else []
-    if written is None:
-        written = [encode_key(key_from_row(row, key_columns)) for row in live]
+    written = _keys_of_rows(live, key_columns)
     deleted_keys, written_keys = iter(deleted), iter(written)
     keys = [next(deleted_keys) if d else next(written_keys) for d in dead]
     return keys, [None if d else row for d, row in zip(dead, rows, strict=True)]
+
+
+def _keys_of_rows(rows: list[dict[str, object]], key_columns: Sequence[KeyColumn]) -> list[bytes]:
+    """The encoded key of each decoded row: in one pass for the common shape (`encode_keys`), else row by
+    row (which raises on the first bad one)."""
+    keys = encode_keys(rows, key_columns)
+    if keys is None:
+        keys = [encode_key(key_from_row(row, key_columns)) for row in rows]
+    return keys
 
 
 def row_keys(rows: Sequence[bytes], key_columns: Sequence[KeyColumn]) -> list[bytes]:
