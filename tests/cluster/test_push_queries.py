@@ -434,6 +434,35 @@ def test_a_position_the_log_no_longer_holds_gets_a_resync(running: RunningCluste
     assert subscription.state.positions == {0: 6 * RETENTION}
 
 
+@pytest.mark.parametrize("standbys", [2, 0])
+def test_a_resume_further_behind_than_the_buffer_gets_every_change_from_the_log(
+    running: RunningCluster, standbys: int
+) -> None:
+    """More changes since the token than a feed buffers (BOUND), fewer than the log keeps: each one, in
+    order, replayed on every server asked (it used to be a resync), from its own log (a replica on every
+    server) or read from the one holding the partition (no standby), then the live ones."""
+    table = f"behind{standbys}"
+    table_id = _table(running, table, partitions=1, standbys=standbys)
+    _upsert(running, table, [{"user": f"u{i % 5}", "clicks": i} for i in range(10)])
+    behind = 2 * BOUND + 10
+    _upsert(running, table, [{"user": f"u{i % 5}", "clicks": i} for i in range(10, 10 + behind)])
+    for node in (1, 2, 3):  # each replays the live changes of the servers before it too
+        token = encode({(table_id, 0): 10}, cluster_tag(running.cluster.cluster_id))
+        replayed = behind + node - 1
+        with Client(_bases(running, node), timeout_s=20.0) as client:
+            subscription = client.subscribe(f"SELECT * FROM {table} EMIT CHANGES", from_token=token)
+            got = [next(subscription) for _ in range(replayed)]
+            _upsert(running, table, [{"user": "live", "clicks": 1000 + node}])
+            live = next(subscription)
+            subscription.close()
+        assert {c.kind for c in got} == {"change"}, node
+        assert [c.offset for c in got] == list(range(10, 10 + replayed)), node
+        clicks = list(range(10, 10 + behind)) + [1000 + n for n in range(1, node)]
+        assert [c.row["clicks"] for c in got if c.row] == clicks, node
+        assert live.kind == "change" and live.row == {"user": "live", "clicks": 1000 + node}, node
+        assert live.offset == 10 + replayed, node
+
+
 def test_a_subscriber_that_stops_reading_is_told_it_fell_behind(running: RunningCluster) -> None:
     _table(running, "stalled", partitions=1)
     base = _base(running, 1)

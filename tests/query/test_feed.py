@@ -4,6 +4,7 @@ takes, its positions and bound (query/feed.py), and the client's resume state (c
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import given, settings
@@ -12,9 +13,20 @@ from hypothesis import strategies as st
 from hotstate.client.subscribe import FeedState
 from hotstate.controller.image import TableInfo
 from hotstate.controller.records import KeyColumn, KeyType
+from hotstate.log.errors import OffsetOutOfRangeError
 from hotstate.protocol.keys import encode_key, partition_for
 from hotstate.query.execute import QueryError
-from hotstate.query.feed import Change, End, EndReason, FeedIndex, Progress, Subscription
+from hotstate.query.feed import (
+    Change,
+    End,
+    EndReason,
+    FeedIndex,
+    PendingReplay,
+    PendingResync,
+    Progress,
+    Resync,
+    Subscription,
+)
 from hotstate.query.pull_query import UnsupportedQueryError
 from hotstate.query.push import FeedFilter, feed_filter, parse_push, push_options, split_emit
 from hotstate.query.tokens import cluster_tag, decode, encode
@@ -360,3 +372,84 @@ def test_a_resync_in_parts_begins_once_and_moves_the_position_with_its_last_part
         )
     )
     assert [(c.kind, c.key) for c in rest] == [("resync", ("b",))] and state.positions == {0: 9}
+
+
+def _replaying(replayed: list[Change], position: int, bound: int = 10) -> tuple[FeedIndex, Subscription]:
+    index = FeedIndex(0)
+    first = replayed[0].offset
+    subscription = Subscription(1, FeedFilter(frozenset({0})), {0: first}, bound=bound, known=False)
+    subscription.start([], None, [PendingReplay(0, first, position, iter(replayed))])
+    index.add(subscription)
+    return index, subscription
+
+
+def test_a_replay_longer_than_the_buffer_is_sent_in_steps_before_the_changes_queued_since() -> None:
+    """A resume seconds behind a busy table: every change from the log, in steps, then the live ones; no
+    Progress while the replay is under way (a token from it would skip what is still to come)."""
+    index, subscription = _replaying([change(0, offset, f"k{offset % 7}") for offset in range(5, 55)], 55)
+    assert subscription.positions == {0: 55}  # the live changes it takes start where the replay ends
+    for offset in range(55, 60):  # live, meanwhile: queued behind the replay, within the bound
+        index.offer([change(0, offset, "live")], offset + 1)
+    assert subscription.progress() is None
+    sent: list[int] = []
+    steps = 0
+    while subscription.waiting:
+        events = subscription.take(step=16)
+        sent += [e.offset for e in events if isinstance(e, Change)]
+        steps += 1
+    assert sent == list(range(5, 60)) and steps == 5  # 16 + 16 + 16 + 2, then the queue
+    assert subscription.progress() == Progress({0: 60})  # all sent: its position may be told
+
+
+def test_a_replay_sends_only_the_feeds_keys() -> None:
+    subscription = Subscription(1, FeedFilter(frozenset({0}), keys=frozenset({key("b")})), {0: 0}, bound=4)
+    replayed = [change(0, offset, "ab"[offset % 2]) for offset in range(20)]
+    subscription.start([], None, [PendingReplay(0, 0, 20, iter(replayed))])
+    sent = [e for e in subscription.take(step=100) if isinstance(e, Change)]
+    assert [e.offset for e in sent] == list(range(1, 20, 2)) and not subscription.waiting
+
+
+def test_a_replay_the_log_no_longer_holds_gives_way_to_a_resync_and_the_changes_it_holds_go() -> None:
+    """Retention moved past a replay under way: the partition's current rows at a position take the rest's
+    place, and of the changes queued meanwhile only those past that position are sent after them."""
+
+    def replayed() -> Iterator[Change]:
+        yield from (change(0, offset, "a") for offset in range(5, 10))
+        raise OffsetOutOfRangeError(10, 30, 40)
+
+    index = FeedIndex(0)
+    subscription = Subscription(1, FeedFilter(frozenset({0})), {0: 5}, bound=10, known=False)
+    subscription.start([], None, [PendingReplay(0, 5, 20, replayed())])
+    index.add(subscription)
+    for offset in range(20, 26):
+        index.offer([change(0, offset, "live")], offset + 1)
+    assert [e.offset for e in subscription.take(step=3) if isinstance(e, Change)] == [5, 6, 7]
+    with pytest.raises(OffsetOutOfRangeError):
+        subscription.take(step=3)  # 8 and 9 were read but not sent: the replay is at 8
+    assert isinstance(subscription.resyncs[0], PendingReplay) and subscription.resyncs[0].next == 8
+    rows = iter([(key("a"), b"\x80")])
+    subscription.replay_failed(0, PendingResync(0, 23, 4, rows), "log truncated")
+    [resync] = subscription.take(step=3)
+    assert isinstance(resync, Resync) and resync.position == 23 and resync.rows == ((key("a"), b"\x80"),)
+    assert [e.offset for e in subscription.take() if isinstance(e, Change)] == [23, 24, 25]
+    assert subscription.positions == {0: 26}
+
+
+def test_a_replay_whose_replica_went_ends_the_feed_where_the_replay_got_to() -> None:
+    """The replica closed under a replay (its log unreadable): the feed ends at the first change it did not
+    send on that partition, whatever End it had already queued (the replica's going), and the changes
+    queued behind the replay are not sent (they come again on the resume)."""
+    index, subscription = _replaying([change(0, offset, "a") for offset in range(5, 20)], 20)
+    for offset in range(20, 23):
+        index.offer([change(0, offset, "live")], offset + 1)
+    assert len(subscription.take(step=4)) == 4
+    subscription.end(EndReason.REPLICA_GONE, "moved")  # told beyond the replay: must not be sent as is
+    subscription.replay_failed(0, None, "log closed")
+    assert not subscription.resyncs
+    [end] = subscription.take()
+    assert isinstance(end, End) and end.reason is EndReason.REPLICA_GONE and end.positions == {0: 9}
+    _, alone = _replaying([change(0, offset, "a") for offset in range(5, 20)], 20)
+    alone.take(step=2)
+    alone.replay_failed(0, None, "log closed")
+    [end] = alone.take()
+    assert isinstance(end, End) and end.positions == {0: 7} and end.message == "log closed"

@@ -56,6 +56,7 @@ __all__ = [
     "End",
     "EndReason",
     "FeedIndex",
+    "PendingReplay",
     "PendingResync",
     "Progress",
     "Resync",
@@ -146,6 +147,19 @@ class PendingResync:
     started: bool = False
 
 
+@dataclass(slots=True)
+class PendingReplay:
+    """The changes of `partition` from a resume position up to `position` (where its tail's changes
+    start), read (by the server, from its log) a step at a time as they are sent, before the changes queued
+    since: a resume seconds behind a busy table gets every change, however many, and no read holds the
+    server for long. `next`: the offset of the first change not yet sent."""
+
+    partition: int
+    next: int
+    position: int
+    changes: Iterator[Change]
+
+
 @dataclass(frozen=True, slots=True)
 class Progress:
     """The positions the subscription has passed (changes it does not take move them too)."""
@@ -223,7 +237,8 @@ class Subscription:
         # A snapshot still to be read (`take`), and the keys changed meanwhile (their snapshot row is older).
         self.pending: Iterator[tuple[int, bytes, bytes]] | None = None
         self.touched: set[bytes] | None = None
-        self.resyncs: deque[PendingResync] = deque()  # read by `take` in steps, before the queue
+        # Read by `take` in steps, before the queue.
+        self.resyncs: deque[PendingResync | PendingReplay] = deque()
 
     @property
     def positions(self) -> dict[int, int]:
@@ -239,11 +254,11 @@ class Subscription:
         self,
         events: Iterable[Event],
         pending: Iterator[tuple[int, bytes, bytes]] | None = None,
-        resyncs: Sequence[PendingResync] = (),
+        resyncs: Sequence[PendingResync | PendingReplay] = (),
     ) -> None:
         """Its first events (current rows, resyncs, changes replayed from the log): not held to the bound.
-        `pending`: current rows (partition, key, row) to send before them all, and `resyncs` (of other
-        partitions than the events'), read by `take` in steps."""
+        `pending`: current rows (partition, key, row) to send before them all, and `resyncs` (resyncs and
+        replays, of other partitions than the events'), read by `take` in steps."""
         at = self._at
         for resync in resyncs:
             at[resync.partition] = max(at[resync.partition], resync.position)
@@ -377,13 +392,67 @@ class Subscription:
                 self.touched = None
             return [SnapshotRow(p, k, r) for p, k, r in rows if self._admit_row(p, k, r)]
         if self.resyncs:
+            head = self.resyncs[0]
+            if isinstance(head, PendingReplay):
+                return self._replay_step(head, step)
             return [self._resync_step(step)]
         events = list(self.queue)
         self.queue.clear()
         return events
 
+    def _replay_step(self, replay: PendingReplay, step: int) -> list[Event]:
+        """The next `step` changes of a replay that this feed takes (maybe none). What the iterator raises
+        (the log no longer holds the rest) leaves `next` at the first change not sent: `replay_failed`."""
+        changes = list(itertools.islice(replay.changes, step))
+        if len(changes) < step:
+            self.resyncs.popleft()
+        if not changes:
+            return []
+        replay.next = changes[-1].position
+        matches = self.filter.matches
+        through = self._through_filter
+        return [taken for c in changes if matches(c.key) and (taken := through(c)) is not None]
+
+    def replay_failed(self, partition: int, resync: PendingResync | None, message: str) -> None:
+        """`partition`'s replay cannot be read on (the log no longer holds its next change, or the replica
+        went). `resync`: the partition's current rows at a position take the rest's place, and the changes
+        queued since that they hold already are not sent; None: the feed ends, at the position the replay
+        reached on that partition (the client resumes from there elsewhere)."""
+        replay = next(
+            (r for r in self.resyncs if isinstance(r, PendingReplay) and r.partition == partition), None
+        )
+        if replay is None:
+            return
+        # The partition's queued changes follow the replay: below a resync's position its rows hold them;
+        # with the feed ending at the replay's position, they come again on its resume.
+        below = None if resync is None else resync.position
+        self.queue = deque(
+            e
+            for e in self.queue
+            if not (
+                isinstance(e, Change) and e.partition == partition and (below is None or e.offset < below)
+            )
+        )
+        at = self._at
+        if resync is not None:
+            self.resyncs[self.resyncs.index(replay)] = resync
+            at[partition] = max(at[partition], resync.position)
+            return
+        self.resyncs.remove(replay)
+        tail = self.tails.get(partition)
+        if tail is not None:
+            tail.remove(self)
+        at[partition] = replay.next
+        ended = self.ended
+        if ended is None:
+            self.end(EndReason.REPLICA_GONE, message)
+        elif ended.positions.get(partition, 0) > replay.next:  # it told positions past what it will send
+            self.ended = End(ended.reason, {**ended.positions, partition: replay.next}, ended.message)
+            self.queue = deque(self.ended if e is ended else e for e in self.queue)
+
     def _resync_step(self, step: int) -> Resync:
         pending = self.resyncs[0]
+        assert isinstance(pending, PendingResync)
         rows = list(itertools.islice(pending.rows, step))
         more = len(rows) == step
         if not more:

@@ -25,9 +25,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hotstate.controller.image import MetadataImage, TableInfo
-from hotstate.log.errors import OffsetOutOfRangeError
+from hotstate.log.errors import LogError, OffsetOutOfRangeError
 from hotstate.protocol.keys import partition_for
-from hotstate.protocol.rows import decode_records
 from hotstate.query import pull_query
 from hotstate.query.execute import QueryError
 from hotstate.query.feed import (
@@ -36,6 +35,7 @@ from hotstate.query.feed import (
     EndReason,
     Event,
     FeedIndex,
+    PendingReplay,
     PendingResync,
     Resync,
     SnapshotEnd,
@@ -62,6 +62,7 @@ from hotstate.replica.messages import (
     ReplicaError,
 )
 from hotstate.replica.store import StoreError
+from hotstate.server.feed_log import SERVE_MAX_BYTES, ChangeLog
 
 if TYPE_CHECKING:
     from hotstate.server.replicas import LocalReplica
@@ -69,8 +70,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PartitionId = tuple[int, int]
-# A resume replays at most this many bytes of log per partition; further behind, it resyncs instead.
-REPLAY_MAX_BYTES = 64 * 1024 * 1024
+# A resume replays at most this many changes per partition (sent in steps as they are read); further
+# behind, it resyncs instead: the current rows are then the cheaper way to the present.
+REPLAY_MAX_CHANGES = 1_000_000
+# A replay read from another server is gathered before the feed joins the partition's tail here: at most
+# this many of the feed's changes (memory), further behind it resyncs.
+REMOTE_REPLAY_MAX_CHANGES = 100_000
+REPLAY_READ_BYTES = SERVE_MAX_BYTES  # of changes asked of another server per read of a replay
 # A tail of a partition held elsewhere: each long poll waits this long for a change, takes this much.
 TAIL_WAIT_MS = 1000
 TAIL_MAX_BYTES = 4 * 1024 * 1024
@@ -158,6 +164,9 @@ class Feed:
             await asyncio.sleep(0)  # a step of the snapshot (or resync) per turn of the event loop
             try:
                 events = subscription.take(self.hub.step_rows)
+            except LogError as error:  # a replay's next changes: the log no longer holds them, or it closed
+                self.hub.replay_failed(self, error)
+                continue
             except StoreError as error:
                 subscription.break_off()
                 subscription.end(
@@ -222,6 +231,8 @@ class FeedHub:
         self._applied: dict[PartitionId, asyncio.Event] = {}  # peers' tails waiting for a change here
         # Views of local partitions other servers' feeds read in pages (serve_page).
         self.views = Views(VIEWS_MAX, VIEW_TTL_S)
+        # Decoded changes of the local logs, shared by the replays of every feed (and other servers').
+        self.changes = ChangeLog()
         self.page_rows = self.step_rows * PAGE_STEPS
 
     def __len__(self) -> int:
@@ -303,13 +314,17 @@ class FeedHub:
         events: list[Event] = []
         positions: dict[int, int] = {}
         snapshots: list[Iterator[tuple[int, bytes, bytes]]] = []
-        resyncs: list[PendingResync] = []
+        resyncs: list[PendingResync | PendingReplay] = []
         for partition in sorted(wanted.partitions):
             start = remote.get(partition)
             if start is not None:
                 positions[partition] = start.first
                 if start.rows is not None:
                     snapshots.append(((partition, k, v) for k, v in start.rows))
+                changes = [e for e in start.events if isinstance(e, Change)]
+                if changes and len(changes) == len(start.events):  # sent in steps, as a local replay
+                    resyncs.append(PendingReplay(partition, start.first, start.position, iter(changes)))
+                    continue
                 for event in start.events:
                     if isinstance(event, Resync):  # sent in steps as a local one, its token with its last
                         resyncs.append(
@@ -326,10 +341,8 @@ class FeedHub:
             else:
                 positions[partition] = options.start[partition]
                 replayed = self._replay(replica, wanted, options.start[partition])
-                if isinstance(replayed, PendingResync):
+                if replayed is not None:
                     resyncs.append(replayed)
-                else:
-                    events.extend(replayed)
         subscription = Subscription(
             next(self._ids), wanted, positions, self.buffer_changes, known=options.start is None
         )
@@ -388,10 +401,13 @@ class FeedHub:
             )
         return found
 
-    def _replay(self, replica: LocalReplica, wanted: FeedFilter, start: int) -> list[Event] | PendingResync:
+    def _replay(
+        self, replica: LocalReplica, wanted: FeedFilter, start: int
+    ) -> PendingReplay | PendingResync | None:
         """What a subscriber at `start` of `replica`'s partition gets to reach the store's position: the
-        changes from the log, a Resync when the log no longer holds them (or too many), nothing when the
-        replica is behind `start` (the tail then skips what it had)."""
+        changes from the log (read as they are sent, through the shared ChangeLog), a resync when the log
+        no longer holds them (or more than REPLAY_MAX_CHANGES), nothing when the replica is behind `start`
+        (the tail then skips what it had)."""
         partition = replica.partition
         position = replica.store.position
         if start >= position:
@@ -402,21 +418,29 @@ class FeedHub:
                     f"{replica.core.log_end_offset}: no write ever got there (a token of a table dropped and "
                     "created again?)",
                 )
-            return []
-        if start < replica.log.start_offset:
+            return None
+        if start < replica.log.start_offset or position - start > REPLAY_MAX_CHANGES:
             return _pending_resync(replica, wanted)
-        try:
-            records, reached = _read_log(replica, start, position, REPLAY_MAX_BYTES)
-        except OffsetOutOfRangeError:
-            return _pending_resync(replica, wanted)
-        changes: list[Event] = [
-            Change(partition, offset, epoch, key, row)
-            for offset, epoch, key, row in records
-            if wanted.matches(key)
-        ]
-        if reached < position or len(changes) > self.buffer_changes:
-            return _pending_resync(replica, wanted)  # too far behind to replay change by change
-        return changes
+        return PendingReplay(partition, start, position, self.changes.changes(replica, start, position))
+
+    def replay_failed(self, feed: Feed, error: LogError) -> None:
+        """The replay `feed` was sending could not be read on: a resync of its partition from here when
+        the log no longer holds its next change, else (the replica closed) the feed ends where the replay
+        got to, to resume elsewhere."""
+        subscription = feed.subscription
+        replay = subscription.resyncs[0]
+        assert isinstance(replay, PendingReplay)
+        replica = self._replicas().get((feed.table.table_id, replay.partition))
+        resync = None
+        if isinstance(error, OffsetOutOfRangeError) and replica is not None and _usable(replica):
+            resync = _pending_resync(replica, subscription.filter)
+        subscription.replay_failed(
+            replay.partition,
+            resync,
+            f"this server's log of partition {replay.partition} could not be read on from {replay.next} "
+            f"({error})",
+        )
+        self.wake(subscription)
 
     # ---------------------------------------------------------------------------------- other servers
     async def _remote_start(
@@ -435,12 +459,14 @@ class FeedHub:
         self, table: TableInfo, partition: int, wanted: FeedFilter, start: RemoteStart
     ) -> None:
         """Read the changes after `start` from a server holding the partition until it has no more (or
-        a Resync when it no longer holds them, or there are too many)."""
+        a Resync when it no longer holds them, or more than REPLAY_MAX_CHANGES, or more of the feed's than
+        REMOTE_REPLAY_MAX_CHANGES), REPLAY_READ_BYTES of changes an answer: the holder reads them from its
+        ChangeLog in bounded steps."""
         while True:
-            request = FeedReadRequest(table.table_id, partition, start.position, 0, REPLAY_MAX_BYTES)
+            request = FeedReadRequest(table.table_id, partition, start.position, 0, REPLAY_READ_BYTES)
             answer = await self._remote_read(table, partition, request)
-            taken = sum(1 for e in start.events if isinstance(e, Change))
-            if answer.gone or taken > self.buffer_changes:
+            far = answer.position - start.first > REPLAY_MAX_CHANGES
+            if answer.gone or far or len(start.events) > REMOTE_REPLAY_MAX_CHANGES:
                 rows = await self._remote_rows(table, partition, wanted)
                 start.events = [e for e in start.events if getattr(e, "partition", None) != partition]
                 start.events.append(Resync(partition, rows.position, rows.epoch, rows.rows))
@@ -615,12 +641,23 @@ class FeedHub:
             return FeedReadResponse(ReplicaError.NONE, "", request.position, replica.store.epoch)
         if request.position < replica.log.start_offset:
             return FeedReadResponse(ReplicaError.NONE, "", request.position, replica.store.epoch, gone=True)
+        budget = max(1, min(request.max_bytes, SERVE_MAX_BYTES))
+        changes: list[tuple[int, int, bytes, bytes]] = []
+        reached = request.position
         try:
-            records, reached = _read_log(replica, request.position, position, max(1, request.max_bytes))
+            while reached < position and budget > 0:
+                for change in self.changes.chunk(replica, reached, position):
+                    row = change.row or b""
+                    changes.append((change.offset, change.epoch, change.key, row))
+                    reached = change.position
+                    budget -= len(change.key) + len(row) + 16
+                    if budget <= 0:
+                        break
         except OffsetOutOfRangeError:
             return FeedReadResponse(ReplicaError.NONE, "", request.position, replica.store.epoch, gone=True)
-        changes = tuple((offset, epoch, key, row or b"") for offset, epoch, key, row in records)
-        return FeedReadResponse(ReplicaError.NONE, "", reached, replica.store.epoch, changes)
+        except LogError as error:
+            return FeedReadResponse(ReplicaError.UNKNOWN_PARTITION, f"replica of {pid}: {error}")
+        return FeedReadResponse(ReplicaError.NONE, "", reached, replica.store.epoch, tuple(changes))
 
     async def serve_page(self, request: FeedPageRequest) -> FeedPageResponse:
         """A page of a partition's current rows for a feed on another server: from a view opened by its
@@ -765,24 +802,6 @@ class RemoteStart:
 
 def _usable(replica: LocalReplica | None) -> bool:
     return replica is not None and not replica.installing
-
-
-def _read_log(
-    replica: LocalReplica, start: int, position: int, max_bytes: int
-) -> tuple[list[tuple[int, int, bytes, bytes | None]], int]:
-    """The committed records of `replica`'s log in [start, position) (up to about `max_bytes`), and the
-    offset after the last one. Raises OffsetOutOfRangeError."""
-    records: list[tuple[int, int, bytes, bytes | None]] = []
-    reached = start
-    for batch in replica.log.read(start, max_bytes):
-        if batch.base_offset >= position:
-            break
-        for index, (key, row) in enumerate(decode_records(batch.records)):
-            offset = batch.base_offset + index
-            if start <= offset < position:
-                records.append((offset, batch.leader_epoch, key, row))
-                reached = offset + 1
-    return records, reached
 
 
 def _snapshot_rows(replica: LocalReplica, wanted: FeedFilter) -> Iterator[tuple[int, bytes, bytes]]:
