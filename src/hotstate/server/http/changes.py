@@ -119,10 +119,10 @@ class SendWatch:
 class FeedStream:
     """A streaming answer: the feed's events written in `media` until its End or the client goes."""
 
-    def __init__(self, feed: Feed, media: str, watch: SendWatch | None = None) -> None:
+    def __init__(self, feed: Feed, media: str, watch: SendWatch) -> None:
         self.feed = feed
         self.media = media
-        self._watch = watch if watch is not None else SendWatch(feed.hub.send_timeout_s)
+        self._watch = watch  # the server's one watch over every stream's sends
         table = feed.table
         self._key_names = [c.name for c in table.key_columns]
         if feed.columns is not None:
