@@ -140,6 +140,9 @@ DISK_FAILURE_SHUTDOWN_TIMEOUT_S = 3.0
 # sysexits.h EX_CONFIG: this node id was removed from the cluster (`hotstate server remove`); restarting the
 # server under it is refused again, so a supervisor must not (docs/operations.md).
 REMOVED_EXIT_CODE = 78
+# sysexits.h EX_SOFTWARE: a committed metadata record could not be applied to the image (a bug); a restart
+# rebuilds the image from the snapshot and the log.
+APPLY_FAILURE_EXIT_CODE = 70
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,6 +266,7 @@ class Server:
             prepare_commit=self._prepare_commit,
             on_role_change=self._on_role_change,
             on_disk_failure=self.disk_failed,
+            on_apply_failure=self._apply_failed,
         )
         self.metadata = MetadataPublisher(
             snapshot=self.driver.initial_snapshot,
@@ -441,6 +445,12 @@ class Server:
         DISK_FAILURE_EXIT_CODE. The caller has logged the failure."""
         if self.exit_code == 0:
             self.exit_code = DISK_FAILURE_EXIT_CODE
+            self._stop_requested.set()
+
+    def _apply_failed(self, reason: str) -> None:
+        """A metadata commit could not be applied (the driver logged it): exit APPLY_FAILURE_EXIT_CODE."""
+        if self.exit_code == 0:
+            self.exit_code = APPLY_FAILURE_EXIT_CODE
             self._stop_requested.set()
 
     def _removed(self, message: str) -> None:
