@@ -71,6 +71,7 @@ from hotstate.server.console.feed import ConsoleFeed
 from hotstate.server.console.http import ConsoleContext
 from hotstate.server.controller_host import ControllerHost
 from hotstate.server.coordinator import ClusterView, Coordinator
+from hotstate.server.copy_counts import CountsCache
 from hotstate.server.data_dir import DISK_FAILURE_EXIT_CODE, DataDirError, check_writable
 from hotstate.server.feeds import FeedHub
 from hotstate.server.http.api import HttpContext, build_app, http_server
@@ -217,6 +218,7 @@ class Server:
         self.reads: LocalReads | None = None
         self.metrics = Metrics()
         self.control_metrics = ControlPlaneMetrics(self._control_plane, self.metrics.registry)
+        self._counts = CountsCache()
         self._http: object | None = None
         self._http_task: asyncio.Task[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -593,7 +595,7 @@ class Server:
         )
         image = self.metadata.image if self.metadata is not None else MetadataImage.empty()
         active = self.controller is not None and self.controller.active
-        return ControlPlaneView(self.config.node_id, image, active, raft)
+        return ControlPlaneView(self.config.node_id, image, active, raft, self._counts.now(image))
 
     def _connect_eagerly(self, peers: dict[int, tuple[str, int]]) -> None:
         """Open (and from then on keep reopening) connections to peers before there is anything to send:
@@ -626,7 +628,7 @@ class Server:
         if isinstance(message, ForwardedControllerRequest):
             return await self.controller.handle(message.request, forwarded=True)
         if isinstance(message, DescribeClusterRequest):
-            return describe(self.driver.node, self.metadata.image)
+            return await describe(self.driver.node, self.metadata.image, self._counts)
         if isinstance(message, VotersRequest) and self.voter_admin is not None:
             return await self.voter_admin.handle(message)
         if isinstance(message, CONTROLLER_REQUESTS):

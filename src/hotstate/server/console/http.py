@@ -13,8 +13,7 @@ import asyncio
 import importlib
 import importlib.resources
 import ssl
-from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
@@ -22,8 +21,9 @@ from fastapi import APIRouter, Query
 from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
-from hotstate.controller.image import MetadataImage, PartitionInfo, ServerInfo
+from hotstate.controller.image import MetadataImage, ServerInfo
 from hotstate.server.console.feed import ConsoleFeed, Rates, wall_ms
+from hotstate.server.copy_counts import CountsCache
 from hotstate.server.liveness import Liveness
 from hotstate.server.raft_driver import monotonic_ms
 from hotstate.tls import describe_tls_error
@@ -135,7 +135,8 @@ def console_router(ctx: ConsoleContext) -> APIRouter:
     assets = {name: _asset(name) for name in ASSETS}
     page = _asset("index.html")
     peers = _PeerRates(ctx)
-    counts = _ReplicaCounts()
+    # The page asks every second; the placement changes rarely.
+    counts = CountsCache()
 
     @router.get("/ui", include_in_schema=False)
     async def ui() -> Response:
@@ -194,11 +195,11 @@ def console_router(ctx: ConsoleContext) -> APIRouter:
     return router
 
 
-def cluster_view(ctx: ConsoleContext, counts: _ReplicaCounts) -> ClusterView:
+def cluster_view(ctx: ConsoleContext, counts: CountsCache) -> ClusterView:
     image = ctx.image()
     leader, epoch = ctx.quorum()
     statuses = ctx.liveness.status.status()
-    actives, standbys, warmups = counts(image.partitions)
+    copies = counts.now(image)
     now_wall = wall_ms()
     now_mono = monotonic_ms()
     servers = []
@@ -224,9 +225,9 @@ def cluster_view(ctx: ConsoleContext, counts: _ReplicaCounts) -> ClusterView:
                 controller_leader=node_id == leader,
                 rpc=f"{server.rpc.host}:{server.rpc.port}",
                 http=f"{server.http.host}:{server.http.port}" if server.http else None,
-                actives=actives.get(node_id, 0),
-                standbys=standbys.get(node_id, 0),
-                warmups=warmups.get(node_id, 0),
+                actives=copies.actives[node_id],
+                standbys=copies.standbys[node_id],
+                warmups=copies.warmups[node_id],
             )
         )
     return ClusterView(
@@ -239,32 +240,6 @@ def cluster_view(ctx: ConsoleContext, counts: _ReplicaCounts) -> ClusterView:
         time_ms=now_wall,
         servers=servers,
     )
-
-
-Counts = tuple[dict[int, int], dict[int, int], dict[int, int]]
-
-
-class _ReplicaCounts:
-    """Actives, standbys and warmups per server, kept for the last image's partitions: the page asks
-    every second, the placement changes rarely."""
-
-    def __init__(self) -> None:
-        self._partitions: object = None
-        self._counts: Counts = ({}, {}, {})
-
-    def __call__(self, partitions: Mapping[int, tuple[PartitionInfo, ...]]) -> Counts:
-        if partitions is not self._partitions:
-            actives: Counter[int] = Counter()
-            standbys: Counter[int] = Counter()
-            warmups: Counter[int] = Counter()
-            for parts in partitions.values():
-                for part in parts:
-                    if part.active is not None:
-                        actives[part.active] += 1
-                    standbys.update(part.standbys)
-                    warmups.update(part.warmups)
-            self._partitions, self._counts = partitions, (dict(actives), dict(standbys), dict(warmups))
-        return self._counts
 
 
 def _rates_view(node_id: int, rates: Rates, error: str | None = None) -> RatesView:

@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from hotstate.controller.image import MetadataImage, PartitionInfo
+from hotstate.server.copy_counts import Counts, count
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +39,8 @@ class ControlPlaneView:
     image: MetadataImage
     active_controller: bool
     raft: RaftView | None  # None: this server holds no metadata log (cannot happen today: every server does)
+    # The image's counts (server/copy_counts.py), kept per table by the server; None: counted here.
+    counts: Counts | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +52,7 @@ class Sample:
 
 def samples(view: ControlPlaneView) -> list[Sample]:
     image, node = view.image, view.node_id
-    parts = [p for table in image.tables.values() for p in image.partitions.get(table.table_id, ())]
+    counts = view.counts if view.counts is not None else count(image)
     leading = view.active_controller
     brokers = [s for s in image.servers.values() if s.is_broker]
     fenced = sum(1 for s in brokers if s.fenced)
@@ -62,12 +65,12 @@ def samples(view: ControlPlaneView) -> list[Sample]:
         Sample(
             "kafka_controller_kafkacontroller_offlinepartitionscount",
             "Partitions without an active replica (reported by the active controller)",
-            sum(1 for p in parts if p.active is None) if leading else 0,
+            counts.offline if leading else 0,
         ),
         Sample(
             "kafka_controller_kafkacontroller_globalpartitioncount",
             "Partitions of all tables (reported by the active controller)",
-            len(parts) if leading else 0,
+            counts.partitions if leading else 0,
         ),
         Sample(
             "kafka_controller_kafkacontroller_globaltopiccount",
@@ -87,17 +90,17 @@ def samples(view: ControlPlaneView) -> list[Sample]:
         Sample(
             "kafka_server_replicamanager_leadercount",
             "Partitions whose active replica is on this server",
-            sum(1 for p in parts if p.active == node),
+            counts.actives[node],
         ),
         Sample(
             "kafka_server_replicamanager_partitioncount",
             "Partition replicas on this server (active, standby or warmup)",
-            sum(1 for p in parts if node in p.replicas),
+            counts.copies[node],
         ),
         Sample(
             "kafka_server_replicamanager_underreplicatedpartitions",
             "Partitions active here whose in-sync replicas are fewer than their replicas",
-            sum(1 for p in parts if p.active == node and len(p.isr) < len(p.replicas)),
+            counts.under_replicated[node],
         ),
         Sample(
             "kafka_server_broker_metadata_metrics_last_applied_record_offset",

@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-from collections import Counter
-
 from hotstate.controller.image import MetadataImage
 from hotstate.protocol.cluster import DescribeClusterResponse, ServerStatus
 from hotstate.raft.node import RaftNode
+from hotstate.server.copy_counts import CountsCache
 
 
-def describe(node: RaftNode, image: MetadataImage) -> DescribeClusterResponse:
-    actives: Counter[int] = Counter()
-    standbys: Counter[int] = Counter()
-    for parts in image.partitions.values():
-        for part in parts:
-            if part.active is not None:
-                actives[part.active] += 1
-            standbys.update(part.standbys)
+async def describe(node: RaftNode, image: MetadataImage, counts: CountsCache) -> DescribeClusterResponse:
+    copies = await counts.stepped(image)
     servers = tuple(
         ServerStatus(
             s.node_id,
@@ -27,8 +20,8 @@ def describe(node: RaftNode, image: MetadataImage) -> DescribeClusterResponse:
             s.rpc.port,
             s.http.host if s.http else None,
             s.http.port if s.http else None,
-            actives[s.node_id],
-            standbys[s.node_id],
+            copies.actives[s.node_id],
+            copies.standbys[s.node_id],
             s.draining,
         )
         for _, s in sorted(image.servers.items())
