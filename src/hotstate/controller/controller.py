@@ -48,7 +48,7 @@ from hotstate.controller.records import (
     ValueColumn,
     staging_name,
 )
-from hotstate.controller.replace import ReplaceJob, Replacement, lost_partitions, replacement_records
+from hotstate.controller.replace import LostCopies, ReplaceJob, Replacement, replacement_records
 from hotstate.controller.requests import (
     AlterPartitionRequest,
     AlterPartitionResponse,
@@ -168,6 +168,7 @@ class QuorumController:
         # The view offset and gone brokers with no lost copy left to re-place (`replacement_job`): the
         # partitions are not scanned again until one of them changes.
         self._replaced: tuple[int, frozenset[int]] = (-1, frozenset())
+        self._lost = LostCopies()
         self._next_offset = next_offset
         # Staged generations (table id) -> when this controller first saw them (staged_timeout_ms).
         self._staged_since: dict[int, int] = {}
@@ -368,7 +369,7 @@ class QuorumController:
         gone = self._gone(now)
         if not gone or (self._view.offset, gone) == self._replaced:
             return None
-        if not lost_partitions(self._view, gone):
+        if not self._lost.any(self._view, gone):
             self._replaced = (self._view.offset, gone)
             return None
         return ReplaceJob(self._view, tuple(self._view.placement_brokers()), gone, self.config.assignor)
@@ -407,7 +408,7 @@ class QuorumController:
         if not self._settled(now):
             return None
         # Lost copies are re-placed first, alone (`replacement_job`): the whole assignor would move others.
-        if lost_partitions(self._view, self._gone(now)):
+        if self._lost.any(self._view, self._gone(now)):
             return None
         # Without a metadata change the answer would be the same: lags decide only through the ISR (a
         # replica joining it is a metadata change), never through the reports' own timing.
