@@ -416,5 +416,7 @@ def test_the_worker_process_answer_gives_the_same_steps_as_the_assignor_run_here
     assert reassignment_records(cluster.image, reduced) == whole
     first = decode_desired(reassign_encoded(run_steps(job)), limit=2)
     assert len(first.partitions) == 2
+    # Cut by the worker: the same first partitions.
+    assert decode_desired(reassign_encoded(run_steps(job), limit=2)) == first
     stepped = reassignment_records(cluster.image, first)
     assert stepped and all(r in whole for r in stepped)

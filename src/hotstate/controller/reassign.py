@@ -95,9 +95,12 @@ class Desired:
     active_cost: int
 
 
-def reassign_encoded(inputs: bytes) -> bytes:
+def reassign_encoded(inputs: bytes, limit: int | None = None) -> bytes:
     """`ReassignJob.input_steps`' inputs assigned (pure: runs in any process): msgpack [strategy, active
-    cost, [table, partition, active, standbys, warmups] of every partition placed otherwise than before]."""
+    cost, [table, partition, active, standbys, warmups] of every partition placed otherwise than before, in
+    (table, partition) order]. With `limit`, only the first `limit` of them: the worker cuts the answer, so
+    the event loop never decodes and sorts a million changes to apply ten thousand (1.2 s of the loop at
+    1,000,000 partitions)."""
     servers, tables, previous, lags, config = msgpack.unpackb(inputs)
     before = {PartitionId(t, p): Placement(a, tuple(s), tuple(w)) for t, p, a, s, w in previous}
     answer = assign(
@@ -119,6 +122,9 @@ def reassign_encoded(inputs: bytes) -> bytes:
             changed.append(
                 [pid.table, pid.partition, placed.active, list(placed.standbys), list(placed.warmups)]
             )
+    changed.sort(key=lambda c: (c[0], c[1]))
+    if limit is not None:
+        changed = changed[:limit]
     return msgpack.packb(
         [answer.explanation.strategy, answer.explanation.cost.active, changed], use_bin_type=True
     )

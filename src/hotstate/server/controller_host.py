@@ -365,9 +365,9 @@ class ControllerHost:
         if self._reassign_pool is None:
             self._reassign_pool = worker_pool()
         answer = await asyncio.get_running_loop().run_in_executor(
-            self._reassign_pool, reassign_encoded, inputs
+            self._reassign_pool, reassign_encoded, inputs, REASSIGN_STEP_PARTITIONS
         )
-        return decode_desired(answer, REASSIGN_STEP_PARTITIONS)
+        return decode_desired(answer)
 
 
 # From this many partitions a new table is placed in a worker process (`ControllerHost._place`); below it,
