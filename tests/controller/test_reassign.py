@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
+import msgpack
 import pytest
 
 from hotstate.assignor import PartitionId, Placement
@@ -412,7 +413,11 @@ def test_the_worker_process_answer_gives_the_same_steps_as_the_assignor_run_here
     job = ReassignJob(cluster.image, tuple(cluster.image.placement_brokers()), ends, DEFAULTS.assignor)
     whole = reassignment_records(cluster.image, job.run())
     assert whole, "nothing to move: the test would prove nothing"
-    reduced = decode_desired(reassign_encoded(run_steps(job)))
+    inputs = run_steps(job)
+    # Packed a partition at a time, the inputs are the bytes of one whole encode.
+    assert msgpack.packb(msgpack.unpackb(inputs), use_bin_type=True) == inputs
+    assert len(msgpack.unpackb(inputs)[2]) == sum(len(p) for p in cluster.image.partitions.values())
+    reduced = decode_desired(reassign_encoded(inputs))
     assert reassignment_records(cluster.image, reduced) == whole
     first = decode_desired(reassign_encoded(run_steps(job)), limit=2)
     assert len(first.partitions) == 2
