@@ -34,6 +34,13 @@ from hotstate.controller.records import PartitionAssignment
 ReplicaEnds = Mapping[tuple[int, int, int], int]
 
 
+# Partitions read per step of `ReassignJob.input_steps` on the loop: 5-10 us each on this machine, so
+# 10-20 ms a step. At 10,000 a step (about 100 ms) the Raft driver, whose every write waits for the loop
+# to take its result, lost whole steps several times in a row: the metadata leader answered no Fetch for
+# 0.5-1 s and a follower stood for election, 1 run in 9 of a 100,000-partition create (3 voters).
+INPUT_STEP_PARTITIONS = 2_000
+
+
 @dataclass(frozen=True, slots=True)
 class ReassignJob:
     """The assignor's inputs at one moment. Plain immutable data, so a shell may run it on a worker thread
@@ -47,7 +54,7 @@ class ReassignJob:
     def run(self) -> Assignment:
         return desired_placement(self.image, list(self.brokers), self.ends, self.config)
 
-    def input_steps(self, step: int = 10_000) -> Generator[None, None, bytes]:
+    def input_steps(self, step: int = INPUT_STEP_PARTITIONS) -> Generator[None, None, bytes]:
         """The assignor's inputs msgpack-encoded for `reassign_encoded` in a worker process, built
         `step` partitions at a time: the generator yields between steps (a shell on the event loop lets
         other work run there) and returns the bytes. The same inputs `run` gives the assignor."""
