@@ -146,7 +146,15 @@ async def _in_process_controller(directory: Path) -> tuple[RaftDriver, MetadataP
     host = ControllerHost(
         driver,
         metadata,
-        ControllerConfig(reassign_interval_ms=0, broker_removal_delay_ms=REMOVAL_DELAY_MS),
+        # The stall grace the servers use (server/app.py): the on-loop placement measured below stalls the
+        # loop for about 2 s on purpose; without the grace every broker's session expired in it, at times,
+        # and the next tick fenced all 99 (a fence scan each: the 4.4-6.3 s "broker failure" stalls that
+        # some runs recorded, and re-placements of minutes).
+        ControllerConfig(
+            reassign_interval_ms=0,
+            broker_removal_delay_ms=REMOVAL_DELAY_MS,
+            stall_grace_ms=ControllerConfig().session_timeout_ms // 4,
+        ),
         forward=no_forward,
         clock=monotonic_ms,
     )
