@@ -268,6 +268,21 @@ def test_a_restarted_active_answers_within_the_bound(start_cluster: StartCluster
     _wait(answered_as_active, 20.0, "the restarted active to answer")
 
 
+def _placed(location: dict[str, Any]) -> dict[str, Any]:
+    """A key location without what changes from one moment to the next (holders' liveness, state, lag)."""
+    dynamic = ("alive", "state", "offset_lag")
+
+    def holder(h: dict[str, Any] | None) -> dict[str, Any] | None:
+        return None if h is None else {k: v for k, v in h.items() if k not in dynamic}
+
+    return {
+        **location,
+        "active": holder(location["active"]),
+        "standbys": [holder(h) for h in location["standbys"]],
+        "warmups": [holder(h) for h in location["warmups"]],
+    }
+
+
 def test_each_mistake_gets_its_clear_4xx(start_cluster: StartCluster) -> None:
     running = start_cluster(3)
     cluster = running.cluster
@@ -306,7 +321,10 @@ def test_each_mistake_gets_its_clear_4xx(start_cluster: StartCluster) -> None:
     assert [s["server"] for s in where["standbys"]] == placement["standbys"]
     direct = _query(f"http://{where['active']['http']}", "SELECT * FROM clicks WHERE user = 'u3'").json()
     assert direct["partitions"][0]["served_by"] == where["active"]["server"] and direct["rows"] == [["u3", 3]]
-    assert httpx.get(f"{base}/v1/tables/clicks/keys?user=u3").json() == where
+    # The same location by query parameter. Its holders' liveness, state and lag are the servers' last
+    # reports, which may arrive between the two asks (a CI run saw the active's differ): the placement is
+    # what must be the same.
+    assert _placed(httpx.get(f"{base}/v1/tables/clicks/keys?user=u3").json()) == _placed(where)
     for url, status, fragment in [
         ("/v1/tables/nope/keys/u3", 404, "no table 'nope'"),
         ("/v1/tables/clicks/keys?user=u3&day=1", 400, "not key columns of clicks: day"),
