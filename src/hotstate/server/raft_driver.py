@@ -89,6 +89,7 @@ class RaftDriver:
         self._to_apply: asyncio.Queue[tuple[Sequence[Entry], Snapshot | None]] = asyncio.Queue()
         self._applied_end = self.node.log.start_offset
         self._applier: asyncio.Task[None] | None = None
+        self._in_apply = 0  # 1 while the applier holds a commit it took from the queue
 
     # ------------------------------------------------------------------ inputs from the rest of the server
     def deliver(self, message: Message) -> None:
@@ -145,7 +146,7 @@ class RaftDriver:
     @property
     def applying(self) -> int:
         """Commits handed out by the core and not applied yet (0 when the image is up to date)."""
-        return self._to_apply.qsize()
+        return self._to_apply.qsize() + self._in_apply
 
     async def stop(self) -> None:
         self._stopping = True
@@ -209,6 +210,7 @@ class RaftDriver:
         """The applier (module docstring): one commit at a time, in order, while the quorum goes on."""
         while True:
             committed, snapshot = await self._to_apply.get()
+            self._in_apply = 1
             try:
                 if self._prepare_commit is not None:
                     # Big commits are decoded off the event loop or in steps first.
@@ -226,6 +228,7 @@ class RaftDriver:
                 self._applied_end = max(self._applied_end, snapshot.id.end_offset)
             if committed:
                 self._applied_end = max(self._applied_end, committed[-1].offset + 1)
+            self._in_apply = 0
             if self._commit_waiters:
                 self._release_commit_waiters(committed, snapshot)
 
