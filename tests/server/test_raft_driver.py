@@ -7,11 +7,10 @@ import asyncio
 from collections.abc import Sequence
 from pathlib import Path
 
-from hotstate.raft.config import RaftConfig
-from hotstate.raft.node import RaftNode, RaftRole
 from hotstate.raft.records import Entry, EntryKind, Snapshot
-from hotstate.raft.storage import RaftStorage
 from hotstate.server.raft_driver import RaftDriver
+
+from .raft_leader import single_voter_leader
 
 
 class Applier:
@@ -32,29 +31,9 @@ class Applier:
 
 
 async def _leader(tmp_path: Path, applier: Applier, **kwargs: object) -> RaftDriver:
-    loop = asyncio.get_running_loop()
-    leads: asyncio.Future[None] = loop.create_future()
-
-    def on_role_change(node: RaftNode) -> None:
-        if node.role is RaftRole.LEADER and not leads.done():
-            leads.set_result(None)
-
-    driver = RaftDriver(
-        1,
-        [1],
-        RaftConfig(),
-        RaftStorage(tmp_path / "metadata"),
-        send=lambda message: None,
-        on_committed=applier.on_committed,
-        prepare_commit=applier.prepare,
-        on_role_change=on_role_change,
-        **kwargs,  # type: ignore[arg-type]
+    return await single_voter_leader(
+        tmp_path, on_committed=applier.on_committed, prepare_commit=applier.prepare, **kwargs
     )
-    driver.start()
-    if driver.node.role is not RaftRole.LEADER:
-        async with asyncio.timeout(10):
-            await leads
-    return driver
 
 
 def test_the_quorum_commits_on_while_an_apply_is_slow(tmp_path: Path) -> None:

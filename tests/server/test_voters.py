@@ -13,10 +13,11 @@ from hotstate.controller.image import MetadataImage
 from hotstate.protocol.voters import VotersError, VotersOp, VotersRequest, VotersResponse
 from hotstate.raft.config import RaftConfig
 from hotstate.raft.messages import BeginQuorumEpoch, Fetch, Message
-from hotstate.raft.node import RaftNode, RaftRole
 from hotstate.raft.storage import RaftStorage
 from hotstate.server.raft_driver import RaftDriver, monotonic_ms
 from hotstate.server.voters import VoterAdmin
+
+from .raft_leader import single_voter_leader
 
 
 def _image(roles: dict[int, tuple[str, ...]]) -> Callable[[], MetadataImage]:
@@ -25,27 +26,7 @@ def _image(roles: dict[int, tuple[str, ...]]) -> Callable[[], MetadataImage]:
 
 
 async def _leader(tmp_path: Path, sent: list[Message]) -> RaftDriver:
-    leads = asyncio.get_running_loop().create_future()
-
-    def on_role_change(node: RaftNode) -> None:
-        if node.role is RaftRole.LEADER and not leads.done():
-            leads.set_result(None)
-
-    driver = RaftDriver(
-        1,
-        [1],
-        RaftConfig(),
-        RaftStorage(tmp_path / "metadata"),
-        send=sent.append,
-        on_committed=lambda entries, snapshot: None,
-        on_role_change=on_role_change,
-    )
-    driver.start()
-    async with asyncio.timeout(5):
-        await leads
-    while driver.node.high_watermark <= 0:  # the leader-change record of its epoch
-        await asyncio.sleep(0.01)
-    return driver
+    return await single_voter_leader(tmp_path, send=sent.append)
 
 
 def _fetch(driver: RaftDriver, src: int) -> None:
