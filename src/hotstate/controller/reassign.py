@@ -155,13 +155,10 @@ def reassign_encoded(inputs: bytes, limit: int | None = None) -> bytes:
     )
 
 
-def decode_desired(answer: bytes, limit: int | None = None) -> Desired:
-    """`reassign_encoded`'s answer; with `limit`, only its first `limit` partitions (in (table, partition)
-    order): the rest wait for the next run, each step being safe on its own."""
+def decode_desired(answer: bytes) -> Desired:
+    """`reassign_encoded`'s answer (already in order and cut to its limit by the worker: the rest wait for
+    the next run, each step being safe on its own)."""
     strategy, cost, changed = msgpack.unpackb(answer)
-    changed.sort(key=lambda c: (c[0], c[1]))
-    if limit is not None:
-        changed = changed[:limit]
     return Desired(
         {PartitionId(t, p): Placement(a, tuple(s), tuple(w)) for t, p, a, s, w in changed}, strategy, cost
     )
