@@ -7,7 +7,7 @@ import random
 import pytest
 
 from hotstate.controller import replace
-from hotstate.controller.image import MetadataImage, PartitionInfo
+from hotstate.controller.image import MetadataImage, PartitionInfo, PerTable
 from hotstate.controller.replace import LostCopies, lost_partitions
 
 
@@ -83,3 +83,18 @@ def test_the_memory_answers_as_a_full_scan_and_scans_only_changed_tables(
         assert found == bool(lost_partitions(image, gone))
         if rng.random() < 0.3:
             gone = gone | {rng.randint(1, 6)}
+
+
+def test_a_value_per_table_is_kept_for_the_same_partitions_objects_only() -> None:
+    rng = random.Random(3)
+    one, two = _partitions(rng, 1, 4), _partitions(rng, 2, 4)
+    memo: PerTable[str] = PerTable()
+    memo.keep(1, one, "one")
+    memo.keep(2, two, "two")
+    assert memo.get(1, one) == "one"
+    # Equal partitions that are other objects are a changed table (the image is copy-on-write).
+    assert memo.get(1, tuple(one)) == "one"  # tuple() of a tuple is the same object
+    assert memo.get(1, tuple(list(one))) is None
+    assert memo.get(3, one) is None
+    memo.forget_gone(MetadataImage(1, {}, {}, {2: two}))
+    assert memo.get(1, one) is None and memo.get(2, two) == "two"

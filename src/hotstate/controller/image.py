@@ -11,6 +11,7 @@ import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType
+from typing import Generic, TypeVar
 
 from hotstate.controller.records import (
     CreateTable,
@@ -37,6 +38,8 @@ from hotstate.controller.records import (
 )
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +193,29 @@ class MetadataImage:
 
     def partition_count(self) -> int:
         return sum(len(parts) for parts in self.partitions.values())
+
+
+class PerTable(Generic[T]):
+    """A value per table, kept while the table's partitions are the same objects: the image is
+    copy-on-write, so a table whose partitions tuple is unchanged needs no new look. What a server or the
+    controller derives from every partition (copy counts, whether any copy is lost) is then worked out
+    again only for the tables that changed, not for a million partitions at every ask."""
+
+    def __init__(self) -> None:
+        self._kept: dict[int, tuple[tuple[PartitionInfo, ...], T]] = {}
+
+    def get(self, table_id: int, parts: tuple[PartitionInfo, ...]) -> T | None:
+        """The value kept for exactly these partitions of the table, or None."""
+        kept = self._kept.get(table_id)
+        return kept[1] if kept is not None and kept[0] is parts else None
+
+    def keep(self, table_id: int, parts: tuple[PartitionInfo, ...], value: T) -> None:
+        self._kept[table_id] = (parts, value)
+
+    def forget_gone(self, image: MetadataImage) -> None:
+        """Drop the tables `image` no longer has: their partitions are not held alive."""
+        for table_id in [t for t in self._kept if t not in image.partitions]:
+            del self._kept[table_id]
 
 
 class ImageBuilder:

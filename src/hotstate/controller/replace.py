@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from hotstate.assignor import AssignorConfig, PartitionId, Placement, Server
 from hotstate.assignor.incremental import replace_lost
-from hotstate.controller.image import MetadataImage, PartitionInfo, ServerInfo
+from hotstate.controller.image import MetadataImage, PartitionInfo, PerTable, ServerInfo
 from hotstate.controller.placement import assignor_table, load_of
 from hotstate.controller.records import PartitionAssignment
 
@@ -48,23 +48,21 @@ class LostCopies:
 
     def __init__(self) -> None:
         self._gone: frozenset[int] = frozenset()
-        self._tables: dict[int, tuple[tuple[PartitionInfo, ...], bool]] = {}
+        self._tables: PerTable[bool] = PerTable()
 
     def any(self, image: MetadataImage, gone: frozenset[int]) -> bool:
         if not gone:
             return False
         if gone != self._gone:
-            self._gone, self._tables = gone, {}
-        tables: dict[int, tuple[tuple[PartitionInfo, ...], bool]] = {}
+            self._gone, self._tables = gone, PerTable()
+        self._tables.forget_gone(image)
         found = False
         for table_id, parts in image.partitions.items():
-            cached = self._tables.get(table_id)
-            if cached is None or cached[0] is not parts:
-                cached = (parts, any(_lost(part, gone) for part in parts))
-            tables[table_id] = cached
-            found = found or cached[1]
-        # Only the image's own tuples are kept: an old one would hold a replaced table's partitions alive.
-        self._tables = tables
+            lost = self._tables.get(table_id, parts)
+            if lost is None:
+                lost = any(_lost(part, gone) for part in parts)
+                self._tables.keep(table_id, parts, lost)
+            found = found or lost
         return found
 
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
 
-from hotstate.controller.image import MetadataImage, PartitionInfo
+from hotstate.controller.image import MetadataImage, PartitionInfo, PerTable
 
 # Partitions counted per step when counting on the event loop (about 15 ms at 1.5 us a partition).
 STEP_PARTITIONS = 10_000
@@ -77,39 +77,41 @@ class CountsCache:
     """`count(image)`, with each table's counts kept while its partitions are the same objects."""
 
     def __init__(self) -> None:
-        self._tables: dict[int, tuple[tuple[PartitionInfo, ...], Counts]] = {}
+        self._tables: PerTable[Counts] = PerTable()
 
     def now(self, image: MetadataImage) -> Counts:
         """Changed tables counted at once (for a caller that cannot wait: a metrics scrape)."""
-        self._forget_gone(image)
-        total = Counts()
-        for table_id, parts in image.partitions.items():
-            cached = self._tables.get(table_id)
-            if cached is None or cached[0] is not parts:
-                counts = Counts()
-                counts.add(parts)
-                cached = (parts, counts)
-                self._tables[table_id] = cached
-            total.merge(cached[1])
-        return total
+        steps = self._steps(image)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                total: Counts = done.value
+                return total
 
     async def stepped(self, image: MetadataImage) -> Counts:
         """Changed tables counted STEP_PARTITIONS at a time with a yield between: the loop is never held."""
-        self._forget_gone(image)
+        steps = self._steps(image)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                total: Counts = done.value
+                return total
+            await asyncio.sleep(0)
+
+    def _steps(self, image: MetadataImage) -> Generator[None, None, Counts]:
+        """The image's counts, yielding between steps of a changed table's counting."""
+        self._tables.forget_gone(image)
         total = Counts()
         for table_id, parts in list(image.partitions.items()):
-            cached = self._tables.get(table_id)
-            if cached is None or cached[0] is not parts:
+            counts = self._tables.get(table_id, parts)
+            if counts is None:
                 counts = Counts()
                 for start in range(0, len(parts), STEP_PARTITIONS):
                     if start:
-                        await asyncio.sleep(0)
+                        yield
                     counts.add(parts[start : start + STEP_PARTITIONS])
-                cached = (parts, counts)
-                self._tables[table_id] = cached
-            total.merge(cached[1])
+                self._tables.keep(table_id, parts, counts)
+            total.merge(counts)
         return total
-
-    def _forget_gone(self, image: MetadataImage) -> None:
-        for table_id in [t for t in self._tables if t not in image.partitions]:
-            del self._tables[table_id]
