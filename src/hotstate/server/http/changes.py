@@ -65,7 +65,6 @@ EVENT_STREAM = "text/event-stream"
 # at most a period's changes, read once per server for all feeds (server/feed_log.py).
 PROGRESS_S = 5.0
 PROGRESS_SPREAD = 16
-KEEPALIVE_IDLE = 1  # idle periods without anything sent before a progress event says the same again
 CHANGES_FIELDS = ("sql", "from_token", "snapshot")
 
 SSE = "sse"
@@ -219,14 +218,13 @@ class FeedStream:
             first = self._first()
             for chunk in first:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            quiet = 0
             while not gone.is_set():
                 events = pending or await feed.next_events(self._idle_s)
                 pending = []
-                quiet = 0 if events else quiet + 1
-                if quiet >= KEEPALIVE_IDLE and self.media in (NATIVE, SSE):
-                    # Still here: a client's read timeout tells a live server from a silent one.
-                    events, quiet = [Progress(dict(self._sent))], 0
+                if not events and self.media in (NATIVE, SSE):
+                    # A period with nothing to send: still here, and where. A client's read timeout tells a
+                    # live server from a silent one.
+                    events = [Progress(dict(self._sent))]
                 chunks: list[bytes] = []
                 end: End | None = None
                 for event in events:
