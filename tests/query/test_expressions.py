@@ -12,6 +12,7 @@ import sqlglot
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hotstate.protocol.rows import Projection
 from hotstate.query.dialect import PullDialect
 from hotstate.query.expressions import (
     MAX_DEPTH,
@@ -20,6 +21,7 @@ from hotstate.query.expressions import (
     EvalError,
     ExpressionError,
     Lit,
+    batch_evaluator,
     compile_expression,
     decode_node,
     encode_node,
@@ -234,3 +236,76 @@ def test_where_agrees_with_sqlite(sql: str, rows: list[tuple[object, object, obj
     test = evaluator(where(sql))  # type: ignore[arg-type]
     got = [i for i, (a, b, c) in enumerate(rows) if test({"a": a, "b": b, "c": c}) is True]
     assert got == expected, sql
+
+
+# --- the batch form of simple conditions ------------------------------------------------------------------
+
+_batch_values = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-5, 5),
+    st.floats(-5, 5),
+    st.just(float("nan")),
+    st.sampled_from(["a", "b", "5", ""]),
+    st.sampled_from([Decimal("1.5"), Decimal(3)]),
+)
+_batch_constants = st.one_of(st.integers(-5, 5), st.floats(-5, 5), st.sampled_from(["a", "b", "5"]))
+_comparisons = st.builds(
+    lambda op, column, constant: Call(op, (Col(column), Lit(constant))),
+    st.sampled_from(["=", "!=", "<", "<=", ">", ">="]),
+    st.sampled_from(["x", "y"]),
+    _batch_constants,
+)
+_conditions = st.one_of(_comparisons, st.builds(lambda a, b: Call("and", (a, b)), _comparisons, _comparisons))
+
+
+@settings(max_examples=300)
+@given(
+    _conditions,
+    st.one_of(
+        # whole lists of one kind, which the batch form takes, and mixed ones, which it gives back
+        st.lists(st.tuples(st.integers(-5, 5), st.integers(-5, 5)), max_size=8),
+        st.lists(
+            st.tuples(st.one_of(st.floats(-5, 5), st.just(float("nan"))), st.integers(-5, 5)), max_size=8
+        ),
+        st.lists(st.tuples(st.sampled_from(["a", "b", "5"]), st.sampled_from(["a", "b"])), max_size=8),
+        st.lists(st.tuples(_batch_values, _batch_values), max_size=8),
+    ),
+)
+def test_the_batch_form_answers_as_the_row_evaluator_does(
+    condition: Call, pairs: list[tuple[object, object]]
+) -> None:
+    projection = Projection(["x", "y"])
+    rows = [projection.of_row(pair) for pair in pairs]
+    batch = batch_evaluator(condition, projection.readers)
+    assert batch is not None
+    answer = batch(rows)
+    if answer is None:
+        return  # a list the batch form does not take: the scan evaluates it row by row
+    one = evaluator(condition, projection.readers)
+    assert list(answer) == [one(row) for row in rows]
+
+
+def test_the_batch_form_takes_lists_of_the_constants_type_and_no_other_conditions() -> None:
+    projection = Projection(["x", "y"])
+    readers = projection.readers
+    rows = [projection.of_row((value, "s")) for value in (1, 7, 7, 3)]
+    equal = batch_evaluator(Call("=", (Col("x"), Lit(7))), readers)
+    assert equal is not None
+    assert list(equal(rows) or ()) == [False, True, True, False]
+    less = batch_evaluator(Call("<", (Col("x"), Lit(2.5))), readers)
+    assert less is not None
+    assert list(less(rows) or ()) == [True, False, False, False]  # ints against a float constant
+    # A NULL, a bool or a string among the values: given back, so NULL and coercion keep their rules.
+    for odd in (None, True, "7"):
+        assert equal([*rows, projection.of_row((odd, "s"))]) is None
+    # Anything but a top-level column against a number or string constant has no batch form.
+    for node in (
+        Call("or", (Call("=", (Col("x"), Lit(7))), Call("=", (Col("y"), Lit("s"))))),
+        Call("=", (Col("x"), Col("y"))),
+        Call("=", (Col("x", ("f",)), Lit(1))),
+        Call("=", (Col("x"), Lit(None))),
+        Call("=", (Col("x"), Lit(dt.date(2026, 1, 1)))),
+        Call("and", (Call("=", (Col("x"), Lit(7))), Call("in", (Col("y"), Lit("s"))))),
+    ):
+        assert batch_evaluator(node, readers) is None

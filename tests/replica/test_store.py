@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from hotstate.replica import store as store_module
 from hotstate.replica.store import Store, StoreError, store_paths
 
 OLD = [(b"a", b"old-a"), (b"b", b"old-b")]
@@ -471,3 +472,23 @@ def test_a_store_made_before_the_write_time_index_opens_and_gains_it(tmp_path: P
         assert contents(store) == [(b"k", b"v")] and store.written_many([b"k"]) == [None]
         store.apply([(b"k", b"w")], 1, 1, b"T1______")
         assert store.written_many([b"k"]) == [b"T1______"]
+
+
+def test_chunked_scans_leave_the_block_cache_to_point_lookups(tmp_path: Path) -> None:
+    """A chunked scan (what pull-query scans and expiry read with) reads each block once: filling the
+    process's shared block cache with them would push out the blocks that point lookups keep hot."""
+    rng = random.Random(7)
+    path = tmp_path / "p0"
+    rows = [(b"k%06d" % i, rng.randbytes(200)) for i in range(10_000)]  # ~2 MB that snappy cannot shrink
+    make_store(path, rows, 1, 1)  # closing flushes: the rows are in SST blocks, not the memtable
+    with Store.open(path) as store:
+        cache = store_module._block_cache
+        assert cache is not None
+        before = cache.get_usage()
+        assert sum(map(len, store.scan_chunks(None, None, 1_000))) == len(rows)
+        assert sum(map(len, store.scan_chunks(None, None, 1_000, keys_only=True))) == len(rows)
+        chunked = cache.get_usage() - before
+        assert sum(1 for _ in store.scan()) == len(rows)  # the plain scan fills the cache, as a lookup does
+        plain = cache.get_usage() - before - chunked
+    assert plain > 1_000_000
+    assert chunked < plain / 20

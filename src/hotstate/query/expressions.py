@@ -28,10 +28,11 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import itertools
 import math
 import operator
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Final, TypeAlias
@@ -43,12 +44,14 @@ from hotstate.query.pull_query import InvalidSqlError, QueryError, UnsupportedQu
 
 __all__ = [
     "MAX_DEPTH",
+    "BatchEval",
     "Call",
     "Col",
     "EvalError",
     "ExpressionError",
     "Lit",
     "Node",
+    "batch_evaluator",
     "column_value",
     "columns_of",
     "compare",
@@ -1094,6 +1097,64 @@ def _equals_constant(want: bool, column: Eval, constant: object) -> Eval:
         return _equal(value, constant) is want
 
     return equality
+
+
+# A condition over a list of rows at once: each row's value (True or False: the batch form takes no list
+# where a row's value would be NULL), or None when this list has a value the batch form does not take (the
+# caller then evaluates it row by row).
+BatchEval: TypeAlias = Callable[[Sequence[Any]], Iterator[bool] | None]
+
+_BATCH_EQUALITY: Final[dict[str, Callable[[Any, Any], bool]]] = {"=": operator.eq, "!=": operator.ne}
+
+
+def batch_evaluator(node: Node, readers: Mapping[str, Callable[[Any], object]]) -> BatchEval | None:
+    """The batch form of the condition `node` over rows read by `readers`, or None when it has none.
+
+    A comparison of a top-level column with a number or string constant (and an AND of such) is decided for
+    a whole list of rows in C calls (read every value, check their types once, compare), where `evaluator`
+    costs a Python frame per row. It answers only lists whose values are all of the constant's type (or all
+    numbers against a number): the lists where `evaluator`'s per-row fast path would answer every row, with
+    the same results (no NULL among them, no coercion, no error). Any other list gets None."""
+    if not isinstance(node, Call):
+        return None
+    if node.op == "and":
+        sides = [batch_evaluator(arg, readers) for arg in node.args]
+        if len(sides) != 2 or sides[0] is None or sides[1] is None:
+            return None
+        left, right = sides[0], sides[1]
+
+        def both(rows: Sequence[Any]) -> Iterator[bool] | None:
+            a = left(rows)
+            b = None if a is None else right(rows)
+            return None if a is None or b is None else map(operator.and_, a, b)
+
+        return both
+    if (node.op not in _BATCH_EQUALITY and node.op not in _PYTHON_ORDER) or len(node.args) != 2:
+        return None
+    column, constant = node.args
+    if not isinstance(column, Col) or column.path or not isinstance(constant, Lit):
+        return None
+    value = constant.value
+    kind = type(value)
+    if kind not in (int, float, str):
+        return None
+    get = readers[column.name]
+    if node.op in _BATCH_EQUALITY:
+        # `_equals_constant` compares in one step only a value of exactly the constant's type.
+        kinds: frozenset[type] = frozenset({kind})
+        test = _BATCH_EQUALITY[node.op]
+    else:
+        kinds = frozenset({int, float}) if kind is not str else frozenset({str})
+        test = _PYTHON_ORDER[node.op]
+    constants = itertools.repeat(value)
+
+    def compared(rows: Sequence[Any]) -> Iterator[bool] | None:
+        values = list(map(get, rows))
+        if not kinds.issuperset(map(type, values)):
+            return None
+        return map(test, values, constants)
+
+    return compared
 
 
 def _in(negate: bool) -> Callable[[tuple[Node, ...]], Eval]:

@@ -33,6 +33,7 @@ from hotstate.query.expressions import (
     EvalError,
     Lit,
     Node,
+    batch_evaluator,
     column_value,
     columns_of,
     compare,
@@ -271,6 +272,7 @@ class ScanRun:
         self._projection = Projection(sorted(names))
         readers = self._projection.readers
         self._where = None if program.where is None else evaluator(program.where, readers)
+        self._where_batch = None if program.where is None else batch_evaluator(program.where, readers)
         self.kept: list[tuple[bytes, bytes]] = []
         self._top: list[tuple[tuple[object, ...], bytes, bytes]] = []
         self._order = [evaluator(item.node, readers) for item in program.order]
@@ -345,19 +347,25 @@ class ScanRun:
         if mode == ROWS:
             kept = self.kept
             assert where is not None
-            matched = list(itertools.compress(items, _holds(where, rows)))
+            matched = list(itertools.compress(items, self._holds(where, rows)))
             kept.extend(matched[: self.program.keep - len(kept)])
         elif mode == TOP:
             self._feed_top(items, rows)
         elif where is None:
             self._accumulate(rows)
         elif self._counts_matches:
-            matches = sum(_holds(where, rows))
+            matches = sum(self._holds(where, rows))
             states = self._groups.setdefault((), [0] * len(self.program.aggregates))
             for index in range(len(states)):
                 states[index] += matches
         else:
-            self._accumulate(itertools.compress(rows, _holds(where, rows)))
+            self._accumulate(itertools.compress(rows, self._holds(where, rows)))
+
+    def _holds(self, where: Callable[[Any], object], rows: Sequence[Any]) -> Iterator[bool]:
+        """Whether the WHERE is TRUE for each row: for the whole list at once when its batch form takes it."""
+        batch = self._where_batch
+        results = None if batch is None else batch(rows)
+        return _holds(where, rows) if results is None else results
 
     def _decoded(self, items: Sequence[tuple[bytes, bytes]]) -> list[Any]:
         """The rows of `items` as structs of the program's columns (`Projection`)."""
@@ -395,7 +403,7 @@ class ScanRun:
         where, order, top, items_order = self._where, self._order, self._top, self.program.order
         pairs: Iterable[tuple[tuple[bytes, bytes], Any]] = zip(items, rows, strict=True)
         if where is not None:
-            pairs = itertools.compress(pairs, _holds(where, rows))
+            pairs = itertools.compress(pairs, self._holds(where, rows))
         worst, bound = self._worst, self._bound
         single = order[0] if len(order) == 1 else None
         descending = bool(items_order) and items_order[0].descending

@@ -451,6 +451,9 @@ class Store:
         if start is not None and end is not None and start >= end:
             return iter(())
         read_options = ReadOptions()
+        # A chunked scan reads a range once: its blocks would only push the point lookups' hot blocks out
+        # of the shared cache, and inserting each block cost about a fifth of an iteration's time.
+        read_options.fill_cache(False)  # type: ignore[call-arg]  # the stub (0.3.29) omits the argument
         if end is not None:
             read_options.set_iterate_upper_bound(end)
         entries = (db.keys if keys_only else db.items)(from_key=start, read_opt=read_options)
