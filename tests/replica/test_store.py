@@ -492,3 +492,14 @@ def test_chunked_scans_leave_the_block_cache_to_point_lookups(tmp_path: Path) ->
         plain = cache.get_usage() - before - chunked
     assert plain > 1_000_000
     assert chunked < plain / 20
+
+
+def test_a_scan_page_is_the_first_chunk_and_releases_its_iterator(filled: Store) -> None:
+    items = list(filled.scan())
+    assert filled.scan_page(None, 3) == items[:3]
+    assert filled.scan_page(items[2][0] + b"\x00", 3) == items[3:6]
+    assert filled.scan_page(items[-2][0], 10) == items[-2:]  # short: the end of the store
+    assert filled.scan_page(items[-1][0] + b"\x00", 10) == []
+    assert not filled._cursors  # every page let its iterator go
+    filled.close()
+

@@ -27,7 +27,7 @@ import shutil
 import struct
 import threading
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -460,6 +460,20 @@ class Store:
         cursor = _Cursor(self._path, entries)
         self._cursors.add(cursor)
         return self._chunks(cursor, size, start, end, keys_only)
+
+    def scan_page(self, start: bytes | None, size: int) -> list[tuple[bytes, bytes]]:
+        """The first `size` items from `start` to the end of the store: `scan_chunks`' first chunk (gathered
+        in C, not filling the block cache), its iterator released at once. A page shorter than `size` is
+        the end of the store, told from a damaged block as `scan`'s end is."""
+        chunks = self.scan_chunks(start, None, size)
+        try:
+            page: list[tuple[bytes, bytes]] = next(chunks, [])
+            if 0 < len(page) < size:
+                next(chunks, None)  # the end check runs past the last chunk
+            return page
+        finally:
+            if isinstance(chunks, Generator):
+                chunks.close()
 
     def _chunks(
         self, cursor: _Cursor, size: int, start: bytes | None, end: bytes | None, keys_only: bool

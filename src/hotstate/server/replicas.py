@@ -651,7 +651,7 @@ class ReplicaManager:
         now_us = time.time_ns() // 1000
         position = replica.store.position  # before the scan: whatever is applied during it is after this
         try:
-            page = list(replica.store.scan(sweep.start(), None, limit=RETENTION_PAGE))
+            page = replica.store.scan_page(sweep.start(), RETENTION_PAGE)
             keys = [key for key, _ in page]
             written: list[int | None] = []
             if rule.source == "written":
