@@ -502,4 +502,3 @@ def test_a_scan_page_is_the_first_chunk_and_releases_its_iterator(filled: Store)
     assert filled.scan_page(items[-1][0] + b"\x00", 10) == []
     assert not filled._cursors  # every page let its iterator go
     filled.close()
-
