@@ -439,21 +439,31 @@ class Store:
         return self._scan(cursor, limit, start, end)
 
     def scan_chunks(
-        self, start: bytes | None, end: bytes | None, size: int, *, keys_only: bool = False
+        self,
+        start: bytes | None,
+        end: bytes | None,
+        size: int,
+        *,
+        keys_only: bool = False,
+        fill_cache: bool = True,
     ) -> Iterator[list[Any]]:
         """`scan(start, end)` in lists of up to `size` (key, value) items (the last may be shorter, none is
         empty), or of keys alone with `keys_only` (no value copied out of RocksDB: what a COUNT(*) needs).
         A scan run in steps takes a list at a time, gathered in C rather than a Python frame per entry.
-        The same view and the same end-of-range check as `scan`."""
+        The same view and the same end-of-range check as `scan`.
+
+        `fill_cache=False` for a read of a whole table or a sweep through it (a pull query's scan, expiry):
+        it reads each block once, so its blocks would only push the blocks that point lookups and key
+        ranges keep hot out of the shared cache, and inserting each cost about a fifth of an iteration's
+        time. A key range read keeps filling it: the same user's windows are asked for again."""
         if size <= 0:
             raise ValueError(f"size must be > 0, got {size}")
         db = self._require_open()
         if start is not None and end is not None and start >= end:
             return iter(())
         read_options = ReadOptions()
-        # A chunked scan reads a range once: its blocks would only push the point lookups' hot blocks out
-        # of the shared cache, and inserting each block cost about a fifth of an iteration's time.
-        read_options.fill_cache(False)  # type: ignore[call-arg]  # the stub (0.3.29) omits the argument
+        if not fill_cache:
+            read_options.fill_cache(False)  # type: ignore[call-arg]  # the stub (0.3.29) omits the argument
         if end is not None:
             read_options.set_iterate_upper_bound(end)
         entries = (db.keys if keys_only else db.items)(from_key=start, read_opt=read_options)
@@ -465,7 +475,7 @@ class Store:
         """The first `size` items from `start` to the end of the store: `scan_chunks`' first chunk (gathered
         in C, not filling the block cache), its iterator released at once. A page shorter than `size` is
         the end of the store, told from a damaged block as `scan`'s end is."""
-        chunks = self.scan_chunks(start, None, size)
+        chunks = self.scan_chunks(start, None, size, fill_cache=False)
         try:
             page: list[tuple[bytes, bytes]] = next(chunks, [])
             if 0 < len(page) < size:

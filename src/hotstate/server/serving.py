@@ -216,7 +216,7 @@ class LocalReads:
                 chunks: Iterator[list[Any]]
                 if request.scan:
                     chunks = store.scan_chunks(
-                        request.start, request.end, chunk_rows, keys_only=run.keys_only
+                        request.start, request.end, chunk_rows, keys_only=run.keys_only, fill_cache=False
                     )
                 else:
                     values = store.get_many(request.keys)
