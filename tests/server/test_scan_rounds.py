@@ -159,6 +159,7 @@ class _Store:
     close_after: int | None = None  # rows read before it is closed under the scan
     pause_s: float = 0.0  # a slow disk: this long per row read
     keys_only: bool | None = None  # how the last scan_chunks was asked
+    fill_cache: bool | None = None
 
     def scan(self, start: bytes | None = None, end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         for item in self.items:
@@ -171,9 +172,16 @@ class _Store:
             yield item
 
     def scan_chunks(
-        self, start: bytes | None, end: bytes | None, size: int, *, keys_only: bool = False
+        self,
+        start: bytes | None,
+        end: bytes | None,
+        size: int,
+        *,
+        keys_only: bool = False,
+        fill_cache: bool = True,
     ) -> Iterator[list[Any]]:
         self.keys_only = keys_only
+        self.fill_cache = fill_cache
         items = self.scan(start, end)
         while chunk := list(itertools.islice(items, size)):
             yield [key for key, _ in chunk] if keys_only else chunk
@@ -296,6 +304,7 @@ def test_a_count_of_every_row_reads_keys_not_values() -> None:
     store = _Store(_items(0) * 3)
     answer = asyncio.run(_local(store).scan(_request("SELECT COUNT(*) FROM clicks")))
     assert answer.error is ReplicaError.NONE and store.keys_only is True
+    assert store.fill_cache is False  # a scan reads each block once: it leaves the block cache alone
     answer = asyncio.run(_local(store).scan(_request("SELECT COUNT(*) FROM clicks WHERE n >= 0")))
     assert answer.error is ReplicaError.NONE and store.keys_only is False
 
