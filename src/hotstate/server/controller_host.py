@@ -40,6 +40,7 @@ from hotstate.raft.node import NotLeaderError, ProposalRejectedError, RaftNode, 
 from hotstate.raft.records import Entry, EntryKind
 from hotstate.server.metadata import MetadataPublisher
 from hotstate.server.raft_driver import RaftDriver
+from hotstate.server.steps import run_in_steps
 from hotstate.server.suspects import probe_after_hint
 from hotstate.server.workers import worker_pool
 
@@ -354,14 +355,7 @@ class ControllerHost:
         the starved loop missed the metadata quorum's fetch timeouts: elections, one after another, while
         tables were created. The inputs are read from the image on the loop in steps; the answer holds
         only the partitions that change, at most `REASSIGN_STEP_PARTITIONS` of them applied per run."""
-        steps = job.input_steps()
-        while True:
-            try:
-                next(steps)
-            except StopIteration as done:
-                inputs: bytes = done.value
-                break
-            await asyncio.sleep(0)
+        inputs = await run_in_steps(job.input_steps())
         if self._reassign_pool is None:
             self._reassign_pool = worker_pool()
         answer = await asyncio.get_running_loop().run_in_executor(

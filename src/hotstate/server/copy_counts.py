@@ -11,12 +11,12 @@ tables are counted again.
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
 from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
 
 from hotstate.controller.image import MetadataImage, PartitionInfo, PerTable
+from hotstate.server.steps import run_at_once, run_in_steps
 
 # Partitions counted per step when counting on the event loop (about 15 ms at 1.5 us a partition).
 STEP_PARTITIONS = 10_000
@@ -81,24 +81,11 @@ class CountsCache:
 
     def now(self, image: MetadataImage) -> Counts:
         """Changed tables counted at once (for a caller that cannot wait: a metrics scrape)."""
-        steps = self._steps(image)
-        while True:
-            try:
-                next(steps)
-            except StopIteration as done:
-                total: Counts = done.value
-                return total
+        return run_at_once(self._steps(image))
 
     async def stepped(self, image: MetadataImage) -> Counts:
         """Changed tables counted STEP_PARTITIONS at a time with a yield between: the loop is never held."""
-        steps = self._steps(image)
-        while True:
-            try:
-                next(steps)
-            except StopIteration as done:
-                total: Counts = done.value
-                return total
-            await asyncio.sleep(0)
+        return await run_in_steps(self._steps(image))
 
     def _steps(self, image: MetadataImage) -> Generator[None, None, Counts]:
         """The image's counts, yielding between steps of a changed table's counting."""
