@@ -347,21 +347,21 @@ class ScanRun:
         if mode == ROWS:
             kept = self.kept
             assert where is not None
-            matched = list(itertools.compress(items, self._holds(where, rows)))
+            matched = list(itertools.compress(items, self._matching(where, rows)))
             kept.extend(matched[: self.program.keep - len(kept)])
         elif mode == TOP:
             self._feed_top(items, rows)
         elif where is None:
             self._accumulate(rows)
         elif self._counts_matches:
-            matches = sum(self._holds(where, rows))
+            matches = sum(self._matching(where, rows))
             states = self._groups.setdefault((), [0] * len(self.program.aggregates))
             for index in range(len(states)):
                 states[index] += matches
         else:
-            self._accumulate(itertools.compress(rows, self._holds(where, rows)))
+            self._accumulate(itertools.compress(rows, self._matching(where, rows)))
 
-    def _holds(self, where: Callable[[Any], object], rows: Sequence[Any]) -> Iterator[bool]:
+    def _matching(self, where: Callable[[Any], object], rows: Sequence[Any]) -> Iterator[bool]:
         """Whether the WHERE is TRUE for each row: for the whole list at once when its batch form takes it."""
         batch = self._where_batch
         results = None if batch is None else batch(rows)
@@ -403,7 +403,7 @@ class ScanRun:
         where, order, top, items_order = self._where, self._order, self._top, self.program.order
         pairs: Iterable[tuple[tuple[bytes, bytes], Any]] = zip(items, rows, strict=True)
         if where is not None:
-            pairs = itertools.compress(pairs, self._holds(where, rows))
+            pairs = itertools.compress(pairs, self._matching(where, rows))
         worst, bound = self._worst, self._bound
         single = order[0] if len(order) == 1 else None
         descending = bool(items_order) and items_order[0].descending
