@@ -202,6 +202,7 @@ def test_a_failed_write_is_resent_without_the_keys_a_later_write_committed(error
     ]
     assert server.store == {"a": 1, "b": 2, "0": 0, "1": 1, "2": 2}
     assert writer.stats.rows_superseded == 2
+    assert (writer.stats.produce_requests, writer.stats.produce_failures) == (4, 1)
 
 
 def test_a_later_write_that_fails_for_good_costs_an_earlier_one_no_row() -> None:
@@ -211,12 +212,13 @@ def test_a_later_write_that_fails_for_good_costs_an_earlier_one_no_row() -> None
     first = _fails_once(0, ReplicaError.NOT_ENOUGH_REPLICAS)
     server = Server(script, _after_arrivals(3))
     calls = [_rows(0, "abc"), _rows(1, "a"), _rows(2, "b")]
-    _, results = asyncio.run(_concurrently(server, calls))
+    writer, results = asyncio.run(_concurrently(server, calls))
     assert isinstance(results[1], WriteError) and results[1].error is ReplicaError.INVALID_ROW
     assert not isinstance(results[0], BaseException) and not isinstance(results[2], BaseException)
     # Call 1 wrote nothing, so the retry of call 0 keeps its row of a; call 2 committed b.
     assert server.parts[-1] == [{"k": "a", "v": 0}, {"k": "c", "v": 0}]
     assert server.store == {"a": 0, "b": 2, "c": 0}
+    assert writer.stats.produce_failures == 2  # the one retried and the one given up
 
 
 def test_a_retry_whose_every_row_a_later_write_committed_is_not_sent() -> None:

@@ -76,7 +76,16 @@ class Calls:
 
 
 # Runs the fault; sets the event once no new call should be made (the calls under way then finish).
-Fault = Callable[[TableMetadataResponse, asyncio.Event], Awaitable[str]]
+Fault = Callable[[TableMetadataResponse, asyncio.Event, TableWriter], Awaitable[str]]
+
+
+async def _until_a_produce_failed(writer: TableWriter, before: int, within_s: float = 20.0) -> None:
+    """Returns once the writer has seen a Produce fail since it had seen `before` fail: the fault reached
+    a write (a kill with no write under way to the victim would test nothing)."""
+    end = time.monotonic() + within_s
+    while writer.stats.produce_failures == before:
+        assert time.monotonic() < end, f"no Produce failed within {within_s} s of the fault"
+        await asyncio.sleep(0.005)
 
 
 async def _writes_during(running: RunningCluster, table: str, partitions: int, fault: Fault) -> None:
@@ -118,7 +127,7 @@ async def _writes_during(running: RunningCluster, table: str, partitions: int, f
         workers = [asyncio.create_task(worker(seed)) for seed in range(WORKERS)]
         await asyncio.sleep(1.0)
         before = dataclasses.replace(writer.stats)
-        what = await fault(meta, stop)
+        what = await fault(meta, stop, writer)
         stop.set()
         await asyncio.gather(*workers)
         after = dataclasses.replace(writer.stats)
@@ -150,13 +159,16 @@ def test_pipelined_writes_to_the_same_keys_keep_their_order_through_a_kill_9_of_
     running = start_cluster(3)
     leader = running.leader()
 
-    async def kill_an_active(meta: TableMetadataResponse, stop: asyncio.Event) -> str:
+    async def kill_an_active(meta: TableMetadataResponse, stop: asyncio.Event, writer: TableWriter) -> str:
         # Not the metadata leader if another server leads a partition: no election in the way.
         actives = Counter(p.active for p in meta.partitions)
         victim = (Counter({n: c for n, c in actives.items() if n != leader}) or actives).most_common(1)[0][0]
         assert victim is not None
+        failed = writer.stats.produce_failures
         running.kill(victim)
-        await asyncio.sleep(0.02)  # a few calls made against the dead server too
+        # Calls go on until one of them met the dead server (on a slow machine every write under way at
+        # the kill may have been answered already): its retry is what the test is about.
+        await _until_a_produce_failed(writer, failed)
         stop.set()
         return f"kill -9 of server {victim}, an active"
 
@@ -168,11 +180,15 @@ def test_pipelined_writes_keep_their_order_while_too_few_replicas_fail_them_all(
 ) -> None:
     running = start_cluster(3, replica=ReplicaConfig(min_insync_replicas=2))
 
-    async def kill_and_restart_the_standby(meta: TableMetadataResponse, stop: asyncio.Event) -> str:
+    async def kill_and_restart_the_standby(
+        meta: TableMetadataResponse, stop: asyncio.Event, writer: TableWriter
+    ) -> str:
         (part,) = meta.partitions
         standby = next(node for node in part.replicas if node != part.active)
+        failed = writer.stats.produce_failures
         running.kill(standby)
         await asyncio.sleep(1.0)  # fenced, out of the ISR: every Produce fails NOT_ENOUGH_REPLICAS
+        await _until_a_produce_failed(writer, failed)
         stop.set()
         running.restart(standby)  # back in sync, it lets the failed calls' retries through
         return f"kill -9 and restart of server {standby}, the standby (min.insync.replicas=2)"

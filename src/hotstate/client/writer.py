@@ -152,6 +152,7 @@ class WriterStats:
     # after a backoff timer.
     retried_on_move: int = 0
     produce_requests: int = 0  # one partition's rows sent once (a part of a shared message counts once)
+    produce_failures: int = 0  # of those, the ones that failed (an error answer, or none)
     # Produce messages sent: a ProducePartitionsRequest carrying several partitions for one server is one.
     produce_messages: int = 0
     hints_used: int = 0  # NOT_LEADER / FENCED_EPOCH answers whose named active was used at once
@@ -625,6 +626,7 @@ class TableWriter:
                     self._release(partition, lane)
                     return requests, retries, reply.end_offset
                 assert attempt.part is not None
+                self.stats.produce_failures += 1
                 if reply is not None:
                     if reply.error is ReplicaError.UNKNOWN_TABLE:
                         # The active's image may not hold a table created a moment ago, which the metadata
