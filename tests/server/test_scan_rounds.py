@@ -188,6 +188,8 @@ class _Store:
 
 
 def _local(store: _Store, failures: list[object] | None = None, **settings: Any) -> LocalReads:
+    # These steps are of scans that read rows: no column copies (tests/server/test_column_cache.py).
+    settings.setdefault("scan_cache_bytes", 0)
     reads = LocalReads(
         1,
         image=lambda: MetadataImage(1, {}, {}, {}),
@@ -196,7 +198,7 @@ def _local(store: _Store, failures: list[object] | None = None, **settings: Any)
         on_store_failure=lambda r, e: (failures if failures is not None else []).append(e),
         **settings,
     )
-    replica = type("Replica", (), {"store": store})()
+    replica = type("Replica", (), {"store": store, "pid": (1, 0)})()
     reads._checked = lambda request: (replica, "active", 10, 0)  # type: ignore[method-assign]
     return reads
 

@@ -27,6 +27,7 @@ from decimal import Decimal
 from typing import Any, Final
 
 from hotstate.protocol.rows import Projection, decode_row, decode_rows
+from hotstate.query.columns import column_condition
 from hotstate.query.expressions import (
     Call,
     Col,
@@ -302,6 +303,53 @@ class ScanRun:
         self._distinct = 0
         # Columns the query names that no row has shown yet: a name no row has is not a column.
         self._unseen = {name.casefold(): name for name in names}
+        # Told of each chunk the run decodes, with its rows (None: a row lacks one of the columns exactly):
+        # how a full scan leaves a column copy of its partition behind (server/column_cache.py).
+        self.on_decoded: Callable[[Sequence[tuple[bytes, bytes]], list[Any] | None], None] | None = None
+
+    @property
+    def column_names(self) -> frozenset[str]:
+        """The columns the program reads."""
+        return frozenset(self._projection.names)
+
+    @property
+    def readers(self) -> dict[str, Callable[[Any], object]]:
+        """Each column's value from a decoded row."""
+        return dict(self._projection.readers)
+
+    @property
+    def counts_matches(self) -> bool:
+        """Whether the answer is the number of rows the WHERE keeps (COUNT(*) ... WHERE, no GROUP BY)."""
+        return self._counts_matches
+
+    @property
+    def column_where(self) -> Node | None:
+        """The WHERE, when the answer is the rows it keeps in key order or their number and it may be
+        decided over a partition's columns at once (query/columns.py); None otherwise."""
+        where = self.program.where
+        if where is None or column_condition(where) is None:
+            return None
+        if self.program.mode == ROWS or self._counts_matches:
+            return where
+        return None
+
+    def add_matches(self, items: Sequence[tuple[bytes, bytes]], scanned: int) -> None:
+        """Rows the WHERE keeps, in key order, found among `scanned` rows read another way (a column copy):
+        merged in key order with the rows `feed` kept."""
+        self._count(scanned)
+        merged = heapq.merge(self.kept, items, key=operator.itemgetter(0))
+        self.kept = list(itertools.islice(merged, self.program.keep))
+
+    def add_match_count(self, matches: int, scanned: int) -> None:
+        """`add_matches` of a run that counts them."""
+        self._count(scanned)
+        states = self._groups.setdefault((), [0] * len(self.program.aggregates))
+        for index in range(len(states)):
+            states[index] += matches
+
+    def saw_every_column(self) -> None:
+        """Rows read another way had every column the program names."""
+        self._unseen.clear()
 
     @property
     def done(self) -> bool:
@@ -354,10 +402,7 @@ class ScanRun:
         elif where is None:
             self._accumulate(rows)
         elif self._counts_matches:
-            matches = sum(self._matching(where, rows))
-            states = self._groups.setdefault((), [0] * len(self.program.aggregates))
-            for index in range(len(states)):
-                states[index] += matches
+            self.add_match_count(sum(self._matching(where, rows)), 0)
         else:
             self._accumulate(itertools.compress(rows, self._matching(where, rows)))
 
@@ -372,6 +417,9 @@ class ScanRun:
         projection = self._projection
         datas = [data for _, data in items]
         rows = projection.decode_many(datas)
+        on_decoded = self.on_decoded
+        if on_decoded is not None:
+            on_decoded(items, rows)
         if rows is None:
             return [self._decoded_one(data) for data in datas]
         if self._unseen and rows:  # each row has every name exactly

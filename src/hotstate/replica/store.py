@@ -48,6 +48,7 @@ from rocksdict import (
 from hotstate.log.files import fsync_dir, fsync_file
 
 __all__ = [
+    "ChangedKeys",
     "Store",
     "StoreCorruptError",
     "StoreError",
@@ -273,6 +274,28 @@ class _Cursor:
         self._items = None
 
 
+class ChangedKeys:
+    """The keys a store's `apply` put or deleted since `Store.track_changes` made this, up to `limit` of
+    them: past it, `overflowed` alone (what follows the store knows then that too much changed to patch).
+    A column copy of the store (server/column_cache.py) reads the rows of these keys from the store."""
+
+    __slots__ = ("keys", "limit", "overflowed")
+
+    def __init__(self, limit: int) -> None:
+        self.keys: set[bytes] = set()
+        self.limit = limit
+        self.overflowed = False
+
+    def add(self, records: Sequence[tuple[bytes, bytes | None]]) -> None:
+        if self.overflowed:
+            return
+        keys = self.keys
+        keys.update([key for key, _ in records])
+        if len(keys) > self.limit:
+            self.overflowed = True
+            keys.clear()
+
+
 class Store:
     """The RocksDB of one partition replica. Use `Store.open`; one thread may apply while others read."""
 
@@ -290,6 +313,7 @@ class Store:
         self._lock = threading.Lock()
         self._snapshots: weakref.WeakSet[StoreSnapshot] = weakref.WeakSet()
         self._cursors: weakref.WeakSet[_Cursor] = weakref.WeakSet()
+        self._trackers: list[ChangedKeys] = []
 
     @classmethod
     def open(cls, path: Path | str, *, sync: bool = False) -> Store:
@@ -373,6 +397,27 @@ class Store:
                 raise _store_error(self._path, "write failed", error) from None
             self._position = position
             self._epoch = epoch
+            for tracker in self._trackers:
+                tracker.add(records)
+
+    def track_changes(self, limit: int) -> ChangedKeys:
+        """From now on, the keys every `apply` puts or deletes (see ChangedKeys), until `untrack`. A scan
+        iterator made after this call sees the store as of a moment after it: a key it read that changed
+        since is among the keys."""
+        tracker = ChangedKeys(limit)
+        with self._lock:
+            self._trackers.append(tracker)
+        return tracker
+
+    @property
+    def trackers(self) -> int:
+        """How many `track_changes` lists every apply fills now."""
+        return len(self._trackers)
+
+    def untrack(self, tracker: ChangedKeys) -> None:
+        with self._lock:
+            if tracker in self._trackers:
+                self._trackers.remove(tracker)
 
     def get(self, key: bytes) -> bytes | None:
         db = self._require_open()

@@ -315,6 +315,7 @@ class Server:
                 scan_max_concurrent=config.scan_max_concurrent,
                 scan_step_rows=config.scan_step_rows,
                 scan_step_ms=config.scan_step_ms,
+                scan_cache_bytes=config.scan_cache_bytes,
                 on_scan_cancelled=self.metrics.scans_cancelled.labels("client_gone").inc,
             )
             self.queries = Coordinator(

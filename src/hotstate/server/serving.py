@@ -33,6 +33,7 @@ from hotstate.replica.messages import (
 from hotstate.replica.store import Store, StoreError
 from hotstate.routing.freshness import END_UNKNOWN, bound_refusal, served_lag, token_refusal
 from hotstate.routing.lags import LagTable
+from hotstate.server.column_cache import ColumnCacheBuild, ColumnCaches, scan_from_cache
 from hotstate.server.replicas import LocalReplica, replica_state
 
 log = logging.getLogger(__name__)
@@ -112,6 +113,7 @@ class LocalReads:
         scan_max_concurrent: int = 4,
         scan_step_rows: int = 1000,
         scan_step_ms: int = 1,
+        scan_cache_bytes: int = 256 * 1024 * 1024,
         on_scan_cancelled: Callable[[], None] = lambda: None,
     ) -> None:
         """`replicas`: this server's replicas by (table id, partition) now (none on a server that holds
@@ -128,6 +130,7 @@ class LocalReads:
         self.scan_step_rows = scan_step_rows
         self.scan_step_ms = scan_step_ms
         self.scans = 0  # partition scans running now
+        self.column_caches = ColumnCaches(scan_cache_bytes)
         self._turns = StepTurns()
         self._on_scan_cancelled = on_scan_cancelled
 
@@ -199,6 +202,7 @@ class LocalReads:
             )
             return
         self.scans += 1
+        build: ColumnCacheBuild | None = None
         try:
             try:
                 program = ScanProgram.decode(request.program)
@@ -211,7 +215,22 @@ class LocalReads:
             # A step feeds chunks of at most SCAN_CHUNK_ROWS rows until it has fed step_rows or run for
             # step_s, whichever comes first: a clock read per chunk, not per row.
             chunk_rows = min(step_rows, SCAN_CHUNK_ROWS)
+            caches, pid = self.column_caches, replica.pid
             try:
+                if request.scan and request.start is None and request.end is None and run.column_where:
+                    names = run.column_names
+                    cache = caches.usable(pid, store, names)
+                    if cache is not None and scan_from_cache(cache, run, chunk_rows):
+                        items, partial = run.answer()
+                        yield PartitionQueryResponse(
+                            ReplicaError.NONE, "", state, position, offset_lag, items, partial
+                        )
+                        return
+                    if cache is None:
+                        # Begun before the scan's iterator is made: the copy knows every key changed after.
+                        build = caches.build(pid, store, names, run.readers)
+                        if build is not None:
+                            run.on_decoded = build.add
                 # Lists of (key, value) items, or of keys alone for a run that needs no values.
                 chunks: Iterator[list[Any]]
                 if request.scan:
@@ -247,6 +266,10 @@ class LocalReads:
                         return
                     yield None
                     fed, step_ends = 0, time.monotonic() + step_s
+                else:
+                    if build is not None:  # every row read: the copy is whole
+                        caches.built(pid, build)
+                        build = None
                 items, partial = run.answer()
             except EvalError as error:
                 yield PartitionQueryResponse(ReplicaError.BAD_QUERY, str(error), state, position, offset_lag)
@@ -268,6 +291,8 @@ class LocalReads:
             yield PartitionQueryResponse(ReplicaError.NONE, "", state, position, offset_lag, items, partial)
         finally:
             self.scans -= 1
+            if build is not None:  # the scan ended before the store's end
+                self.column_caches.abandoned(replica.pid, build)
 
     def _replica_of(self, request: PartitionQueryRequest) -> LocalReplica | PartitionQueryResponse:
         """This server's replica of the partition, of the generation the query was planned against, or the

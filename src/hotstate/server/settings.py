@@ -687,6 +687,19 @@ _QUERIES: Final = (
         ),
     ),
     Setting(
+        "query.scan.cache.bytes",
+        "scan_cache_bytes",
+        minimum=0,
+        unit="bytes",
+        doc=(
+            "Column copies of partitions for scans, at most this many bytes on this server in all (the "
+            "least recently used dropped first; 0 keeps none). A full scan that filters, or counts the rows "
+            "a filter keeps, leaves the columns it read behind as Arrow arrays, and the next such scan of "
+            "the partition decides its WHERE over them instead of reading every row (docs/queries.md, the "
+            "cost model)."
+        ),
+    ),
+    Setting(
         "query.scan.step.rows",
         "scan_step_rows",
         unit="rows",

@@ -69,6 +69,7 @@ class ServerConfig:
     scan_max_concurrent: int = 4
     scan_step_rows: int = 1000
     scan_step_ms: int = 1
+    scan_cache_bytes: int = 256 * 1024 * 1024
     log_level: str = "INFO"
     rpc_tls: TlsFiles = field(default_factory=TlsFiles)
     http_tls: TlsFiles = field(default_factory=TlsFiles)

@@ -1,0 +1,131 @@
+"""A partition's columns as Arrow arrays, and a scan's WHERE decided over them at once. Pure.
+
+A replica that keeps a column copy of a partition (server/column_cache.py) answers a filter or a
+`COUNT(*) ... WHERE` from it with one `pyarrow.compute` call per comparison, where reading the rows from
+RocksDB and decoding them costs about a microsecond a row in Python (docs/queries.md, the cost model).
+
+Only what has the very same answer both ways is taken: a column whose values are all ints (within int64),
+all floats or all strings, NULLs among them; a top-level column compared with a number or string constant
+(`=`, `!=`, `<`, `<=`, `>`, `>=`) where `expressions.batch_evaluator` would compare them with Python's
+operators, and ANDs of such. Anything else (another type, a coercion, an expression) has no column form,
+and the scan reads the rows as before, with the row evaluator's answer or error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from hotstate.query.expressions import Call, Col, Lit, Node
+
+__all__ = ["column_array", "column_condition", "column_mask", "joined_column"]
+
+# Ints within this magnitude are exact as doubles: compared with a float, Arrow's double comparison
+# answers what Python's exact one does.
+_EXACT_IN_DOUBLE: Final = 2**53
+_INT64 = (-(2**63), 2**63 - 1)
+
+_KINDS: Final[dict[type, pa.DataType]] = {int: pa.int64(), float: pa.float64(), str: pa.string()}
+_ORDER: Final = {"<": pc.less, "<=": pc.less_equal, ">": pc.greater, ">=": pc.greater_equal}
+_EQUALITY: Final = {"=": pc.equal, "!=": pc.not_equal}
+
+
+def column_array(values: Sequence[object]) -> pa.Array | None:
+    """One column of a chunk of rows, as the rows hold it, as an Arrow array that means the same to
+    `column_mask`; None when the values have no such form (mixed types, bools, other types, an int
+    beyond int64, a string that is not UTF-8)."""
+    kinds = set(map(type, values))
+    kinds.discard(type(None))
+    if not kinds:
+        return pa.nulls(len(values))
+    if len(kinds) != 1:
+        return None
+    arrow_type = _KINDS.get(kinds.pop())
+    if arrow_type is None:
+        return None
+    try:
+        return pa.array(values, arrow_type)
+    except (pa.ArrowException, OverflowError, UnicodeError):
+        return None
+
+
+def joined_column(chunks: Sequence[pa.Array]) -> pa.ChunkedArray | None:
+    """A column's chunks as one column, or None when their types differ (ints in one chunk, floats in
+    another); a chunk of NULLs alone takes the others' type."""
+    types = {chunk.type for chunk in chunks if chunk.type != pa.null()}
+    if len(types) > 1:
+        return None
+    arrow_type = types.pop() if types else pa.null()
+    return pa.chunked_array([chunk.cast(arrow_type) for chunk in chunks], arrow_type)
+
+
+def column_condition(node: Node) -> frozenset[str] | None:
+    """The columns the condition reads, when it has a column form for some data; None when it has none
+    for any (`column_mask` may still find none for the data at hand)."""
+    if not isinstance(node, Call):
+        return None
+    if node.op == "and" and len(node.args) == 2:
+        left, right = column_condition(node.args[0]), column_condition(node.args[1])
+        return None if left is None or right is None else left | right
+    if (node.op not in _ORDER and node.op not in _EQUALITY) or len(node.args) != 2:
+        return None
+    column, constant = node.args
+    if not isinstance(column, Col) or column.path or not isinstance(constant, Lit):
+        return None
+    if type(constant.value) not in _KINDS:
+        return None
+    return frozenset({column.name})
+
+
+def column_mask(node: Node, columns: Mapping[str, pa.ChunkedArray]) -> pa.ChunkedArray | None:
+    """For each row, whether the condition is TRUE (not FALSE, not NULL), or None when the columns'
+    types give it no column form (the rows are read then)."""
+    if not isinstance(node, Call):
+        return None
+    if node.op == "and" and len(node.args) == 2:
+        left = column_mask(node.args[0], columns)
+        right = None if left is None else column_mask(node.args[1], columns)
+        return None if left is None or right is None else pc.and_(left, right)
+    if column_condition(node) is None:
+        return None
+    column, constant = node.args
+    assert isinstance(column, Col) and isinstance(constant, Lit)
+    values = columns.get(column.name)
+    if values is None:
+        return None
+    value: Any = constant.value
+    kind = type(value)
+    if values.type == pa.null():  # every row NULL: the comparison is NULL for each
+        return pa.chunked_array([pa.repeat(False, len(values))], pa.bool_())
+    if node.op in _EQUALITY:
+        # expressions.batch_evaluator compares in one step only a value of exactly the constant's type.
+        if values.type != _KINDS[kind]:
+            return None
+        compare = _EQUALITY[node.op]
+    else:
+        compare = _ORDER[node.op]
+        if kind is str:
+            # UTF-8's byte order is the code points' order, which Python's str comparison follows.
+            if values.type != pa.string():
+                return None
+        elif values.type == pa.string() or not _exact(values, value):
+            return None
+    if kind is int and not _INT64[0] <= value <= _INT64[1]:
+        return None
+    return pc.fill_null(compare(values, pa.scalar(value, _KINDS[kind])), False)
+
+
+def _exact(values: pa.ChunkedArray, value: int | float) -> bool:
+    """Whether Arrow's comparison of numbers of these two kinds is Python's: the same kind, or the int
+    side exact as a double."""
+    if type(value) is int:
+        return values.type == pa.int64() or abs(value) <= _EXACT_IN_DOUBLE
+    if values.type == pa.float64():
+        return True
+    low, high = pc.min_max(values).values()
+    return low.as_py() is None or (
+        abs(low.as_py()) <= _EXACT_IN_DOUBLE and abs(high.as_py()) <= _EXACT_IN_DOUBLE
+    )

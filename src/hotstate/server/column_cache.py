@@ -1,0 +1,226 @@
+"""Column copies of partitions for scans: a full scan of a partition that filters (or counts the rows a
+filter keeps) leaves behind the columns it decoded as Arrow arrays, and the next such scan of the
+partition decides its WHERE over them in C (query/columns.py) instead of reading and decoding every row.
+
+A copy holds the keys in key order and some columns as of the moment its build began; from that moment
+the store tells it every key an apply put or deleted (`Store.track_changes`). A scan from the copy leaves
+out those keys' rows and reads their current rows from the store instead, through the row evaluator: the
+answer is the store's as of the scan, as a scan of the rows would give it. When too many keys changed for
+that to pay (a quarter of the copy), the copy is dropped and the next scan builds another.
+
+A server keeps copies up to `query.scan.cache.bytes` in all, the least recently used dropped first; 0
+keeps none. A copy of a store that was closed (a snapshot installed, the replica dropped) is never used.
+Everything here runs on the event loop with the applies, so no apply falls between a scan's reading of
+the changed keys and of their rows.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from hotstate.query.columns import column_array, column_mask, joined_column
+from hotstate.query.scan import ScanRun
+from hotstate.replica.store import ChangedKeys, Store
+
+__all__ = ["ColumnCache", "ColumnCacheBuild", "ColumnCaches", "scan_from_cache"]
+
+# How many changed keys a copy of `rows` rows takes before it is rebuilt rather than patched.
+MIN_CHANGE_LIMIT = 10_000
+
+
+def _change_limit(rows: int) -> int:
+    return max(MIN_CHANGE_LIMIT, rows // 4)
+
+
+class ColumnCache:
+    """The keys and the columns `names` of one store, in key order, as of when the build began; `changed`:
+    the keys applied since."""
+
+    def __init__(
+        self,
+        store: Store,
+        names: frozenset[str],
+        keys: pa.ChunkedArray,
+        columns: dict[str, pa.ChunkedArray],
+        changed: ChangedKeys,
+    ) -> None:
+        self.store = store
+        self.names = names
+        self.keys = keys
+        self.columns = columns
+        self.changed = changed
+        self.rows = len(keys)
+        self.nbytes = keys.nbytes + sum(column.nbytes for column in columns.values())
+
+    @property
+    def current(self) -> bool:
+        """Whether scans may use it: its store open, and few enough keys changed since its build."""
+        return not self.changed.overflowed and not self.store.closed
+
+    def close(self) -> None:
+        self.store.untrack(self.changed)
+
+
+class ColumnCacheBuild:
+    """A copy of `names` collected from a full scan's chunks as the scan decodes them (`add`, which
+    ScanRun calls), begun before the scan's iterator was made."""
+
+    def __init__(self, store: Store, names: frozenset[str], readers: dict[str, Callable[[Any], object]]):
+        self.store = store
+        self.names = names
+        self._readers = [(name, readers[name]) for name in sorted(names)]
+        self.changed = store.track_changes(_change_limit(store.count_estimate()))
+        self._keys: list[pa.Array] = []
+        self._columns: dict[str, list[pa.Array]] = {name: [] for name in names}
+        self.failed = False  # a column has no Arrow form that means the same (query/columns.py)
+
+    def add(self, items: Sequence[tuple[bytes, bytes]], rows: Sequence[Any] | None) -> None:
+        """A chunk of the scan: its items and their rows decoded (None: a row lacks a column)."""
+        if self.failed:
+            return
+        if rows is None:
+            self.failed = True
+            return
+        arrays = []
+        for name, read in self._readers:
+            array = column_array(list(map(read, rows)))
+            if array is None:
+                self.failed = True
+                return
+            arrays.append((name, array))
+        for name, array in arrays:
+            self._columns[name].append(array)
+        self._keys.append(pa.array([key for key, _ in items], pa.binary()))
+
+    def finish(self) -> ColumnCache | None:
+        """The copy, once the scan read every row of the store; None when a column has no Arrow form."""
+        columns = {}
+        for name, chunks in self._columns.items():
+            column = None if self.failed else joined_column(chunks)
+            if column is None:
+                self.abandon()
+                return None
+            columns[name] = column
+        keys = pa.chunked_array(self._keys, pa.binary())
+        return ColumnCache(self.store, self.names, keys, columns, self.changed)
+
+    def abandon(self) -> None:
+        self.store.untrack(self.changed)
+
+
+class ColumnCaches:
+    """A server's copies by partition (table id, partition), at most `max_bytes` in all."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._caches: OrderedDict[tuple[int, int], ColumnCache] = OrderedDict()
+        self._building: dict[tuple[int, int], ColumnCacheBuild] = {}
+        # Partitions whose columns had no Arrow form, by store and names: not built again for them.
+        self._refused: dict[tuple[int, int], tuple[Store, frozenset[str]]] = {}
+
+    @property
+    def nbytes(self) -> int:
+        return sum(cache.nbytes for cache in self._caches.values())
+
+    def __len__(self) -> int:
+        return len(self._caches)
+
+    def usable(self, pid: tuple[int, int], store: Store, names: frozenset[str]) -> ColumnCache | None:
+        """The partition's copy if it holds `names` of this store and may be used."""
+        cache = self._caches.get(pid)
+        if cache is None:
+            return None
+        if cache.store is not store or not cache.current:
+            self._drop(pid)
+            return None
+        if not names <= cache.names:
+            return None
+        self._caches.move_to_end(pid)
+        return cache
+
+    def build(
+        self,
+        pid: tuple[int, int],
+        store: Store,
+        names: frozenset[str],
+        readers: dict[str, Callable[[Any], object]],
+    ) -> ColumnCacheBuild | None:
+        """A build of the partition's copy of `names` to feed from a full scan about to begin, or None (no
+        room for copies, one being built, or these columns refused before)."""
+        if self.max_bytes <= 0 or pid in self._building:
+            return None
+        refused = self._refused.get(pid)
+        if refused is not None and refused[0] is store and names <= refused[1]:
+            return None
+        self._forget_closed()
+        build = self._building[pid] = ColumnCacheBuild(store, names, readers)
+        return build
+
+    def built(self, pid: tuple[int, int], build: ColumnCacheBuild) -> None:
+        """The scan feeding `build` read every row: keep its copy (within the bytes)."""
+        self._building.pop(pid, None)
+        cache = build.finish()
+        if cache is None:
+            self._refused[pid] = (build.store, build.names)
+            return
+        if cache.nbytes > self.max_bytes:
+            cache.close()
+            return
+        self._drop(pid)
+        self._caches[pid] = cache
+        while self.nbytes > self.max_bytes:
+            self._drop(next(iter(self._caches)))
+
+    def abandoned(self, pid: tuple[int, int], build: ColumnCacheBuild) -> None:
+        """The scan feeding `build` ended before the end of the store (a LIMIT, an error, cancelled)."""
+        if self._building.get(pid) is build:
+            del self._building[pid]
+        build.abandon()
+
+    def _drop(self, pid: tuple[int, int]) -> None:
+        cache = self._caches.pop(pid, None)
+        if cache is not None:
+            cache.close()
+
+    def _forget_closed(self) -> None:
+        for pid in [pid for pid, cache in self._caches.items() if cache.store.closed]:
+            self._drop(pid)
+        for pid in [pid for pid, (store, _) in self._refused.items() if store.closed]:
+            del self._refused[pid]
+
+
+def scan_from_cache(cache: ColumnCache, run: ScanRun, chunk_rows: int) -> bool:
+    """Feed `run` the partition's answer from `cache`: its WHERE over the copy's columns for the rows no
+    apply changed since, and the changed keys' rows read from the store. False when the WHERE has no
+    column form over these columns (the caller scans the rows)."""
+    where = run.column_where
+    assert where is not None
+    mask = column_mask(where, cache.columns)
+    if mask is None:
+        return False
+    store = cache.store
+    changed = sorted(cache.changed.keys)
+    unchanged = cache.rows
+    if changed:
+        stale = pc.is_in(cache.keys, value_set=pa.array(changed, pa.binary()))
+        unchanged -= pc.sum(stale).as_py() or 0
+        mask = pc.and_(mask, pc.invert(stale))
+    current = [
+        (key, row) for key, row in zip(changed, store.get_many(changed), strict=True) if row is not None
+    ]
+    for at in range(0, len(current), chunk_rows):
+        run.feed(current[at : at + chunk_rows])
+    if unchanged:
+        run.saw_every_column()
+    if run.counts_matches:
+        run.add_match_count(pc.sum(mask).as_py() or 0, unchanged)
+        return True
+    keys = pc.filter(cache.keys, mask).slice(0, run.program.keep).to_pylist()
+    rows = store.get_many(keys)
+    run.add_matches([(key, row) for key, row in zip(keys, rows, strict=True) if row is not None], unchanged)
+    return True

@@ -1,0 +1,137 @@
+"""The column form of a scan's WHERE (query/columns.py): the same rows as the row evaluator, or no answer."""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+
+import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hotstate.protocol.rows import Projection
+from hotstate.query.columns import column_array, column_condition, column_mask, joined_column
+from hotstate.query.expressions import Call, Col, Lit, Node, evaluator
+
+_BIG = 2**53 + 1  # not exact as a double: a float comparison of it needs Python's exact rule
+
+_values = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-5, 5),
+    st.sampled_from([_BIG, -_BIG, 2**62]),
+    st.floats(-5, 5),
+    st.sampled_from([float("nan"), float("inf"), 9007199254740992.0]),
+    st.sampled_from(["a", "b", "5", "", "é", "\U0001f600"]),
+    st.sampled_from([Decimal("1.5"), b"x"]),
+)
+_constants = st.one_of(
+    st.integers(-5, 5),
+    st.sampled_from([_BIG, 2**70]),
+    st.floats(-5, 5),
+    st.sampled_from([float("nan"), 9007199254740992.0]),
+    st.sampled_from(["a", "b", "5", "é", "\U0001f600"]),
+)
+_comparisons = st.builds(
+    lambda op, column, constant: Call(op, (Col(column), Lit(constant))),
+    st.sampled_from(["=", "!=", "<", "<=", ">", ">="]),
+    st.sampled_from(["x", "y"]),
+    _constants,
+)
+_conditions = st.one_of(_comparisons, st.builds(lambda a, b: Call("and", (a, b)), _comparisons, _comparisons))
+
+
+def _columns(pairs: list[tuple[object, object]], chunk: int) -> dict[str, pa.ChunkedArray] | None:
+    """The two columns of `pairs` built a chunk at a time as a replica's copy is, or None (no form)."""
+    columns = {}
+    for index, name in enumerate(("x", "y")):
+        values = [pair[index] for pair in pairs]
+        arrays = [column_array(values[at : at + chunk]) for at in range(0, len(values), chunk)]
+        if any(array is None for array in arrays):
+            return None
+        joined = joined_column([a for a in arrays if a is not None] or [pa.nulls(0)])
+        if joined is None:
+            return None
+        columns[name] = joined
+    return columns
+
+
+@settings(max_examples=400, deadline=None)  # the first pyarrow.compute call loads its kernels
+@given(
+    _conditions,
+    st.one_of(
+        st.lists(st.tuples(st.integers(-5, 5), st.integers(-5, 5)), max_size=12),
+        st.lists(
+            st.tuples(st.one_of(st.floats(allow_nan=True), st.none()), st.one_of(st.integers(), st.none())),
+            max_size=12,
+        ),
+        st.lists(
+            st.tuples(st.sampled_from(["a", "b", "5", "é"]), st.sampled_from(["a", "b", None])), max_size=12
+        ),
+        st.lists(st.tuples(_values, _values), max_size=12),
+    ),
+    st.integers(1, 5),
+)
+def test_the_column_form_keeps_the_rows_the_row_evaluator_finds_true(
+    condition: Node, pairs: list[tuple[object, object]], chunk: int
+) -> None:
+    assert column_condition(condition) is not None
+    columns = _columns(pairs, chunk)
+    if columns is None:
+        return  # values with no Arrow form of the same meaning: the scan reads the rows
+    mask = column_mask(condition, columns)
+    if mask is None:
+        return  # no column form for these types: the scan reads the rows
+    projection = Projection(["x", "y"])
+    one = evaluator(condition, projection.readers)
+    assert mask.to_pylist() == [one(projection.of_row(pair)) is True for pair in pairs]
+
+
+def test_values_of_one_kind_with_nulls_have_a_column_form_and_others_none() -> None:
+    assert column_array([1, None, 3]).type == pa.int64()  # type: ignore[union-attr]
+    assert column_array([1.5, None]).type == pa.float64()  # type: ignore[union-attr]
+    assert column_array(["a", None]).type == pa.string()  # type: ignore[union-attr]
+    assert column_array([None, None]).type == pa.null()  # type: ignore[union-attr]
+    for odd in (
+        [1, 2.5],
+        [True, False],
+        [1, True],
+        [2**63],
+        [Decimal(1)],
+        [b"x"],
+        ["\ud800"],
+        [dt.date(2026, 1, 1)],
+    ):
+        assert column_array(odd) is None, odd
+    # ints in one chunk, floats in another: no column; a chunk of NULLs takes the others' type
+    assert joined_column([pa.array([1]), pa.array([1.5])]) is None
+    joined = joined_column([pa.nulls(2), pa.array([1, 2])])
+    assert joined is not None and joined.type == pa.int64() and joined.to_pylist() == [None, None, 1, 2]
+
+
+def test_the_column_form_takes_simple_conditions_and_the_types_they_mean_the_same_for() -> None:
+    ints = {"x": pa.chunked_array([pa.array([1, 7, None, 3])])}
+    mask = column_mask(Call("=", (Col("x"), Lit(7))), ints)
+    assert mask is not None and mask.to_pylist() == [False, True, False, False]
+    mask = column_mask(Call("<", (Col("x"), Lit(2.5))), ints)  # ints against a float, exact as doubles
+    assert mask is not None and mask.to_pylist() == [True, False, False, False]
+    # Equality with a constant of another kind, order across strings and numbers: the rows decide.
+    assert column_mask(Call("=", (Col("x"), Lit(7.0))), ints) is None
+    assert column_mask(Call("<", (Col("x"), Lit("7"))), ints) is None
+    big = {"x": pa.chunked_array([pa.array([_BIG])])}
+    assert column_mask(Call("<", (Col("x"), Lit(1.5))), big) is None  # not exact as a double
+    assert column_mask(Call("=", (Col("z"), Lit(1))), ints) is None  # no such column in the copy
+    for node in (
+        Call("or", (Call("=", (Col("x"), Lit(7))), Call("=", (Col("y"), Lit("s"))))),
+        Call("=", (Col("x"), Col("y"))),
+        Call("=", (Col("x", ("f",)), Lit(1))),
+        Call("=", (Col("x"), Lit(None))),
+        Call("=", (Col("x"), Lit(True))),
+        Call("=", (Col("x"), Lit(dt.date(2026, 1, 1)))),
+        Call("and", (Call("=", (Col("x"), Lit(7))), Call("in", (Col("y"), Lit("s"))))),
+    ):
+        assert column_condition(node) is None, node
+        assert column_mask(node, ints) is None
+    assert column_condition(
+        Call("and", (Call("=", (Col("x"), Lit(7))), Call(">", (Col("y"), Lit("s")))))
+    ) == frozenset({"x", "y"})

@@ -1,0 +1,227 @@
+"""Column copies of partitions (server/column_cache.py) over a real RocksDB store: a full filter scan
+leaves one behind, the next answers from it, and whatever was applied in between (puts that start or stop
+matching, deletes, new keys) gives the answer a scan of the rows gives. A copy too changed is rebuilt, a
+closed store's is never used, the server's copies stay within their bytes."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hotstate.controller.image import MetadataImage
+from hotstate.protocol.keys import encode_key
+from hotstate.protocol.rows import decode_row, encode_row
+from hotstate.query.scan import ScanSpec, program_for, spec_of_conditions
+from hotstate.query.sql import parse
+from hotstate.replica.messages import PartitionQueryRequest, PartitionQueryResponse, ReplicaError
+from hotstate.replica.store import Store
+from hotstate.routing.lags import LagTable
+from hotstate.server import column_cache
+from hotstate.server.serving import LocalReads
+
+
+class _Replica:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.pid = (1, 0)
+
+
+class _Reads:
+    """A server's LocalReads over one replica of a real store, counting the rows its scans read."""
+
+    def __init__(self, store: Store, **settings: Any) -> None:
+        self.reads = LocalReads(
+            1,
+            image=lambda: MetadataImage(1, {}, {}, {}),
+            replicas=dict,
+            lags=LagTable(),
+            on_store_failure=lambda replica, error: None,
+            **settings,
+        )
+        self.replica = _Replica(store)
+        self.rows_read = 0
+        replica: Any = self.replica  # LocalReads reads its store and pid alone
+        self.reads._checked = lambda request: (replica, "active", 10, 0)  # type: ignore[method-assign]
+
+    def answer(self, sql: str) -> PartitionQueryResponse:
+        program = program_for(_spec(sql), None, 100_000).encode()
+        request = PartitionQueryRequest("t", 0, (), True, None, None, None, None, 0, program=program)
+        store = self.replica.store
+        scan_chunks = store.scan_chunks
+
+        def counted(*args: Any, **kwargs: Any) -> Iterator[list[Any]]:
+            for chunk in scan_chunks(*args, **kwargs):
+                self.rows_read += len(chunk)
+                yield chunk
+
+        store.scan_chunks = counted  # type: ignore[method-assign]
+        try:
+            answer = asyncio.run(self.reads.scan(request))
+        finally:
+            del store.scan_chunks
+        assert answer.error is ReplicaError.NONE, answer.message
+        return answer
+
+
+def _spec(sql: str) -> ScanSpec:
+    """The scan of `sql`, as query/plan.py makes it for a table keyed by `user`."""
+    query = parse(sql)
+    return query.scan or spec_of_conditions(query.conditions, query.columns)
+
+
+def _key(i: int) -> bytes:
+    return encode_key((f"u{i:05d}",))
+
+
+def _row(i: int, clicks: int, amount: float | None = 1.5) -> bytes:
+    return encode_row({"user": f"u{i:05d}", "clicks": clicks, "amount": amount, "name": f"n{i % 7}"})
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    store = Store.open(tmp_path / "store")
+    store.apply([(_key(i), _row(i, i % 10)) for i in range(3000)], 1, 1)
+    yield store
+    store.close()
+
+
+def _users(answer: PartitionQueryResponse) -> list[str]:
+    return [str(decode_row(row)["user"]) for _, row in answer.items]
+
+
+def _count(answer: PartitionQueryResponse) -> int:
+    from hotstate.query.expressions import unpack
+
+    partial: Any = unpack(answer.partial)
+    return int(partial["groups"][0][1][0])
+
+
+QUERIES = [
+    "SELECT * FROM t WHERE clicks = 7",
+    "SELECT * FROM t WHERE clicks >= 3 AND name < 'n3'",
+    "SELECT COUNT(*) FROM t WHERE amount > 1.0",
+]
+
+
+def test_a_filter_scan_leaves_a_copy_and_the_next_reads_no_row(store: Store) -> None:
+    reads = _Reads(store)
+    plain = _Reads(store, scan_cache_bytes=0)
+    first = reads.answer(QUERIES[0])
+    assert reads.rows_read == 3000 and len(reads.reads.column_caches) == 1
+    again = reads.answer(QUERIES[0])
+    assert reads.rows_read == 3000  # answered from the copy
+    assert again.items == first.items == plain.answer(QUERIES[0]).items
+    assert len(first.items) == 300
+    # A query naming a column the copy lacks scans the rows, and builds a copy of its own columns.
+    reads.answer(QUERIES[1])
+    assert reads.rows_read == 6000
+    reads.answer(QUERIES[1])
+    assert reads.rows_read == 6000
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_applies_after_the_copy_give_the_answer_a_scan_of_the_rows_gives(store: Store, seed: int) -> None:
+    rng = random.Random(seed)
+    # A server per query: each keeps the copy of its query's columns (one server's copy of a partition
+    # is of the last columns built).
+    servers = {sql: _Reads(store) for sql in QUERIES}
+    plain = _Reads(store, scan_cache_bytes=0)
+    for sql, reads in servers.items():
+        reads.answer(sql)
+    position = 1
+    for _ in range(5):
+        records: list[tuple[bytes, bytes | None]] = []
+        for _ in range(rng.randint(1, 60)):
+            i = rng.randrange(3300)  # some keys new
+            kind = rng.random()
+            if kind < 0.3:
+                records.append((_key(i), None))
+            else:
+                amount = rng.choice([None, 0.5, 2.5, 1.0])
+                records.append((_key(i), _row(i, rng.randrange(10), amount)))
+        position += 1
+        store.apply(records, position, 1)
+        for sql, reads in servers.items():
+            got, want = reads.answer(sql), plain.answer(sql)
+            assert reads.rows_read == 3000  # the first scan, which built the copy; since, from the copy
+            if "COUNT" in sql:
+                assert _count(got) == _count(want), sql
+            else:
+                assert _users(got) == _users(want), sql
+            assert got.partial == want.partial, sql  # the rows counted as scanned too
+
+
+def test_a_copy_too_changed_is_rebuilt(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(column_cache, "MIN_CHANGE_LIMIT", 100)
+    reads = _Reads(store)
+    reads.answer(QUERIES[0])
+    store.apply([(_key(i), _row(i, 7)) for i in range(50)], 2, 1)
+    reads.answer(QUERIES[0])
+    assert reads.rows_read == 3000  # 50 changed keys: patched from the store
+    store.apply([(_key(i), _row(i, 7)) for i in range(1000)], 3, 1)  # past 3000 // 4
+    answer = reads.answer(QUERIES[0])
+    assert reads.rows_read == 6000 and len(answer.items) == 1000 + 200
+    reads.answer(QUERIES[0])
+    assert reads.rows_read == 6000  # the new copy
+
+
+def test_a_copy_of_a_closed_store_is_never_used(store: Store, tmp_path: Path) -> None:
+    reads = _Reads(store)
+    reads.answer(QUERIES[0])
+    other = Store.open(tmp_path / "other")  # as after a snapshot install: the replica's store replaced
+    try:
+        other.apply([(_key(i), _row(i, 7)) for i in range(5)], 1, 1)
+        reads.replica.store = other
+        assert _users(reads.answer(QUERIES[0])) == [f"u{i:05d}" for i in range(5)]
+    finally:
+        reads.replica.store = store
+        other.close()
+
+
+def test_copies_stay_within_the_servers_bytes(tmp_path: Path) -> None:
+    stores = [Store.open(tmp_path / f"s{n}") for n in range(3)]
+    try:
+        for store in stores:
+            store.apply([(_key(i), _row(i, i % 10)) for i in range(2000)], 1, 1)
+        reads = _Reads(stores[0])
+        reads.answer(QUERIES[0])
+        one = reads.reads.column_caches.nbytes
+        reads.reads.column_caches.max_bytes = 2 * one + one // 2
+        for pid, store in enumerate(stores):
+            reads.replica.store, reads.replica.pid = store, (1, pid)
+            reads.answer(QUERIES[0])
+        assert len(reads.reads.column_caches) == 2  # the least recently used dropped
+        assert reads.reads.column_caches.nbytes <= reads.reads.column_caches.max_bytes
+    finally:
+        for store in stores:
+            store.close()
+
+
+def test_columns_without_a_column_form_scan_the_rows_and_are_not_built_again(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "mixed")
+    try:
+        rows = [(_key(i), _row(i, i % 10)) for i in range(100)]
+        rows.append((_key(100), encode_row({"user": "u00100", "clicks": 2.5})))  # ints and a float
+        store.apply(rows, 1, 1)
+        reads = _Reads(store)
+        assert len(reads.answer(QUERIES[0]).items) == 10
+        assert len(reads.reads.column_caches) == 0
+        reads.answer(QUERIES[0])
+        assert reads.rows_read == 202 and not store.trackers
+    finally:
+        store.close()
+
+
+def test_a_scan_that_stops_early_builds_nothing_and_stops_tracking(store: Store) -> None:
+    reads = _Reads(store)
+    # LIMIT 5: the scan ends after 6 matches
+    program = program_for(_spec("SELECT * FROM t WHERE clicks = 7"), 5, 100_000).encode()
+    request = PartitionQueryRequest("t", 0, (), True, None, None, None, None, 0, program=program)
+    answer = asyncio.run(reads.reads.scan(request))
+    assert answer.error is ReplicaError.NONE and len(answer.items) == 6
+    assert len(reads.reads.column_caches) == 0 and not store.trackers
