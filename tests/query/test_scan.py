@@ -12,10 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hotstate.protocol.rows import encode_row
-from hotstate.query.expressions import EvalError
+from hotstate.query.expressions import Col, EvalError
 from hotstate.query.pull_query import QueryError, UnsupportedQueryError
 from hotstate.query.scan import (
+    AGGREGATE,
     MAX_GROUPS,
+    Aggregate,
     Finished,
     ScanProgram,
     ScanRun,
@@ -295,3 +297,11 @@ def test_a_count_of_every_row_reads_only_keys() -> None:
     spec = parse("SELECT COUNT(*) FROM t WHERE x > 1").scan
     assert spec is not None
     assert not ScanRun(program_for(spec, None, MAX_ROWS)).keys_only
+
+
+def test_a_partial_sum_past_64_bits_is_a_query_error_not_a_crash() -> None:
+    program = ScanProgram(AGGREGATE, None, aggregates=(Aggregate("sum", Col("v")),))
+    run = ScanRun(program)
+    run.feed([(b"a", encode_row({"v": 2**63})), (b"b", encode_row({"v": 2**63}))])  # 2**64: past uint64
+    with pytest.raises(EvalError, match="partial aggregate cannot be sent"):
+        run.answer()

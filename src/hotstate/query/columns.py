@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 
 from hotstate.query.expressions import Call, Col, Lit, Node
 
-__all__ = ["column_array", "column_condition", "column_mask", "joined_column"]
+__all__ = ["column_aggregates", "column_array", "column_condition", "column_mask", "joined_column"]
 
 # Ints within this magnitude are exact as doubles: compared with a float, Arrow's double comparison
 # answers what Python's exact one does.
@@ -129,3 +129,95 @@ def _exact(values: pa.ChunkedArray, value: int | float) -> bool:
     return low.as_py() is None or (
         abs(low.as_py()) <= _EXACT_IN_DOUBLE and abs(high.as_py()) <= _EXACT_IN_DOUBLE
     )
+
+
+def _sum_exact(values: pa.ChunkedArray) -> bool:
+    """Whether Arrow's int64 sum of `values` (or of any subset) cannot overflow: Python's sum is exact."""
+    low, high = (scalar.as_py() for scalar in pc.min_max(values).values())
+    return low is None or max(abs(low), abs(high)) * max(1, len(values)) < 2**63
+
+
+def column_aggregates(
+    group: Sequence[str],
+    aggregates: Sequence[tuple[str, str | None]],
+    columns: Mapping[str, pa.ChunkedArray],
+    mask: pa.ChunkedArray | None,
+    rows: int,
+    max_groups: int,
+) -> dict[tuple[object, ...], list[Any]] | None:
+    """Partial aggregates by group, in query/scan.py's states, of the rows `mask` keeps (all `rows`: None):
+    `group` names the GROUP BY columns, `aggregates` (function, column or None for COUNT(*)). None when
+    a column's type gives them no exact column form: GROUP BY on ints or strings; SUM and AVG of ints
+    that cannot overflow int64 (floats are summed in key order by the rows' rule, and an Arrow sum adds
+    them in another order); MIN and MAX of ints or strings; COUNT of any. ValueError past `max_groups`."""
+    table: dict[str, pa.ChunkedArray] = {}
+    for index, name in enumerate(group):
+        values = columns.get(name)
+        if values is None or values.type not in (pa.int64(), pa.string()):
+            return None
+        table[f"g{index}"] = values
+    for index, (func, arg) in enumerate(aggregates):
+        if func == "count_star":
+            continue
+        values = None if arg is None else columns.get(arg)
+        if values is None or values.type == pa.null():
+            return None
+        if func in ("sum", "avg"):
+            if values.type != pa.int64() or not _sum_exact(values):
+                return None
+        elif func in ("min", "max"):
+            if values.type not in (pa.int64(), pa.string()):
+                return None
+        elif func != "count":
+            return None
+        table[f"a{index}"] = values
+    if not table:  # COUNT(*) alone, without GROUP BY
+        count = rows if mask is None else pc.sum(mask).as_py() or 0
+        # As the rows' COUNT(*) ... WHERE: a count, 0 too, once there were rows to count.
+        return {(): [count for _ in aggregates]} if rows else {}
+    data = pa.table(table)
+    if mask is not None:
+        data = data.filter(mask)
+    if not data.num_rows:
+        return {}
+    requests: list[tuple[Any, ...]] = [([], "count_all")]
+    for index, (func, _) in enumerate(aggregates):
+        column = f"a{index}"
+        if func in ("sum", "avg"):
+            requests.append((column, "sum", pc.ScalarAggregateOptions(min_count=1)))
+        if func in ("count", "avg"):
+            requests.append((column, "count"))
+        if func in ("min", "max"):
+            requests.append((column, func))
+    keys = [f"g{index}" for index in range(len(group))]
+    if keys:
+        result = data.group_by(keys, use_threads=False).aggregate(requests).to_pydict()
+    else:
+        result = {"count_all": [data.num_rows]}
+        for column, func, *_ in requests[1:]:
+            result[f"{column}_{func}"] = [_scalar(func, data.column(column))]
+    groups = len(result["count_all"])
+    if groups > max_groups:
+        raise ValueError(f"the GROUP BY makes more than {max_groups:,} groups (the limit)")
+    out: dict[tuple[object, ...], list[Any]] = {}
+    for at in range(groups):
+        key = tuple(result[name][at] for name in keys)
+        states: list[Any] = []
+        for index, (func, _) in enumerate(aggregates):
+            column = f"a{index}"
+            if func == "count_star":
+                states.append(result["count_all"][at])
+            elif func == "avg":
+                states.append([result[f"{column}_sum"][at], result[f"{column}_count"][at]])
+            else:
+                states.append(result[f"{column}_{func}"][at])
+        out[key] = states
+    return out
+
+
+def _scalar(func: str, values: pa.ChunkedArray) -> object:
+    if func == "sum":
+        return pc.sum(values, min_count=1).as_py()
+    if func == "count":
+        return pc.count(values).as_py()
+    return (pc.min if func == "min" else pc.max)(values).as_py()

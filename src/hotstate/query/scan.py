@@ -21,12 +21,12 @@ import heapq
 import itertools
 import math
 import operator
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Final
 
-from hotstate.protocol.rows import Projection, decode_row, decode_rows
+from hotstate.protocol.rows import Projection, RowEncodeError, decode_row, decode_rows
 from hotstate.query.columns import column_condition
 from hotstate.query.expressions import (
     Call,
@@ -68,6 +68,8 @@ MAX_DISTINCT: Final = 100_000
 GROUP_PREFIX: Final = "#g"
 AGGREGATE_PREFIX: Final = "#a"
 AGGREGATE_FUNCTIONS: Final = ("count_star", "count", "count_distinct", "sum", "min", "max", "avg")
+# Those whose partial states a partition's column copy computes (server/column_cache.py).
+COPY_AGGREGATES: Final = frozenset({"count_star", "count", "sum", "min", "max", "avg"})
 
 ROWS, TOP, AGGREGATE = "rows", "top", "aggregate"
 
@@ -305,7 +307,8 @@ class ScanRun:
         self._unseen = {name.casefold(): name for name in names}
         # Told of each chunk the run decodes, with its rows (None: a row lacks one of the columns exactly):
         # how a full scan leaves a column copy of its partition behind (server/column_cache.py).
-        self.on_decoded: Callable[[Sequence[tuple[bytes, bytes]], list[Any] | None], None] | None = None
+        # Keys alone (rows empty) for a run that reads no values.
+        self.on_decoded: Callable[[Sequence[bytes], list[Any] | None], None] | None = None
 
     @property
     def column_names(self) -> frozenset[str]:
@@ -323,15 +326,24 @@ class ScanRun:
         return self._counts_matches
 
     @property
-    def column_where(self) -> Node | None:
-        """The WHERE, when the answer is the rows it keeps in key order or their number and it may be
-        decided over a partition's columns at once (query/columns.py); None otherwise."""
-        where = self.program.where
-        if where is None or column_condition(where) is None:
-            return None
-        if self.program.mode == ROWS or self._counts_matches:
-            return where
-        return None
+    def answerable_from_columns(self) -> bool:
+        """Whether a partition's column copy can answer the run: the rows its WHERE keeps, in key order,
+        or their number (COUNT(*), with or without a WHERE), the WHERE of a form decided over columns at
+        once (query/columns.py)."""
+        program = self.program
+        where = program.where
+        if where is not None and column_condition(where) is None:
+            return False
+        if program.mode == AGGREGATE:
+            return self._counts_matches or (
+                all(isinstance(node, Col) and not node.path for node in program.group)
+                and all(
+                    a.func in COPY_AGGREGATES
+                    and (a.arg is None or (isinstance(a.arg, Col) and not a.arg.path))
+                    for a in program.aggregates
+                )
+            )
+        return program.mode == ROWS and where is not None
 
     def add_matches(self, items: Sequence[tuple[bytes, bytes]], scanned: int) -> None:
         """Rows the WHERE keeps, in key order, found among `scanned` rows read another way (a column copy):
@@ -339,6 +351,18 @@ class ScanRun:
         self._count(scanned)
         merged = heapq.merge(self.kept, items, key=operator.itemgetter(0))
         self.kept = list(itertools.islice(merged, self.program.keep))
+
+    def add_groups(self, groups: Mapping[tuple[object, ...], Sequence[Any]], scanned: int) -> None:
+        """Partial aggregates by group of `scanned` rows read another way (a column copy), merged into the
+        run's."""
+        self._count(scanned)
+        aggregates = self.program.aggregates
+        for key, states in groups.items():
+            mine = self._groups.get(key)
+            if mine is None:
+                mine = self._new_group(key)
+            for index, (aggregate, state) in enumerate(zip(aggregates, states, strict=True)):
+                mine[index] = merged_state(aggregate.func, mine[index], state)
 
     def add_match_count(self, matches: int, scanned: int) -> None:
         """`add_matches` of a run that counts them."""
@@ -365,6 +389,8 @@ class ScanRun:
         """`feed` for a `keys_only` run: the keys of the rows, without their values."""
         if not self._count_only:
             raise ValueError("this scan reads the rows' values: feed it the items")
+        if self.on_decoded is not None:
+            self.on_decoded(keys, [])
         self._count(len(keys))
         states = self._groups.setdefault((), [0] * len(self.program.aggregates))
         for index in range(len(states)):
@@ -419,7 +445,7 @@ class ScanRun:
         rows = projection.decode_many(datas)
         on_decoded = self.on_decoded
         if on_decoded is not None:
-            on_decoded(items, rows)
+            on_decoded([key for key, _ in items], rows)
         if rows is None:
             return [self._decoded_one(data) for data in datas]
         if self._unseen and rows:  # each row has every name exactly
@@ -574,7 +600,10 @@ class ScanRun:
             ]
             for key, states in self._groups.items()
         ]
-        return (), pack({"scanned": self.scanned, "groups": groups})
+        try:
+            return (), pack({"scanned": self.scanned, "groups": groups})
+        except RowEncodeError as error:  # a SUM past the 64-bit ints the row codec carries
+            raise EvalError(f"a partition's partial aggregate cannot be sent: {error}") from None
 
 
 def _holds(where: Callable[[Any], object], rows: Iterable[Any]) -> Iterator[bool]:
@@ -710,25 +739,28 @@ def merge_partials(
                 mine = merged[key] = [_initial(a.func) for a in aggregates]
             for index, (aggregate, state) in enumerate(zip(aggregates, _list(states), strict=True)):
                 func = aggregate.func
-                if func in ("count_star", "count"):
-                    mine[index] += state
-                elif func == "count_distinct":
+                if func == "count_distinct":
                     before = len(mine[index])
                     mine[index].update(state)
                     distinct += len(mine[index]) - before
                     if distinct > MAX_DISTINCT:
                         raise EvalError(_too_distinct())
-                elif func == "avg":
-                    total, count = state
-                    if count:
-                        mine_total, mine_count = mine[index]
-                        mine[index] = [
-                            total if mine_total is None else _plus(mine_total, total),
-                            mine_count + count,
-                        ]
-                elif state is not None:
-                    mine[index] = _combine(func, mine[index], state)
+                else:
+                    mine[index] = merged_state(func, mine[index], state)
     return merged
+
+
+def merged_state(func: str, mine: Any, state: Any) -> Any:
+    """Two partial states of an aggregate (not COUNT(DISTINCT)) as one."""
+    if func in ("count_star", "count"):
+        return mine + state
+    if func == "avg":
+        total, count = state
+        if not count:
+            return mine
+        mine_total, mine_count = mine
+        return [total if mine_total is None else _plus(mine_total, total), mine_count + count]
+    return mine if state is None else _combine(func, mine, state)
 
 
 def _final(func: str, state: Any) -> object:

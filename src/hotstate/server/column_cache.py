@@ -1,6 +1,7 @@
-"""Column copies of partitions for scans: a full scan of a partition that filters (or counts the rows a
-filter keeps) leaves behind the columns it decoded as Arrow arrays, and the next such scan of the
-partition decides its WHERE over them in C (query/columns.py) instead of reading and decoding every row.
+"""Column copies of partitions for scans: a full scan of a partition that filters, or counts rows (all of
+them, or those a filter keeps), leaves behind its keys and the columns it decoded as Arrow arrays, and the
+next such scan of the partition decides its WHERE over them in C (query/columns.py), or counts them,
+instead of reading and decoding every row.
 
 A copy holds the keys in key order and some columns as of the moment its build began; from that moment
 the store tells it every key an apply put or deleted (`Store.track_changes`). A scan from the copy leaves
@@ -23,8 +24,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from hotstate.query.columns import column_array, column_mask, joined_column
-from hotstate.query.scan import ScanRun
+from hotstate.query.columns import column_aggregates, column_array, column_mask, joined_column
+from hotstate.query.expressions import Col, EvalError
+from hotstate.query.scan import AGGREGATE, MAX_GROUPS, ScanRun
 from hotstate.replica.store import ChangedKeys, Store
 
 __all__ = ["ColumnCache", "ColumnCacheBuild", "ColumnCaches", "scan_from_cache"]
@@ -79,8 +81,9 @@ class ColumnCacheBuild:
         self._columns: dict[str, list[pa.Array]] = {name: [] for name in names}
         self.failed = False  # a column has no Arrow form that means the same (query/columns.py)
 
-    def add(self, items: Sequence[tuple[bytes, bytes]], rows: Sequence[Any] | None) -> None:
-        """A chunk of the scan: its items and their rows decoded (None: a row lacks a column)."""
+    def add(self, keys: Sequence[bytes], rows: Sequence[Any] | None) -> None:
+        """A chunk of the scan: its keys and their rows decoded (None: a row lacks a column; a copy of no
+        columns, for COUNT(*), is fed keys alone)."""
         if self.failed:
             return
         if rows is None:
@@ -95,7 +98,7 @@ class ColumnCacheBuild:
             arrays.append((name, array))
         for name, array in arrays:
             self._columns[name].append(array)
-        self._keys.append(pa.array([key for key, _ in items], pa.binary()))
+        self._keys.append(pa.array(keys, pa.binary()))
 
     def finish(self) -> ColumnCache | None:
         """The copy, once the scan read every row of the store; None when a column has no Arrow form."""
@@ -195,13 +198,12 @@ class ColumnCaches:
 
 
 def scan_from_cache(cache: ColumnCache, run: ScanRun, chunk_rows: int) -> bool:
-    """Feed `run` the partition's answer from `cache`: its WHERE over the copy's columns for the rows no
-    apply changed since, and the changed keys' rows read from the store. False when the WHERE has no
-    column form over these columns (the caller scans the rows)."""
-    where = run.column_where
-    assert where is not None
-    mask = column_mask(where, cache.columns)
-    if mask is None:
+    """Feed `run` the partition's answer from `cache`: its WHERE over the copy's columns (or a count of its
+    keys) for the rows no apply changed since, and the changed keys' rows read from the store. False when
+    the WHERE has no column form over these columns (the caller scans the rows)."""
+    where = run.program.where
+    mask = None if where is None else column_mask(where, cache.columns)
+    if where is not None and mask is None:
         return False
     store = cache.store
     changed = sorted(cache.changed.keys)
@@ -209,7 +211,24 @@ def scan_from_cache(cache: ColumnCache, run: ScanRun, chunk_rows: int) -> bool:
     if changed:
         stale = pc.is_in(cache.keys, value_set=pa.array(changed, pa.binary()))
         unchanged -= pc.sum(stale).as_py() or 0
-        mask = pc.and_(mask, pc.invert(stale))
+        kept = pc.invert(stale)
+        mask = kept if mask is None else pc.and_(mask, kept)
+    program = run.program
+    groups = None
+    if program.mode == AGGREGATE and not run.counts_matches:
+        try:
+            groups = column_aggregates(
+                [node.name for node in program.group if isinstance(node, Col)],
+                [(a.func, a.arg.name if isinstance(a.arg, Col) else None) for a in program.aggregates],
+                cache.columns,
+                mask,
+                cache.rows,
+                MAX_GROUPS,
+            )
+        except ValueError as error:
+            raise EvalError(str(error)) from None
+        if groups is None:
+            return False
     current = [
         (key, row) for key, row in zip(changed, store.get_many(changed), strict=True) if row is not None
     ]
@@ -217,9 +236,13 @@ def scan_from_cache(cache: ColumnCache, run: ScanRun, chunk_rows: int) -> bool:
         run.feed(current[at : at + chunk_rows])
     if unchanged:
         run.saw_every_column()
-    if run.counts_matches:
-        run.add_match_count(pc.sum(mask).as_py() or 0, unchanged)
+    if groups is not None:
+        run.add_groups(groups, unchanged)
         return True
+    if run.counts_matches:
+        run.add_match_count(unchanged if mask is None else pc.sum(mask).as_py() or 0, unchanged)
+        return True
+    assert mask is not None
     keys = pc.filter(cache.keys, mask).slice(0, run.program.keep).to_pylist()
     rows = store.get_many(keys)
     run.add_matches([(key, row) for key, row in zip(keys, rows, strict=True) if row is not None], unchanged)

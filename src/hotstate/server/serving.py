@@ -217,7 +217,12 @@ class LocalReads:
             chunk_rows = min(step_rows, SCAN_CHUNK_ROWS)
             caches, pid = self.column_caches, replica.pid
             try:
-                if request.scan and request.start is None and request.end is None and run.column_where:
+                if (
+                    request.scan
+                    and request.start is None
+                    and request.end is None
+                    and run.answerable_from_columns
+                ):
                     names = run.column_names
                     cache = caches.usable(pid, store, names)
                     if cache is not None and scan_from_cache(cache, run, chunk_rows):
