@@ -172,6 +172,18 @@ def test_snapshot_is_consistent_while_apply_continues(tmp_path: Path) -> None:
         assert len(contents(store)) == 70
 
 
+def test_a_snapshot_reads_keys_as_of_its_view(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "p0") as store:
+        store.apply([(b"k%03d" % i, b"v%d" % i) for i in range(10)], 10, 1)
+        with store.snapshot() as snapshot:
+            store.apply([(b"k001", None), (b"k002", b"changed"), (b"k050", b"added")], 20, 1)
+            keys = [b"k001", b"k002", b"k003", b"k050", b"k0", b"z"]
+            assert snapshot.get_many(keys) == [b"v1", b"v2", b"v3", None, None, None]
+        assert store.get_many(keys) == [None, b"changed", b"v3", b"added", None, None]
+        with pytest.raises(StoreError, match="snapshot closed"):
+            snapshot.get_many([b"k001"])
+
+
 @pytest.mark.parametrize("max_bytes", [1, 7, 100, 1000, 1 << 30])
 def test_chunks_cover_everything_exactly_once(tmp_path: Path, max_bytes: int) -> None:
     rng = random.Random(max_bytes)

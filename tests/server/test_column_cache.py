@@ -50,8 +50,7 @@ class _Reads:
         self.reads._checked = lambda request: (replica, "active", 10, 0)  # type: ignore[method-assign]
 
     def answer(self, sql: str) -> PartitionQueryResponse:
-        program = program_for(_spec(sql), None, 100_000).encode()
-        request = PartitionQueryRequest("t", 0, (), True, None, None, None, None, 0, program=program)
+        request = _request(sql)
         store = self.replica.store
         scan_chunks = store.scan_chunks
 
@@ -73,6 +72,11 @@ def _spec(sql: str) -> ScanSpec:
     """The scan of `sql`, as query/plan.py makes it for a table keyed by `user`."""
     query = parse(sql)
     return query.scan or spec_of_conditions(query.conditions, query.columns)
+
+
+def _request(sql: str) -> PartitionQueryRequest:
+    program = program_for(_spec(sql), None, 100_000).encode()
+    return PartitionQueryRequest("t", 0, (), True, None, None, None, None, 0, program=program)
 
 
 def _key(i: int) -> bytes:
@@ -229,3 +233,32 @@ def test_a_scan_that_stops_early_builds_nothing_and_stops_tracking(store: Store)
     answer = asyncio.run(reads.reads.scan(request))
     assert answer.error is ReplicaError.NONE and len(answer.items) == 6
     assert len(reads.reads.column_caches) == 0 and not store.trackers
+
+
+@pytest.mark.parametrize("sql", QUERIES)
+def test_a_scan_from_a_copy_runs_in_steps_and_answers_as_of_its_first(
+    store: Store, sql: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(column_cache, "COPY_STEP_ROWS", 500)
+    reads = _Reads(store)
+    plain = _Reads(store, scan_cache_bytes=0)
+    store.apply([(_key(i), _row(i, 7)) for i in range(0, 3000, 13)], 2, 1)
+    reads.answer(sql)  # the copy
+    store.apply([(_key(i), None) for i in range(0, 3000, 17)], 3, 1)  # changed since the copy
+    want = plain.answer(sql)
+
+    def no_rows(*args: Any, **kwargs: Any) -> Iterator[list[Any]]:
+        raise AssertionError("the copy answers: no row is read")
+
+    monkeypatch.setattr(store, "scan_chunks", no_rows)
+    steps = reads.reads._scan_steps(_request(sql))
+    assert next(steps) is None  # the first step: the changed keys and the view taken
+    # Applied between the steps: not in the answer, which is of the moment of the first.
+    store.apply([(_key(i), _row(i, 7, 9.5)) for i in range(1, 3000, 5)], 4, 1)
+    store.apply([(_key(i), None) for i in range(2, 3000, 7)], 5, 1)
+    answers = list(steps)
+    got = answers[-1]
+    assert got is not None and got.error is ReplicaError.NONE, got
+    assert len(answers) >= 3000 // 500  # a step per 500 rows of the copy
+    assert _users(got) == _users(want)
+    assert _partial(got) == _partial(want)

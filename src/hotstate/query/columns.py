@@ -21,7 +21,14 @@ import pyarrow.compute as pc
 
 from hotstate.query.expressions import Call, Col, Lit, Node
 
-__all__ = ["column_aggregates", "column_array", "column_condition", "column_mask", "joined_column"]
+__all__ = [
+    "aggregate_inputs",
+    "column_aggregates",
+    "column_array",
+    "column_condition",
+    "column_mask",
+    "joined_column",
+]
 
 # Ints within this magnitude are exact as doubles: compared with a float, Arrow's double comparison
 # answers what Python's exact one does.
@@ -137,25 +144,20 @@ def _sum_exact(values: pa.ChunkedArray) -> bool:
     return low is None or max(abs(low), abs(high)) * max(1, len(values)) < 2**63
 
 
-def column_aggregates(
-    group: Sequence[str],
-    aggregates: Sequence[tuple[str, str | None]],
-    columns: Mapping[str, pa.ChunkedArray],
-    mask: pa.ChunkedArray | None,
-    rows: int,
-    max_groups: int,
-) -> dict[tuple[object, ...], list[Any]] | None:
-    """Partial aggregates by group, in query/scan.py's states, of the rows `mask` keeps (all `rows`: None):
-    `group` names the GROUP BY columns, `aggregates` (function, column or None for COUNT(*)). None when
-    a column's type gives them no exact column form: GROUP BY on ints or strings; SUM and AVG of ints
-    that cannot overflow int64 (floats are summed in key order by the rows' rule, and an Arrow sum adds
-    them in another order); MIN and MAX of ints or strings; COUNT of any. ValueError past `max_groups`."""
-    table: dict[str, pa.ChunkedArray] = {}
+def aggregate_inputs(
+    group: Sequence[str], aggregates: Sequence[tuple[str, str | None]], columns: Mapping[str, pa.ChunkedArray]
+) -> dict[str, pa.ChunkedArray] | None:
+    """The columns `column_aggregates` reads (`g<i>`: the i-th GROUP BY column, `a<j>`: the j-th
+    aggregate's), or None when a column's type gives the aggregates no exact column form: GROUP BY on ints
+    or strings; SUM and AVG of ints that cannot overflow int64 (floats are summed in key order by the
+    rows' rule, and an Arrow sum adds them in another order); MIN and MAX of ints or strings; COUNT of
+    any. `group` names the GROUP BY columns, `aggregates` are (function, column or None for COUNT(*))."""
+    inputs: dict[str, pa.ChunkedArray] = {}
     for index, name in enumerate(group):
         values = columns.get(name)
         if values is None or values.type not in (pa.int64(), pa.string()):
             return None
-        table[f"g{index}"] = values
+        inputs[f"g{index}"] = values
     for index, (func, arg) in enumerate(aggregates):
         if func == "count_star":
             continue
@@ -170,12 +172,26 @@ def column_aggregates(
                 return None
         elif func != "count":
             return None
-        table[f"a{index}"] = values
-    if not table:  # COUNT(*) alone, without GROUP BY
+        inputs[f"a{index}"] = values
+    return inputs
+
+
+def column_aggregates(
+    groups: int,
+    aggregates: Sequence[tuple[str, str | None]],
+    inputs: Mapping[str, pa.ChunkedArray],
+    mask: pa.ChunkedArray | None,
+    rows: int,
+    max_groups: int,
+) -> dict[tuple[object, ...], list[Any]]:
+    """Partial aggregates by group, in query/scan.py's states, of the rows `mask` keeps (all `rows`: None)
+    of `aggregate_inputs`' columns (or a slice of each), `groups` of them GROUP BY columns. ValueError past
+    `max_groups`."""
+    if not inputs:  # COUNT(*) alone, without GROUP BY
         count = rows if mask is None else pc.sum(mask).as_py() or 0
         # As the rows' COUNT(*) ... WHERE: a count, 0 too, once there were rows to count.
         return {(): [count for _ in aggregates]} if rows else {}
-    data = pa.table(table)
+    data = pa.table(dict(inputs))
     if mask is not None:
         data = data.filter(mask)
     if not data.num_rows:
@@ -189,18 +205,18 @@ def column_aggregates(
             requests.append((column, "count"))
         if func in ("min", "max"):
             requests.append((column, func))
-    keys = [f"g{index}" for index in range(len(group))]
+    keys = [f"g{index}" for index in range(groups)]
     if keys:
         result = data.group_by(keys, use_threads=False).aggregate(requests).to_pydict()
     else:
         result = {"count_all": [data.num_rows]}
         for column, func, *_ in requests[1:]:
             result[f"{column}_{func}"] = [_scalar(func, data.column(column))]
-    groups = len(result["count_all"])
-    if groups > max_groups:
+    found = len(result["count_all"])
+    if found > max_groups:
         raise ValueError(f"the GROUP BY makes more than {max_groups:,} groups (the limit)")
     out: dict[tuple[object, ...], list[Any]] = {}
-    for at in range(groups):
+    for at in range(found):
         key = tuple(result[name][at] for name in keys)
         states: list[Any] = []
         for index, (func, _) in enumerate(aggregates):

@@ -738,6 +738,22 @@ class StoreSnapshot:
                 raise StoreError(self._path, f"snapshot read failed: {error}") from None
             return items, (items[-1][0] if iterator.valid() else None)
 
+    def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        """The view's rows of `keys` (None: no row), a seek each."""
+        with self._lock:
+            iterator = self._iterator
+            if iterator is None:
+                raise StoreError(self._path, "snapshot closed")
+            rows: list[bytes | None] = []
+            for key in keys:
+                iterator.seek(key)
+                rows.append(iterator.value() if iterator.valid() and iterator.key() == key else None)
+            try:
+                iterator.status()
+            except Exception as error:
+                raise StoreError(self._path, f"snapshot read failed: {error}") from None
+            return rows
+
     def close(self) -> None:
         with self._lock:
             self._iterator = None

@@ -18,13 +18,19 @@ the changed keys and of their rows.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from hotstate.query.columns import column_aggregates, column_array, column_mask, joined_column
+from hotstate.query.columns import (
+    aggregate_inputs,
+    column_aggregates,
+    column_array,
+    column_mask,
+    joined_column,
+)
 from hotstate.query.expressions import Col, EvalError
 from hotstate.query.scan import AGGREGATE, MAX_GROUPS, ScanRun
 from hotstate.replica.store import ChangedKeys, Store
@@ -33,6 +39,8 @@ __all__ = ["ColumnCache", "ColumnCacheBuild", "ColumnCaches", "scan_from_cache"]
 
 # How many changed keys a copy of `rows` rows takes before it is rebuilt rather than patched.
 MIN_CHANGE_LIMIT = 10_000
+# Rows of a copy one step of a scan decides over (about a millisecond); between steps the event loop runs.
+COPY_STEP_ROWS = 65_536
 
 
 def _change_limit(rows: int) -> int:
@@ -77,8 +85,8 @@ class ColumnCacheBuild:
         self.names = names
         self._readers = [(name, readers[name]) for name in sorted(names)]
         self.changed = store.track_changes(_change_limit(store.count_estimate()))
-        self._keys: list[pa.Array] = []
-        self._columns: dict[str, list[pa.Array]] = {name: [] for name in names}
+        self._keys = _Chunks()
+        self._columns = {name: _Chunks() for name in names}
         self.failed = False  # a column has no Arrow form that means the same (query/columns.py)
 
     def add(self, keys: Sequence[bytes], rows: Sequence[Any] | None) -> None:
@@ -97,23 +105,52 @@ class ColumnCacheBuild:
                 return
             arrays.append((name, array))
         for name, array in arrays:
-            self._columns[name].append(array)
-        self._keys.append(pa.array(keys, pa.binary()))
+            self._columns[name].add(array)
+        self._keys.add(pa.array(keys, pa.binary()))
 
     def finish(self) -> ColumnCache | None:
         """The copy, once the scan read every row of the store; None when a column has no Arrow form."""
         columns = {}
         for name, chunks in self._columns.items():
-            column = None if self.failed else joined_column(chunks)
+            column = None if self.failed else joined_column(chunks.done())
             if column is None:
                 self.abandon()
                 return None
             columns[name] = column
-        keys = pa.chunked_array(self._keys, pa.binary())
+        keys = pa.chunked_array(self._keys.done(), pa.binary())
         return ColumnCache(self.store, self.names, keys, columns, self.changed)
 
     def abandon(self) -> None:
         self.store.untrack(self.changed)
+
+
+class _Chunks:
+    """A column's arrays as a scan hands them over (a few hundred rows each), joined into arrays of about
+    COPY_STEP_ROWS rows: Arrow's per-array cost made the copy's operations twice as slow with small ones."""
+
+    def __init__(self) -> None:
+        self._joined: list[pa.Array] = []
+        self._pending: list[pa.Array] = []
+        self._rows = 0
+
+    def add(self, array: pa.Array) -> None:
+        self._pending.append(array)
+        self._rows += len(array)
+        if self._rows >= COPY_STEP_ROWS:
+            self._join()
+
+    def _join(self) -> None:
+        if self._pending:
+            types = {array.type for array in self._pending if array.type != pa.null()}
+            if len(types) == 1:  # else joined_column refuses the column
+                (kind,) = types
+                self._pending = [pa.concat_arrays([array.cast(kind) for array in self._pending])]
+            self._joined.extend(self._pending)
+            self._pending, self._rows = [], 0
+
+    def done(self) -> list[pa.Array]:
+        self._join()
+        return self._joined
 
 
 class ColumnCaches:
@@ -197,53 +234,86 @@ class ColumnCaches:
             del self._refused[pid]
 
 
-def scan_from_cache(cache: ColumnCache, run: ScanRun, chunk_rows: int) -> bool:
-    """Feed `run` the partition's answer from `cache`: its WHERE over the copy's columns (or a count of its
-    keys) for the rows no apply changed since, and the changed keys' rows read from the store. False when
-    the WHERE has no column form over these columns (the caller scans the rows)."""
-    where = run.program.where
+def scan_from_cache(cache: ColumnCache, run: ScanRun, chunk_rows: int) -> Generator[None, None, bool]:
+    """Feed `run` the partition's answer from `cache`, yielding between steps of at most COPY_STEP_ROWS rows
+    of the copy (or `chunk_rows` rows read from the store): its WHERE over the copy's columns (a count of
+    its keys, its groups' aggregates) for the rows no apply changed since, and the changed keys' rows read
+    from the store. All as of the first step: the changed keys are taken then, and every row read from the
+    store comes from a view of that moment (the copy's arrays never change). Returns False at once when
+    the WHERE or the aggregates have no column form over these columns (the caller scans the rows)."""
+    program = run.program
+    where = program.where
     mask = None if where is None else column_mask(where, cache.columns)
     if where is not None and mask is None:
         return False
-    store = cache.store
-    changed = sorted(cache.changed.keys)
-    unchanged = cache.rows
-    if changed:
-        stale = pc.is_in(cache.keys, value_set=pa.array(changed, pa.binary()))
-        unchanged -= pc.sum(stale).as_py() or 0
-        kept = pc.invert(stale)
-        mask = kept if mask is None else pc.and_(mask, kept)
-    program = run.program
-    groups = None
-    if program.mode == AGGREGATE and not run.counts_matches:
-        try:
-            groups = column_aggregates(
-                [node.name for node in program.group if isinstance(node, Col)],
-                [(a.func, a.arg.name if isinstance(a.arg, Col) else None) for a in program.aggregates],
-                cache.columns,
-                mask,
-                cache.rows,
-                MAX_GROUPS,
-            )
-        except ValueError as error:
-            raise EvalError(str(error)) from None
-        if groups is None:
+    aggregating = program.mode == AGGREGATE and not run.counts_matches
+    aggregates = [(a.func, a.arg.name if isinstance(a.arg, Col) else None) for a in program.aggregates]
+    inputs = None
+    if aggregating:
+        group = [node.name for node in program.group if isinstance(node, Col)]
+        inputs = aggregate_inputs(group, aggregates, cache.columns)
+        if inputs is None:
             return False
-    current = [
-        (key, row) for key, row in zip(changed, store.get_many(changed), strict=True) if row is not None
-    ]
-    for at in range(0, len(current), chunk_rows):
-        run.feed(current[at : at + chunk_rows])
-    if unchanged:
-        run.saw_every_column()
-    if groups is not None:
-        run.add_groups(groups, unchanged)
+    step_rows = COPY_STEP_ROWS
+    store = cache.store
+    view = store.snapshot()
+    try:
+        changed = sorted(cache.changed.keys)
+        unchanged = cache.rows
+        if changed:
+            stale = pc.is_in(cache.keys, value_set=pa.array(changed, pa.binary()))
+            unchanged -= pc.sum(stale).as_py() or 0
+            kept = pc.invert(stale)
+            mask = kept if mask is None else pc.and_(mask, kept)
+        # The changed keys' rows, through the rows' evaluation.
+        for at in range(0, len(changed), chunk_rows):
+            keys = changed[at : at + chunk_rows]
+            current = [
+                (key, row) for key, row in zip(keys, view.get_many(keys), strict=True) if row is not None
+            ]
+            if run.keys_only:
+                run.feed_keys([key for key, _ in current])
+            else:
+                run.feed(current)
+            yield None
+        if unchanged:
+            run.saw_every_column()
+        matches = 0
+        matched: list[bytes] = []
+        keep = program.keep
+        for start in range(0, cache.rows, step_rows):
+            part = None if mask is None else mask.slice(start, step_rows)
+            if inputs is not None:
+                sliced = {name: column.slice(start, step_rows) for name, column in inputs.items()}
+                rows = min(step_rows, cache.rows - start)
+                try:
+                    groups = column_aggregates(len(program.group), aggregates, sliced, part, rows, MAX_GROUPS)
+                except ValueError as error:
+                    raise EvalError(str(error)) from None
+                run.add_groups(groups, 0)
+            elif run.counts_matches:
+                matches += min(step_rows, cache.rows - start) if part is None else pc.sum(part).as_py() or 0
+            else:
+                assert part is not None
+                found = pc.filter(cache.keys.slice(start, step_rows), part).slice(0, keep - len(matched))
+                matched.extend(found.to_pylist())
+                if len(matched) >= keep:
+                    break
+            yield None
+        if inputs is not None:
+            run.add_groups({}, unchanged)
+        elif run.counts_matches:
+            run.add_match_count(matches, unchanged)
+        else:
+            items: list[tuple[bytes, bytes]] = []
+            for at in range(0, len(matched), chunk_rows):
+                keys = matched[at : at + chunk_rows]
+                items.extend(
+                    (key, row) for key, row in zip(keys, view.get_many(keys), strict=True) if row is not None
+                )
+                if at + chunk_rows < len(matched):
+                    yield None
+            run.add_matches(items, unchanged)
         return True
-    if run.counts_matches:
-        run.add_match_count(unchanged if mask is None else pc.sum(mask).as_py() or 0, unchanged)
-        return True
-    assert mask is not None
-    keys = pc.filter(cache.keys, mask).slice(0, run.program.keep).to_pylist()
-    rows = store.get_many(keys)
-    run.add_matches([(key, row) for key, row in zip(keys, rows, strict=True) if row is not None], unchanged)
-    return True
+    finally:
+        view.close()

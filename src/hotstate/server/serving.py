@@ -225,7 +225,7 @@ class LocalReads:
                 ):
                     names = run.column_names
                     cache = caches.usable(pid, store, names)
-                    if cache is not None and scan_from_cache(cache, run, chunk_rows):
+                    if cache is not None and (yield from scan_from_cache(cache, run, chunk_rows)):
                         items, partial = run.answer()
                         yield PartitionQueryResponse(
                             ReplicaError.NONE, "", state, position, offset_lag, items, partial

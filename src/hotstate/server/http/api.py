@@ -283,6 +283,9 @@ def _refresh_gauges(ctx: HttpContext) -> None:
     if ctx.feeds is not None:
         metrics.push_subscriptions.set(len(ctx.feeds))
     metrics.scans_running.set(ctx.queries.reads.scans)
+    copies = ctx.queries.reads.column_caches
+    metrics.column_copies.set(len(copies))
+    metrics.column_copy_bytes.set(copies.nbytes)
     metrics.replica_lag.clear()
     metrics.replica_position.clear()
     if ctx.replicas is not None:

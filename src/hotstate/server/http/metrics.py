@@ -144,6 +144,16 @@ class Metrics:
             "query.scan.max.concurrent)",
             registry=self.registry,
         )
+        self.column_copies = Gauge(
+            "hotstate_scan_column_copies",
+            "Column copies of partitions this server keeps for scans (query.scan.cache.bytes)",
+            registry=self.registry,
+        )
+        self.column_copy_bytes = Gauge(
+            "hotstate_scan_column_copy_bytes",
+            "Bytes of the column copies of partitions this server keeps for scans",
+            registry=self.registry,
+        )
         self.scans_cancelled = LoopCounter(
             "hotstate_partition_scans_cancelled",
             "Partition scans stopped before their end, by reason (client_gone: nobody waited for the answer "
