@@ -84,8 +84,8 @@ QUERIES = {
 EPOCH = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
 
-# The questions a partition's column copy answers (server/column_cache.py): a filter's rows, a filter's count.
-COPY_QUESTIONS = ("filter", "count_where")
+# The questions a partition's column copy answers (server/column_cache.py): a bare COUNT(*) too, from any copy.
+COPY_QUESTIONS = ("filter", "count_where", "group", "top10")
 
 
 def row(i: int) -> dict[str, object]:

@@ -17,7 +17,9 @@ from hotstate.query.columns import (
     column_array,
     column_condition,
     column_mask,
+    column_top,
     joined_column,
+    top_inputs,
 )
 from hotstate.query.expressions import Call, Col, Lit, Node, evaluator
 
@@ -218,3 +220,56 @@ def test_the_column_form_of_aggregates_gives_the_rows_partial_states(
     assert {
         key: [list(s) if isinstance(s, tuple) else s for s in states] for key, states in got.items()
     } == want
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.one_of(st.none(), st.integers(-3, 3)),
+            st.one_of(st.none(), st.sampled_from(["a", "b", "é"])),
+            st.one_of(st.none(), st.sampled_from([0.0, -0.0, 1.5, -2.5, float("nan"), float("inf")])),
+        ),
+        max_size=15,
+    ),
+    st.lists(
+        st.tuples(st.sampled_from(["gi", "gs", "v"]), st.booleans(), st.one_of(st.none(), st.booleans())),
+        min_size=1,
+        max_size=3,
+    ),
+    st.integers(0, 6),
+    st.integers(1, 6),
+)
+def test_the_column_form_of_a_top_n_takes_the_rows_top_n(
+    rows: list[tuple[int | None, str | None, float | None]],
+    order: list[tuple[str, bool, bool | None]],
+    keep: int,
+    step: int,
+) -> None:
+    import heapq
+
+    from hotstate.protocol.rows import encode_row
+    from hotstate.query.scan import TOP, OrderItem, ScanProgram, ScanRun, sort_key_of
+
+    items = tuple(OrderItem(Col(name), descending, nulls) for name, descending, nulls in order)
+    data = [{"gi": gi, "gs": gs, "v": v} for gi, gs, v in rows]
+    encoded = [(b"k%03d" % at, encode_row(row)) for at, row in enumerate(data)]
+    run = ScanRun(ScanProgram(TOP, None, keep, items))
+    run.feed(encoded)
+    want = [key for key, _ in run.answer()[0]]
+    columns: Any = {
+        name: joined_column([column_array([row[name] for row in data])]) for name in ("gi", "gs", "v")
+    }
+    spec = [(name, descending, descending if nulls is None else nulls) for name, descending, nulls in order]
+    inputs = top_inputs(spec, columns)
+    if inputs is None:
+        return  # a NaN: the rows' order
+    keys = pa.chunked_array([pa.array([key for key, _ in encoded], pa.binary())], pa.binary())
+    best: list[tuple[tuple[object, ...], bytes]] = []
+    for start in range(0, max(1, len(data)), step):  # a slice at a time, as a replica's steps take them
+        sliced = {name: column.slice(start, step) for name, column in inputs.items()}
+        found, values = column_top(spec, sliced, keys.slice(start, step), None, keep)
+        best = heapq.nsmallest(
+            keep, [*best, *((sort_key_of(v, items), k) for k, v in zip(found, values, strict=True))]
+        )
+    assert [key for _, key in best] == want

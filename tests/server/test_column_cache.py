@@ -75,7 +75,7 @@ def _spec(sql: str) -> ScanSpec:
 
 
 def _request(sql: str) -> PartitionQueryRequest:
-    program = program_for(_spec(sql), None, 100_000).encode()
+    program = program_for(_spec(sql), parse(sql).limit, 100_000).encode()
     return PartitionQueryRequest("t", 0, (), True, None, None, None, None, 0, program=program)
 
 
@@ -116,6 +116,9 @@ QUERIES = [
     "FROM t GROUP BY name",
     "SELECT SUM(clicks), MAX(clicks) FROM t WHERE amount > 1.0",
     "SELECT clicks, COUNT(*) FROM t WHERE name >= 'n2' GROUP BY clicks",
+    "SELECT user, clicks FROM t ORDER BY clicks DESC LIMIT 5",
+    "SELECT user FROM t WHERE clicks > 2 ORDER BY name DESC, clicks LIMIT 7",
+    "SELECT user FROM t ORDER BY amount, user LIMIT 9",
 ]
 
 

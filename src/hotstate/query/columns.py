@@ -27,7 +27,9 @@ __all__ = [
     "column_array",
     "column_condition",
     "column_mask",
+    "column_top",
     "joined_column",
+    "top_inputs",
 ]
 
 # Ints within this magnitude are exact as doubles: compared with a float, Arrow's double comparison
@@ -237,3 +239,44 @@ def _scalar(func: str, values: pa.ChunkedArray) -> object:
     if func == "count":
         return pc.count(values).as_py()
     return (pc.min if func == "min" else pc.max)(values).as_py()
+
+
+def top_inputs(
+    order: Sequence[tuple[str, bool, bool]], columns: Mapping[str, pa.ChunkedArray]
+) -> dict[str, pa.ChunkedArray] | None:
+    """The columns `column_top` sorts by (`o<i>`: the i-th ORDER BY item's), or None when they have no
+    column form that sorts as the rows do: ints, strings, floats without NaN (Python's order of a NaN is no
+    order). `order`: (column, descending, NULLs first)."""
+    inputs = {}
+    for index, (name, _, _) in enumerate(order):
+        values = columns.get(name)
+        if values is None or values.type not in (pa.int64(), pa.string(), pa.float64()):
+            return None
+        if values.type == pa.float64() and pc.any(pc.is_nan(values)).as_py():
+            return None
+        inputs[f"o{index}"] = values
+    return inputs
+
+
+def column_top(
+    order: Sequence[tuple[str, bool, bool]],
+    inputs: Mapping[str, pa.ChunkedArray],
+    keys: pa.ChunkedArray,
+    mask: pa.ChunkedArray | None,
+    keep: int,
+) -> tuple[list[bytes], list[list[object]]]:
+    """The first `keep` rows `mask` keeps (all: None) by ORDER BY `order` and then by key, as the rows'
+    top-n takes them: their keys and each one's ORDER BY values."""
+    table = pa.table({**inputs, "#key": keys})
+    if mask is not None:
+        table = table.filter(mask)
+    if not table.num_rows or not keep:
+        return [], []
+    sort_keys = [
+        (f"o{index}", "descending" if descending else "ascending", "at_start" if nulls_first else "at_end")
+        for index, (_, descending, nulls_first) in enumerate(order)
+    ]
+    indices = pc.sort_indices(table, sort_keys=[*sort_keys, ("#key", "ascending", "at_end")])
+    top = table.take(indices.slice(0, keep)).to_pydict()
+    values = [[top[f"o{index}"][at] for index in range(len(order))] for at in range(len(top["#key"]))]
+    return top["#key"], values

@@ -334,6 +334,8 @@ class ScanRun:
         where = program.where
         if where is not None and column_condition(where) is None:
             return False
+        if program.mode == TOP:
+            return self.order_columns is not None
         if program.mode == AGGREGATE:
             return self._counts_matches or (
                 all(isinstance(node, Col) and not node.path for node in program.group)
@@ -351,6 +353,29 @@ class ScanRun:
         self._count(scanned)
         merged = heapq.merge(self.kept, items, key=operator.itemgetter(0))
         self.kept = list(itertools.islice(merged, self.program.keep))
+
+    @property
+    def order_columns(self) -> list[tuple[str, bool, bool]] | None:
+        """Each ORDER BY item as (column, descending, NULLs first) when every one is a top-level column."""
+        out = []
+        for item in self.program.order:
+            node = item.node
+            if not isinstance(node, Col) or node.path:
+                return None
+            nulls_first = item.descending if item.nulls_first is None else item.nulls_first
+            out.append((node.name, item.descending, nulls_first))
+        return out
+
+    def add_top(self, candidates: Sequence[tuple[Sequence[object], bytes, bytes]], scanned: int) -> None:
+        """Rows that may be in the top n, as (ORDER BY values, key, row), found among `scanned` rows read
+        another way (a column copy)."""
+        self._count(scanned)
+        order = self.program.order
+        try:
+            self._top.extend((sort_key_of(values, order), key, data) for values, key, data in candidates)
+        except TypeError:
+            raise EvalError(_unordered(order)) from None
+        self._prune()
 
     def add_groups(self, groups: Mapping[tuple[object, ...], Sequence[Any]], scanned: int) -> None:
         """Partial aggregates by group of `scanned` rows read another way (a column copy), merged into the

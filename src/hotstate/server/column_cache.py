@@ -17,6 +17,7 @@ the changed keys and of their rows.
 
 from __future__ import annotations
 
+import heapq
 from collections import OrderedDict
 from collections.abc import Callable, Generator, Sequence
 from typing import Any
@@ -29,10 +30,12 @@ from hotstate.query.columns import (
     column_aggregates,
     column_array,
     column_mask,
+    column_top,
     joined_column,
+    top_inputs,
 )
 from hotstate.query.expressions import Col, EvalError
-from hotstate.query.scan import AGGREGATE, MAX_GROUPS, ScanRun
+from hotstate.query.scan import AGGREGATE, MAX_GROUPS, TOP, ScanRun, sort_key_of
 from hotstate.replica.store import ChangedKeys, Store
 
 __all__ = ["ColumnCache", "ColumnCacheBuild", "ColumnCaches", "scan_from_cache"]
@@ -40,7 +43,7 @@ __all__ = ["ColumnCache", "ColumnCacheBuild", "ColumnCaches", "scan_from_cache"]
 # How many changed keys a copy of `rows` rows takes before it is rebuilt rather than patched.
 MIN_CHANGE_LIMIT = 10_000
 # Rows of a copy one step of a scan decides over (about a millisecond); between steps the event loop runs.
-COPY_STEP_ROWS = 65_536
+COPY_STEP_ROWS = 16_384
 
 
 def _change_limit(rows: int) -> int:
@@ -254,6 +257,12 @@ def scan_from_cache(cache: ColumnCache, run: ScanRun, chunk_rows: int) -> Genera
         inputs = aggregate_inputs(group, aggregates, cache.columns)
         if inputs is None:
             return False
+    order = run.order_columns if program.mode == TOP else None
+    sort_inputs = None
+    if order is not None:
+        sort_inputs = top_inputs(order, cache.columns)
+        if sort_inputs is None:
+            return False
     step_rows = COPY_STEP_ROWS
     store = cache.store
     view = store.snapshot()
@@ -281,9 +290,19 @@ def scan_from_cache(cache: ColumnCache, run: ScanRun, chunk_rows: int) -> Genera
         matches = 0
         matched: list[bytes] = []
         keep = program.keep
+        best: list[
+            tuple[tuple[object, ...], bytes, list[object]]
+        ] = []  # the top n so far: sort key, key, values
         for start in range(0, cache.rows, step_rows):
             part = None if mask is None else mask.slice(start, step_rows)
-            if inputs is not None:
+            if order is not None and sort_inputs is not None:
+                sliced = {name: column.slice(start, step_rows) for name, column in sort_inputs.items()}
+                keys, values = column_top(order, sliced, cache.keys.slice(start, step_rows), part, keep)
+                best.extend(
+                    (sort_key_of(one, program.order), key, one) for key, one in zip(keys, values, strict=True)
+                )
+                best = heapq.nsmallest(keep, best)
+            elif inputs is not None:
                 sliced = {name: column.slice(start, step_rows) for name, column in inputs.items()}
                 rows = min(step_rows, cache.rows - start)
                 try:
@@ -300,7 +319,17 @@ def scan_from_cache(cache: ColumnCache, run: ScanRun, chunk_rows: int) -> Genera
                 if len(matched) >= keep:
                     break
             yield None
-        if inputs is not None:
+        if order is not None:
+            found_rows = view.get_many([key for _, key, _ in best])
+            run.add_top(
+                [
+                    (values, key, row)
+                    for (_, key, values), row in zip(best, found_rows, strict=True)
+                    if row is not None
+                ],
+                unchanged,
+            )
+        elif inputs is not None:
             run.add_groups({}, unchanged)
         elif run.counts_matches:
             run.add_match_count(matches, unchanged)
