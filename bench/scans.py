@@ -84,7 +84,8 @@ QUERIES = {
 EPOCH = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
 
-# The questions a partition's column copy answers (server/column_cache.py): a bare COUNT(*) too, from any copy.
+# The questions a partition's column copy answers (server/column_cache.py); a bare COUNT(*) is answered
+# from any copy.
 COPY_QUESTIONS = ("filter", "count_where", "group", "top10")
 
 
