@@ -131,11 +131,34 @@ def test_a_filter_scan_leaves_a_copy_and_the_next_reads_no_row(store: Store) -> 
     assert reads.rows_read == 3000  # answered from the copy
     assert again.items == first.items == plain.answer(QUERIES[0]).items
     assert len(first.items) == 300
-    # A query naming a column the copy lacks scans the rows, and builds a copy of its own columns.
+    # A query naming a column the copy lacks scans the rows, and builds a copy of its columns and the
+    # copy's: from then on both queries (and any on those columns) are answered from it.
     reads.answer(QUERIES[1])
     assert reads.rows_read == 6000
-    reads.answer(QUERIES[1])
+    (copy,) = reads.reads.column_caches._caches.values()
+    assert copy.names == {"clicks", "name"}
+    for sql in QUERIES[:2]:
+        assert reads.answer(sql).items == plain.answer(sql).items
     assert reads.rows_read == 6000
+
+
+def test_a_column_with_no_form_is_left_out_of_the_shared_copy(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "mixed")
+    try:
+        rows = [(_key(i), encode_row({"user": f"u{i:05d}", "clicks": i % 10, "odd": i})) for i in range(100)]
+        rows.append((_key(100), encode_row({"user": "u00100", "clicks": 7, "odd": 2.5})))  # ints and a float
+        store.apply(rows, 1, 1)
+        reads = _Reads(store)
+        clicks, odd = "SELECT * FROM t WHERE clicks = 7", "SELECT COUNT(*) FROM t WHERE odd > 50"
+        reads.answer(clicks)  # the copy of clicks
+        assert _partial(reads.answer(odd))["groups"] == {(): [49]}  # clicks and odd: refused
+        assert _partial(reads.answer(odd))["groups"] == {(): [49]}  # odd alone: refused
+        assert reads.rows_read == 303
+        reads.answer(odd)  # nothing more is built for odd
+        assert len(reads.answer(clicks).items) == 11  # from the copy of clicks, still there
+        assert reads.rows_read == 404 and store.trackers == 1
+    finally:
+        store.close()
 
 
 @pytest.mark.parametrize("seed", range(6))

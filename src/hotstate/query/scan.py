@@ -263,7 +263,15 @@ class ScanRun:
     Raises EvalError (a row the query's expressions fail on, a cap passed), which the replica answers with,
     and the coordinator turns into a 400."""
 
-    def __init__(self, program: ScanProgram, *, max_scanned: int | None = None) -> None:
+    def __init__(
+        self,
+        program: ScanProgram,
+        *,
+        max_scanned: int | None = None,
+        also_decode: frozenset[str] = frozenset(),
+    ) -> None:
+        """`also_decode`: columns to decode beside the program's, for `on_decoded` (a column copy of the
+        partition that other queries read too)."""
         self.program = program
         self.scanned = 0
         self.max_scanned = max_scanned
@@ -272,7 +280,8 @@ class ScanRun:
         names: set[str] = set()
         for node in _program_nodes(program):
             names |= columns_of(node)
-        self._projection = Projection(sorted(names))
+        self._names = frozenset(names)
+        self._projection = Projection(sorted(names | also_decode))
         readers = self._projection.readers
         self._where = None if program.where is None else evaluator(program.where, readers)
         self._where_batch = None if program.where is None else batch_evaluator(program.where, readers)
@@ -313,7 +322,7 @@ class ScanRun:
     @property
     def column_names(self) -> frozenset[str]:
         """The columns the program reads."""
-        return frozenset(self._projection.names)
+        return self._names
 
     @property
     def readers(self) -> dict[str, Callable[[Any], object]]:

@@ -97,7 +97,7 @@ class ColumnCacheBuild:
         columns, for COUNT(*), is fed keys alone)."""
         if self.failed:
             return
-        if rows is None:
+        if rows is None or (self._readers and len(rows) != len(keys)):
             self.failed = True
             return
         arrays = []
@@ -186,20 +186,32 @@ class ColumnCaches:
         self._caches.move_to_end(pid)
         return cache
 
+    def to_build(self, pid: tuple[int, int], store: Store, names: frozenset[str]) -> frozenset[str] | None:
+        """The columns a build of the partition's copy for a scan of `names` should copy, or None when none
+        should begin (no room for copies, one being built, these columns refused before). The copy takes
+        the columns of the partition's copy as well, so queries that read different columns share one
+        copy rather than rebuild it in turn; a build of those that failed (a column with no Arrow form)
+        leaves them out."""
+        if self.max_bytes <= 0 or pid in self._building:
+            return None
+        current = self._caches.get(pid)
+        wanted = names | (current.names if current is not None and current.store is store else frozenset())
+        refused = self._refused.get(pid)
+        if refused is not None and refused[0] is store and refused[1] <= wanted:
+            wanted = names
+            if refused[1] <= wanted:
+                return None
+        return wanted
+
     def build(
         self,
         pid: tuple[int, int],
         store: Store,
         names: frozenset[str],
         readers: dict[str, Callable[[Any], object]],
-    ) -> ColumnCacheBuild | None:
-        """A build of the partition's copy of `names` to feed from a full scan about to begin, or None (no
-        room for copies, one being built, or these columns refused before)."""
-        if self.max_bytes <= 0 or pid in self._building:
-            return None
-        refused = self._refused.get(pid)
-        if refused is not None and refused[0] is store and names <= refused[1]:
-            return None
+    ) -> ColumnCacheBuild:
+        """A build of the partition's copy of `names` (`to_build`'s) to feed from a full scan about to
+        begin."""
         self._forget_closed()
         build = self._building[pid] = ColumnCacheBuild(store, names, readers)
         return build

@@ -231,11 +231,15 @@ class LocalReads:
                             ReplicaError.NONE, "", state, position, offset_lag, items, partial
                         )
                         return
-                    if cache is None:
+                    wanted = None if cache is not None else caches.to_build(pid, store, names)
+                    if wanted is not None:
+                        if run.keys_only:  # it reads no values: a copy of keys alone
+                            wanted = frozenset()
+                        elif wanted != names:  # the other columns of the partition's copy too
+                            run = ScanRun(program, max_scanned=self.scan_max_rows, also_decode=wanted - names)
                         # Begun before the scan's iterator is made: the copy knows every key changed after.
-                        build = caches.build(pid, store, names, run.readers)
-                        if build is not None:
-                            run.on_decoded = build.add
+                        build = caches.build(pid, store, wanted, run.readers)
+                        run.on_decoded = build.add
                 # Lists of (key, value) items, or of keys alone for a run that needs no values.
                 chunks: Iterator[list[Any]]
                 if request.scan:
