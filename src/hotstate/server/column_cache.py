@@ -1,18 +1,21 @@
-"""Column copies of partitions for scans: a full scan of a partition that filters, or counts rows (all of
-them, or those a filter keeps), leaves behind its keys and the columns it decoded as Arrow arrays, and the
-next such scan of the partition decides its WHERE over them in C (query/columns.py), or counts them,
-instead of reading and decoding every row.
+"""Column copies of partitions for scans: a full scan of a partition that filters, counts, groups or takes
+a top n leaves behind its keys and the columns it decoded as Arrow arrays, and the next such scan of the
+partition is decided over them in C (query/columns.py) instead of reading and decoding every row.
 
 A copy holds the keys in key order and some columns as of the moment its build began; from that moment
 the store tells it every key an apply put or deleted (`Store.track_changes`). A scan from the copy leaves
 out those keys' rows and reads their current rows from the store instead, through the row evaluator: the
-answer is the store's as of the scan, as a scan of the rows would give it. When too many keys changed for
-that to pay (a quarter of the copy), the copy is dropped and the next scan builds another.
+answer is the store's, as a scan of the rows would give it. When too many keys changed for that to pay
+(a quarter of the copy), the copy is dropped and the next scan builds another. A build takes the
+columns of the partition's copy too, so queries on different columns share one copy.
+
+A scan from a copy runs in steps of COPY_STEP_ROWS of its rows, as of its first step: the changed keys
+are taken then, and the rows it reads from the store come from a store snapshot made then (the copy's
+arrays never change), as a scan of the rows reads its iterator's moment. The builds and the applies run
+on the event loop, so no apply falls between a build's start and the making of its scan's iterator.
 
 A server keeps copies up to `query.scan.cache.bytes` in all, the least recently used dropped first; 0
 keeps none. A copy of a store that was closed (a snapshot installed, the replica dropped) is never used.
-Everything here runs on the event loop with the applies, so no apply falls between a scan's reading of
-the changed keys and of their rows.
 """
 
 from __future__ import annotations
