@@ -326,6 +326,7 @@ def in_process(root: Path, rows: int, repeat: int) -> dict[str, Any]:
 
     # Reading the rows (no column copies), and a server's default: a filter's copy built by its first scan.
     reads, cached = local_reads(0), local_reads(256 * 1024 * 1024)
+    cached.load_column_engine()  # a server loads it in a thread at its first scan that could use a copy
 
     def request(sql: str) -> PartitionQueryRequest:
         query = parse(sql)

@@ -1,5 +1,6 @@
 """`pip install hotstate` (no extras) is a server, the clients and the CLI: none of them imports the Spark
-sink's dependencies, which come with `hotstate[spark]` (pyproject.toml)."""
+sink's dependencies, which come with `hotstate[spark]` (pyproject.toml), nor pyarrow, which a server loads
+only when a scan can use a column copy (server/serving.py)."""
 
 from __future__ import annotations
 

@@ -15,13 +15,12 @@ from hotstate.query.columns import (
     aggregate_inputs,
     column_aggregates,
     column_array,
-    column_condition,
     column_mask,
     column_top,
     joined_column,
     top_inputs,
 )
-from hotstate.query.expressions import Call, Col, Lit, Node, evaluator
+from hotstate.query.expressions import Call, Col, Lit, Node, column_condition, evaluator
 
 _BIG = 2**53 + 1  # not exact as a double: a float comparison of it needs Python's exact rule
 

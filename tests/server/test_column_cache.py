@@ -23,6 +23,7 @@ from hotstate.replica.messages import PartitionQueryRequest, PartitionQueryRespo
 from hotstate.replica.store import Store
 from hotstate.routing.lags import LagTable
 from hotstate.server import column_cache
+from hotstate.server.column_cache import ColumnCaches
 from hotstate.server.serving import LocalReads
 
 
@@ -44,10 +45,17 @@ class _Reads:
             on_store_failure=lambda replica, error: None,
             **settings,
         )
+        self.reads.load_column_engine()  # a server loads it in a thread at its first such scan
         self.replica = _Replica(store)
         self.rows_read = 0
         replica: Any = self.replica  # LocalReads reads its store and pid alone
         self.reads._checked = lambda request: (replica, "active", 10, 0)  # type: ignore[method-assign]
+
+    @property
+    def caches(self) -> ColumnCaches:
+        caches = self.reads.column_caches
+        assert caches is not None
+        return caches
 
     def answer(self, sql: str) -> PartitionQueryResponse:
         request = _request(sql)
@@ -126,7 +134,7 @@ def test_a_filter_scan_leaves_a_copy_and_the_next_reads_no_row(store: Store) -> 
     reads = _Reads(store)
     plain = _Reads(store, scan_cache_bytes=0)
     first = reads.answer(QUERIES[0])
-    assert reads.rows_read == 3000 and len(reads.reads.column_caches) == 1
+    assert reads.rows_read == 3000 and len(reads.caches) == 1
     again = reads.answer(QUERIES[0])
     assert reads.rows_read == 3000  # answered from the copy
     assert again.items == first.items == plain.answer(QUERIES[0]).items
@@ -135,7 +143,7 @@ def test_a_filter_scan_leaves_a_copy_and_the_next_reads_no_row(store: Store) -> 
     # copy's: from then on both queries (and any on those columns) are answered from it.
     reads.answer(QUERIES[1])
     assert reads.rows_read == 6000
-    (copy,) = reads.reads.column_caches._caches.values()
+    (copy,) = reads.caches._caches.values()
     assert copy.names == {"clicks", "name"}
     for sql in QUERIES[:2]:
         assert reads.answer(sql).items == plain.answer(sql).items
@@ -224,13 +232,13 @@ def test_copies_stay_within_the_servers_bytes(tmp_path: Path) -> None:
             store.apply([(_key(i), _row(i, i % 10)) for i in range(2000)], 1, 1)
         reads = _Reads(stores[0])
         reads.answer(QUERIES[0])
-        one = reads.reads.column_caches.nbytes
-        reads.reads.column_caches.max_bytes = 2 * one + one // 2
+        one = reads.caches.nbytes
+        reads.caches.max_bytes = 2 * one + one // 2
         for pid, store in enumerate(stores):
             reads.replica.store, reads.replica.pid = store, (1, pid)
             reads.answer(QUERIES[0])
-        assert len(reads.reads.column_caches) == 2  # the least recently used dropped
-        assert reads.reads.column_caches.nbytes <= reads.reads.column_caches.max_bytes
+        assert len(reads.caches) == 2  # the least recently used dropped
+        assert reads.caches.nbytes <= reads.caches.max_bytes
     finally:
         for store in stores:
             store.close()
@@ -244,7 +252,7 @@ def test_columns_without_a_column_form_scan_the_rows_and_are_not_built_again(tmp
         store.apply(rows, 1, 1)
         reads = _Reads(store)
         assert len(reads.answer(QUERIES[0]).items) == 10
-        assert len(reads.reads.column_caches) == 0
+        assert len(reads.caches) == 0
         reads.answer(QUERIES[0])
         assert reads.rows_read == 202 and not store.trackers
     finally:
@@ -258,7 +266,7 @@ def test_a_scan_that_stops_early_builds_nothing_and_stops_tracking(store: Store)
     request = PartitionQueryRequest("t", 0, (), True, None, None, None, None, 0, program=program)
     answer = asyncio.run(reads.reads.scan(request))
     assert answer.error is ReplicaError.NONE and len(answer.items) == 6
-    assert len(reads.reads.column_caches) == 0 and not store.trackers
+    assert len(reads.caches) == 0 and not store.trackers
 
 
 @pytest.mark.parametrize("sql", QUERIES)

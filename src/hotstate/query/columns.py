@@ -19,13 +19,12 @@ from typing import Any, Final
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from hotstate.query.expressions import Call, Col, Lit, Node
+from hotstate.query.expressions import Call, Col, Lit, Node, column_condition
 
 __all__ = [
     "aggregate_inputs",
     "column_aggregates",
     "column_array",
-    "column_condition",
     "column_mask",
     "column_top",
     "joined_column",
@@ -69,24 +68,6 @@ def joined_column(chunks: Sequence[pa.Array]) -> pa.ChunkedArray | None:
         return None
     arrow_type = types.pop() if types else pa.null()
     return pa.chunked_array([chunk.cast(arrow_type) for chunk in chunks], arrow_type)
-
-
-def column_condition(node: Node) -> frozenset[str] | None:
-    """The columns the condition reads, when it has a column form for some data; None when it has none
-    for any (`column_mask` may still find none for the data at hand)."""
-    if not isinstance(node, Call):
-        return None
-    if node.op == "and" and len(node.args) == 2:
-        left, right = column_condition(node.args[0]), column_condition(node.args[1])
-        return None if left is None or right is None else left | right
-    if (node.op not in _ORDER and node.op not in _EQUALITY) or len(node.args) != 2:
-        return None
-    column, constant = node.args
-    if not isinstance(column, Col) or column.path or not isinstance(constant, Lit):
-        return None
-    if type(constant.value) not in _KINDS:
-        return None
-    return frozenset({column.name})
 
 
 def column_mask(node: Node, columns: Mapping[str, pa.ChunkedArray]) -> pa.ChunkedArray | None:

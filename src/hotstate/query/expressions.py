@@ -52,6 +52,7 @@ __all__ = [
     "Lit",
     "Node",
     "batch_evaluator",
+    "column_condition",
     "column_value",
     "columns_of",
     "compare",
@@ -1155,6 +1156,25 @@ def batch_evaluator(node: Node, readers: Mapping[str, Callable[[Any], object]]) 
         return map(test, values, constants)
 
     return compared
+
+
+def column_condition(node: Node) -> frozenset[str] | None:
+    """The columns `node` reads when it has the shape a partition's column copy decides at once
+    (query/columns.py: `batch_evaluator`'s, a top-level column compared with a number or string constant,
+    and ANDs of such), or None when it has not (the copy's column types may still give it no form)."""
+    if not isinstance(node, Call):
+        return None
+    if node.op == "and" and len(node.args) == 2:
+        left, right = column_condition(node.args[0]), column_condition(node.args[1])
+        return None if left is None or right is None else left | right
+    if (node.op not in _BATCH_EQUALITY and node.op not in _PYTHON_ORDER) or len(node.args) != 2:
+        return None
+    column, constant = node.args
+    if not isinstance(column, Col) or column.path or not isinstance(constant, Lit):
+        return None
+    if type(constant.value) not in (int, float, str):
+        return None
+    return frozenset({column.name})
 
 
 def _in(negate: bool) -> Callable[[tuple[Node, ...]], Eval]:

@@ -27,7 +27,6 @@ from decimal import Decimal
 from typing import Any, Final
 
 from hotstate.protocol.rows import Projection, RowEncodeError, decode_row, decode_rows
-from hotstate.query.columns import column_condition
 from hotstate.query.expressions import (
     Call,
     Col,
@@ -35,6 +34,7 @@ from hotstate.query.expressions import (
     Lit,
     Node,
     batch_evaluator,
+    column_condition,
     column_value,
     columns_of,
     compare,

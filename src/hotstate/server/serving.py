@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Generator, Iterator, Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from hotstate.controller.image import MetadataImage
 from hotstate.protocol.replica_state import ReplicaState
@@ -33,8 +34,10 @@ from hotstate.replica.messages import (
 from hotstate.replica.store import Store, StoreError
 from hotstate.routing.freshness import END_UNKNOWN, bound_refusal, served_lag, token_refusal
 from hotstate.routing.lags import LagTable
-from hotstate.server.column_cache import ColumnCacheBuild, ColumnCaches, scan_from_cache
 from hotstate.server.replicas import LocalReplica, replica_state
+
+if TYPE_CHECKING:
+    from hotstate.server.column_cache import ColumnCacheBuild, ColumnCaches
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +133,10 @@ class LocalReads:
         self.scan_step_rows = scan_step_rows
         self.scan_step_ms = scan_step_ms
         self.scans = 0  # partition scans running now
-        self.column_caches = ColumnCaches(scan_cache_bytes)
+        self.scan_cache_bytes = scan_cache_bytes
+        # Column copies (server/column_cache.py), once its module is loaded: see `_copies`.
+        self.column_caches: ColumnCaches | None = None
+        self._engine_loading: threading.Thread | None = None
         self._turns = StepTurns()
         self._on_scan_cancelled = on_scan_cancelled
 
@@ -176,6 +182,30 @@ class LocalReads:
                 turns.give()
             steps.close()
 
+    def load_column_engine(self) -> None:
+        """Load server/column_cache.py (and pyarrow, 0.4 s of CPU and 50 MB) and begin keeping column
+        copies; a server that never scans never loads it."""
+        try:
+            from hotstate.server.column_cache import ColumnCaches
+        except ImportError as error:
+            log.warning("column copies for scans are off: %s", error)
+            self.scan_cache_bytes = 0
+            return
+        self.column_caches = ColumnCaches(self.scan_cache_bytes)
+
+    def _copies(self) -> ColumnCaches | None:
+        """The column copies, or None until their module is loaded: the first scan that could use one
+        loads it in a thread (the loop runs on meanwhile: 45 ms at most between its turns, where the import
+        on the loop stalled it 0.4-0.9 s) and reads its rows as before."""
+        if self.column_caches is not None or self.scan_cache_bytes <= 0:
+            return self.column_caches
+        if self._engine_loading is None:
+            self._engine_loading = threading.Thread(
+                target=self.load_column_engine, name="column-engine-import", daemon=True
+            )
+            self._engine_loading.start()
+        return None
+
     def scan_now(self, request: PartitionQueryRequest) -> PartitionQueryResponse:
         """`scan` without yielding (the replication simulator, tests)."""
         for answer in self._scan_steps(request):
@@ -215,14 +245,19 @@ class LocalReads:
             # A step feeds chunks of at most SCAN_CHUNK_ROWS rows until it has fed step_rows or run for
             # step_s, whichever comes first: a clock read per chunk, not per row.
             chunk_rows = min(step_rows, SCAN_CHUNK_ROWS)
-            caches, pid = self.column_caches, replica.pid
+            pid = replica.pid
             try:
+                caches = None
                 if (
                     request.scan
                     and request.start is None
                     and request.end is None
                     and run.answerable_from_columns
                 ):
+                    caches = self._copies()
+                if caches is not None:
+                    from hotstate.server.column_cache import scan_from_cache
+
                     names = run.column_names
                     cache = caches.usable(pid, store, names)
                     if cache is not None and (yield from scan_from_cache(cache, run, chunk_rows)):
@@ -276,7 +311,7 @@ class LocalReads:
                     yield None
                     fed, step_ends = 0, time.monotonic() + step_s
                 else:
-                    if build is not None:  # every row read: the copy is whole
+                    if build is not None and caches is not None:  # every row read: the copy is whole
                         caches.built(pid, build)
                         build = None
                 items, partial = run.answer()
@@ -300,7 +335,7 @@ class LocalReads:
             yield PartitionQueryResponse(ReplicaError.NONE, "", state, position, offset_lag, items, partial)
         finally:
             self.scans -= 1
-            if build is not None:  # the scan ended before the store's end
+            if build is not None and self.column_caches is not None:  # the scan ended before the store's end
                 self.column_caches.abandoned(replica.pid, build)
 
     def _replica_of(self, request: PartitionQueryRequest) -> LocalReplica | PartitionQueryResponse:

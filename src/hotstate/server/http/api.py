@@ -284,8 +284,8 @@ def _refresh_gauges(ctx: HttpContext) -> None:
         metrics.push_subscriptions.set(len(ctx.feeds))
     metrics.scans_running.set(ctx.queries.reads.scans)
     copies = ctx.queries.reads.column_caches
-    metrics.column_copies.set(len(copies))
-    metrics.column_copy_bytes.set(copies.nbytes)
+    metrics.column_copies.set(0 if copies is None else len(copies))
+    metrics.column_copy_bytes.set(0 if copies is None else copies.nbytes)
     metrics.replica_lag.clear()
     metrics.replica_position.clear()
     if ctx.replicas is not None:
