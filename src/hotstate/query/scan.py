@@ -425,10 +425,7 @@ class ScanRun:
             raise ValueError("this scan reads the rows' values: feed it the items")
         if self.on_decoded is not None:
             self.on_decoded(keys, [])
-        self._count(len(keys))
-        states = self._groups.setdefault((), [0] * len(self.program.aggregates))
-        for index in range(len(states)):
-            states[index] += len(keys)
+        self.add_match_count(len(keys), len(keys))
 
     def _count(self, rows: int) -> None:
         self.scanned += rows

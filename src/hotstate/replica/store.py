@@ -748,10 +748,9 @@ class StoreSnapshot:
             for key in keys:
                 iterator.seek(key)
                 rows.append(iterator.value() if iterator.valid() and iterator.key() == key else None)
-            try:
-                iterator.status()
-            except Exception as error:
-                raise StoreError(self._path, f"snapshot read failed: {error}") from None
+            failure = _status_error(self._path, "snapshot read failed", iterator)
+            if failure is not None:
+                raise failure
             return rows
 
     def close(self) -> None:
