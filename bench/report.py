@@ -829,7 +829,8 @@ def scans(data: Mapping[str, Any]) -> Section:
                         "from the copy: CPU s",
                         "vs bare loop",
                         "steps",
-                        "longest step ms (CPU)",
+                        "longest step on the loop ms (CPU)",
+                        "off the loop ms (CPU)",
                     ),
                     [
                         (
@@ -839,11 +840,13 @@ def scans(data: Mapping[str, Any]) -> Section:
                             c["vs_bare"],
                             c["steps"],
                             c["longest_step_ms"],
+                            c.get("off_loop_cpu_ms"),
                         )
                         for name, c in copies.items()
                     ],
                     "In one process, on a server's defaults: the first scan reads the rows and leaves the "
-                    "partition's column copy (server/column_cache.py); later ones are answered from it.",
+                    "partition's column copy (server/column_cache.py); later ones are answered from it, "
+                    "their part over the copy decided in the server's scan compute thread (here in place).",
                 )
             )
     idle, during = data["lookups_idle"], data["lookups_during_group"]
@@ -853,11 +856,24 @@ def scans(data: Mapping[str, Any]) -> Section:
             [
                 ("idle", idle["n"], idle["p50_ms"], idle["p99_ms"], idle["max_ms"]),
                 (
-                    "during GROUP BY scans",
+                    "during GROUP BY scans (2 clients)",
                     during["n"],
                     during["p50_ms"],
                     during["p99_ms"],
                     during["max_ms"],
+                ),
+                *(
+                    [
+                        (
+                            "during GROUP BY scans (1 client)",
+                            one["n"],
+                            one["p50_ms"],
+                            one["p99_ms"],
+                            one["max_ms"],
+                        )
+                    ]
+                    if (one := data.get("lookups_during_one_group_client"))
+                    else []
                 ),
             ],
         )

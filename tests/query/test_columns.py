@@ -47,7 +47,30 @@ _comparisons = st.builds(
     st.sampled_from(["x", "y"]),
     _constants,
 )
-_conditions = st.one_of(_comparisons, st.builds(lambda a, b: Call("and", (a, b)), _comparisons, _comparisons))
+_leaves = st.one_of(
+    _comparisons,
+    st.builds(lambda column: Call("is_null", (Col(column),)), st.sampled_from(["x", "y"])),
+    st.builds(
+        lambda op, column, items: Call(op, (Col(column), *map(Lit, items))),
+        st.sampled_from(["in", "not_in"]),
+        st.sampled_from(["x", "y"]),
+        st.lists(
+            st.one_of(st.integers(-5, 5), st.sampled_from([_BIG, 2**70]), st.sampled_from(["a", "b", "é"])),
+            min_size=1,
+            max_size=4,
+        ),
+    ),
+)
+# AND, OR and NOT over them, nested: SQL's three values (a NULL comparison under NOT stays NULL).
+_conditions = st.recursive(
+    _leaves,
+    lambda inner: st.one_of(
+        st.builds(lambda a, b: Call("and", (a, b)), inner, inner),
+        st.builds(lambda a, b: Call("or", (a, b)), inner, inner),
+        st.builds(lambda a: Call("not", (a,)), inner),
+    ),
+    max_leaves=4,
+)
 
 
 def _columns(pairs: list[tuple[object, object]], chunk: int) -> dict[str, pa.ChunkedArray] | None:
@@ -96,6 +119,53 @@ def test_the_column_form_keeps_the_rows_the_row_evaluator_finds_true(
     assert mask.to_pylist() == [one(projection.of_row(pair)) is True for pair in pairs]
 
 
+_int_leaves = st.one_of(
+    st.builds(
+        lambda op, column, constant: Call(op, (Col(column), Lit(constant))),
+        st.sampled_from(["=", "!=", "<", ">="]),
+        st.sampled_from(["x", "y"]),
+        st.integers(-2, 2),
+    ),
+    st.builds(lambda column: Call("is_null", (Col(column),)), st.sampled_from(["x", "y"])),
+    st.builds(
+        lambda op, column, items: Call(op, (Col(column), *map(Lit, items))),
+        st.sampled_from(["in", "not_in"]),
+        st.sampled_from(["x", "y"]),
+        st.lists(st.integers(-2, 2), min_size=1, max_size=3),
+    ),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.recursive(
+        _int_leaves,
+        lambda inner: st.one_of(
+            st.builds(lambda a, b: Call("and", (a, b)), inner, inner),
+            st.builds(lambda a, b: Call("or", (a, b)), inner, inner),
+            st.builds(lambda a: Call("not", (a,)), inner),
+        ),
+        max_leaves=5,
+    ),
+    st.lists(
+        st.tuples(st.one_of(st.none(), st.integers(-2, 2)), st.one_of(st.none(), st.integers(-2, 2))),
+        min_size=1,
+        max_size=12,
+    ),
+)
+def test_and_or_not_over_int_columns_keep_the_rows_the_row_evaluator_finds_true(
+    condition: Node, pairs: list[tuple[object, object]]
+) -> None:
+    """Every leaf has a column form here, so the property is about AND, OR and NOT's three values."""
+    columns = _columns(pairs, 4)
+    assert columns is not None
+    mask = column_mask(condition, columns)
+    assert mask is not None
+    projection = Projection(["x", "y"])
+    one = evaluator(condition, projection.readers)
+    assert mask.to_pylist() == [one(projection.of_row(pair)) is True for pair in pairs]
+
+
 def test_values_of_one_kind_with_nulls_have_a_column_form_and_others_none() -> None:
     assert column_array([1, None, 3]).type == pa.int64()  # type: ignore[union-attr]
     assert column_array([1.5, None]).type == pa.float64()  # type: ignore[union-attr]
@@ -131,19 +201,33 @@ def test_the_column_form_takes_simple_conditions_and_the_types_they_mean_the_sam
     assert column_mask(Call("<", (Col("x"), Lit(1.5))), big) is None  # not exact as a double
     assert column_mask(Call("=", (Col("z"), Lit(1))), ints) is None  # no such column in the copy
     for node in (
-        Call("or", (Call("=", (Col("x"), Lit(7))), Call("=", (Col("y"), Lit("s"))))),
+        Call("or", (Call("=", (Col("x"), Lit(7))), Call("like", (Col("y"), Lit("s%"), Lit(""))))),
         Call("=", (Col("x"), Col("y"))),
         Call("=", (Col("x", ("f",)), Lit(1))),
         Call("=", (Col("x"), Lit(None))),
         Call("=", (Col("x"), Lit(True))),
         Call("=", (Col("x"), Lit(dt.date(2026, 1, 1)))),
-        Call("and", (Call("=", (Col("x"), Lit(7))), Call("in", (Col("y"), Lit("s"))))),
+        Call("and", (Call("=", (Col("x"), Lit(7))), Call("in", (Col("y"), Col("x"))))),
+        Call("not", (Call("in", (Col("y"), Lit(True))),)),
+        Call("is_null", (Call("+", (Col("x"), Lit(1))),)),
     ):
         assert column_condition(node) is None, node
         assert column_mask(node, ints) is None
     assert column_condition(
         Call("and", (Call("=", (Col("x"), Lit(7))), Call(">", (Col("y"), Lit("s")))))
     ) == frozenset({"x", "y"})
+    # NULL IN (...), NOT of a NULL comparison: NULL, so neither kept nor, under NOT, turned TRUE.
+    nulls = {"x": pa.chunked_array([pa.array([1, None, 3])])}
+    for node, kept in (
+        (Call("in", (Col("x"), Lit(1), Lit(2))), [True, False, False]),
+        (Call("not_in", (Col("x"), Lit(1), Lit(2))), [False, False, True]),
+        (Call("not", (Call("=", (Col("x"), Lit(1))),)), [False, False, True]),
+        (Call("not", (Call("is_null", (Col("x"),)),)), [True, False, True]),
+        (Call("or", (Call("is_null", (Col("x"),)), Call("=", (Col("x"), Lit(3))))), [False, True, True]),
+    ):
+        mask = column_mask(node, nulls)
+        assert mask is not None and mask.to_pylist() == kept, node
+    assert column_mask(Call("in", (Col("x"), Lit(1), Lit("1"))), nulls) is None  # the rows decide
 
 
 _AGGREGATES = ["count_star", "count", "sum", "min", "max", "avg"]

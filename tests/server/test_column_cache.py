@@ -6,7 +6,9 @@ closed store's is never used, the server's copies stay within their bytes."""
 from __future__ import annotations
 
 import asyncio
+import os
 import random
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,16 @@ class _Replica:
         self.pid = (1, 0)
 
 
+_MADE: list[LocalReads] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_reads() -> Iterator[None]:
+    yield
+    while _MADE:
+        _MADE.pop().close()  # their scan compute threads
+
+
 class _Reads:
     """A server's LocalReads over one replica of a real store, counting the rows its scans read."""
 
@@ -45,6 +57,7 @@ class _Reads:
             on_store_failure=lambda replica, error: None,
             **settings,
         )
+        _MADE.append(self.reads)
         self.reads.load_column_engine()  # a server loads it in a thread at its first such scan
         self.replica = _Replica(store)
         self.rows_read = 0
@@ -127,6 +140,9 @@ QUERIES = [
     "SELECT user, clicks FROM t ORDER BY clicks DESC LIMIT 5",
     "SELECT user FROM t WHERE clicks > 2 ORDER BY name DESC, clicks LIMIT 7",
     "SELECT user FROM t ORDER BY amount, user LIMIT 9",
+    "SELECT * FROM t WHERE clicks IN (1, 7) OR amount IS NULL",
+    "SELECT COUNT(*) FROM t WHERE NOT (clicks = 3 OR name = 'n2') AND amount IS NOT NULL",
+    "SELECT name, COUNT(*) FROM t WHERE name NOT IN ('n1', 'n3') AND clicks > 4 GROUP BY name",
 ]
 
 
@@ -270,11 +286,11 @@ def test_a_scan_that_stops_early_builds_nothing_and_stops_tracking(store: Store)
 
 
 @pytest.mark.parametrize("sql", QUERIES)
-def test_a_scan_from_a_copy_runs_in_steps_and_answers_as_of_its_first(
+def test_a_scan_from_a_copy_answers_as_of_its_first_step(
     store: Store, sql: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(column_cache, "COPY_STEP_ROWS", 500)
-    reads = _Reads(store)
+    monkeypatch.setattr(column_cache, "COPY_CHUNK_ROWS", 500)  # a copy of arrays of 500 rows: a top n of each
+    reads = _Reads(store, scan_step_rows=50)  # the changed keys' rows read 50 a step
     plain = _Reads(store, scan_cache_bytes=0)
     store.apply([(_key(i), _row(i, 7)) for i in range(0, 3000, 13)], 2, 1)
     reads.answer(sql)  # the copy
@@ -286,13 +302,65 @@ def test_a_scan_from_a_copy_runs_in_steps_and_answers_as_of_its_first(
 
     monkeypatch.setattr(store, "scan_chunks", no_rows)
     steps = reads.reads._scan_steps(_request(sql))
-    assert next(steps) is None  # the first step: the changed keys and the view taken
-    # Applied between the steps: not in the answer, which is of the moment of the first.
-    store.apply([(_key(i), _row(i, 7, 9.5)) for i in range(1, 3000, 5)], 4, 1)
-    store.apply([(_key(i), None) for i in range(2, 3000, 7)], 5, 1)
-    answers = list(steps)
-    got = answers[-1]
-    assert got is not None and got.error is ReplicaError.NONE, got
-    assert len(answers) >= 3000 // 500  # a step per 500 rows of the copy
-    assert _users(got) == _users(want)
+    work = next(steps)  # the first step: the changed keys and the view taken, the copy's part handed over
+    assert callable(work) and not isinstance(work, PartitionQueryResponse)
+
+    def between_steps() -> None:  # applied between the steps: not in the answer, of the first's moment
+        store.apply([(_key(i), _row(i, 7, 9.5)) for i in range(1, 3000, 5)], store.position + 1, 1)
+        store.apply([(_key(i), None) for i in range(2, 3000, 7)], store.position + 1, 1)
+
+    between_steps()
+    answer = steps.send(work())
+    loop_steps = 0
+    while not isinstance(answer, PartitionQueryResponse):
+        assert answer is None  # one piece of work off the loop, the rest steps on it
+        loop_steps += 1
+        between_steps()
+        answer = next(steps)
+    assert answer.error is ReplicaError.NONE, answer
+    assert loop_steps >= 3000 // 17 // 50  # the changed keys' rows, 50 a step
+    assert _users(answer) == _users(want)
+    assert _partial(answer) == _partial(want)
+
+
+def test_a_copy_s_part_is_decided_in_the_low_priority_compute_thread_while_the_loop_serves(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads = _Reads(store)
+    sql = "SELECT name, SUM(clicks) FROM t GROUP BY name"
+    want = reads.answer(sql)  # the copy
+    entered, release = threading.Event(), threading.Event()
+    seen: dict[str, object] = {}
+    decide = column_cache._decide
+
+    def held(*args: Any) -> object:
+        seen["thread"] = threading.current_thread().name
+        seen["nice"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        entered.set()
+        assert release.wait(30)
+        return decide(*args)
+
+    monkeypatch.setattr(column_cache, "_decide", held)
+    lookup = PartitionQueryRequest("t", 0, (_key(5),), False, None, None, None, None, 0)
+
+    async def scan_and_lookup() -> tuple[PartitionQueryResponse, PartitionQueryResponse]:
+        scan = asyncio.create_task(reads.reads.scan(_request(sql)))
+        assert await asyncio.to_thread(entered.wait, 30)
+        served = reads.reads.serve(lookup)  # the loop serves while the copy's part is being decided
+        release.set()
+        return await scan, served
+
+    got, served = asyncio.run(scan_and_lookup())
+    assert served.error is ReplicaError.NONE and [k for k, _ in served.items] == [_key(5)]
     assert _partial(got) == _partial(want)
+    assert str(seen["thread"]).startswith("scan-compute")
+    assert seen["nice"] == os.getpriority(os.PRIO_PROCESS, 0) + 10
+
+
+def test_a_failure_off_the_loop_is_the_scan_s_error(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    reads = _Reads(store)
+    sql = "SELECT user, COUNT(*) FROM t GROUP BY user"
+    reads.answer(sql)  # the copy; 3000 groups are within the test's cap
+    monkeypatch.setattr(column_cache, "MAX_GROUPS", 100)
+    answer = asyncio.run(reads.reads.scan(_request(sql)))
+    assert answer.error is ReplicaError.BAD_QUERY and "more than 100 groups" in answer.message

@@ -298,7 +298,7 @@ def test_a_step_ends_after_query_scan_step_ms_before_its_rows() -> None:
         if answer is not None:
             break
         yields += 1
-    assert answer is not None and answer.error is ReplicaError.NONE
+    assert isinstance(answer, PartitionQueryResponse) and answer.error is ReplicaError.NONE
     assert yields >= len(store.items) // 256  # at least one per chunk of 256 rows (each takes > 5 ms)
 
 

@@ -7,8 +7,10 @@ RocksDB and decoding them costs about a microsecond a row in Python (docs/querie
 Only what has the very same answer both ways is taken: a column whose values are all ints (within int64),
 all floats or all strings, NULLs among them; a top-level column compared with a number or string constant
 (`=`, `!=`, `<`, `<=`, `>`, `>=`) where `expressions.batch_evaluator` would compare them with Python's
-operators, and ANDs of such. Anything else (another type, a coercion, an expression) has no column form,
-and the scan reads the rows as before, with the row evaluator's answer or error.
+operators, `IS NULL`, `IN` and `NOT IN` lists of constants of the column's kind (ints or strings), and
+AND, OR and NOT of such, with SQL's three values (each condition's TRUE and FALSE rows). Anything else
+(another type, a coercion, an expression) has no column form, and the scan reads the rows as before, with
+the row evaluator's answer or error.
 """
 
 from __future__ import annotations
@@ -73,23 +75,71 @@ def joined_column(chunks: Sequence[pa.Array]) -> pa.ChunkedArray | None:
 def column_mask(node: Node, columns: Mapping[str, pa.ChunkedArray]) -> pa.ChunkedArray | None:
     """For each row, whether the condition is TRUE (not FALSE, not NULL), or None when the columns'
     types give it no column form (the rows are read then)."""
-    if not isinstance(node, Call):
-        return None
-    if node.op == "and" and len(node.args) == 2:
-        left = column_mask(node.args[0], columns)
-        right = None if left is None else column_mask(node.args[1], columns)
-        return None if left is None or right is None else pc.and_(left, right)
     if column_condition(node) is None:
         return None
-    column, constant = node.args
-    assert isinstance(column, Col) and isinstance(constant, Lit)
+    truth = _truth(node, columns)
+    return None if truth is None else truth[0]
+
+
+# For each row, whether a condition is TRUE and whether it is FALSE (neither: NULL), SQL's three values.
+_Truth = tuple[pa.ChunkedArray, pa.ChunkedArray]
+
+
+def _truth(node: Node, columns: Mapping[str, pa.ChunkedArray]) -> _Truth | None:
+    """`node`'s TRUE and FALSE rows, or None without a column form; `node` has column_condition's shape."""
+    assert isinstance(node, Call)
+    if node.op in ("and", "or"):
+        left = _truth(node.args[0], columns)
+        right = None if left is None else _truth(node.args[1], columns)
+        if left is None or right is None:
+            return None
+        if node.op == "and":
+            return pc.and_(left[0], right[0]), pc.or_(left[1], right[1])
+        return pc.or_(left[0], right[0]), pc.and_(left[1], right[1])
+    if node.op == "not":
+        inner = _truth(node.args[0], columns)
+        return None if inner is None else (inner[1], inner[0])
+    column = node.args[0]
+    assert isinstance(column, Col)
     values = columns.get(column.name)
     if values is None:
         return None
+    if node.op == "is_null":
+        return pc.is_null(values), pc.is_valid(values)
+    if values.type == pa.null():  # every row NULL: each comparison and membership is NULL
+        nothing = pa.chunked_array([pa.repeat(False, len(values))], pa.bool_())
+        return nothing, nothing
+    if node.op in ("in", "not_in"):
+        found = _membership(values, node.args[1:])
+        if found is None:
+            return None
+        # NULL IN (...) is NULL; is_in gives false for it, so the FALSE rows are the non-NULL others.
+        absent = pc.and_(pc.is_valid(values), pc.invert(found))
+        return (found, absent) if node.op == "in" else (absent, found)
+    compared = _compared(node, values)
+    if compared is None:
+        return None
+    return pc.fill_null(compared, False), pc.fill_null(pc.invert(compared), False)
+
+
+def _membership(values: pa.ChunkedArray, items: Sequence[Node]) -> pa.ChunkedArray | None:
+    """Whether each value is one of the constants `items`, when they all are of the column's kind (ints
+    for int64, strings for strings: as `expressions._in` tests them, with no coercion)."""
+    constants: list[Any] = [item.value for item in items if isinstance(item, Lit)]
+    kinds = {type(value) for value in constants}
+    if len(kinds) != 1 or len(constants) != len(items) or values.type != _KINDS.get(kinds.pop()):
+        return None
+    if values.type == pa.int64() and not all(_INT64[0] <= value <= _INT64[1] for value in constants):
+        return None
+    return pc.is_in(values, value_set=pa.array(constants, values.type))
+
+
+def _compared(node: Call, values: pa.ChunkedArray) -> pa.ChunkedArray | None:
+    """The comparison `column op constant` of each value (NULL for a NULL), or None without a form."""
+    constant = node.args[1]
+    assert isinstance(constant, Lit)
     value: Any = constant.value
     kind = type(value)
-    if values.type == pa.null():  # every row NULL: the comparison is NULL for each
-        return pa.chunked_array([pa.repeat(False, len(values))], pa.bool_())
     if node.op in _EQUALITY:
         # expressions.batch_evaluator compares in one step only a value of exactly the constant's type.
         if values.type != _KINDS[kind]:
@@ -105,7 +155,7 @@ def column_mask(node: Node, columns: Mapping[str, pa.ChunkedArray]) -> pa.Chunke
             return None
     if kind is int and not _INT64[0] <= value <= _INT64[1]:
         return None
-    return pc.fill_null(compare(values, pa.scalar(value, _KINDS[kind])), False)
+    return compare(values, pa.scalar(value, _KINDS[kind]))
 
 
 def _exact(values: pa.ChunkedArray, value: int | float) -> bool:

@@ -1160,21 +1160,31 @@ def batch_evaluator(node: Node, readers: Mapping[str, Callable[[Any], object]]) 
 
 def column_condition(node: Node) -> frozenset[str] | None:
     """The columns `node` reads when it has the shape a partition's column copy decides at once
-    (query/columns.py: `batch_evaluator`'s, a top-level column compared with a number or string constant,
-    and ANDs of such), or None when it has not (the copy's column types may still give it no form)."""
+    (query/columns.py: a top-level column compared with a number or string constant as `batch_evaluator`
+    compares them, `IS NULL`, `IN` and `NOT IN` lists of int or string constants, and AND, OR and NOT of
+    such), or None when it has not (the copy's column types may still give it no form)."""
     if not isinstance(node, Call):
         return None
-    if node.op == "and" and len(node.args) == 2:
+    if node.op in ("and", "or") and len(node.args) == 2:
         left, right = column_condition(node.args[0]), column_condition(node.args[1])
         return None if left is None or right is None else left | right
+    if node.op == "not" and len(node.args) == 1:
+        return column_condition(node.args[0])
+    if not node.args or not isinstance(node.args[0], Col) or node.args[0].path:
+        return None
+    column = frozenset({node.args[0].name})
+    if node.op == "is_null":
+        return column if len(node.args) == 1 else None
+    if node.op in ("in", "not_in"):
+        items = node.args[1:]
+        plain = items and all(isinstance(item, Lit) and type(item.value) in (int, str) for item in items)
+        return column if plain else None
     if (node.op not in _BATCH_EQUALITY and node.op not in _PYTHON_ORDER) or len(node.args) != 2:
         return None
-    column, constant = node.args
-    if not isinstance(column, Col) or column.path or not isinstance(constant, Lit):
+    constant = node.args[1]
+    if not isinstance(constant, Lit) or type(constant.value) not in (int, float, str):
         return None
-    if type(constant.value) not in (int, float, str):
-        return None
-    return frozenset({column.name})
+    return column
 
 
 def _in(negate: bool) -> Callable[[tuple[Node, ...]], Eval]:

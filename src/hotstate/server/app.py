@@ -481,6 +481,8 @@ class Server:
             self._http.should_exit = True  # type: ignore[attr-defined]
             with contextlib.suppress(asyncio.CancelledError, asyncio.TimeoutError):
                 await asyncio.wait_for(self._http_task, HTTP_STOP_TIMEOUT_S)
+        if self.reads is not None:
+            self.reads.close()
         if self.liveness is not None:
             await self.liveness.stop()
         if self.replicas is not None:

@@ -9,10 +9,12 @@ answer is the store's, as a scan of the rows would give it. When too many keys c
 (a quarter of the copy), the copy is dropped and the next scan builds another. A build takes the
 columns of the partition's copy too, so queries on different columns share one copy.
 
-A scan from a copy runs in steps of COPY_STEP_ROWS of its rows, as of its first step: the changed keys
-are taken then, and the rows it reads from the store come from a store snapshot made then (the copy's
-arrays never change), as a scan of the rows reads its iterator's moment. The builds and the applies run
-on the event loop, so no apply falls between a build's start and the making of its scan's iterator.
+A scan from a copy is decided as of its first step: the changed keys are taken then, and the rows it
+reads from the store come from a store snapshot made then (the copy's arrays never change), as a scan of
+the rows reads its iterator's moment. The copy's part is decided off the event loop, in the server's scan
+compute thread (`OffLoop`): pyarrow's calls release the GIL, so lookups are answered meanwhile. The builds
+and the applies run on the event loop, so no apply falls between a build's start and the making of its
+scan's iterator.
 
 A server keeps copies up to `query.scan.cache.bytes` in all, the least recently used dropped first; 0
 keeps none. A copy of a store that was closed (a snapshot installed, the replica dropped) is never used.
@@ -23,6 +25,8 @@ from __future__ import annotations
 import heapq
 from collections import OrderedDict
 from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -41,12 +45,12 @@ from hotstate.query.expressions import Col, EvalError
 from hotstate.query.scan import AGGREGATE, MAX_GROUPS, TOP, ScanRun, sort_key_of
 from hotstate.replica.store import ChangedKeys, Store
 
-__all__ = ["ColumnCache", "ColumnCacheBuild", "ColumnCaches", "scan_from_cache"]
+__all__ = ["ColumnCache", "ColumnCacheBuild", "ColumnCaches", "OffLoop", "scan_from_cache"]
 
 # How many changed keys a copy of `rows` rows takes before it is rebuilt rather than patched.
 MIN_CHANGE_LIMIT = 10_000
-# Rows of a copy one step of a scan decides over (about a millisecond); between steps the event loop runs.
-COPY_STEP_ROWS = 16_384
+# Rows of a copy's arrays: Arrow's per-array cost made the copy's operations twice as slow with small ones.
+COPY_CHUNK_ROWS = 16_384
 
 
 def _change_limit(rows: int) -> int:
@@ -132,7 +136,7 @@ class ColumnCacheBuild:
 
 class _Chunks:
     """A column's arrays as a scan hands them over (a few hundred rows each), joined into arrays of about
-    COPY_STEP_ROWS rows: Arrow's per-array cost made the copy's operations twice as slow with small ones."""
+    COPY_CHUNK_ROWS rows."""
 
     def __init__(self) -> None:
         self._joined: list[pa.Array] = []
@@ -142,7 +146,7 @@ class _Chunks:
     def add(self, array: pa.Array) -> None:
         self._pending.append(array)
         self._rows += len(array)
-        if self._rows >= COPY_STEP_ROWS:
+        if self._rows >= COPY_CHUNK_ROWS:
             self._join()
 
     def _join(self) -> None:
@@ -252,44 +256,91 @@ class ColumnCaches:
             del self._refused[pid]
 
 
-def scan_from_cache(cache: ColumnCache, run: ScanRun, chunk_rows: int) -> Generator[None, None, bool]:
-    """Feed `run` the partition's answer from `cache`, yielding between steps of at most COPY_STEP_ROWS rows
-    of the copy (or `chunk_rows` rows read from the store): its WHERE over the copy's columns (a count of
-    its keys, its groups' aggregates) for the rows no apply changed since, and the changed keys' rows read
-    from the store. All as of the first step: the changed keys are taken then, and every row read from the
-    store comes from a view of that moment (the copy's arrays never change). Returns False at once when
-    the WHERE or the aggregates have no column form over these columns (the caller scans the rows)."""
+# Work a scan from a copy hands to its server's compute thread; what it returns is sent back to the scan.
+OffLoop = Callable[[], object]
+
+
+@dataclass(frozen=True, slots=True)
+class _Found:
+    """What the copy says of its rows no apply changed since its build (`unchanged` of them)."""
+
+    unchanged: int
+    matches: int = 0  # a count of the rows the WHERE keeps
+    keys: list[bytes] = field(default_factory=list)  # rows: the first kept keys; top n: its keys, in order
+    values: list[list[object]] = field(default_factory=list)  # top n: each key's ORDER BY values
+    groups: dict[tuple[object, ...], list[Any]] | None = None
+
+
+def _decide(cache: ColumnCache, run: ScanRun, changed: list[bytes]) -> _Found | None:
+    """The scan's answer over the copy's unchanged rows, in C (pyarrow releases the GIL in each call, so
+    the event loop runs on beside it); None when the WHERE or the aggregates have no column form over these
+    columns."""
     program = run.program
-    where = program.where
-    mask = None if where is None else column_mask(where, cache.columns)
-    if where is not None and mask is None:
-        return False
-    aggregating = program.mode == AGGREGATE and not run.counts_matches
-    aggregates = [(a.func, a.arg.name if isinstance(a.arg, Col) else None) for a in program.aggregates]
-    inputs = None
-    if aggregating:
+    columns = cache.columns
+    mask = None
+    if program.where is not None:
+        mask = column_mask(program.where, columns)
+        if mask is None:
+            return None
+    unchanged = cache.rows
+    if changed:
+        stale = pc.is_in(cache.keys, value_set=pa.array(changed, pa.binary()))
+        unchanged -= pc.sum(stale).as_py() or 0
+        kept = pc.invert(stale)
+        mask = kept if mask is None else pc.and_(mask, kept)
+    if program.mode == AGGREGATE and not run.counts_matches:
         group = [node.name for node in program.group if isinstance(node, Col)]
-        inputs = aggregate_inputs(group, aggregates, cache.columns)
+        aggregates = [(a.func, a.arg.name if isinstance(a.arg, Col) else None) for a in program.aggregates]
+        inputs = aggregate_inputs(group, aggregates, columns)
         if inputs is None:
-            return False
+            return None
+        try:
+            groups = column_aggregates(len(program.group), aggregates, inputs, mask, cache.rows, MAX_GROUPS)
+        except ValueError as error:
+            raise EvalError(str(error)) from None
+        return _Found(unchanged, groups=groups)
     order = run.order_columns if program.mode == TOP else None
-    sort_inputs = None
     if order is not None:
-        sort_inputs = top_inputs(order, cache.columns)
+        sort_inputs = top_inputs(order, columns)
         if sort_inputs is None:
-            return False
-    step_rows = COPY_STEP_ROWS
+            return None
+        # A top n per array and the best of them: one sort of a whole copy cost 7x (sorting every row).
+        best: list[tuple[tuple[object, ...], bytes, list[object]]] = []
+        for start in range(0, cache.rows, COPY_CHUNK_ROWS):
+            sliced = {name: column.slice(start, COPY_CHUNK_ROWS) for name, column in sort_inputs.items()}
+            part = None if mask is None else mask.slice(start, COPY_CHUNK_ROWS)
+            keys, values = column_top(
+                order, sliced, cache.keys.slice(start, COPY_CHUNK_ROWS), part, program.keep
+            )
+            best.extend(
+                (sort_key_of(one, program.order), key, one) for key, one in zip(keys, values, strict=True)
+            )
+            best = heapq.nsmallest(program.keep, best)
+        return _Found(unchanged, keys=[key for _, key, _ in best], values=[one for _, _, one in best])
+    if run.counts_matches:
+        return _Found(unchanged, matches=cache.rows if mask is None else pc.sum(mask).as_py() or 0)
+    assert mask is not None
+    return _Found(unchanged, keys=pc.filter(cache.keys, mask).slice(0, program.keep).to_pylist())
+
+
+def scan_from_cache(
+    cache: ColumnCache, run: ScanRun, chunk_rows: int
+) -> Generator[OffLoop | None, object, bool]:
+    """Feed `run` the partition's answer from `cache`: its WHERE over the copy's columns (a count of its
+    keys, its groups' aggregates, its top n) for the rows no apply changed since, decided off the event loop
+    (the one OffLoop this yields: its result is sent back), and the changed keys' rows read from the store
+    through the row evaluator, `chunk_rows` at a time with a step (a None) between. All as of the first
+    step: the changed keys are taken then, and every row read from the store comes from a view of that
+    moment (the copy's arrays never change). Returns False when the WHERE or the aggregates have no column
+    form over these columns (the caller scans the rows)."""
     store = cache.store
     view = store.snapshot()
     try:
         changed = sorted(cache.changed.keys)
-        unchanged = cache.rows
-        if changed:
-            stale = pc.is_in(cache.keys, value_set=pa.array(changed, pa.binary()))
-            unchanged -= pc.sum(stale).as_py() or 0
-            kept = pc.invert(stale)
-            mask = kept if mask is None else pc.and_(mask, kept)
-        # The changed keys' rows, through the rows' evaluation.
+        found = yield partial(_decide, cache, run, changed)
+        if found is None:
+            return False
+        assert isinstance(found, _Found)
         for at in range(0, len(changed), chunk_rows):
             keys = changed[at : at + chunk_rows]
             current = [
@@ -300,64 +351,33 @@ def scan_from_cache(cache: ColumnCache, run: ScanRun, chunk_rows: int) -> Genera
             else:
                 run.feed(current)
             yield None
-        if unchanged:
+        if found.unchanged:
             run.saw_every_column()
-        matches = 0
-        matched: list[bytes] = []
-        keep = program.keep
-        best: list[
-            tuple[tuple[object, ...], bytes, list[object]]
-        ] = []  # the top n so far: sort key, key, values
-        for start in range(0, cache.rows, step_rows):
-            part = None if mask is None else mask.slice(start, step_rows)
-            if order is not None and sort_inputs is not None:
-                sliced = {name: column.slice(start, step_rows) for name, column in sort_inputs.items()}
-                keys, values = column_top(order, sliced, cache.keys.slice(start, step_rows), part, keep)
-                best.extend(
-                    (sort_key_of(one, program.order), key, one) for key, one in zip(keys, values, strict=True)
-                )
-                best = heapq.nsmallest(keep, best)
-            elif inputs is not None:
-                sliced = {name: column.slice(start, step_rows) for name, column in inputs.items()}
-                rows = min(step_rows, cache.rows - start)
-                try:
-                    groups = column_aggregates(len(program.group), aggregates, sliced, part, rows, MAX_GROUPS)
-                except ValueError as error:
-                    raise EvalError(str(error)) from None
-                run.add_groups(groups, 0)
-            elif run.counts_matches:
-                matches += min(step_rows, cache.rows - start) if part is None else pc.sum(part).as_py() or 0
-            else:
-                assert part is not None
-                found = pc.filter(cache.keys.slice(start, step_rows), part).slice(0, keep - len(matched))
-                matched.extend(found.to_pylist())
-                if len(matched) >= keep:
-                    break
-            yield None
-        if order is not None:
-            found_rows = view.get_many([key for _, key, _ in best])
-            run.add_top(
-                [
-                    (values, key, row)
-                    for (_, key, values), row in zip(best, found_rows, strict=True)
-                    if row is not None
-                ],
-                unchanged,
-            )
-        elif inputs is not None:
-            run.add_groups({}, unchanged)
+        if found.groups is not None:
+            run.add_groups(found.groups, found.unchanged)
         elif run.counts_matches:
-            run.add_match_count(matches, unchanged)
+            run.add_match_count(found.matches, found.unchanged)
         else:
-            items: list[tuple[bytes, bytes]] = []
-            for at in range(0, len(matched), chunk_rows):
-                keys = matched[at : at + chunk_rows]
-                items.extend(
-                    (key, row) for key, row in zip(keys, view.get_many(keys), strict=True) if row is not None
-                )
-                if at + chunk_rows < len(matched):
+            # The kept keys' rows, a chunk a step (an ORDER BY without LIMIT keeps up to the row cap).
+            rows: list[bytes | None] = []
+            for at in range(0, len(found.keys), chunk_rows):
+                if at:
                     yield None
-            run.add_matches(items, unchanged)
+                rows.extend(view.get_many(found.keys[at : at + chunk_rows]))
+            if run.program.mode == TOP:
+                run.add_top(
+                    [
+                        (values, key, row)
+                        for values, key, row in zip(found.values, found.keys, rows, strict=True)
+                        if row is not None
+                    ],
+                    found.unchanged,
+                )
+            else:
+                run.add_matches(
+                    [(key, row) for key, row in zip(found.keys, rows, strict=True) if row is not None],
+                    found.unchanged,
+                )
         return True
     finally:
         view.close()

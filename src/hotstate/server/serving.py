@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Generator, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Final
 
 from hotstate.controller.image import MetadataImage
@@ -37,7 +39,7 @@ from hotstate.routing.lags import LagTable
 from hotstate.server.replicas import LocalReplica, replica_state
 
 if TYPE_CHECKING:
-    from hotstate.server.column_cache import ColumnCacheBuild, ColumnCaches
+    from hotstate.server.column_cache import ColumnCacheBuild, ColumnCaches, OffLoop
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +48,19 @@ SCAN_CHUNK_ROWS: Final = 256
 
 # What a local replica serves: (state, position, offset lag, items).
 LocalRead = tuple[ReplicaState, int, int, tuple[tuple[bytes, bytes], ...]]
+
+# How much lower the OS priority of the scan compute thread is than the rest of the server's: where the
+# cores are busy, the event loop's thread (a lookup) takes the CPU from a scan's work first. Not lower:
+# the thread holds the GIL between pyarrow's calls, and the loop waits for it while it is preempted.
+SCAN_COMPUTE_NICE: Final = 10
+
+
+def _lower_priority() -> None:
+    """In the scan compute thread: below the server's other threads (Linux: a thread's own nice)."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), SCAN_COMPUTE_NICE)
+    except (AttributeError, OSError) as error:  # not Linux, or not allowed: at the server's priority
+        log.info("the scan compute thread keeps the server's priority: %s", error)
 
 
 class StepTurns:
@@ -139,6 +154,7 @@ class LocalReads:
         self._engine_loading: threading.Thread | None = None
         self._turns = StepTurns()
         self._on_scan_cancelled = on_scan_cancelled
+        self._compute: ThreadPoolExecutor | None = None  # the scan compute thread, made at its first work
 
     def serve_partitions(self, request: QueryPartitionsRequest) -> QueryPartitionsResponse:
         """Answer a coordinator's partitions from this server's replicas, each on its own."""
@@ -164,15 +180,27 @@ class LocalReads:
         steps = self._scan_steps(request)
         turns = self._turns
         held = False
+        result: object = None
+        failure: Exception | None = None
         try:
             await turns.take()
             held = True
             while True:
-                answer = next(steps)
-                if answer is not None:
+                answer = steps.send(result) if failure is None else steps.throw(failure)
+                result, failure = None, None
+                if isinstance(answer, PartitionQueryResponse):
                     return answer
                 held = False
-                await turns.pass_on()
+                if answer is None:
+                    await turns.pass_on()
+                else:  # decided off the loop: the other scans' steps take their turns meanwhile
+                    turns.give()
+                    try:
+                        loop = asyncio.get_running_loop()
+                        result = await loop.run_in_executor(self._compute_thread(), answer)
+                    except Exception as error:  # raised where the scan handed the work over
+                        failure = error
+                    await turns.take()
                 held = True
         except asyncio.CancelledError:  # its client went away (or its coordinator gave up)
             self._on_scan_cancelled()
@@ -181,6 +209,17 @@ class LocalReads:
             if held:
                 turns.give()
             steps.close()
+
+    def _compute_thread(self) -> ThreadPoolExecutor:
+        if self._compute is None:
+            self._compute = ThreadPoolExecutor(1, "scan-compute", initializer=_lower_priority)
+        return self._compute
+
+    def close(self) -> None:
+        """Stop the scan compute thread (after the work it has, if any)."""
+        if self._compute is not None:
+            self._compute.shutdown(wait=False, cancel_futures=True)
+            self._compute = None
 
     def load_column_engine(self) -> None:
         """Load server/column_cache.py (and pyarrow, 0.4 s of CPU and 50 MB) and begin keeping column
@@ -207,16 +246,28 @@ class LocalReads:
         return None
 
     def scan_now(self, request: PartitionQueryRequest) -> PartitionQueryResponse:
-        """`scan` without yielding (the replication simulator, tests)."""
-        for answer in self._scan_steps(request):
-            if answer is not None:
-                return answer
-        raise AssertionError("a scan ends with an answer")
+        """`scan` without yielding, its off-loop work done in place (the replication simulator, tests)."""
+        steps = self._scan_steps(request)
+        result: object = None
+        failure: Exception | None = None
+        try:
+            while True:
+                answer = steps.send(result) if failure is None else steps.throw(failure)
+                result, failure = None, None
+                if isinstance(answer, PartitionQueryResponse):
+                    return answer
+                if answer is not None:
+                    try:
+                        result = answer()
+                    except Exception as error:
+                        failure = error
+        finally:
+            steps.close()
 
     def _scan_steps(
         self, request: PartitionQueryRequest
-    ) -> Generator[PartitionQueryResponse | None, None, None]:
-        """Yields None between steps, then the answer."""
+    ) -> Generator[PartitionQueryResponse | OffLoop | None, object, None]:
+        """Yields None between steps and work to do off the loop (its result sent back), then the answer."""
         checked = self._checked(request)
         if isinstance(checked, PartitionQueryResponse):
             yield checked
