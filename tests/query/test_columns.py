@@ -41,35 +41,45 @@ _constants = st.one_of(
     st.sampled_from([float("nan"), 9007199254740992.0]),
     st.sampled_from(["a", "b", "5", "é", "\U0001f600"]),
 )
-_comparisons = st.builds(
-    lambda op, column, constant: Call(op, (Col(column), Lit(constant))),
-    st.sampled_from(["=", "!=", "<", "<=", ">", ">="]),
-    st.sampled_from(["x", "y"]),
-    _constants,
-)
-_leaves = st.one_of(
-    _comparisons,
-    st.builds(lambda column: Call("is_null", (Col(column),)), st.sampled_from(["x", "y"])),
-    st.builds(
-        lambda op, column, items: Call(op, (Col(column), *map(Lit, items))),
-        st.sampled_from(["in", "not_in"]),
-        st.sampled_from(["x", "y"]),
-        st.lists(
-            st.one_of(st.integers(-5, 5), st.sampled_from([_BIG, 2**70]), st.sampled_from(["a", "b", "é"])),
-            min_size=1,
-            max_size=4,
+
+
+def _leaves(constants: st.SearchStrategy[Any], ops: list[str], items: st.SearchStrategy[Any]) -> Any:
+    """Conditions on a column x or y: comparisons with `constants`, IS NULL, [NOT] IN lists of `items`."""
+    columns = st.sampled_from(["x", "y"])
+    return st.one_of(
+        st.builds(
+            lambda op, c, value: Call(op, (Col(c), Lit(value))), st.sampled_from(ops), columns, constants
         ),
+        st.builds(lambda c: Call("is_null", (Col(c),)), columns),
+        st.builds(
+            lambda op, c, values: Call(op, (Col(c), *map(Lit, values))),
+            st.sampled_from(["in", "not_in"]),
+            columns,
+            st.lists(items, min_size=1, max_size=4),
+        ),
+    )
+
+
+def _nested(leaves: st.SearchStrategy[Any], max_leaves: int) -> Any:
+    """AND, OR and NOT over `leaves`: SQL's three values (a NULL comparison under NOT stays NULL)."""
+    return st.recursive(
+        leaves,
+        lambda inner: st.one_of(
+            st.builds(lambda a, b: Call("and", (a, b)), inner, inner),
+            st.builds(lambda a, b: Call("or", (a, b)), inner, inner),
+            st.builds(lambda a: Call("not", (a,)), inner),
+        ),
+        max_leaves=max_leaves,
+    )
+
+
+_conditions = _nested(
+    _leaves(
+        _constants,
+        ["=", "!=", "<", "<=", ">", ">="],
+        st.one_of(st.integers(-5, 5), st.sampled_from([_BIG, 2**70]), st.sampled_from(["a", "b", "é"])),
     ),
-)
-# AND, OR and NOT over them, nested: SQL's three values (a NULL comparison under NOT stays NULL).
-_conditions = st.recursive(
-    _leaves,
-    lambda inner: st.one_of(
-        st.builds(lambda a, b: Call("and", (a, b)), inner, inner),
-        st.builds(lambda a, b: Call("or", (a, b)), inner, inner),
-        st.builds(lambda a: Call("not", (a,)), inner),
-    ),
-    max_leaves=4,
+    4,
 )
 
 
@@ -119,34 +129,9 @@ def test_the_column_form_keeps_the_rows_the_row_evaluator_finds_true(
     assert mask.to_pylist() == [one(projection.of_row(pair)) is True for pair in pairs]
 
 
-_int_leaves = st.one_of(
-    st.builds(
-        lambda op, column, constant: Call(op, (Col(column), Lit(constant))),
-        st.sampled_from(["=", "!=", "<", ">="]),
-        st.sampled_from(["x", "y"]),
-        st.integers(-2, 2),
-    ),
-    st.builds(lambda column: Call("is_null", (Col(column),)), st.sampled_from(["x", "y"])),
-    st.builds(
-        lambda op, column, items: Call(op, (Col(column), *map(Lit, items))),
-        st.sampled_from(["in", "not_in"]),
-        st.sampled_from(["x", "y"]),
-        st.lists(st.integers(-2, 2), min_size=1, max_size=3),
-    ),
-)
-
-
 @settings(max_examples=300, deadline=None)
 @given(
-    st.recursive(
-        _int_leaves,
-        lambda inner: st.one_of(
-            st.builds(lambda a, b: Call("and", (a, b)), inner, inner),
-            st.builds(lambda a, b: Call("or", (a, b)), inner, inner),
-            st.builds(lambda a: Call("not", (a,)), inner),
-        ),
-        max_leaves=5,
-    ),
+    _nested(_leaves(st.integers(-2, 2), ["=", "!=", "<", ">="], st.integers(-2, 2)), 5),
     st.lists(
         st.tuples(st.one_of(st.none(), st.integers(-2, 2)), st.one_of(st.none(), st.integers(-2, 2))),
         min_size=1,
