@@ -71,8 +71,12 @@ def test_create_list_drop_and_every_refusal_over_http(start_cluster: StartCluste
         assert listed[0] == described
 
         # Writable and queryable as a table made by the CLI or the sink.
-        running.run(_write(cluster, [{"user": "u1", "day": 3, "clicks": 7}]))
-        rows = http.post("/v1/query", json={"sql": "SELECT * FROM clicks WHERE user = 'u1' AND day = 3"})
+        # Read with the write's token: a standby within the table's acceptable lag may not have the row yet.
+        token = running.run(_write(cluster, [{"user": "u1", "day": 3, "clicks": 7}]))
+        rows = http.post(
+            "/v1/query",
+            json={"sql": "SELECT * FROM clicks WHERE user = 'u1' AND day = 3", "consistency_token": token},
+        )
         assert rows.status_code == 200 and rows.json()["rows"] == [["u1", 3, 7]], rows.text
 
         def create(**fields: object) -> httpx.Response:
@@ -119,11 +123,12 @@ async def _leader(cluster: LocalCluster) -> int:
     return present(status.leader_id)
 
 
-async def _write(cluster: LocalCluster, rows: list[dict[str, object]], table: str = "clicks") -> None:
+async def _write(cluster: LocalCluster, rows: list[dict[str, object]], table: str = "clicks") -> str:
+    """The rows written; their consistency token."""
     async with TableWriter(
         cluster.addresses(), table, cluster_id=cluster.cluster_id, secret=cluster.secret
     ) as writer:
-        await writer.upsert(rows)
+        return (await writer.upsert(rows)).consistency_token
 
 
 def test_a_query_answer_converts_to_arrow_and_pandas_with_the_tables_key_types(
