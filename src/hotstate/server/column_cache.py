@@ -256,7 +256,8 @@ class ColumnCaches:
             del self._refused[pid]
 
 
-# Work a scan from a copy hands to its server's compute thread; what it returns is sent back to the scan.
+# Work a scan from a copy hands to its server's compute thread; what it returns is sent back to the scan
+# (a query's error too, as a value: the scan raises it where its handlers are).
 OffLoop = Callable[[], object]
 
 
@@ -271,10 +272,10 @@ class _Found:
     groups: dict[tuple[object, ...], list[Any]] | None = None
 
 
-def _decide(cache: ColumnCache, run: ScanRun, changed: list[bytes]) -> _Found | None:
+def _decide(cache: ColumnCache, run: ScanRun, changed: list[bytes]) -> _Found | EvalError | None:
     """The scan's answer over the copy's unchanged rows, in C (pyarrow releases the GIL in each call, so
-    the event loop runs on beside it); None when the WHERE or the aggregates have no column form over these
-    columns."""
+    the event loop runs on beside it), or the query's error; None when the WHERE or the aggregates have no
+    column form over these columns."""
     program = run.program
     columns = cache.columns
     mask = None
@@ -297,7 +298,7 @@ def _decide(cache: ColumnCache, run: ScanRun, changed: list[bytes]) -> _Found | 
         try:
             groups = column_aggregates(len(program.group), aggregates, inputs, mask, cache.rows, MAX_GROUPS)
         except ValueError as error:
-            raise EvalError(str(error)) from None
+            return EvalError(str(error))
         return _Found(unchanged, groups=groups)
     order = run.order_columns if program.mode == TOP else None
     if order is not None:
@@ -340,6 +341,8 @@ def scan_from_cache(
         found = yield partial(_decide, cache, run, changed)
         if found is None:
             return False
+        if isinstance(found, EvalError):
+            raise found
         assert isinstance(found, _Found)
         for at in range(0, len(changed), chunk_rows):
             keys = changed[at : at + chunk_rows]

@@ -181,13 +181,12 @@ class LocalReads:
         turns = self._turns
         held = False
         result: object = None
-        failure: Exception | None = None
         try:
             await turns.take()
             held = True
             while True:
-                answer = steps.send(result) if failure is None else steps.throw(failure)
-                result, failure = None, None
+                answer = steps.send(result)
+                result = None
                 if isinstance(answer, PartitionQueryResponse):
                     return answer
                 held = False
@@ -195,11 +194,8 @@ class LocalReads:
                     await turns.pass_on()
                 else:  # decided off the loop: the other scans' steps take their turns meanwhile
                     turns.give()
-                    try:
-                        loop = asyncio.get_running_loop()
-                        result = await loop.run_in_executor(self._compute_thread(), answer)
-                    except Exception as error:  # raised where the scan handed the work over
-                        failure = error
+                    loop = asyncio.get_running_loop()
+                    result = await loop.run_in_executor(self._compute_thread(), answer)
                     await turns.take()
                 held = True
         except asyncio.CancelledError:  # its client went away (or its coordinator gave up)
@@ -249,18 +245,12 @@ class LocalReads:
         """`scan` without yielding, its off-loop work done in place (the replication simulator, tests)."""
         steps = self._scan_steps(request)
         result: object = None
-        failure: Exception | None = None
         try:
             while True:
-                answer = steps.send(result) if failure is None else steps.throw(failure)
-                result, failure = None, None
+                answer = steps.send(result)
                 if isinstance(answer, PartitionQueryResponse):
                     return answer
-                if answer is not None:
-                    try:
-                        result = answer()
-                    except Exception as error:
-                        failure = error
+                result = None if answer is None else answer()
         finally:
             steps.close()
 
