@@ -10,7 +10,10 @@ ROWS rows of about 150 bytes (a string key, four value columns) are written to P
 Beside the load: the time from save() returning until every replica of every partition is at its
 active's position (in sync), the bytes on disk of each server's data directory after it, and the
 latency of point lookups (`SELECT * ... WHERE id = '...'` over HTTP, one at a time from a thread) made
-while the load ran: p50, p99 and max. The machine is shared: the bench waits (at most QUIET_WAIT_S) until
+while the load ran: p50, p99 and max at this client; p99 and max of the server's own time (`took_ms`),
+and its p99 for the lookups the server forwarded (the key's active on another server); each server's
+longest event-loop stall (its /metrics since it started, the opening of the table's stores included).
+The machine is shared: the bench waits (at most QUIET_WAIT_S) until
 other processes use under 0.4 cores before each measured part, and records what they used.
 
 Spark reads one Parquet file (FILE_ROWS rows) per task, so a task's rows stay bounded in memory (the
@@ -39,6 +42,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 from freshness import cpu_sample, others_cores, wait_quiet
 from hotstate.cli.local_cluster import LocalCluster
@@ -127,6 +132,8 @@ class Lookups(threading.Thread):
         self.rows = rows
         self.stop = threading.Event()
         self.latencies: list[float] = []
+        self.took: list[float] = []
+        self.forwarded_took: list[float] = []  # of the lookups the server that took them forwarded
         self.failures = 0
 
     def run(self) -> None:
@@ -136,11 +143,14 @@ class Lookups(threading.Thread):
                 key = f"user-{chosen.randrange(self.rows):010d}"
                 started = time.perf_counter()
                 try:
-                    client.query(f"SELECT * FROM {TABLE} WHERE id = '{key}'")
+                    answer = client.query(f"SELECT * FROM {TABLE} WHERE id = '{key}'")
                 except Exception:
                     self.failures += 1
                     continue
                 self.latencies.append((time.perf_counter() - started) * 1000)
+                self.took.append(answer.took_ms)
+                if answer.partitions and answer.partitions[0].served_by != answer.coordinator:
+                    self.forwarded_took.append(answer.took_ms)
 
 
 async def positions(cluster: LocalCluster, pool: PeerPool) -> dict[int, list[int]]:
@@ -171,6 +181,17 @@ async def time_to_sync(cluster: LocalCluster, since: float) -> float:
         raise TimeoutError(f"replicas not in sync within {SYNC_TIMEOUT_S} s")
     finally:
         await pool.close()
+
+
+def loop_stalls(cluster: LocalCluster) -> dict[str, float]:
+    """Each server's longest event-loop stall since it started (its /metrics), in ms."""
+    found: dict[str, float] = {}
+    for server, base in zip(cluster.servers, cluster.http_addresses(), strict=True):
+        text = httpx.get(f"{base}/metrics", timeout=10.0).text
+        for line in text.splitlines():
+            if line.startswith("hotstate_event_loop_stall_max_seconds"):
+                found[str(server.node_id)] = round(float(line.split()[-1]) * 1000, 1)
+    return found
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -265,7 +286,14 @@ def main(rows: int, out: Path, file_rows: int = FILE_ROWS) -> None:
                     "p50_ms": percentile(lookups.latencies, 0.5),
                     "p99_ms": percentile(lookups.latencies, 0.99),
                     "max_ms": percentile(lookups.latencies, 1.0),
+                    # The server's own time (took_ms: from the query's start there to its answer), without
+                    # the wait for its loop to read the request or for this client to get a CPU.
+                    "server_took_p99_ms": percentile(lookups.took, 0.99),
+                    "server_took_max_ms": percentile(lookups.took, 1.0),
+                    "forwarded": len(lookups.forwarded_took),
+                    "forwarded_server_took_p99_ms": percentile(lookups.forwarded_took, 0.99),
                 },
+                "loop_stall_max_ms_per_server": loop_stalls(cluster),
                 "sampled_keys_found": f"{counted} of {min(rows, 200)}",
                 "other_processes_cores": others,
             }

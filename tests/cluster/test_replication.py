@@ -82,7 +82,11 @@ class Probe:
                 for node in nodes:
                     for info in (await self.lag(node)).replicas:
                         if info.table == table:
-                            positions.setdefault(info.partition, set()).add(info.current_offset_position)
+                            # Its store at its log's end: a store applies committed records in steps (a
+                            # moment may find every replica at one position short of the end).
+                            positions.setdefault(info.partition, set()).update(
+                                (info.current_offset_position, info.end_offset_position)
+                            )
                             reported[info.partition] += 1
                 meta = await self.metadata(nodes[0], table)
                 # Every replica must report (a restarted server opens its replicas a moment later), and all
@@ -304,6 +308,7 @@ def test_produce_answers_each_mistake_with_its_typed_error(start_cluster: StartC
         ProduceRequest,
         ProduceResponse,
     )
+    from hotstate.server.replicas import INGEST_STEP_ROWS
 
     running = start_cluster(3, replica=ReplicaConfig(min_insync_replicas=2), produce_max_bytes=64 * 1024)
 
@@ -346,11 +351,33 @@ def test_produce_answers_each_mistake_with_its_typed_error(start_cluster: StartC
             reply = await produce(part.active, request)
             assert reply.error is ReplicaError.INVALID_ROW, reply
             assert "row 2" in reply.message and expected in reply.message, reply.message
+        # A long request is checked a step of INGEST_STEP_ROWS rows at a time: a bad row in a later step still
+        # refuses all of it, named by its index in the request.
+        long = rows_for(0, 2 * INGEST_STEP_ROWS + 50)
+        for index, bad in (
+            (2 * INGEST_STEP_ROWS + 10, b"\xc1not msgpack"),
+            (INGEST_STEP_ROWS, rows_for(1, 1)[0]),
+        ):
+            request = ProduceRequest("clicks", 0, part.leader_epoch, (*long[:index], bad, *long[index + 1 :]))
+            reply = await produce(part.active, request)
+            assert reply.error is ReplicaError.INVALID_ROW and f"row {index} " in reply.message, reply
         huge = tuple(encode_row({"user": f"u{i}", "pad": "x" * 1000}) for i in range(100))
         reply = await produce(part.active, ProduceRequest("clicks", 0, part.leader_epoch, huge))
         assert reply.error is ReplicaError.TOO_LARGE and "produce.max.bytes" in reply.message
         lag = {(i.partition, i.state): i for i in (await probe.lag(present(part.active))).replicas}
         assert lag[(0, "active")].end_offset_position == ok.end_offset  # none of the bad requests wrote
+        # Sent one after the other on one connection, a short Produce does not overtake a long one being
+        # checked in steps: appended in the order they came.
+        sent = [
+            probe.pool.request_soon(
+                present(part.active), ProduceRequest("clicks", 0, part.leader_epoch, rows), 10.0
+            )
+            for rows in (tuple(long), tuple(good))
+        ]
+        written, after = await asyncio.gather(*sent)
+        assert isinstance(written, ProduceResponse) and isinstance(after, ProduceResponse)
+        assert written.error is ReplicaError.NONE and written.end_offset - written.base_offset == len(long)
+        assert after.error is ReplicaError.NONE and after.base_offset == written.end_offset, (written, after)
 
         # KIP-535's metadata for a key, from any server.
         key_row = encode_row({"user": "u42"})

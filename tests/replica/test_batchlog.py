@@ -67,6 +67,22 @@ def test_between_cuts_at_both_ends() -> None:
     assert log.read_between(10, 10) == []
 
 
+def test_between_counts_no_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The core asks for its committed batches at every Ready: counting each record's bytes up to the log's
+    # end there cost one len() per record appended behind them (loop stalls during a bulk load).
+    import hotstate.replica.batchlog as batchlog
+
+    def refuse(_: RecordBatch) -> int:
+        raise AssertionError("read_between counted a batch's bytes")
+
+    monkeypatch.setattr(batchlog, "batch_bytes", refuse)
+    log = sample()
+    assert flat(log.read_between(4, 6)) == [(4, 1, b"EEEE"), (5, 2, b"FFFF")]
+    assert log.read_between(0, 10) == [batch(0, 1, 3), batch(3, 1, 2), batch(5, 2, 3), batch(8, 4, 2)]
+    with pytest.raises(BatchLogError):
+        log.read_between(11, 12)
+
+
 def test_epoch_at() -> None:
     log = sample()
     assert [log.epoch_at(o) for o in range(10)] == [1, 1, 1, 1, 1, 2, 2, 2, 4, 4]

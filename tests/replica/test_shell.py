@@ -29,8 +29,15 @@ class ScriptedCore:
     def advance(self, ready: Ready) -> None:
         self.advanced.append(ready)
         given = self.readies.pop(0)
-        if len(ready.committed) < len(given.committed):
-            rest = given.committed[len(ready.committed) :]
+        applied = ready.committed[-1].next_offset if ready.committed else 0
+        rest = tuple(
+            RecordBatch(
+                max(b.base_offset, applied), b.leader_epoch, b.records[max(0, applied - b.base_offset) :]
+            )
+            for b in given.committed
+            if b.next_offset > applied
+        )
+        if rest:
             self.readies.insert(0, Ready((), (), (), rest, None, None, 2, 2))
 
 
@@ -102,25 +109,39 @@ def test_nothing_is_sent_answered_or_applied_before_the_log_write_is_durable() -
 
 
 def test_a_big_apply_runs_in_steps_with_a_turn_of_the_loop_between() -> None:
-    """Committed batches beyond APPLY_STEP_RECORDS records wait for the next pump (whole batches, at least
-    one): a follower's fetch of a bulk load is not applied in one stall."""
+    """Committed records beyond APPLY_STEP_RECORDS wait for the next pump, a batch cut where a step ends:
+    neither a follower's fetch of a bulk load nor one long Produce's batch is applied in one stall."""
     size = APPLY_STEP_RECORDS * 3 // 4
     batches = tuple(RecordBatch(n * size, 1, tuple(b"k=%d" % i for i in range(size))) for n in range(3))
     core, world = ScriptedCore(Ready((), (), (), batches, None, None, 3 * size, 3 * size)), Recorder()
     pump = shell(core, world)
     pump.pump()
-    assert world.events == ["write 0", f"apply 0-{size}", "defer"]
+    step = APPLY_STEP_RECORDS
+    assert world.events == ["write 0", f"apply 0-{size}", f"apply {size}-{step}", "defer"]
     pump.pump()
     pump.pump()
-    assert world.events[3:] == [
+    assert world.events[4:] == [
         "write 0",
-        f"apply {size}-{2 * size}",
+        f"apply {step}-{2 * size}",
+        f"apply {2 * size}-{2 * step}",
         "defer",
         "write 0",
-        f"apply {2 * size}-{3 * size}",
+        f"apply {2 * step}-{3 * size}",
     ]
     assert world.position == 3 * size and world.deferred == 2
-    huge = RecordBatch(0, 1, tuple(b"k=%d" % i for i in range(2 * APPLY_STEP_RECORDS)))
+    huge = RecordBatch(0, 1, tuple(b"k=%d" % i for i in range(2 * step + 5)))
     core, world = ScriptedCore(Ready((), (), (), (huge,), None, None, 1, 1)), Recorder()
-    shell(core, world).pump()
-    assert world.events == ["write 0", f"apply 0-{2 * APPLY_STEP_RECORDS}"]  # one batch: whole
+    pump = shell(core, world)
+    for _ in range(3):
+        pump.pump()
+    assert world.events == [
+        "write 0",
+        f"apply 0-{step}",
+        "defer",
+        "write 0",
+        f"apply {step}-{2 * step}",
+        "defer",
+        "write 0",
+        f"apply {2 * step}-{2 * step + 5}",
+    ]
+    assert [b.records for b in core.advanced[1].committed] == [huge.records[step : 2 * step]]

@@ -39,14 +39,21 @@ _BAD_ENTRY = (ValueError, TypeError, OverflowError, KeyError, UnicodeError)
 
 
 def records_for_rows(
-    rows: Sequence[bytes], key_columns: Sequence[KeyColumn], partitions: int, partition: int, table: str
+    rows: Sequence[bytes],
+    key_columns: Sequence[KeyColumn],
+    partitions: int,
+    partition: int,
+    table: str,
+    *,
+    first_index: int = 0,
 ) -> tuple[list[bytes], str | None]:
     """The log records ([key, row or nil]) of a Produce's entries (rows and tombstones) for `partition`, or
-    no records and the first problem."""
+    no records and the first problem. `first_index`: the request's index of `rows[0]` (a problem names the
+    entry by its index in the request, when the request is checked a part at a time)."""
     records = _fast(rows, key_columns, partitions, partition)
     if records is not None:
         return records, None
-    return _one_by_one(rows, key_columns, partitions, partition, table)
+    return _one_by_one(rows, key_columns, partitions, partition, table, first_index)
 
 
 def _fast(
@@ -64,11 +71,16 @@ def _fast(
 
 
 def _one_by_one(
-    rows: Sequence[bytes], key_columns: Sequence[KeyColumn], partitions: int, partition: int, table: str
+    rows: Sequence[bytes],
+    key_columns: Sequence[KeyColumn],
+    partitions: int,
+    partition: int,
+    table: str,
+    first_index: int = 0,
 ) -> tuple[list[bytes], str | None]:
     records = []
     suffix = window_suffix(key_columns)
-    for index, entry_bytes in enumerate(rows):
+    for index, entry_bytes in enumerate(rows, first_index):
         what = "row"
         try:
             entry = decode_entry(entry_bytes)

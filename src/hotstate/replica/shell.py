@@ -22,10 +22,13 @@ from hotstate.log.batch import RecordBatch
 from hotstate.replica.core import IsrChange, LogOp, ProduceResult, Ready, ReplicaCore, SnapshotNeeded
 from hotstate.replica.messages import ReplicaMessage
 
-# The records one pump applies to the store (whole batches, at least one): more committed at once (a
-# follower's fetch of a bulk load, a page of expiry's tombstones behind others) wait for the next turn of
-# the loop, so lookups and heartbeats are served between the steps of a big apply.
-APPLY_STEP_RECORDS = 4096
+# The records one pump applies to the store (a long batch is cut: the store's position may stop inside a
+# batch): more committed at once (a follower's fetch of a bulk load, a Produce of thousands of rows, a page of
+# expiry's tombstones behind others) wait for the next turn of the loop, so lookups and heartbeats are served
+# between the steps of a big apply. Measured: whole batches of a bulk load's 4 MiB Produces (~27,000 rows)
+# held the loop 0.3-0.45 s in one RocksDB write on 2 loaded cores; with 256 records a step (and the
+# server's ingest steps of 256 rows) no stall over 100 ms was left during the load.
+APPLY_STEP_RECORDS = 256
 
 
 class LogPort(Protocol):
@@ -91,7 +94,7 @@ class ReplicaShell:
             ready = dataclasses.replace(ready, committed=())
         elif ready.committed:
             step = _apply_step(ready.committed)
-            if len(step) < len(ready.committed):
+            if step[-1].next_offset < ready.committed[-1].next_offset:
                 ready = dataclasses.replace(ready, committed=step)
                 defer_apply = True
         self.writing = ready
@@ -130,10 +133,15 @@ class ReplicaShell:
 
 
 def _apply_step(committed: Sequence[RecordBatch]) -> tuple[RecordBatch, ...]:
-    """The first committed batches, up to APPLY_STEP_RECORDS records (at least one batch)."""
-    records = 0
-    for count, batch in enumerate(committed):
-        records += batch.next_offset - batch.base_offset
-        if records > APPLY_STEP_RECORDS and count > 0:
-            return tuple(committed[:count])
-    return tuple(committed)
+    """The first APPLY_STEP_RECORDS committed records, as batches (the last one cut where the step ends)."""
+    room = APPLY_STEP_RECORDS
+    step = []
+    for batch in committed:
+        count = batch.next_offset - batch.base_offset
+        if count > room:
+            if room:
+                step.append(RecordBatch(batch.base_offset, batch.leader_epoch, batch.records[:room]))
+            break
+        step.append(batch)
+        room -= count
+    return tuple(step)
