@@ -726,7 +726,16 @@ def bulk_load(data: Mapping[str, Any]) -> Section:
                 ],
             ),
             Table(
-                ("point lookups", "count", "failed", "p50 ms", "p99 ms", "max ms"),
+                (
+                    "point lookups",
+                    "count",
+                    "failed",
+                    "p50 ms",
+                    "p99 ms",
+                    "max ms",
+                    "server took p99 ms",
+                    "forwarded: server took p99 ms",
+                ),
                 [
                     (
                         "during the load",
@@ -735,8 +744,12 @@ def bulk_load(data: Mapping[str, Any]) -> Section:
                         lookups["p50_ms"],
                         lookups["p99_ms"],
                         lookups["max_ms"],
+                        lookups.get("server_took_p99_ms", "–"),
+                        lookups.get("forwarded_server_took_p99_ms", "–"),
                     )
                 ],
+                "At the lookups' client; `took_ms` is the server's own time (the query's start to its "
+                "answer), for all lookups and for those forwarded to the key's active on another server.",
             ),
         ],
         [
@@ -749,6 +762,11 @@ def bulk_load(data: Mapping[str, Any]) -> Section:
             f"sampled keys found after it: {fmt(hot['sampled_keys_found'])}.",
             f"Bytes on disk: {disk} (the single store: {fmt(base['bytes_on_disk'])}; the Parquet input: "
             f"{fmt(data['input_parquet_bytes'])}).",
+            *(
+                [f"Each server's longest event-loop stall (ms, since it started): {fmt(stalls)}."]
+                if (stalls := hot.get("loop_stall_max_ms_per_server"))
+                else []
+            ),
         ],
     )
 
@@ -853,6 +871,16 @@ def scans(data: Mapping[str, Any]) -> Section:
     one = data.get("lookups_during_one_group_client")
     measured = [("idle", idle), ("during GROUP BY scans (2 clients)", during)]
     measured += [("during GROUP BY scans (1 client)", one)] if one else []
+    native = data.get("lookups_native_client") or {}
+    measured += [
+        (f"{name} (wrk, a native client)", native[key])
+        for key, name in (
+            ("idle", "idle"),
+            ("during_group", "during GROUP BY scans (2 clients)"),
+            ("during_one_group_client", "during GROUP BY scans (1 client)"),
+        )
+        if key in native
+    ]
     tables.append(
         Table(
             (

@@ -33,7 +33,9 @@ column copy behind at its replica, server/column_cache.py, which the measured ru
   every `query.scan.step.rows` rows and a scan from a copy is decided in the server's low-priority compute
   thread, so lookups should keep their latency (goal p99 < 10 ms); the servers' liveness is checked after
   it (no server fenced or marked down). `lookups_during_one_group_client`: the same with one client, a
-  GROUP BY always running.
+  GROUP BY always running. `lookups_native_client`: the same three measurements with the lookups asked by
+  wrk (`-t1 -c1`, one at a time, the same keys) instead of this Python process: on 2 cores shared by three
+  servers and the scanning clients, the Python client's own waits for a core are part of its latency.
 
 Goals (issue 27): >= 1M rows scanned/s per server for the filter and COUNT(*), >= 0.8x the bare loop, and
 the 2M-row GROUP BY answered in < 1.5 s end to end.
