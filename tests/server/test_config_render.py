@@ -50,7 +50,7 @@ def test_defaults_are_left_out_unless_asked_for(tmp_path: Path) -> None:
     full = render_toml(config, include_defaults=True)
     assert '"broker.heartbeat.interval.ms" = 250' in full
     assert '"controller.quorum.election.timeout.ms" = 500' in full
-    assert '"replica.fetch.max.bytes" = 4194304' in full
+    assert '"replica.fetch.max.bytes" = 1048576' in full
     assert '"min.insync.replicas" = 1' in full
     assert '"replica.log.fsync" = "never"' in full
     assert '"produce.max.bytes" = 8388608' in full
