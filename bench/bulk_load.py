@@ -43,8 +43,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-
+from expiry import metrics
 from freshness import cpu_sample, others_cores, wait_quiet
 from hotstate.cli.local_cluster import LocalCluster
 from hotstate.client.query import Client
@@ -185,13 +184,10 @@ async def time_to_sync(cluster: LocalCluster, since: float) -> float:
 
 def loop_stalls(cluster: LocalCluster) -> dict[str, float]:
     """Each server's longest event-loop stall since it started (its /metrics), in ms."""
-    found: dict[str, float] = {}
-    for server, base in zip(cluster.servers, cluster.http_addresses(), strict=True):
-        text = httpx.get(f"{base}/metrics", timeout=10.0).text
-        for line in text.splitlines():
-            if line.startswith("hotstate_event_loop_stall_max_seconds"):
-                found[str(server.node_id)] = round(float(line.split()[-1]) * 1000, 1)
-    return found
+    return {
+        str(server.node_id): round(metrics(base)["max"] * 1000, 1)
+        for server, base in zip(cluster.servers, cluster.http_addresses(), strict=True)
+    }
 
 
 def percentile(values: list[float], q: float) -> float:

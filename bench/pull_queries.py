@@ -359,8 +359,23 @@ class Load:
 
 
 def run_wrk(children: Children, load: Load, concurrency: int, duration_s: int) -> dict[str, Any]:
-    command = ["wrk", "-t1", f"-c{concurrency}", f"-d{duration_s}s", "--timeout", WRK_TIMEOUT]
-    command += ["-s", str(LUA), load.url, "--", str(load.bodies), load.path, ROW_MARKER]
+    return wrk_json(children, load.url, load.path, load.bodies, concurrency, duration_s)
+
+
+def wrk_json(
+    children: Children,
+    url: str,
+    path: str,
+    bodies: Path,
+    concurrency: int,
+    duration_s: int,
+    *,
+    row_marker: str = ROW_MARKER,
+    timeout: str = WRK_TIMEOUT,
+) -> dict[str, Any]:
+    """One wrk run of post_bodies.lua: what its done() printed (counts, errors, latency in microseconds)."""
+    command = ["wrk", "-t1", f"-c{concurrency}", f"-d{duration_s}s", "--timeout", timeout]
+    command += ["-s", str(LUA), url, "--", str(bodies), path, row_marker]
     code, out, err = children.run(command, timeout_s=duration_s + 30)
     line = next((ln for ln in out.splitlines() if ln.startswith("WRK_JSON ")), None)
     if line is None:

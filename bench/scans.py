@@ -57,7 +57,6 @@ import os
 import platform
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -73,9 +72,9 @@ from hotstate.controller.records import KeyColumn, KeyType
 from hotstate.controller.requests import ControllerError
 from hotstate.protocol.keys import encode_key, partition_for
 from hotstate.protocol.rows import decode_rows, encode_row
+from pull_queries import Children, wrk_json
 
 TABLE = "scans"
-WRK_LUA = Path(__file__).parent / "lua" / "post_bodies.lua"
 PARTITIONS = 6
 STANDBYS = 1
 KEY = (KeyColumn("id", KeyType.STRING),)
@@ -215,29 +214,19 @@ def lookups_native(base: str, keys: list[str], seconds: float) -> dict[str, floa
     """The same lookups from wrk (`-t1 -c1`: one at a time, as `lookups` asks them), a native client: no
     Python process of the measuring side waits for one of the 2 cores between a lookup's send and its
     answer's read, so the latency is more the server's (and the kernel's)."""
+    children = Children()
     with tempfile.TemporaryDirectory(prefix="hotstate-wrk-") as scratch:
         bodies = Path(scratch) / "bodies"
         bodies.write_text(
             "".join(json.dumps({"sql": f"SELECT * FROM scans WHERE id = '{key}'"}) + "\n" for key in keys)
         )
-        command = [
-            "wrk",
-            "-t1",
-            "-c1",
-            f"-d{max(1, round(seconds))}s",
-            "--timeout",
-            "10s",
-            "-s",
-            str(WRK_LUA),
-        ]
-        command += [base, "--", str(bodies), "/v1/query", '"id-']
-        done = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 60, check=False)
-    line = next((ln for ln in done.stdout.splitlines() if ln.startswith("WRK_JSON ")), None)
-    if line is None:
-        raise RuntimeError(
-            f"wrk exited {done.returncode} without a result: {(done.stderr or done.stdout)[-300:]}"
-        )
-    raw = json.loads(line.removeprefix("WRK_JSON "))
+        try:
+            duration_s = max(1, round(seconds))
+            raw = wrk_json(
+                children, base, "/v1/query", bodies, 1, duration_s, row_marker='"id-', timeout="10s"
+            )
+        finally:
+            children.stop_all()
     assert raw["non2xx"] == 0 and raw["rows"] == raw["requests"], raw
     latency = raw["latency_us"]
     return {
