@@ -53,12 +53,16 @@ class RunningCluster:
         self.cluster.signal(self.server(node_id), signum)
 
     def restart(self, node_id: int) -> None:
-        server = self.server(node_id)
-        for _ in range(100):
-            if not self.cluster.alive(server):
-                break
-            import time
+        """Start the server again once its old process has exited: a second process on the same data
+        directory fails at once ("log directory ... is open elsewhere"). A SIGTERM'd metadata leader on a
+        loaded machine took more than 2 s to stop (a CI run), so the wait is for the exit, up to 30 s."""
+        import time
 
+        server = self.server(node_id)
+        end = time.monotonic() + 30.0
+        while self.cluster.alive(server):
+            if time.monotonic() > end:
+                raise AssertionError(f"server {node_id} (pid {server.pid}) did not exit within 30 s")
             time.sleep(0.02)
         self.cluster.start(server)
 
