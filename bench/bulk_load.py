@@ -9,10 +9,17 @@ ROWS rows of about 150 bytes (a string key, four value columns) are written to P
              save() call
 Beside the load: the time from save() returning until every replica of every partition is at its
 active's position (in sync), the bytes on disk of each server's data directory after it, and the
-latency of point lookups (`SELECT * ... WHERE id = '...'` over HTTP, one at a time from a thread) made
+latency of point lookups (`SELECT * ... WHERE id = '...'` over HTTP, one at a time, 8 ms apart, from a
+Python client in a process and session of its own, as an application's would be) made
 while the load ran: p50, p99 and max at this client; p99 and max of the server's own time (`took_ms`),
 and its p99 for the lookups the server forwarded (the key's active on another server); each server's
 longest event-loop stall (its /metrics since it started, the opening of the table's stores included).
+The same lookups are asked at the same time from wrk (NativeLookups: a native client at server 1, one
+at a time with a pause of 8 ms before each), so that the measuring side's own waits for a core are not
+in the figure. Over the load the bench also reads each server's event-loop thread's CPU time and its
+time runnable but waiting for a core (/proc/PID/schedstat), and the CPU every thread on the machine used,
+summed by part (servers' loops, their RocksDB threads, Spark's JVM and Python workers, the clients): what
+a lookup's wait is made of on 2 cores shared by everything.
 The machine is shared: the bench waits (at most QUIET_WAIT_S) until
 other processes use under 0.4 cores before each measured part, and records what they used.
 
@@ -35,7 +42,9 @@ import json
 import os
 import platform
 import random
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -122,34 +131,103 @@ def _bytes_under(directory: Path) -> int:
     return sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
 
 
-class Lookups(threading.Thread):
-    """Point lookups one at a time until stopped: each one's latency in ms."""
+# Each lookup client waits this long between one lookup's answer and the next lookup: both ask at about
+# the same steady pace (~100 a second when answers are quick) rather than as fast as they can, which
+# would make the measuring clients a large part of what loads the 2 cores.
+LOOKUP_PAUSE_MS = 8
+
+
+def ask_lookups(servers: list[str], rows: int) -> None:
+    """The lookup client's process (`--lookups-for`): point lookups one at a time, LOOKUP_PAUSE_MS apart,
+    until its stdin closes,
+    then one JSON line of what it measured (each latency in ms) on stdout."""
+    stop = threading.Event()
+    threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+    latencies: list[float] = []
+    took: list[float] = []
+    forwarded_took: list[float] = []  # of the lookups the server that took them forwarded
+    failures = 0
+    chosen = random.Random(7)
+    with Client(servers, timeout_s=5.0) as client:
+        while not stop.is_set():
+            key = f"user-{chosen.randrange(rows):010d}"
+            started = time.perf_counter()
+            try:
+                answer = client.query(f"SELECT * FROM {TABLE} WHERE id = '{key}'")
+            except Exception:
+                failures += 1
+                continue
+            latencies.append((time.perf_counter() - started) * 1000)
+            took.append(answer.took_ms)
+            if answer.partitions and answer.partitions[0].served_by != answer.coordinator:
+                forwarded_took.append(answer.took_ms)
+            stop.wait(LOOKUP_PAUSE_MS / 1000)
+    print(
+        json.dumps(
+            {"latencies": latencies, "took": took, "forwarded_took": forwarded_took, "failures": failures}
+        )
+    )
+
+
+class Lookups:
+    """`ask_lookups` in a process of its own, in a session of its own: not a thread of this process, which
+    drives Spark, so that it does not wait for this process's lock or share its CPU (the kernel shares the
+    cores between sessions first); an application's lookups come from its own process too."""
 
     def __init__(self, servers: list[str], rows: int) -> None:
-        super().__init__(daemon=True)
-        self.servers = servers
-        self.rows = rows
-        self.stop = threading.Event()
-        self.latencies: list[float] = []
-        self.took: list[float] = []
-        self.forwarded_took: list[float] = []  # of the lookups the server that took them forwarded
-        self.failures = 0
+        command = [sys.executable, __file__, "--lookups-for", ",".join(servers), "--rows", str(rows)]
+        self.process = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True
+        )
 
-    def run(self) -> None:
-        chosen = random.Random(7)
-        with Client(self.servers, timeout_s=5.0) as client:
-            while not self.stop.is_set():
-                key = f"user-{chosen.randrange(self.rows):010d}"
-                started = time.perf_counter()
-                try:
-                    answer = client.query(f"SELECT * FROM {TABLE} WHERE id = '{key}'")
-                except Exception:
-                    self.failures += 1
-                    continue
-                self.latencies.append((time.perf_counter() - started) * 1000)
-                self.took.append(answer.took_ms)
-                if answer.partitions and answer.partitions[0].served_by != answer.coordinator:
-                    self.forwarded_took.append(answer.took_ms)
+    def finish(self) -> dict[str, Any]:
+        out, _ = self.process.communicate(input="", timeout=60)  # its stdin closed: it stops
+        if self.process.returncode != 0:
+            raise RuntimeError(f"the lookup client exited {self.process.returncode}")
+        found: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+        return found
+
+
+class NativeLookups:
+    """The same lookups from wrk (one connection, LOOKUP_PAUSE_MS before each), in a session of its own: a
+    native client, so that no Python process of the measuring side waits for one of the 2 cores between a
+    lookup's send and its answer's read. Runs until `finish` (SIGINT: wrk stops, prints its summary)."""
+
+    def __init__(self, base: str, rows: int, scratch: Path) -> None:
+        chosen = random.Random(11)
+        bodies = scratch / "lookup-bodies"
+        bodies.write_text(
+            "".join(
+                json.dumps({"sql": f"SELECT * FROM {TABLE} WHERE id = 'user-{chosen.randrange(rows):010d}'"})
+                + "\n"
+                for _ in range(2000)
+            )
+        )
+        lua = Path(__file__).parent / "lua" / "paced_bodies.lua"
+        command = ["wrk", "-t1", "-c1", "-d3600s", "--timeout", "10s", "-s", str(lua), base]
+        command += ["--", str(bodies), "/v1/query", '"user-', str(LOOKUP_PAUSE_MS)]
+        self.process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        )
+
+    def finish(self) -> dict[str, Any]:
+        self.process.send_signal(signal.SIGINT)
+        out, err = self.process.communicate(timeout=30)
+        line = next((ln for ln in out.splitlines() if ln.startswith("WRK_JSON ")), None)
+        if line is None:
+            raise RuntimeError(
+                f"wrk exited {self.process.returncode} without a result: {(err or out)[-300:]}"
+            )
+        raw: dict[str, Any] = json.loads(line.removeprefix("WRK_JSON "))
+        latency = raw["latency_us"]
+        return {
+            "count": raw["requests"],
+            "failed": raw["non2xx"] + sum(raw["errors"].values()),
+            "rows_per_answer": round(raw["rows"] / max(1, raw["requests"] - raw["non2xx"]), 3),
+            "p50_ms": latency["p50"] / 1000,
+            "p99_ms": latency["p99"] / 1000,
+            "max_ms": latency["max"] / 1000,
+        }
 
 
 async def positions(cluster: LocalCluster, pool: PeerPool) -> dict[int, list[int]]:
@@ -190,6 +268,55 @@ def loop_stalls(cluster: LocalCluster) -> dict[str, float]:
     }
 
 
+def loop_times(pids: list[int]) -> list[tuple[int, int]]:
+    """(CPU ns, ns waited on a runqueue for a core) of each server's event-loop thread (its main thread)."""
+    out = []
+    for pid in pids:
+        cpu, waited, _ = Path(f"/proc/{pid}/schedstat").read_text().split()
+        out.append((int(cpu), int(waited)))
+    return out
+
+
+def cpu_by_part(bench_pid: int, server_pids: set[int]) -> dict[str, float]:
+    """CPU seconds used so far by every thread on the machine, summed by what it is part of."""
+    out: dict[str, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        pid = int(proc.name)
+        try:
+            command = (proc / "cmdline").read_bytes()
+            for task in (proc / "task").iterdir():
+                stat = (task / "stat").read_text()
+                name = stat[stat.index("(") + 1 : stat.rindex(")")]
+                fields = stat[stat.rindex(")") + 2 :].split()
+                if pid in server_pids:
+                    part = (
+                        "server event loops"
+                        if task.name == proc.name
+                        else "server RocksDB threads"
+                        if name.startswith("rocksdb")
+                        else "server other threads"
+                    )
+                elif pid == bench_pid:
+                    part = "this bench (Spark's driver)"
+                elif b"--lookups-for" in command:
+                    part = "Python lookup client"
+                elif b"pyspark.daemon" in command:
+                    part = "Spark Python workers (the writer)"
+                elif b"java" in command:
+                    part = "Spark JVM"
+                elif command.startswith(b"wrk"):
+                    part = "wrk (native lookup client)"
+                else:
+                    part = "other (kernel threads, tools)"
+                out[part] = out.get(part, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, ValueError):
+            continue  # a process or thread that ended while being read
+    return out
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 2) if ordered else 0.0
@@ -223,6 +350,7 @@ def main(rows: int, out: Path, file_rows: int = FILE_ROWS) -> None:
             conf={"spark.sql.files.maxPartitionBytes": str(largest_file + 1)},
         )
         hs.register(spark)
+        clients: list[subprocess.Popen[str]] = []  # the lookup clients, stopped whatever happens
         try:
             asyncio.run(cluster.wait_ready(30))
 
@@ -240,9 +368,14 @@ def main(rows: int, out: Path, file_rows: int = FILE_ROWS) -> None:
             frame.count()  # the files' footers read and the JVM warm before the clock starts
             tasks = frame.rdd.getNumPartitions()
             lookups = Lookups(cluster.http_addresses(), rows)
+            clients.append(lookups.process)
             wait_quiet(QUIET_WAIT_S)
             before = cpu_sample()
-            lookups.start()
+            native = NativeLookups(cluster.http_addresses()[0], rows, root)
+            clients.append(native.process)
+            server_pids = [server.pid for server in cluster.servers if server.pid is not None]
+            loops_before = loop_times(server_pids)
+            cpu_before = cpu_by_part(os.getpid(), set(server_pids))
             started = time.perf_counter()
             (
                 frame.write.format("hotstate")
@@ -257,8 +390,10 @@ def main(rows: int, out: Path, file_rows: int = FILE_ROWS) -> None:
                 .save()
             )
             loaded = time.perf_counter()
-            lookups.stop.set()
-            lookups.join()
+            loops_after = loop_times(server_pids)
+            cpu_after = cpu_by_part(os.getpid(), set(server_pids))
+            asked = lookups.finish()
+            native_lookups = native.finish()
             others = others_cores(before, cpu_sample())
             sync_s = asyncio.run(time_to_sync(cluster, loaded))
             with Client(cluster.http_addresses(), timeout_s=30.0) as client:
@@ -277,24 +412,45 @@ def main(rows: int, out: Path, file_rows: int = FILE_ROWS) -> None:
                     str(s.node_id): _bytes_under(s.directory(cluster.root)) for s in cluster.servers
                 },
                 "point_lookups_during_load": {
-                    "count": len(lookups.latencies),
-                    "failed": lookups.failures,
-                    "p50_ms": percentile(lookups.latencies, 0.5),
-                    "p99_ms": percentile(lookups.latencies, 0.99),
-                    "max_ms": percentile(lookups.latencies, 1.0),
+                    "count": len(asked["latencies"]),
+                    "failed": asked["failures"],
+                    "p50_ms": percentile(asked["latencies"], 0.5),
+                    "p99_ms": percentile(asked["latencies"], 0.99),
+                    "max_ms": percentile(asked["latencies"], 1.0),
                     # The server's own time (took_ms: from the query's start there to its answer), without
                     # the wait for its loop to read the request or for this client to get a CPU.
-                    "server_took_p99_ms": percentile(lookups.took, 0.99),
-                    "server_took_max_ms": percentile(lookups.took, 1.0),
-                    "forwarded": len(lookups.forwarded_took),
-                    "forwarded_server_took_p99_ms": percentile(lookups.forwarded_took, 0.99),
+                    "server_took_p99_ms": percentile(asked["took"], 0.99),
+                    "server_took_max_ms": percentile(asked["took"], 1.0),
+                    "forwarded": len(asked["forwarded_took"]),
+                    "forwarded_server_took_p99_ms": percentile(asked["forwarded_took"], 0.99),
                 },
+                # The same kind of lookups from wrk at one server, beside the Python client's (NativeLookups).
+                "point_lookups_native_client_during_load": native_lookups,
                 "loop_stall_max_ms_per_server": loop_stalls(cluster),
+                # Each server's event loop over the load: its CPU and its time runnable but waiting for a
+                # core (/proc/PID/schedstat): a lookup waits for the loop, and the loop waits for a core.
+                "event_loop_cpu_and_core_wait_s_per_server": {
+                    str(server.node_id): {
+                        "cpu_s": round((after[0] - before[0]) / 1e9, 2),
+                        "waited_for_a_core_s": round((after[1] - before[1]) / 1e9, 2),
+                    }
+                    for server, before, after in zip(cluster.servers, loops_before, loops_after, strict=True)
+                },
+                "cpu_s_during_load_by_part": dict(
+                    sorted(
+                        ((part, round(cpu_after[part] - cpu_before.get(part, 0.0), 1)) for part in cpu_after),
+                        key=lambda item: -item[1],
+                    )
+                ),
                 "sampled_keys_found": f"{counted} of {min(rows, 200)}",
                 "other_processes_cores": others,
             }
             print("hotstate", hotstate, flush=True)
         finally:
+            for client in clients:
+                if client.poll() is None:
+                    client.kill()
+                    client.wait()
             spark.stop()
             for server in cluster.servers:
                 cluster.stop(server)
@@ -332,5 +488,9 @@ if __name__ == "__main__":
     parser.add_argument("--rows", type=int, default=ROWS, help="rows loaded")
     parser.add_argument("--out", type=Path, default=RESULTS, help="where the JSON goes")
     parser.add_argument("--file-rows", type=int, default=FILE_ROWS, help="rows per Parquet file (a task)")
+    parser.add_argument("--lookups-for", help=argparse.SUPPRESS)  # the lookup client's process (Lookups)
     args = parser.parse_args()
-    main(args.rows, args.out, args.file_rows)
+    if args.lookups_for:
+        ask_lookups(args.lookups_for.split(","), args.rows)
+    else:
+        main(args.rows, args.out, args.file_rows)

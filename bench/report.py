@@ -738,7 +738,7 @@ def bulk_load(data: Mapping[str, Any]) -> Section:
                 ),
                 [
                     (
-                        "during the load",
+                        "during the load (Python client)",
                         lookups["count"],
                         lookups["failed"],
                         lookups["p50_ms"],
@@ -746,10 +746,49 @@ def bulk_load(data: Mapping[str, Any]) -> Section:
                         lookups["max_ms"],
                         lookups.get("server_took_p99_ms", "–"),
                         lookups.get("forwarded_server_took_p99_ms", "–"),
-                    )
+                    ),
+                    *(
+                        [
+                            (
+                                "during the load (wrk, at server 1)",
+                                native["count"],
+                                native["failed"],
+                                native["p50_ms"],
+                                native["p99_ms"],
+                                native["max_ms"],
+                                "–",
+                                "–",
+                            )
+                        ]
+                        if (native := hot.get("point_lookups_native_client_during_load"))
+                        else []
+                    ),
                 ],
                 "At the lookups' client; `took_ms` is the server's own time (the query's start to its "
                 "answer), for all lookups and for those forwarded to the key's active on another server.",
+            ),
+            *(
+                [
+                    Table(
+                        ("server", "event loop CPU s", "event loop waited for a core s"),
+                        [(node, t["cpu_s"], t["waited_for_a_core_s"]) for node, t in loops.items()],
+                        "Over the load, from /proc/PID/schedstat of each server's event-loop thread: the "
+                        "time it ran, and the time it was runnable but waited for one of the cores.",
+                    )
+                ]
+                if (loops := hot.get("event_loop_cpu_and_core_wait_s_per_server"))
+                else []
+            ),
+            *(
+                [
+                    Table(
+                        ("part", "CPU s during the load"),
+                        list(parts.items()),
+                        "Every thread on the machine over the load, summed by what it is part of.",
+                    )
+                ]
+                if (parts := hot.get("cpu_s_during_load_by_part"))
+                else []
             ),
         ],
         [

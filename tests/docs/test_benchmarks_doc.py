@@ -156,6 +156,20 @@ BULK_LOAD = {
             "p99_ms": 7.25,
             "max_ms": 9.5,
         },
+        "point_lookups_native_client_during_load": {
+            "count": 250,
+            "failed": 0,
+            "rows_per_answer": 1.0,
+            "p50_ms": 1.25,
+            "p99_ms": 6.5,
+            "max_ms": 8.0,
+        },
+        "event_loop_cpu_and_core_wait_s_per_server": {
+            "1": {"cpu_s": 0.61, "waited_for_a_core_s": 0.42},
+            "2": {"cpu_s": 0.5, "waited_for_a_core_s": 0.33},
+            "3": {"cpu_s": 0.48, "waited_for_a_core_s": 0.31},
+        },
+        "cpu_s_during_load_by_part": {"server event loops": 1.6, "Spark JVM": 0.7},
         "sampled_keys_found": "200 of 200",
         "other_processes_cores": 0.2,
     },
@@ -170,7 +184,12 @@ def test_bulk_load_shows_every_figure_of_its_issue(tmp_path: Path) -> None:
     assert "no formatter" not in page and "formatter expects" not in page
     assert "| single local RocksDB | 49,718 | 0.4 | 0.1 |" in page  # rows/s beside the baseline's
     assert "| hotstate (Spark batch writer) | 16,000 | 1.25 | 0.2 |" in page
-    assert "| during the load | 323 | 0 | 1.5 | 7.25 | 9.5 |" in page  # lookup p99 during the load
+    assert (
+        "| during the load (Python client) | 323 | 0 | 1.5 | 7.25 | 9.5 |" in page
+    )  # lookup p99 during the load
+    assert "| during the load (wrk, at server 1) | 250 | 0 | 1.25 | 6.5 | 8 |" in page
+    assert "| 1 | 0.61 | 0.42 |" in page  # a server's event loop: CPU and waits for a core
+    assert "| server event loops | 1.6 |" in page
     assert "Ratio to the single RocksDB write: 0.322 (goal >= 0.4)" in page
     assert "Every replica in sync 0.236 s after the load returned" in page
     assert "server 1: 5,069,132, server 2: 4,222,247, server 3: 4,193,967" in page  # bytes on disk
