@@ -12,6 +12,7 @@ import pluggy
 import pytest
 
 from hotstate.cli.local_cluster import LocalCluster, LocalServer
+from hotstate.client.admin import ClusterUnavailableError
 from hotstate.protocol.cluster import DescribeClusterResponse
 from hotstate.server.config import Voter
 
@@ -34,15 +35,23 @@ class RunningCluster:
     def status(self, timeout_s: float = 10.0) -> DescribeClusterResponse:
         return self.run(self.cluster.wait_ready(timeout_s))
 
-    def leader(self) -> int:
+    def leader(self, timeout_s: float = 30.0) -> int:
         async def ask() -> int:
+            loop = asyncio.get_running_loop()
+            end = loop.time() + timeout_s
+            last: object = None
             async with self.cluster.admin(request_timeout_s=1.0) as admin:
-                for _ in range(100):
-                    status = await admin.describe(deadline_s=2.0)
+                while loop.time() < end:
+                    try:
+                        status = await admin.describe(deadline_s=2.0)
+                    except ClusterUnavailableError as error:  # servers just started on a loaded machine
+                        last = error
+                        continue
                     if status.leader_id is not None:
                         return status.leader_id
+                    last = status
                     await asyncio.sleep(0.05)
-            raise AssertionError("no leader")
+            raise AssertionError(f"no leader within {timeout_s} s (last answer: {last})")
 
         return self.run(ask())
 
