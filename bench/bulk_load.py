@@ -64,6 +64,7 @@ from hotstate.protocol.wire import MESSAGES
 from hotstate.replica.messages import LagInfoRequest, LagInfoResponse
 from hotstate.replica.store import Store
 from hotstate.rpc import PeerPool
+from pull_queries import wrk_result
 
 RESULTS = Path(__file__).parent / "results" / "bulk_load.json"
 ROWS = 10_000_000
@@ -213,12 +214,7 @@ class NativeLookups:
     def finish(self) -> dict[str, Any]:
         self.process.send_signal(signal.SIGINT)
         out, err = self.process.communicate(timeout=30)
-        line = next((ln for ln in out.splitlines() if ln.startswith("WRK_JSON ")), None)
-        if line is None:
-            raise RuntimeError(
-                f"wrk exited {self.process.returncode} without a result: {(err or out)[-300:]}"
-            )
-        raw: dict[str, Any] = json.loads(line.removeprefix("WRK_JSON "))
+        raw = wrk_result(self.process.returncode, out, err)
         latency = raw["latency_us"]
         return {
             "count": raw["requests"],

@@ -377,6 +377,11 @@ def wrk_json(
     command = ["wrk", "-t1", f"-c{concurrency}", f"-d{duration_s}s", "--timeout", timeout]
     command += ["-s", str(LUA), url, "--", str(bodies), path, row_marker]
     code, out, err = children.run(command, timeout_s=duration_s + 30)
+    return wrk_result(code, out, err)
+
+
+def wrk_result(code: int | None, out: str, err: str) -> dict[str, Any]:
+    """The "WRK_JSON {...}" line post_bodies.lua's done() printed in wrk's output, parsed."""
     line = next((ln for ln in out.splitlines() if ln.startswith("WRK_JSON ")), None)
     if line is None:
         raise RuntimeError(f"wrk exited {code} without a result: {(err or out).strip()[-300:]}")
