@@ -25,6 +25,7 @@ from hotstate.replica.core import ReplicaRole
 from hotstate.replica.messages import FeedReadRequest, ReplicaError
 from hotstate.server.feed_log import BLOCK_OFFSETS, ChangeLog
 from hotstate.server.feeds import Feed, FeedHub
+from hotstate.server.scan_pace import FIRST_SLICE_ROWS
 
 TABLE = TableInfo("t", 1, 1, 1, (KeyColumn("k", KeyType.STRING),), None)
 
@@ -94,6 +95,8 @@ def test_a_log_that_no_longer_holds_the_next_change_or_is_closed_fails_the_read(
 
 
 def _hub(replica: Any, *, buffer: int, step: int) -> FeedHub:
+    """A step's time bound (query.scan.step.ms) too long to bind: steps of `step` changes after the first
+    (FIRST_SLICE_ROWS, their cost unknown yet)."""
     image: Any = SimpleNamespace(tables={"t": TABLE}, partitions={})
     return FeedHub(
         1,
@@ -103,6 +106,7 @@ def _hub(replica: Any, *, buffer: int, step: int) -> FeedHub:
         max_subscriptions=8,
         buffer_changes=buffer,
         step_rows=step,
+        step_ms=60_000,
     )
 
 
@@ -153,10 +157,12 @@ def test_retention_moving_past_a_replay_under_way_turns_its_rest_into_a_resync(t
         feed = hub.open("SELECT * FROM t EMIT CHANGES", {"from_token": encode({(1, 0): 0}, cluster_tag("c"))})
         assert isinstance(feed, Feed)
         first = await feed.next_events(0.01)
-        assert _offsets(first) == list(range(500))
+        assert _offsets(first) == list(range(FIRST_SLICE_ROWS))
         replica.log.advance_start_offset(2048)  # the rest of the first block is cached: it is sent
         events = await feed.next_events(0.01)
-        assert _offsets(events) == list(range(500, 1000))
+        assert _offsets(events) == list(range(FIRST_SLICE_ROWS, FIRST_SLICE_ROWS + 500))
+        events = await feed.next_events(0.01)
+        assert _offsets(events) == list(range(FIRST_SLICE_ROWS + 500, FIRST_SLICE_ROWS + 1000))
         # The next step reaches the second block, which the log no longer holds: the rest is a resync (of
         # the store's rows now), the step's changes from the first block with it.
         events = await feed.next_events(0.01)

@@ -20,6 +20,7 @@ from hotstate.query.tokens import cluster_tag, encode
 from hotstate.replica.core import ReplicaRole
 from hotstate.replica.store import StoreError
 from hotstate.server.feeds import Feed, FeedHub
+from hotstate.server.scan_pace import FIRST_SLICE_ROWS
 
 TABLE = TableInfo("t", 1, 1, 1, (KeyColumn("k", KeyType.STRING),), None)
 
@@ -27,8 +28,14 @@ TABLE = TableInfo("t", 1, 1, 1, (KeyColumn("k", KeyType.STRING),), None)
 class _Store:
     """A store whose scan is a view of its rows when called, and counts what was read of it."""
 
-    def __init__(self, rows: int, fail_after: int | None = None) -> None:
-        self.rows = [(encode_key((f"k{i:05}",)), encode_row({"k": f"k{i:05}", "v": i})) for i in range(rows)]
+    def __init__(self, rows: int, fail_after: int | None = None, pad: str = "") -> None:
+        self.rows = [
+            (
+                encode_key((f"k{i:05}",)),
+                encode_row({"k": f"k{i:05}", "v": i, **({"pad": pad} if pad else {})}),
+            )
+            for i in range(rows)
+        ]
         self.position = 10
         self.epoch = 1
         self.read = 0
@@ -47,7 +54,8 @@ class _Store:
         return items()
 
 
-def _hub(store: _Store, step: int, log_start: int = 0) -> FeedHub:
+def _hub(store: _Store, step: int, log_start: int = 0, step_ms: int = 60_000) -> FeedHub:
+    """step_ms: a step's time bound, by default too long to bind (these rows cost microseconds)."""
     replica = SimpleNamespace(
         store=store,
         table=TABLE,
@@ -65,6 +73,7 @@ def _hub(store: _Store, step: int, log_start: int = 0) -> FeedHub:
         max_subscriptions=4,
         buffer_changes=100,
         step_rows=step,
+        step_ms=step_ms,
     )
 
 
@@ -83,11 +92,43 @@ def test_a_snapshot_is_read_a_step_per_turn_and_the_changes_meanwhile_follow_it(
             steps.append((store.read, events))
             if any(isinstance(e, SnapshotEnd) for e in events):
                 break
-        assert [read for read, _ in steps[:3]] == [100, 200, 250]
+        # The first step reads FIRST_SLICE_ROWS (these rows' cost unknown yet), then step_rows a step.
+        assert [read for read, _ in steps[:4]] == [
+            FIRST_SLICE_ROWS,
+            FIRST_SLICE_ROWS + 100,
+            FIRST_SLICE_ROWS + 200,
+            250,
+        ]
         rows = [e for _, events in steps for e in events if isinstance(e, SnapshotRow)]
         assert len(rows) == 250
         last = steps[-1][1]
         assert isinstance(last[-2], SnapshotEnd) and isinstance(last[-1], Change) and last[-1].offset == 10
+        feed.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_snapshot_of_rows_a_costly_where_tests_is_read_a_row_or_so_a_step() -> None:
+    """A WHERE that rewrites a 120 kB string takes milliseconds a row: past the first step each step reads
+    about query.scan.step.ms of them (one row), not step_rows rows' seconds of the event loop."""
+
+    async def scenario() -> None:
+        store = _Store(30, pad="x" * 120_000)
+        hub = _hub(store, step=1000, step_ms=1)
+        where = "LENGTH(REPLACE(REPLACE(pad, 'x', 'yy'), 'y', 'zz')) > 0"
+        feed = hub.open(f"SELECT k FROM t WHERE {where} EMIT CHANGES", {})
+        assert isinstance(feed, Feed)
+        reads = []
+        rows = 0
+        while True:
+            before = store.read
+            events = await feed.next_events(1.0)
+            reads.append(store.read - before)
+            rows += sum(isinstance(e, SnapshotRow) for e in events)
+            if any(isinstance(e, SnapshotEnd) for e in events):
+                break
+        assert rows == 30
+        assert reads[0] == FIRST_SLICE_ROWS and max(reads[1:]) <= 2, reads
         feed.close()
 
     asyncio.run(scenario())
@@ -98,8 +139,8 @@ def test_a_store_closed_under_the_snapshot_ends_the_feed_without_its_end() -> No
         hub = _hub(_Store(250, fail_after=150), step=100)
         feed = hub.open("SELECT * FROM t EMIT CHANGES", {})
         assert isinstance(feed, Feed)
-        events = await feed.next_events(1.0)
-        assert len(events) == 100
+        first = FIRST_SLICE_ROWS  # the first step's rows, then step_rows a step
+        assert [len(await feed.next_events(1.0)) for _ in range(2)] == [first, 100]
         events = await feed.next_events(1.0)
         assert not any(isinstance(e, SnapshotEnd) for e in events)
         end = events[-1]
@@ -118,15 +159,17 @@ def test_a_resync_is_read_in_parts_and_the_feeds_position_moves_with_its_last() 
         assert isinstance(feed, Feed)
         assert store.read == 0
         parts = []
-        for _ in range(3):
+        for _ in range(4):
             events = await feed.next_events(1.0)
             assert len(events) == 1 and isinstance(events[0], Resync)
             parts.append(events[0])
         assert store.read == 250
+        first = FIRST_SLICE_ROWS  # the first step's rows (none of them v >= 100), then step_rows a step
         assert [(len(p.rows), p.more, p.continued) for p in parts] == [
             (0, True, False),
+            (first, True, True),
             (100, True, True),
-            (50, False, True),
+            (50 - first, False, True),
         ]
         assert {p.position for p in parts} == {10} and feed.subscription.positions == {0: 10}
         feed.close()

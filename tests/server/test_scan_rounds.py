@@ -302,6 +302,30 @@ def test_a_step_ends_after_query_scan_step_ms_before_its_rows() -> None:
     assert yields >= len(store.items) // 256  # at least one per chunk of 256 rows (each takes > 5 ms)
 
 
+def test_a_step_of_costly_rows_ends_after_a_row_not_after_its_chunk() -> None:
+    """A WHERE that rewrites a 120 kB string takes milliseconds a row (17 ms here): a step ends after a
+    slice of a row or a few, so the loop waits out about a row's time, not a chunk of 256 rows' seconds. A
+    CI run failed when a peer, scanning such rows a chunk a step, left its /metrics unanswered for 5 s."""
+    pad = "x" * 120_000
+    items = sorted(
+        (encode_key((f"u{i:03d}",)), encode_row({"user": f"u{i:03d}", "pad": pad})) for i in range(60)
+    )
+    store = _Store(items)
+    reads = _local(store, scan_step_rows=1000, scan_step_ms=1)
+    sql = "SELECT COUNT(*) FROM clicks WHERE LENGTH(REPLACE(REPLACE(pad, 'x', 'yy'), 'y', 'zz')) = 0"
+    steps = reads._scan_steps(_request(sql))
+    yields = 0
+    for answer in steps:
+        if answer is not None:
+            break
+        yields += 1
+    assert isinstance(answer, PartitionQueryResponse) and answer.error is ReplicaError.NONE, answer
+    assert store.read == len(items)
+    # Every row takes longer than a step's 1 ms: after the first slice (FIRST_SLICE_ROWS rows) a step is a
+    # row; a chunk a step would have been one step for the 60.
+    assert yields >= len(items) - 10, yields
+
+
 def test_a_count_of_every_row_reads_keys_not_values() -> None:
     store = _Store(_items(0) * 3)
     answer = asyncio.run(_local(store).scan(_request("SELECT COUNT(*) FROM clicks")))

@@ -346,6 +346,7 @@ class Server:
                 max_subscriptions=config.push_max_subscriptions,
                 buffer_changes=config.push_buffer_max_changes,
                 step_rows=config.scan_step_rows,
+                step_ms=config.scan_step_ms,
                 send_timeout_s=config.push_send_timeout_ms / 1000,
                 on_end=lambda reason: self.metrics.push_ended.labels(str(reason)).inc(),
                 on_drop=self.metrics.push_dropped.inc,

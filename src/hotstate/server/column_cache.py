@@ -23,11 +23,12 @@ keeps none. A copy of a store that was closed (a snapshot installed, the replica
 from __future__ import annotations
 
 import heapq
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -44,6 +45,9 @@ from hotstate.query.columns import (
 from hotstate.query.expressions import Col, EvalError
 from hotstate.query.scan import AGGREGATE, MAX_GROUPS, TOP, ScanRun, sort_key_of
 from hotstate.replica.store import ChangedKeys, Store
+
+if TYPE_CHECKING:
+    from hotstate.server.scan_pace import ScanPace
 
 __all__ = ["ColumnCache", "ColumnCacheBuild", "ColumnCaches", "OffLoop", "scan_from_cache"]
 
@@ -325,12 +329,13 @@ def _decide(cache: ColumnCache, run: ScanRun, changed: list[bytes]) -> _Found | 
 
 
 def scan_from_cache(
-    cache: ColumnCache, run: ScanRun, chunk_rows: int
+    cache: ColumnCache, run: ScanRun, pace: ScanPace
 ) -> Generator[OffLoop | None, object, bool]:
     """Feed `run` the partition's answer from `cache`: its WHERE over the copy's columns (a count of its
     keys, its groups' aggregates, its top n) for the rows no apply changed since, decided off the event loop
     (the one OffLoop this yields: its result is sent back), and the changed keys' rows read from the store
-    through the row evaluator, `chunk_rows` at a time with a step (a None) between. All as of the first
+    through the row evaluator, `pace.most` at a time, fed in `pace`'s slices with a step (a None) after
+    each. All as of the first
     step: the changed keys are taken then, and every row read from the store comes from a view of that
     moment (the copy's arrays never change). Returns False when the WHERE or the aggregates have no column
     form over these columns (the caller scans the rows)."""
@@ -344,16 +349,20 @@ def scan_from_cache(
         if isinstance(found, EvalError):
             raise found
         assert isinstance(found, _Found)
+        chunk_rows = pace.most
         for at in range(0, len(changed), chunk_rows):
             keys = changed[at : at + chunk_rows]
             current = [
                 (key, row) for key, row in zip(keys, view.get_many(keys), strict=True) if row is not None
             ]
-            if run.keys_only:
-                run.feed_keys([key for key, _ in current])
-            else:
-                run.feed(current)
-            yield None
+            for piece in pace.slices(current):
+                began = time.monotonic()
+                if run.keys_only:
+                    run.feed_keys([key for key, _ in piece])
+                else:
+                    run.feed(piece)
+                pace.took(len(piece), time.monotonic() - began)
+                yield None
         if found.unchanged:
             run.saw_every_column()
         if found.groups is not None:

@@ -20,8 +20,9 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from hotstate.controller.image import MetadataImage, TableInfo
@@ -63,6 +64,7 @@ from hotstate.replica.messages import (
 )
 from hotstate.replica.store import StoreError
 from hotstate.server.feed_log import SERVE_MAX_BYTES, ChangeLog
+from hotstate.server.scan_pace import ScanPace
 
 if TYPE_CHECKING:
     from hotstate.server.replicas import LocalReplica
@@ -147,6 +149,11 @@ class Feed:
     hub: FeedHub
     # SELECT's computed columns (query/push.py's feed_outputs): evaluated over each row; (): none.
     outputs: tuple[Output, ...] = ()
+    # A snapshot's (or resync's) rows per step, sized so a step of rows a costly WHERE tests stays short.
+    pace: ScanPace = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.pace = ScanPace(self.hub.step_rows, self.hub.step_s)
 
     @property
     def start_token(self) -> str:
@@ -162,8 +169,11 @@ class Feed:
         subscription = self.subscription
         while subscription.pending is not None or subscription.resyncs:
             await asyncio.sleep(0)  # a step of the snapshot (or resync) per turn of the event loop
+            pace = self.pace
             try:
-                events = subscription.take(self.hub.step_rows)
+                began = time.monotonic()
+                events = subscription.take(pace.rows)
+                pace.took(pace.rows, time.monotonic() - began)
             except LogError as error:  # a replay's next changes: the log no longer holds them, or it closed
                 self.hub.replay_failed(self, error)
                 continue
@@ -201,6 +211,7 @@ class FeedHub:
         max_subscriptions: int,
         buffer_changes: int,
         step_rows: int = 1000,
+        step_ms: int = 1,
         send_timeout_s: float = 60.0,
         on_end: Callable[[EndReason], object] = lambda reason: None,
         on_drop: Callable[[], object] = lambda: None,
@@ -213,7 +224,8 @@ class FeedHub:
         self._replicas = replicas
         self.max_subscriptions = max_subscriptions
         self.buffer_changes = buffer_changes
-        self.step_rows = max(1, step_rows)  # a snapshot's rows read per event-loop turn
+        self.step_rows = max(1, step_rows)  # a snapshot's rows read per event-loop turn, at most
+        self.step_s = step_ms / 1000  # about this long (query.scan.step.ms): fewer rows when they are costly
         # A write to a feed's client that waits this long drops its connection (push.send.timeout.ms).
         self.send_timeout_s = send_timeout_s
         self.on_drop = on_drop  # such a drop (metrics)

@@ -37,6 +37,7 @@ from hotstate.replica.store import Store, StoreError
 from hotstate.routing.freshness import END_UNKNOWN, bound_refusal, served_lag, token_refusal
 from hotstate.routing.lags import LagTable
 from hotstate.server.replicas import LocalReplica, replica_state
+from hotstate.server.scan_pace import ScanPace
 
 if TYPE_CHECKING:
     from hotstate.server.column_cache import ColumnCacheBuild, ColumnCaches, OffLoop
@@ -283,9 +284,11 @@ class LocalReads:
                 return
             store = replica.store
             step_rows, step_s = self.scan_step_rows, self.scan_step_ms / 1000
-            # A step feeds chunks of at most SCAN_CHUNK_ROWS rows until it has fed step_rows or run for
-            # step_s, whichever comes first: a clock read per chunk, not per row.
+            # A step reads chunks of at most SCAN_CHUNK_ROWS rows and feeds them in slices, each sized so it
+            # takes about step_s (rows cost what the query makes them), until it has fed step_rows or run
+            # for step_s, whichever comes first: two clock reads per slice, not per row.
             chunk_rows = min(step_rows, SCAN_CHUNK_ROWS)
+            pace = ScanPace(chunk_rows, step_s)
             pid = replica.pid
             try:
                 caches = None
@@ -301,7 +304,7 @@ class LocalReads:
 
                     names = run.column_names
                     cache = caches.usable(pid, store, names)
-                    if cache is not None and (yield from scan_from_cache(cache, run, chunk_rows)):
+                    if cache is not None and (yield from scan_from_cache(cache, run, pace)):
                         items, partial = run.answer()
                         yield PartitionQueryResponse(
                             ReplicaError.NONE, "", state, position, offset_lag, items, partial
@@ -334,23 +337,28 @@ class LocalReads:
                 give_up = None if not program.budget_ms else time.monotonic() + program.budget_ms / 1000
                 fed, step_ends = 0, time.monotonic() + step_s
                 for chunk in chunks:
-                    feed(chunk)
+                    for piece in pace.slices(chunk):
+                        began = time.monotonic()
+                        feed(piece)
+                        now = time.monotonic()
+                        pace.took(len(piece), now - began)
+                        if run.done:
+                            break
+                        fed += len(piece)
+                        if fed < step_rows and now < step_ends:
+                            continue
+                        if give_up is not None and now > give_up:
+                            # The coordinator has given up on the query by now: scanning on helps nobody.
+                            yield PartitionQueryResponse(
+                                ReplicaError.TIMEOUT,
+                                f"the scan ran past the query's timeout_ms ({program.budget_ms} ms) after "
+                                f"{run.scanned:,} rows",
+                            )
+                            return
+                        yield None
+                        fed, step_ends = 0, time.monotonic() + step_s
                     if run.done:
                         break
-                    fed += len(chunk)
-                    now = time.monotonic()
-                    if fed < step_rows and now < step_ends:
-                        continue
-                    if give_up is not None and now > give_up:
-                        # The coordinator has given up on the query by now: scanning on helps nobody.
-                        yield PartitionQueryResponse(
-                            ReplicaError.TIMEOUT,
-                            f"the scan ran past the query's timeout_ms ({program.budget_ms} ms) after "
-                            f"{run.scanned:,} rows",
-                        )
-                        return
-                    yield None
-                    fed, step_ends = 0, time.monotonic() + step_s
                 else:
                     if build is not None and caches is not None:  # every row read: the copy is whole
                         caches.built(pid, build)
