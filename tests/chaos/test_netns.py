@@ -216,6 +216,13 @@ def test_leftovers_of_a_run_that_died_are_swept_and_a_live_runs_are_not() -> Non
         netns.run(["ip", "netns", "add", name])
     sleeper = subprocess.Popen(["ip", "netns", "exec", stale, "sleep", "600"])
     try:
+        # Swept only once it runs in the namespace: before, `ip netns exec` may not have entered it yet (a
+        # CI run's loaded machine swept first, and the sleeper slept on outside any sweep's reach).
+        end = time.monotonic() + 30.0
+        while str(sleeper.pid) not in netns.run(["ip", "netns", "pids", stale]).split():
+            assert time.monotonic() < end, "the sleeper never ran in the namespace"
+            assert sleeper.poll() is None, f"the sleeper ended ({sleeper.returncode})"
+            time.sleep(0.01)
         assert stale in netns.sweep_leftovers()
         assert sleeper.wait(5) == -9
         names = netns.namespaces()
