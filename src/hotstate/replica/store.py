@@ -27,7 +27,7 @@ import shutil
 import struct
 import threading
 import weakref
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -487,13 +487,14 @@ class Store:
         self,
         start: bytes | None,
         end: bytes | None,
-        size: int,
+        size: int | Callable[[], int],
         *,
         keys_only: bool = False,
         fill_cache: bool = True,
     ) -> Iterator[list[Any]]:
         """`scan(start, end)` in lists of up to `size` (key, value) items (the last may be shorter, none is
         empty), or of keys alone with `keys_only` (no value copied out of RocksDB: what a COUNT(*) needs).
+        `size` may be a function, asked before each list (a scan sizes its reads from their cost).
         A scan run in steps takes a list at a time, gathered in C rather than a Python frame per entry.
         The same view and the same end-of-range check as `scan`.
 
@@ -501,8 +502,12 @@ class Store:
         it reads each block once, so its blocks would only push the blocks that point lookups and key
         ranges keep hot out of the shared cache, and inserting each cost about a fifth of an iteration's
         time. A key range read keeps filling it: the same user's windows are asked for again."""
-        if size <= 0:
-            raise ValueError(f"size must be > 0, got {size}")
+        if isinstance(size, int):
+            if size <= 0:
+                raise ValueError(f"size must be > 0, got {size}")
+            size_of = itertools.repeat(size).__next__
+        else:
+            size_of = size
         db = self._require_open()
         if start is not None and end is not None and start >= end:
             return iter(())
@@ -514,7 +519,7 @@ class Store:
         entries = (db.keys if keys_only else db.items)(from_key=start, read_opt=read_options)
         cursor = _Cursor(self._path, entries)
         self._cursors.add(cursor)
-        return self._chunks(cursor, size, start, end, keys_only)
+        return self._chunks(cursor, size_of, start, end, keys_only)
 
     def scan_page(self, start: bytes | None, size: int) -> list[tuple[bytes, bytes]]:
         """The first `size` items from `start` to the end of the store: `scan_chunks`' first chunk (gathered
@@ -531,11 +536,17 @@ class Store:
                 chunks.close()
 
     def _chunks(
-        self, cursor: _Cursor, size: int, start: bytes | None, end: bytes | None, keys_only: bool
+        self,
+        cursor: _Cursor,
+        size_of: Callable[[], int],
+        start: bytes | None,
+        end: bytes | None,
+        keys_only: bool,
     ) -> Iterator[list[Any]]:
         try:
             last: bytes | None = None
             while True:
+                size = max(1, size_of())
                 chunk = cursor.next_chunk(size)
                 if chunk:
                     last = chunk[-1] if keys_only else chunk[-1][0]

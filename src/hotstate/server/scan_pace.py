@@ -1,11 +1,11 @@
-"""How many rows a scan hands its program at a time.
+"""How many rows a scan reads and hands its program at a time.
 
-A row's cost is what the query makes it: a count reads a key in a microsecond, a WHERE that rewrites a
-100 kB string takes milliseconds. A fixed chunk between two reads of the clock lets a step of costly rows
-run for a whole chunk (256 rows of 17 ms each: four seconds of an event loop that also answers lookups and
-heartbeats), so the scan hands its program slices sized from the last slice's time per row, down to one
-row: a step then overruns `query.scan.step.ms` by at most a row's time. Pure: the caller times each slice
-and says how long it took.
+A row's cost is what the query and the row make it: a count reads a key in a microsecond, a WHERE that
+rewrites a 100 kB string takes milliseconds, and reading 256 rows of 120 kB from RocksDB takes 33 ms. A
+fixed chunk between two reads of the clock lets a step of costly rows run for a whole chunk (256 rows of 17
+ms each: four seconds of an event loop that also answers lookups and heartbeats), so the scan reads and
+feeds slices sized from the last slice's time per row, down to one row: a step then overruns
+`query.scan.step.ms` by at most a row's time. Pure: the caller times each slice and says how long it took.
 """
 
 from __future__ import annotations

@@ -284,9 +284,9 @@ class LocalReads:
                 return
             store = replica.store
             step_rows, step_s = self.scan_step_rows, self.scan_step_ms / 1000
-            # A step reads chunks of at most SCAN_CHUNK_ROWS rows and feeds them in slices, each sized so it
-            # takes about step_s (rows cost what the query makes them), until it has fed step_rows or run
-            # for step_s, whichever comes first: two clock reads per slice, not per row.
+            # A step reads and feeds chunks of at most SCAN_CHUNK_ROWS rows, each sized so reading and
+            # feeding it takes about step_s (rows cost what the query and their size make them), until it
+            # has fed step_rows or run for step_s, whichever comes first: a clock read a chunk, not a row.
             chunk_rows = min(step_rows, SCAN_CHUNK_ROWS)
             pace = ScanPace(chunk_rows, step_s)
             pid = replica.pid
@@ -323,7 +323,11 @@ class LocalReads:
                 chunks: Iterator[list[Any]]
                 if request.scan:
                     chunks = store.scan_chunks(
-                        request.start, request.end, chunk_rows, keys_only=run.keys_only, fill_cache=False
+                        request.start,
+                        request.end,
+                        lambda: min(pace.rows, step_rows - fed),  # a step feeds step_rows at most
+                        keys_only=run.keys_only,
+                        fill_cache=False,
                     )
                 else:
                     values = store.get_many(request.keys)
@@ -332,33 +336,32 @@ class LocalReads:
                         for k, v in zip(request.keys, values, strict=True)
                         if v is not None
                     ]
-                    chunks = iter([found[at : at + chunk_rows] for at in range(0, len(found), chunk_rows)])
+                    chunks = pace.slices(found)
                 feed: Callable[[Any], None] = run.feed_keys if run.keys_only else run.feed
                 give_up = None if not program.budget_ms else time.monotonic() + program.budget_ms / 1000
-                fed, step_ends = 0, time.monotonic() + step_s
-                for chunk in chunks:
-                    for piece in pace.slices(chunk):
-                        began = time.monotonic()
-                        feed(piece)
-                        now = time.monotonic()
-                        pace.took(len(piece), now - began)
-                        if run.done:
-                            break
-                        fed += len(piece)
-                        if fed < step_rows and now < step_ends:
-                            continue
-                        if give_up is not None and now > give_up:
-                            # The coordinator has given up on the query by now: scanning on helps nobody.
-                            yield PartitionQueryResponse(
-                                ReplicaError.TIMEOUT,
-                                f"the scan ran past the query's timeout_ms ({program.budget_ms} ms) after "
-                                f"{run.scanned:,} rows",
-                            )
-                            return
-                        yield None
-                        fed, step_ends = 0, time.monotonic() + step_s
+                began = time.monotonic()
+                fed, step_ends = 0, began + step_s
+                for chunk in chunks:  # its read is timed with its feed: big rows cost their read
+                    feed(chunk)
+                    now = time.monotonic()
+                    pace.took(len(chunk), now - began)
+                    began = now
                     if run.done:
                         break
+                    fed += len(chunk)
+                    if fed < step_rows and now < step_ends:
+                        continue
+                    if give_up is not None and now > give_up:
+                        # The coordinator has given up on the query by now: scanning on helps nobody.
+                        yield PartitionQueryResponse(
+                            ReplicaError.TIMEOUT,
+                            f"the scan ran past the query's timeout_ms ({program.budget_ms} ms) after "
+                            f"{run.scanned:,} rows",
+                        )
+                        return
+                    yield None
+                    began = time.monotonic()
+                    fed, step_ends = 0, began + step_s
                 else:
                     if build is not None and caches is not None:  # every row read: the copy is whole
                         caches.built(pid, build)

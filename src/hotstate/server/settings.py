@@ -715,11 +715,11 @@ _QUERIES: Final = (
         unit="ms",
         doc=(
             "A scan yields to the event loop once a step has run this long, or after query.scan.step.rows "
-            "rows, whichever comes first; it feeds its rows in slices sized from the last slice's time per "
-            "row, so a step of rows a costly WHERE tests overruns this by at most a row's time. A feed's "
-            "snapshot, resync or replay takes steps of this length too. The scans of a server take turns, "
-            "one step per turn of its event loop, so a lookup waits about one step however many scans run "
-            "(docs/queries.md, the cost model)."
+            "rows, whichever comes first; it reads and feeds its rows in chunks sized from the last chunk's "
+            "time per row, so a step of costly rows (a WHERE over big strings) overruns this by about a "
+            "row. A feed's snapshot, resync or replay takes steps of this length too. The scans of a "
+            "server take turns, one step per turn of its event loop, so a lookup waits about one step "
+            "however many scans run (docs/queries.md, the cost model)."
         ),
     ),
 )
