@@ -89,7 +89,7 @@ def _scenario(running: RunningCluster) -> None:
         meta = await probe.metadata(1, "clicks")
         assert any(REMOVED in p.replicas for p in meta.partitions), meta
         writer = _writer(running, "clicks")
-        await writer.upsert([{"user": f"k{i}", "clicks": 0} for i in range(200)], deadline_s=20.0)
+        first = await writer.upsert([{"user": f"k{i}", "clicks": 0} for i in range(200)], deadline_s=20.0)
 
         acked: dict[str, int] = {}
         write_failures: list[Exception] = []
@@ -121,16 +121,18 @@ def _scenario(running: RunningCluster) -> None:
                     i += 7
                     sql = f"SELECT * FROM clicks WHERE user = 'k{i % 200}'"
                     try:
-                        # Bounded tightly: a copy the drain has just started (a warmup, still empty) may
-                        # answer a read whose bound it meets, and 100,000 records is more than this table's
-                        # whole log (a CI run saw it answer with no row). Within 100 records of the end, a
-                        # copy holds every key: each was written in the first batch, hundreds of records ago.
-                        reply = http.post(f"{base}/v1/query", json={"sql": sql, "max_lag": 100})
+                        # The first batch's token: only a copy that applied it (so holds every key) answers.
+                        # Not a staleness bound: a copy the drain has just started (a warmup, still empty)
+                        # met a loose one (100,000 records, more than the whole log: it answered with no
+                        # row), and under a CI run's load a tight one (100) was missed by every copy of a
+                        # partition whose active had just moved (the standbys 114 and 209 behind: a 503).
+                        query = {"sql": sql, "consistency_token": first.consistency_token}
+                        reply = http.post(f"{base}/v1/query", json=query)
                     except httpx.HTTPError as error:
                         query_failures.append(f"{type(error).__name__}: {error}")
                         continue
                     if reply.status_code != 200 or len(reply.json()["rows"]) != 1:
-                        query_failures.append(f"{reply.status_code}: {reply.text[:200]}")
+                        query_failures.append(f"{reply.status_code}: {reply.text[:1000]}")
                         continue
                     answered[node] += 1
 
